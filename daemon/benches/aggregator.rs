@@ -1,0 +1,181 @@
+//! Aggregator throughput (samples/s on one core) and flush cost per active
+//! series. Run with `cargo bench -p tallyd --bench aggregator`; figures and
+//! the machine they came from are in BENCHMARKS.md.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
+use tally::model::{FlushBatch, FlushId, SampleKind, SeriesUpdate};
+use tally::store::embedded::EmbeddedStore;
+use tally::store::Store;
+
+const SOURCES: usize = 1_000;
+const METRICS: usize = 20;
+/// 2026-11-22T00:00:00Z in milliseconds.
+const T0: i64 = 1_795_305_600_000;
+
+struct Fleet {
+    names: Vec<(String, String, SampleKind)>,
+}
+
+impl Fleet {
+    /// A third of the metrics are cumulative counters when `cumulative`;
+    /// otherwise gauges and delta counters alternate. (A benchmark that
+    /// replays the same timestamps cannot feed a cumulative counter more
+    /// than one sample per round without going back in time.)
+    fn new(cumulative: bool) -> Fleet {
+        let kinds = if cumulative {
+            [
+                SampleKind::Gauge,
+                SampleKind::DeltaCounter,
+                SampleKind::CumulativeCounter,
+            ]
+        } else {
+            [
+                SampleKind::Gauge,
+                SampleKind::DeltaCounter,
+                SampleKind::Gauge,
+            ]
+        };
+        let names = (0..SOURCES)
+            .flat_map(|s| {
+                (0..METRICS).map(move |m| {
+                    (
+                        format!("server-{s:05}"),
+                        format!("metric_{m:02}"),
+                        kinds[m % 3],
+                    )
+                })
+            })
+            .collect();
+        Fleet { names }
+    }
+}
+
+/// One request per second of the whole fleet: `per_series` samples of every
+/// series, `step_ms` apart, starting at `t0`.
+fn requests(fleet: &Fleet, per_series: usize, t0: i64) -> Vec<(Vec<i64>, Vec<f64>)> {
+    fleet
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            let ts: Vec<i64> = (0..per_series).map(|k| t0 + k as i64 * 1000).collect();
+            let vs: Vec<f64> = (0..per_series).map(|k| (i * 7 + k * 13) as f64).collect();
+            (ts, vs)
+        })
+        .collect()
+}
+
+fn batches<'a>(fleet: &'a Fleet, data: &'a [(Vec<i64>, Vec<f64>)]) -> Vec<SeriesBatch<'a>> {
+    fleet
+        .names
+        .iter()
+        .zip(data)
+        .enumerate()
+        .map(|(i, ((s, m, k), (ts, vs)))| SeriesBatch {
+            source: s,
+            metric: m,
+            kind: Some(*k),
+            timestamps_ms: ts,
+            values: vs,
+            source_index: (i / METRICS) as u32,
+            series_index: (i % METRICS) as u32,
+        })
+        .collect()
+}
+
+fn aggregator() -> Aggregator {
+    Aggregator::new(AggregatorConfig {
+        shards: 8,
+        lateness_ms: i64::MAX / 4,
+        future_skew_ms: i64::MAX / 4,
+        ..AggregatorConfig::default()
+    })
+}
+
+fn ingest(c: &mut Criterion) {
+    let mut g = c.benchmark_group("ingest");
+    g.measurement_time(Duration::from_secs(5));
+    for per_series in [1usize, 10] {
+        let fleet = Fleet::new(per_series == 1);
+        let data = requests(&fleet, per_series, T0);
+        let b = batches(&fleet, &data);
+        let samples = (fleet.names.len() * per_series) as u64;
+        g.throughput(Throughput::Elements(samples));
+        // A warm aggregator: every series known, as in steady state.
+        let agg = aggregator();
+        agg.ingest(&b, T0);
+        g.bench_function(format!("20k_series_x{per_series}_samples"), |bench| {
+            bench.iter(|| {
+                let out = agg.ingest(&b, T0);
+                assert_eq!(out.rejected, 0);
+                // Keep memory flat across iterations.
+                if agg.pending_slots() > 1_000_000 {
+                    agg.drain();
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+fn flush(c: &mut Criterion) {
+    let fleet = Fleet::new(true);
+    let data = requests(&fleet, 1, T0);
+    let b = batches(&fleet, &data);
+    let series = fleet.names.len() as u64;
+    let mut g = c.benchmark_group("flush");
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(10));
+    g.throughput(Throughput::Elements(series));
+
+    g.bench_function("drain_and_build_updates_20k_series", |bench| {
+        let agg = aggregator();
+        bench.iter_batched(
+            || {
+                agg.ingest(&b, T0);
+            },
+            |()| {
+                let drained = agg.drain();
+                drained
+                    .iter()
+                    .map(SeriesUpdate::from_minutes)
+                    .collect::<Vec<_>>()
+            },
+            BatchSize::PerIteration,
+        )
+    });
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).expect("open store"));
+    let agg = aggregator();
+    let mut id = 0u64;
+    g.bench_function("embedded_apply_20k_series", |bench| {
+        bench.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                agg.ingest(&b, T0);
+                id += 1;
+                let batch = FlushBatch {
+                    id: FlushId(id),
+                    series: agg.drain().iter().map(SeriesUpdate::from_minutes).collect(),
+                };
+                let started = Instant::now();
+                rt.block_on(store.apply(&batch)).expect("apply");
+                total += started.elapsed();
+            }
+            total
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ingest, flush);
+criterion_main!(benches);

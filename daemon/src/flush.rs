@@ -1,0 +1,369 @@
+//! The flush pipeline: every `flush.interval` it drains the aggregator into a
+//! numbered batch, turns the batch into hour- and day-document updates and
+//! applies them to the store, retrying with backoff until the store takes
+//! them.
+//!
+//! Backpressure: at most `queue_depth` batches are in flight (drained but not
+//! yet applied). When the store falls behind, ticks stop draining, samples
+//! keep merging into the aggregator's existing slots, and once the aggregator
+//! reaches its memory bound ingest answers `RESOURCE_EXHAUSTED`. Nothing
+//! grows without limit.
+//!
+//! Fresh reads: a batch stays registered as in flight until the store has
+//! applied it, so the query engine can merge it in. Draining and registering
+//! happen under one lock, and readers take the same lock, so a reader sees
+//! each sample exactly once: in the aggregator, in an in-flight batch, or
+//! (by the document's watermark) in the store.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, error, info, warn};
+
+use crate::aggregator::Aggregator;
+use crate::model::{
+    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate,
+    Slot,
+};
+use crate::store::Store;
+
+#[derive(Debug, Clone)]
+pub struct FlushConfig {
+    pub interval: Duration,
+    pub queue_depth: usize,
+    pub retry_initial_backoff: Duration,
+    pub retry_max_backoff: Duration,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        FlushConfig {
+            interval: Duration::from_secs(1),
+            queue_depth: 2,
+            retry_initial_backoff: Duration::from_millis(100),
+            retry_max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A drained batch that the store has not confirmed yet.
+pub struct InflightBatch {
+    pub id: FlushId,
+    series: Vec<SeriesMinutes>,
+    index: hashbrown::HashMap<Arc<SeriesId>, usize>,
+}
+
+impl InflightBatch {
+    fn new(id: FlushId, series: Vec<SeriesMinutes>) -> InflightBatch {
+        let index = series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.series.clone(), i))
+            .collect();
+        InflightBatch { id, series, index }
+    }
+
+    fn get(&self, key: SeriesRef<'_>) -> Option<&SeriesMinutes> {
+        self.index.get(&key).map(|&i| &self.series[i])
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.series.iter().map(|s| s.minutes.len()).sum()
+    }
+
+    fn to_flush_batch(&self) -> FlushBatch {
+        FlushBatch {
+            id: self.id,
+            series: self.series.iter().map(SeriesUpdate::from_minutes).collect(),
+        }
+    }
+}
+
+/// Everything about one series that is not in the store yet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Unflushed {
+    pub kind: Option<SampleKind>,
+    /// In-flight batches touching the series, oldest first.
+    pub inflight: Vec<(FlushId, Vec<(EpochMinute, Slot)>)>,
+    /// Still in the aggregator.
+    pub pending: Vec<(EpochMinute, Slot)>,
+}
+
+pub struct Pipeline {
+    agg: Arc<Aggregator>,
+    store: Arc<dyn Store>,
+    inflight: Mutex<VecDeque<Arc<InflightBatch>>>,
+    last_id: AtomicU64,
+    cfg: FlushConfig,
+}
+
+impl Pipeline {
+    /// `last_applied` is the store's highest flush id for this writer; new
+    /// ids continue above it and above the wall clock in microseconds, so
+    /// they stay increasing across restarts even if the store was wiped.
+    pub fn new(
+        agg: Arc<Aggregator>,
+        store: Arc<dyn Store>,
+        cfg: FlushConfig,
+        last_applied: u64,
+    ) -> Pipeline {
+        Pipeline {
+            agg,
+            store,
+            inflight: Mutex::new(VecDeque::new()),
+            last_id: AtomicU64::new(last_applied),
+            cfg,
+        }
+    }
+
+    pub fn aggregator(&self) -> &Arc<Aggregator> {
+        &self.agg
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn inflight_batches(&self) -> usize {
+        self.inflight.lock().len()
+    }
+
+    fn next_id(&self) -> FlushId {
+        let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
+        let prev = self
+            .last_id
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+                Some(now_us.max(last + 1))
+            })
+            .unwrap_or_else(|last| last);
+        FlushId(now_us.max(prev + 1))
+    }
+
+    /// Drains the aggregator into a new in-flight batch, unless the queue is
+    /// full (backpressure) or there is nothing to flush.
+    pub fn cut_batch(&self) -> Option<Arc<InflightBatch>> {
+        let mut inflight = self.inflight.lock();
+        if inflight.len() >= self.cfg.queue_depth {
+            metrics::counter!("tally_flush_deferred_total").increment(1);
+            return None;
+        }
+        let drained = self.agg.drain();
+        metrics::gauge!("tally_pending_slots").set(self.agg.pending_slots() as f64);
+        if drained.is_empty() {
+            return None;
+        }
+        let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
+        inflight.push_back(batch.clone());
+        metrics::gauge!("tally_flush_inflight_batches").set(inflight.len() as f64);
+        Some(batch)
+    }
+
+    /// What the store does not have yet for one series: a consistent
+    /// snapshot of the in-flight batches and the aggregator.
+    pub fn unflushed(&self, key: SeriesRef<'_>) -> Unflushed {
+        let inflight = self.inflight.lock();
+        let mut u = Unflushed::default();
+        for b in inflight.iter() {
+            if let Some(sm) = b.get(key) {
+                u.kind = Some(sm.kind);
+                u.inflight.push((b.id, sm.minutes.clone()));
+            }
+        }
+        let (kind, pending) = self.agg.pending_for(key);
+        u.kind = kind.or(u.kind);
+        u.pending = pending;
+        u
+    }
+
+    /// Applies one batch, retrying retryable failures with exponential
+    /// backoff until it lands or `give_up` fires. Returns whether it landed.
+    pub async fn apply(&self, batch: &InflightBatch, give_up: &mut watch::Receiver<bool>) -> bool {
+        let update = batch.to_flush_batch();
+        let mut backoff = self.cfg.retry_initial_backoff;
+        let store = self.store.name();
+        loop {
+            let started = Instant::now();
+            let result = self.store.apply(&update).await;
+            let elapsed = started.elapsed().as_secs_f64();
+            metrics::histogram!("tally_flush_duration_seconds", "store" => store).record(elapsed);
+            match result {
+                Ok(stats) => {
+                    metrics::counter!("tally_flushes_total", "store" => store).increment(1);
+                    metrics::counter!("tally_flush_documents_total", "store" => store)
+                        .increment(stats.documents_written as u64);
+                    metrics::counter!("tally_flush_documents_skipped_total", "store" => store)
+                        .increment(stats.documents_skipped as u64);
+                    metrics::histogram!("tally_flush_series", "store" => store)
+                        .record(update.series.len() as f64);
+                    debug!(
+                        flush_id = batch.id.0,
+                        series = update.series.len(),
+                        documents = stats.documents_written,
+                        skipped = stats.documents_skipped,
+                        seconds = elapsed,
+                        "flush applied"
+                    );
+                    self.retire(batch.id);
+                    return true;
+                }
+                Err(e) => {
+                    metrics::counter!("tally_store_errors_total", "store" => store, "op" => "apply", "kind" => e.kind())
+                        .increment(1);
+                    if !e.is_retryable() {
+                        // A corrupt document or a request the store refuses
+                        // will fail the same way forever; holding the batch
+                        // would stall every later flush.
+                        error!(flush_id = batch.id.0, error = %e, slots = batch.slot_count(), "flush dropped: the store refused it");
+                        metrics::counter!("tally_flush_dropped_total", "store" => store)
+                            .increment(1);
+                        self.retire(batch.id);
+                        return false;
+                    }
+                    warn!(flush_id = batch.id.0, error = %e, retry_in = ?backoff, "flush failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = give_up.wait_for(|g| *g) => {
+                            error!(flush_id = batch.id.0, slots = batch.slot_count(), "shutdown deadline reached with a flush unapplied");
+                            return false;
+                        }
+                    }
+                    backoff = (backoff * 2).min(self.cfg.retry_max_backoff);
+                }
+            }
+        }
+    }
+
+    fn retire(&self, id: FlushId) {
+        let mut inflight = self.inflight.lock();
+        inflight.retain(|b| b.id != id);
+        metrics::gauge!("tally_flush_inflight_batches").set(inflight.len() as f64);
+    }
+
+    /// Runs the pipeline until `stop` turns true, then flushes everything
+    /// left. `give_up` turning true abandons retries (the shutdown deadline).
+    pub async fn run(
+        self: Arc<Self>,
+        mut stop: watch::Receiver<bool>,
+        give_up: watch::Receiver<bool>,
+    ) {
+        let (tx, mut rx) = mpsc::channel::<Arc<InflightBatch>>(self.cfg.queue_depth.max(1));
+        let applier = {
+            let this = self.clone();
+            let mut give_up = give_up.clone();
+            tokio::spawn(async move {
+                while let Some(batch) = rx.recv().await {
+                    this.apply(&batch, &mut give_up).await;
+                }
+            })
+        };
+        // The first flush is one interval after start, not at once.
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.cfg.interval,
+            self.cfg.interval,
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            self.send_batch(&tx).await;
+        }
+        // Final drain: ingest has stopped, so the aggregator only shrinks.
+        info!(
+            pending_slots = self.agg.pending_slots(),
+            "flushing before exit"
+        );
+        let mut give_up_rx = give_up.clone();
+        while self.agg.pending_slots() > 0 && !*give_up_rx.borrow() {
+            if !self.send_batch(&tx).await {
+                // Queue full: wait for the applier to make room.
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+                    _ = give_up_rx.wait_for(|g| *g) => break,
+                }
+            }
+        }
+        drop(tx);
+        if let Err(e) = applier.await {
+            error!(error = %e, "flush applier task failed");
+        }
+        let left = self.unflushed_slots();
+        if left > 0 {
+            error!(slots = left, "exiting with unflushed slots");
+        }
+    }
+
+    /// Slots not yet confirmed by the store: in the aggregator or in flight.
+    pub fn unflushed_slots(&self) -> usize {
+        let inflight = self.inflight.lock();
+        self.agg.pending_slots() + inflight.iter().map(|b| b.slot_count()).sum::<usize>()
+    }
+
+    async fn send_batch(&self, tx: &mpsc::Sender<Arc<InflightBatch>>) -> bool {
+        match self.cut_batch() {
+            Some(batch) => tx.send(batch).await.is_ok(),
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregator::{AggregatorConfig, SeriesBatch};
+    use crate::store::embedded::EmbeddedStore;
+
+    fn ingest(agg: &Aggregator, ts_ms: i64, v: f64) {
+        agg.ingest(
+            &[SeriesBatch {
+                source: "s",
+                metric: "m",
+                kind: Some(SampleKind::Gauge),
+                timestamps_ms: &[ts_ms],
+                values: &[v],
+                source_index: 0,
+                series_index: 0,
+            }],
+            ts_ms,
+        );
+    }
+
+    #[tokio::test]
+    async fn queue_depth_bounds_inflight_and_unflushed_sees_everything_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let agg = Arc::new(Aggregator::new(AggregatorConfig::default()));
+        let p = Pipeline::new(
+            agg.clone(),
+            store,
+            FlushConfig {
+                queue_depth: 1,
+                ..FlushConfig::default()
+            },
+            0,
+        );
+        let now = chrono::Utc::now().timestamp_millis();
+        ingest(&agg, now, 1.0);
+        let b1 = p.cut_batch().unwrap();
+        ingest(&agg, now, 2.0);
+        assert!(p.cut_batch().is_none(), "queue full: nothing drained");
+        let key = SeriesRef {
+            source: "s",
+            metric: "m",
+        };
+        let u = p.unflushed(key);
+        assert_eq!(u.inflight.len(), 1);
+        assert_eq!(u.inflight[0].1[0].1, Slot::of(1.0));
+        assert_eq!(u.pending[0].1, Slot::of(2.0));
+        let (_tx, mut rx) = watch::channel(false);
+        assert!(p.apply(&b1, &mut rx).await);
+        assert_eq!(p.inflight_batches(), 0);
+        let b2 = p.cut_batch().unwrap();
+        assert!(b2.id > b1.id);
+    }
+}

@@ -1,0 +1,627 @@
+//! The document model: series, samples, slots, and the arithmetic that maps a
+//! timestamp to its hour document and minute slot and to its day document,
+//! hour entry and minute slot.
+//!
+//! Everything here is plain data and pure functions; the aggregator, the flush
+//! pipeline, the stores and the query engine all speak these types.
+//!
+//! Time is Unix time in UTC. Unix time has no leap seconds, so every hour is
+//! 3,600 s and every day 86,400 s and the mapping is integer division.
+
+use std::fmt;
+use std::hash::{Hash, Hasher};
+
+/// Seconds in a minute, hour and day: the three slot widths.
+pub const MINUTE_S: i64 = 60;
+pub const HOUR_S: i64 = 3_600;
+pub const DAY_S: i64 = 86_400;
+
+/// Longest accepted source name.
+pub const MAX_SOURCE_LEN: usize = 128;
+/// Longest accepted metric name.
+pub const MAX_METRIC_LEN: usize = 200;
+
+/// How a series' values are read. Mirrors `tally.v1.SampleKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleKind {
+    Gauge,
+    DeltaCounter,
+    CumulativeCounter,
+}
+
+impl SampleKind {
+    /// Counters get a `rate`; gauges do not.
+    pub fn is_counter(self) -> bool {
+        !matches!(self, SampleKind::Gauge)
+    }
+
+    /// Stable one-byte code, used in stored documents.
+    pub fn code(self) -> u8 {
+        match self {
+            SampleKind::Gauge => 1,
+            SampleKind::DeltaCounter => 2,
+            SampleKind::CumulativeCounter => 3,
+        }
+    }
+
+    pub fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(SampleKind::Gauge),
+            2 => Some(SampleKind::DeltaCounter),
+            3 => Some(SampleKind::CumulativeCounter),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleKind::Gauge => "gauge",
+            SampleKind::DeltaCounter => "delta_counter",
+            SampleKind::CumulativeCounter => "cumulative_counter",
+        }
+    }
+}
+
+/// Why a name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("is empty")]
+    Empty,
+    #[error("is {len} bytes long; the limit is {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("contains {ch:?} at byte {at}; allowed are letters, digits and {allowed}")]
+    BadChar {
+        ch: char,
+        at: usize,
+        allowed: &'static str,
+    },
+}
+
+const SOURCE_PUNCT: &str = "._:-";
+const METRIC_PUNCT: &str = "._:/-";
+
+fn validate_name(name: &str, max: usize, punct: &'static str) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > max {
+        return Err(NameError::TooLong {
+            len: name.len(),
+            max,
+        });
+    }
+    for (at, b) in name.bytes().enumerate() {
+        if !(b.is_ascii_alphanumeric() || punct.as_bytes().contains(&b)) {
+            // The name may be non-ASCII; report the whole character.
+            let ch = name[at..].chars().next().unwrap_or('\u{fffd}');
+            return Err(NameError::BadChar {
+                ch,
+                at,
+                allowed: punct,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A source is a server or agent id: 1–128 bytes of `[A-Za-z0-9._:-]`.
+pub fn validate_source(name: &str) -> Result<(), NameError> {
+    validate_name(name, MAX_SOURCE_LEN, SOURCE_PUNCT)
+}
+
+/// A metric name: 1–200 bytes of `[A-Za-z0-9._:/-]`.
+pub fn validate_metric(name: &str) -> Result<(), NameError> {
+    validate_name(name, MAX_METRIC_LEN, METRIC_PUNCT)
+}
+
+/// A series: one metric of one source. Names are validated before one is made.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SeriesId {
+    pub source: Box<str>,
+    pub metric: Box<str>,
+}
+
+impl SeriesId {
+    pub fn new(source: &str, metric: &str) -> Self {
+        SeriesId {
+            source: source.into(),
+            metric: metric.into(),
+        }
+    }
+
+    pub fn series_ref(&self) -> SeriesRef<'_> {
+        SeriesRef {
+            source: &self.source,
+            metric: &self.metric,
+        }
+    }
+}
+
+impl Hash for SeriesId {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.series_ref().hash(state)
+    }
+}
+
+impl fmt::Display for SeriesId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.source, self.metric)
+    }
+}
+
+/// A borrowed series id, so hot-path lookups need no allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesRef<'a> {
+    pub source: &'a str,
+    pub metric: &'a str,
+}
+
+impl Hash for SeriesRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Must match `SeriesId::hash`, which delegates here.
+        state.write(self.source.as_bytes());
+        state.write_u8(0xff);
+        state.write(self.metric.as_bytes());
+    }
+}
+
+impl hashbrown::Equivalent<SeriesId> for SeriesRef<'_> {
+    fn equivalent(&self, key: &SeriesId) -> bool {
+        *self.source == *key.source && *self.metric == *key.metric
+    }
+}
+
+impl hashbrown::Equivalent<std::sync::Arc<SeriesId>> for SeriesRef<'_> {
+    fn equivalent(&self, key: &std::sync::Arc<SeriesId>) -> bool {
+        *self.source == *key.source && *self.metric == *key.metric
+    }
+}
+
+/// A slot: count, running sum, minimum and maximum of the samples in it.
+///
+/// The empty slot has `n = 0`, `min = +inf` and `max = -inf`, so that merging
+/// is plain `min`/`max` with no special case, exactly as `$min`/`$max` behave
+/// on a pre-allocated MongoDB document. An empty slot is "no data", never a
+/// zero point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slot {
+    pub n: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot::EMPTY
+    }
+}
+
+impl Slot {
+    pub const EMPTY: Slot = Slot {
+        n: 0,
+        sum: 0.0,
+        min: f64::INFINITY,
+        max: f64::NEG_INFINITY,
+    };
+
+    pub fn of(value: f64) -> Slot {
+        Slot {
+            n: 1,
+            sum: value,
+            min: value,
+            max: value,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    #[inline]
+    pub fn add(&mut self, value: f64) {
+        self.n += 1;
+        self.sum += value;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+    }
+
+    #[inline]
+    pub fn merge(&mut self, other: &Slot) {
+        self.n += other.n;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    pub fn avg(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+
+    /// Counters: the slot's sum spread over its width in seconds.
+    pub fn rate(&self, width_s: i64) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / width_s as f64)
+    }
+}
+
+/// A minute, counted from the Unix epoch: the aggregator's bucket key.
+pub type EpochMinute = i64;
+
+/// The minute a millisecond timestamp falls in (floors towards -inf).
+pub fn minute_of_ms(ts_ms: i64) -> EpochMinute {
+    ts_ms.div_euclid(60_000)
+}
+
+/// The two document tiers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tier {
+    /// One document per series per hour: 60 minute slots + the hour's slot.
+    Hour,
+    /// One document per series per day: 24 hour entries of (hour slot + 60
+    /// minute slots) + the day's slot.
+    Day,
+}
+
+impl Tier {
+    pub fn period_s(self) -> i64 {
+        match self {
+            Tier::Hour => HOUR_S,
+            Tier::Day => DAY_S,
+        }
+    }
+
+    /// Start (Unix seconds) of the document of this tier holding `minute`.
+    pub fn period_start(self, minute: EpochMinute) -> i64 {
+        (minute * MINUTE_S).div_euclid(self.period_s()) * self.period_s()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Hour => "hour",
+            Tier::Day => "day",
+        }
+    }
+}
+
+/// The width of a returned point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Resolution {
+    Minute,
+    Hour,
+    Day,
+}
+
+impl Resolution {
+    pub fn width_s(self) -> i64 {
+        match self {
+            Resolution::Minute => MINUTE_S,
+            Resolution::Hour => HOUR_S,
+            Resolution::Day => DAY_S,
+        }
+    }
+
+    /// Start of the bucket holding Unix second `t`.
+    pub fn floor(self, t: i64) -> i64 {
+        t.div_euclid(self.width_s()) * self.width_s()
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Minute => "1m",
+            Resolution::Hour => "1h",
+            Resolution::Day => "1d",
+        }
+    }
+}
+
+/// Where a minute lands in an hour document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HourSlot {
+    /// Unix seconds of the hour's start.
+    pub hour_start: i64,
+    /// 0..60.
+    pub minute: u8,
+}
+
+/// Where a minute lands in a day document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DaySlot {
+    /// Unix seconds of the day's start (00:00 UTC).
+    pub day_start: i64,
+    /// 0..24.
+    pub hour: u8,
+    /// 0..60.
+    pub minute: u8,
+}
+
+pub fn hour_slot(minute: EpochMinute) -> HourSlot {
+    let hour_start = Tier::Hour.period_start(minute);
+    HourSlot {
+        hour_start,
+        // In 0..60 by construction of the euclidean division above.
+        minute: (minute - hour_start / MINUTE_S) as u8,
+    }
+}
+
+pub fn day_slot(minute: EpochMinute) -> DaySlot {
+    let day_start = Tier::Day.period_start(minute);
+    let minute_of_day = minute - day_start / MINUTE_S;
+    DaySlot {
+        day_start,
+        hour: (minute_of_day / 60) as u8,
+        minute: (minute_of_day % 60) as u8,
+    }
+}
+
+/// Identity of a stored document.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DocKey {
+    pub series: SeriesId,
+    pub tier: Tier,
+    /// Unix seconds of the period's start.
+    pub period_start: i64,
+}
+
+/// Minute slots of one series drained from the aggregator, sorted by minute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesMinutes {
+    pub series: std::sync::Arc<SeriesId>,
+    pub kind: SampleKind,
+    pub minutes: Vec<(EpochMinute, Slot)>,
+}
+
+/// The update to one hour document: its touched minutes and their sum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HourDocUpdate {
+    pub hour_start: i64,
+    /// (minute of hour, slot), ascending, no duplicates.
+    pub minutes: Vec<(u8, Slot)>,
+    /// The merge of `minutes`, added to the hour's running slot.
+    pub total: Slot,
+}
+
+/// The update to one hour entry of a day document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DayHourUpdate {
+    pub hour: u8,
+    pub minutes: Vec<(u8, Slot)>,
+    pub total: Slot,
+}
+
+/// The update to one day document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DayDocUpdate {
+    pub day_start: i64,
+    /// Ascending by hour, no duplicates.
+    pub hours: Vec<DayHourUpdate>,
+    /// The merge of all hours, added to the day's running slot.
+    pub total: Slot,
+}
+
+/// All document updates of one series in one flush.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesUpdate {
+    pub series: std::sync::Arc<SeriesId>,
+    pub kind: SampleKind,
+    pub hours: Vec<HourDocUpdate>,
+    pub days: Vec<DayDocUpdate>,
+}
+
+impl SeriesUpdate {
+    /// Folds a series' minute slots into hour- and day-document updates.
+    /// `minutes` must be sorted by minute with no duplicates.
+    pub fn from_minutes(m: &SeriesMinutes) -> SeriesUpdate {
+        let mut hours: Vec<HourDocUpdate> = Vec::new();
+        let mut days: Vec<DayDocUpdate> = Vec::new();
+        for &(minute, slot) in &m.minutes {
+            let hs = hour_slot(minute);
+            match hours.last_mut() {
+                Some(h) if h.hour_start == hs.hour_start => {
+                    h.minutes.push((hs.minute, slot));
+                    h.total.merge(&slot);
+                }
+                _ => hours.push(HourDocUpdate {
+                    hour_start: hs.hour_start,
+                    minutes: vec![(hs.minute, slot)],
+                    total: slot,
+                }),
+            }
+            let ds = day_slot(minute);
+            if days.last().map(|d| d.day_start) != Some(ds.day_start) {
+                days.push(DayDocUpdate {
+                    day_start: ds.day_start,
+                    hours: Vec::new(),
+                    total: Slot::EMPTY,
+                });
+            }
+            // Just pushed or matched above, so `last_mut` is always Some.
+            if let Some(d) = days.last_mut() {
+                d.total.merge(&slot);
+                match d.hours.last_mut() {
+                    Some(h) if h.hour == ds.hour => {
+                        h.minutes.push((ds.minute, slot));
+                        h.total.merge(&slot);
+                    }
+                    _ => d.hours.push(DayHourUpdate {
+                        hour: ds.hour,
+                        minutes: vec![(ds.minute, slot)],
+                        total: slot,
+                    }),
+                }
+            }
+        }
+        SeriesUpdate {
+            series: m.series.clone(),
+            kind: m.kind,
+            hours,
+            days,
+        }
+    }
+}
+
+/// Identity of one flush. Stores record the highest sequence applied to each
+/// document (its watermark), so a flush replayed after an ambiguous failure
+/// is recognised and skipped instead of counted twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlushId(pub u64);
+
+/// One flush: every touched document of every active series.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlushBatch {
+    pub id: FlushId,
+    pub series: Vec<SeriesUpdate>,
+}
+
+impl FlushBatch {
+    pub fn document_count(&self) -> usize {
+        self.series
+            .iter()
+            .map(|s| s.hours.len() + s.days.len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::{TimeZone, Utc};
+
+    fn minute_at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> EpochMinute {
+        let t = Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap();
+        minute_of_ms(t.timestamp_millis())
+    }
+
+    fn ts(y: i32, mo: u32, d: u32, h: u32) -> i64 {
+        Utc.with_ymd_and_hms(y, mo, d, h, 0, 0).unwrap().timestamp()
+    }
+
+    #[test]
+    fn minute_floors_negative_timestamps() {
+        assert_eq!(minute_of_ms(0), 0);
+        assert_eq!(minute_of_ms(59_999), 0);
+        assert_eq!(minute_of_ms(60_000), 1);
+        assert_eq!(minute_of_ms(-1), -1);
+    }
+
+    #[test]
+    fn seed_example_lands_in_minute_37_of_hour_23() {
+        // 2015-05-29T23:06:37Z is the seed's sample; its hour doc starts 23:00.
+        let m = minute_at(2015, 5, 29, 23, 6, 37);
+        let hs = hour_slot(m);
+        assert_eq!(hs.hour_start, ts(2015, 5, 29, 23));
+        assert_eq!(hs.minute, 6);
+        let ds = day_slot(m);
+        assert_eq!(ds.day_start, ts(2015, 5, 29, 0));
+        assert_eq!((ds.hour, ds.minute), (23, 6));
+    }
+
+    #[test]
+    fn boundaries_hour_day_month_year() {
+        // Last minute of a year, and the first of the next.
+        let last = minute_at(2025, 12, 31, 23, 59, 59);
+        let first = minute_at(2026, 1, 1, 0, 0, 0);
+        assert_eq!(first, last + 1);
+        assert_eq!(hour_slot(last).hour_start, ts(2025, 12, 31, 23));
+        assert_eq!(hour_slot(last).minute, 59);
+        assert_eq!(
+            day_slot(last),
+            DaySlot {
+                day_start: ts(2025, 12, 31, 0),
+                hour: 23,
+                minute: 59
+            }
+        );
+        assert_eq!(
+            hour_slot(first),
+            HourSlot {
+                hour_start: ts(2026, 1, 1, 0),
+                minute: 0
+            }
+        );
+        assert_eq!(day_slot(first).day_start, ts(2026, 1, 1, 0));
+        // Month end in a leap year.
+        let feb29 = minute_at(2024, 2, 29, 12, 30, 0);
+        assert_eq!(day_slot(feb29).day_start, ts(2024, 2, 29, 0));
+        assert_eq!(day_slot(feb29 + 12 * 60).day_start, ts(2024, 3, 1, 0));
+        // Hour boundary inside a day.
+        let m = minute_at(2026, 11, 22, 9, 59, 59);
+        assert_eq!(hour_slot(m + 1).hour_start, ts(2026, 11, 22, 10));
+        assert_eq!(day_slot(m + 1).hour, 10);
+        // Before the epoch.
+        let pre = minute_at(1969, 12, 31, 23, 59, 0);
+        assert_eq!(day_slot(pre).day_start, -DAY_S);
+        assert_eq!((day_slot(pre).hour, day_slot(pre).minute), (23, 59));
+    }
+
+    #[test]
+    fn slot_math() {
+        let mut s = Slot::EMPTY;
+        assert!(s.is_empty());
+        assert_eq!(s.avg(), None);
+        for v in [3.0, -1.0, 4.0] {
+            s.add(v);
+        }
+        assert_eq!(
+            s,
+            Slot {
+                n: 3,
+                sum: 6.0,
+                min: -1.0,
+                max: 4.0
+            }
+        );
+        assert_eq!(s.avg(), Some(2.0));
+        assert_eq!(s.rate(60), Some(0.1));
+        let mut t = Slot::EMPTY;
+        t.merge(&s);
+        assert_eq!(t, s);
+        t.merge(&Slot::EMPTY);
+        assert_eq!(t, s, "merging the empty slot changes nothing");
+    }
+
+    #[test]
+    fn names_are_validated() {
+        assert!(validate_source("db-01.eu:27017").is_ok());
+        assert!(validate_metric("opcounters/insert").is_ok());
+        assert_eq!(validate_source(""), Err(NameError::Empty));
+        assert!(matches!(
+            validate_source(&"a".repeat(129)),
+            Err(NameError::TooLong { len: 129, max: 128 })
+        ));
+        assert!(matches!(
+            validate_metric("a b"),
+            Err(NameError::BadChar { ch: ' ', at: 1, .. })
+        ));
+        assert!(matches!(
+            validate_source("srv/1"),
+            Err(NameError::BadChar { ch: '/', .. })
+        ));
+        assert!(matches!(
+            validate_metric("é"),
+            Err(NameError::BadChar {
+                ch: 'é', at: 0, ..
+            })
+        ));
+    }
+
+    #[test]
+    fn series_update_splits_across_hours_and_days() {
+        let base = minute_at(2026, 1, 31, 23, 58, 0);
+        let minutes: Vec<_> = (0..4).map(|i| (base + i, Slot::of(i as f64))).collect();
+        let u = SeriesUpdate::from_minutes(&SeriesMinutes {
+            series: std::sync::Arc::new(SeriesId::new("a", "m")),
+            kind: SampleKind::Gauge,
+            minutes,
+        });
+        assert_eq!(u.hours.len(), 2);
+        assert_eq!(u.days.len(), 2);
+        assert_eq!(u.hours[0].minutes.len(), 2);
+        assert_eq!(u.hours[0].total.sum, 1.0);
+        assert_eq!(u.hours[1].total.sum, 5.0);
+        assert_eq!(u.days[1].day_start, ts(2026, 2, 1, 0));
+        assert_eq!(u.days[1].hours[0].hour, 0);
+        assert_eq!(u.days[0].hours[0].hour, 23);
+        assert_eq!(u.days[0].total.n, 2);
+    }
+}

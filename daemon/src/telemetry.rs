@@ -1,0 +1,165 @@
+//! The daemon's own observability: `tracing` logs and the Prometheus
+//! recorder behind `/metrics`. Metric names follow Prometheus conventions
+//! (base units, `_total` on counters) and are described here in one place.
+
+use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("log filter {0:?} is invalid: {1}")]
+    Filter(String, String),
+    #[error("installing the metrics recorder: {0}")]
+    Metrics(String),
+}
+
+/// Installs the global `tracing` subscriber. `RUST_LOG`, when set, overrides
+/// `level` so an operator can raise one module's verbosity without a restart
+/// of the config.
+pub fn init_logging(level: &str, json: bool) -> Result<(), TelemetryError> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(f) if !f.is_empty() => f,
+        _ => level.to_string(),
+    };
+    let env_filter = tracing_subscriber::EnvFilter::try_new(&filter)
+        .map_err(|e| TelemetryError::Filter(filter.clone(), e.to_string()))?;
+    use std::io::IsTerminal;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(env_filter)
+        .with_writer(std::io::stderr)
+        // Colour codes only for a human at a terminal, never in log files.
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
+    // A second install (tests building several daemons in one process) is harmless.
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+    Ok(())
+}
+
+/// Installs the Prometheus recorder and describes every metric the daemon emits.
+pub fn init_metrics() -> Result<PrometheusHandle, TelemetryError> {
+    let latency_buckets = [
+        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    let size_buckets = [1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &latency_buckets)
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full("tally_flush_series".into()), &size_buckets)
+        })
+        .map_err(|e| TelemetryError::Metrics(e.to_string()))?
+        .install_recorder()
+        .map_err(|e| TelemetryError::Metrics(e.to_string()))?;
+    describe();
+    Ok(handle)
+}
+
+fn describe() {
+    describe_counter!(
+        "tally_samples_accepted_total",
+        Unit::Count,
+        "Samples accepted by ingest."
+    );
+    describe_counter!(
+        "tally_samples_rejected_total",
+        Unit::Count,
+        "Samples rejected by ingest, by reason."
+    );
+    describe_counter!(
+        "tally_ingest_requests_total",
+        Unit::Count,
+        "Ingest messages by RPC and outcome (ok, pushback, too_large)."
+    );
+    describe_counter!(
+        "tally_counter_resets_total",
+        Unit::Count,
+        "Cumulative counters seen going down (counted process restarted)."
+    );
+    describe_gauge!(
+        "tally_pending_slots",
+        Unit::Count,
+        "Unflushed (series, minute) accumulators in memory."
+    );
+    describe_gauge!(
+        "tally_series",
+        Unit::Count,
+        "Series tracked by the aggregator."
+    );
+    describe_gauge!(
+        "tally_flush_inflight_batches",
+        Unit::Count,
+        "Flush batches drained but not yet applied to the store."
+    );
+    describe_counter!(
+        "tally_flush_deferred_total",
+        Unit::Count,
+        "Flush ticks skipped because the store is behind (backpressure)."
+    );
+    describe_counter!(
+        "tally_flushes_total",
+        Unit::Count,
+        "Flush batches applied to the store."
+    );
+    describe_counter!(
+        "tally_flush_dropped_total",
+        Unit::Count,
+        "Flush batches the store refused permanently."
+    );
+    describe_histogram!(
+        "tally_flush_duration_seconds",
+        Unit::Seconds,
+        "Time to apply one flush batch to the store, per attempt."
+    );
+    describe_histogram!(
+        "tally_flush_series",
+        Unit::Count,
+        "Active series per applied flush."
+    );
+    describe_counter!(
+        "tally_flush_documents_total",
+        Unit::Count,
+        "Documents updated by flushes."
+    );
+    describe_counter!(
+        "tally_flush_documents_skipped_total",
+        Unit::Count,
+        "Documents a replayed flush had already updated (exactly-once)."
+    );
+    describe_counter!(
+        "tally_store_operations_total",
+        Unit::Count,
+        "Store operations by store and operation."
+    );
+    describe_counter!(
+        "tally_store_errors_total",
+        Unit::Count,
+        "Store errors by store, operation and kind."
+    );
+    describe_histogram!(
+        "tally_store_operation_duration_seconds",
+        Unit::Seconds,
+        "Store operation latency by store and operation."
+    );
+    describe_counter!(
+        "tally_preallocated_documents_total",
+        Unit::Count,
+        "Documents pre-allocated ahead of their period, by tier."
+    );
+    describe_counter!(
+        "tally_evicted_series_total",
+        Unit::Count,
+        "Idle series forgotten by the aggregator."
+    );
+    describe_counter!(
+        "tally_expired_documents_total",
+        Unit::Count,
+        "Documents removed by retention (embedded store)."
+    );
+    describe_histogram!(
+        "tally_query_duration_seconds",
+        Unit::Seconds,
+        "Range query latency by step."
+    );
+}

@@ -1,0 +1,6 @@
+//! Shared helpers for the daemon's integration tests.
+//!
+//! Include with `mod support;` from a file under `daemon/tests/`.
+
+pub mod daemon;
+pub mod standin;
