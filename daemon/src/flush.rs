@@ -190,6 +190,7 @@ impl Pipeline {
             let result = self.store.apply(&update).await;
             let elapsed = started.elapsed().as_secs_f64();
             metrics::histogram!("tally_flush_duration_seconds", "store" => store).record(elapsed);
+            crate::telemetry::store_operation(store, "apply", elapsed);
             match result {
                 Ok(stats) => {
                     metrics::counter!("tally_flushes_total", "store" => store).increment(1);

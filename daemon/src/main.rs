@@ -19,6 +19,7 @@ use tally::ingest::{IngestGate, IngestLimits, IngestService};
 use tally::maintenance::{self, MaintenanceConfig};
 use tally::query::QueryEngine;
 use tally::store::embedded::EmbeddedStore;
+use tally::store::mongodb::MongoStore;
 use tally::store::Store;
 use tally::{grpc, http, telemetry};
 
@@ -49,10 +50,16 @@ async fn run(config: Config) -> Result<()> {
         max_pending_slots: config.ingest.max_pending_slots,
         max_rejections_reported: config.ingest.max_rejections_reported,
     }));
-    let last_flush = store
-        .last_flush_id()
-        .await
-        .context("reading the store's last flush id")?;
+    let last_flush = match store.last_flush_id().await {
+        Ok(id) => id,
+        // A store that is down at start must not keep the daemon from
+        // ingesting; flush ids also follow the wall clock, so 0 is safe.
+        Err(e) if e.is_retryable() => {
+            warn!(error = %e, "store unavailable at start; flushes will retry");
+            0
+        }
+        Err(e) => return Err(e).context("reading the store's last flush id"),
+    };
     let pipeline = Arc::new(Pipeline::new(
         agg.clone(),
         store.clone(),
@@ -216,10 +223,57 @@ async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
             Ok(Arc::new(store))
         }
         StoreKind::Mongodb => {
-            bail!(
-                "store = \"mongodb\" is not available in this build yet; use store = \"embedded\""
+            let writer = writer_id(config)?;
+            let store = MongoStore::connect(
+                &config.mongodb,
+                (
+                    config.retention.hour.as_secs(),
+                    config.retention.day.as_secs(),
+                ),
+                &writer,
             )
+            .await
+            .context("configuring the MongoDB store")?;
+            info!(
+                uri = %redact_uri(&config.mongodb.uri),
+                database = %config.mongodb.database,
+                writer = %writer,
+                "mongodb store configured"
+            );
+            Ok(Arc::new(store))
         }
+    }
+}
+
+/// This daemon's identity in the documents' per-writer flush watermarks:
+/// `writer_id` when set, else an id generated once and kept in
+/// `data_dir/writer-id`, so a restarted daemon recognises its own flushes.
+fn writer_id(config: &Config) -> Result<String> {
+    if !config.writer_id.is_empty() {
+        return Ok(config.writer_id.clone());
+    }
+    let path = config.data_dir.join("writer-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) => return Ok(id.trim().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("creating data_dir {}", config.data_dir.display()))?;
+    let id = format!("w{:016x}", rand::random::<u64>());
+    std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
+    Ok(id)
+}
+
+/// The URI without its password, for logs.
+fn redact_uri(uri: &str) -> String {
+    match (uri.find("://"), uri.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &uri[scheme + 3..at];
+            let user = creds.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &uri[..scheme + 3], &uri[at..])
+        }
+        _ => uri.to_string(),
     }
 }
 

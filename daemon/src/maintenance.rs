@@ -63,7 +63,10 @@ async fn preallocate(agg: &Aggregator, store: &dyn Store, cfg: &MaintenanceConfi
         return;
     }
     let hours = due.iter().filter(|d| d.tier == Tier::Hour).count() as u64;
-    match store.preallocate(&due).await {
+    let started = std::time::Instant::now();
+    let result = store.preallocate(&due).await;
+    crate::telemetry::store_operation(store.name(), "preallocate", started.elapsed().as_secs_f64());
+    match result {
         Ok(stats) => {
             metrics::counter!("tally_preallocated_documents_total", "tier" => "hour")
                 .increment(hours.min(stats.created as u64));

@@ -107,9 +107,9 @@ impl QueryEngine {
         let key = SeriesRef { source, metric };
         // Unflushed first, then the store: see the module docs of `flush`.
         let unflushed = self.pipeline.unflushed(key);
-        let docs = self
-            .pipeline
-            .store()
+        let store = self.pipeline.store();
+        let started = std::time::Instant::now();
+        let docs = store
             .read(&ReadQuery {
                 series: SeriesId::new(source, metric),
                 tier,
@@ -117,7 +117,12 @@ impl QueryEngine {
                 from,
                 to,
             })
-            .await?;
+            .await;
+        crate::telemetry::store_operation(store.name(), "read", started.elapsed().as_secs_f64());
+        let docs = docs.inspect_err(|e| {
+            metrics::counter!("tally_store_errors_total", "store" => store.name(), "op" => "read", "kind" => e.kind())
+                .increment(1);
+        })?;
         let mut buckets: BTreeMap<i64, Slot> = BTreeMap::new();
         let mut watermarks: BTreeMap<i64, u64> = BTreeMap::new();
         let mut kind = None;

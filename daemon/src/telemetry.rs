@@ -56,6 +56,13 @@ pub fn init_metrics() -> Result<PrometheusHandle, TelemetryError> {
     Ok(handle)
 }
 
+/// Counts one store operation and records its latency.
+pub fn store_operation(store: &'static str, op: &'static str, seconds: f64) {
+    metrics::counter!("tally_store_operations_total", "store" => store, "op" => op).increment(1);
+    metrics::histogram!("tally_store_operation_duration_seconds", "store" => store, "op" => op)
+        .record(seconds);
+}
+
 fn describe() {
     describe_counter!(
         "tally_samples_accepted_total",

@@ -12,6 +12,7 @@
 //! query engine can tell which in-flight batches a document already contains.
 
 pub mod embedded;
+pub mod mongodb;
 
 use crate::model::{DocKey, FlushBatch, Resolution, SampleKind, SeriesId, Slot, Tier};
 

@@ -2,5 +2,6 @@
 //!
 //! Include with `mod support;` from a file under `daemon/tests/`.
 
+pub mod conformance;
 pub mod daemon;
 pub mod standin;
