@@ -119,10 +119,8 @@ impl QueryEngine {
             })
             .await;
         crate::telemetry::store_operation(store.name(), "read", started.elapsed().as_secs_f64());
-        let docs = docs.inspect_err(|e| {
-            metrics::counter!("tally_store_errors_total", "store" => store.name(), "op" => "read", "kind" => e.kind())
-                .increment(1);
-        })?;
+        // Stores count their own read errors in `tally_store_errors_total`.
+        let docs = docs?;
         let mut buckets: BTreeMap<i64, Slot> = BTreeMap::new();
         let mut watermarks: BTreeMap<i64, u64> = BTreeMap::new();
         let mut kind = None;
