@@ -574,6 +574,11 @@ impl Aggregator {
                     break 'shards;
                 }
                 let active_minute = st.last_minute;
+                if active_minute == EpochMinute::MIN {
+                    // Only a cumulative counter's baseline so far: no data
+                    // in any period yet.
+                    continue;
+                }
                 if hour_open
                     && st.prealloc_hour < next_hour
                     && Tier::Hour.period_start(active_minute) == hour

@@ -153,6 +153,7 @@ pub struct Config {
     pub prealloc: PreallocConfig,
     pub retention: RetentionConfig,
     pub mongodb: MongoDbConfig,
+    pub embedded: EmbeddedConfig,
     pub query: QueryConfig,
 }
 
@@ -253,6 +254,23 @@ pub struct MongoDbConfig {
     pub timeout: Duration,
 }
 
+/// The embedded store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedConfig {
+    /// Bytes of B-tree pages kept in memory. The storage engine's own default
+    /// (1 GiB) would dominate the daemon's memory.
+    pub cache_size_bytes: usize,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            cache_size_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
 /// Limits on queries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -285,6 +303,7 @@ impl Default for Config {
             prealloc: PreallocConfig::default(),
             retention: RetentionConfig::default(),
             mongodb: MongoDbConfig::default(),
+            embedded: EmbeddedConfig::default(),
             query: QueryConfig::default(),
         }
     }

@@ -18,7 +18,7 @@ use tally::flush::{FlushConfig, Pipeline};
 use tally::ingest::{IngestGate, IngestLimits, IngestService};
 use tally::maintenance::{self, MaintenanceConfig};
 use tally::query::QueryEngine;
-use tally::store::embedded::EmbeddedStore;
+use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use tally::store::mongodb::MongoStore;
 use tally::store::Store;
 use tally::{grpc, http, telemetry};
@@ -213,7 +213,11 @@ const LISTENER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
     match config.store {
         StoreKind::Embedded => {
-            let store = EmbeddedStore::open(&config.data_dir).with_context(|| {
+            let options = EmbeddedOptions {
+                cache_size_bytes: config.embedded.cache_size_bytes,
+                ..EmbeddedOptions::default()
+            };
+            let store = EmbeddedStore::open_with(&config.data_dir, options).with_context(|| {
                 format!(
                     "opening the embedded store in {}",
                     config.data_dir.display()

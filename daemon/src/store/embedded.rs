@@ -309,6 +309,8 @@ pub struct EmbeddedOptions {
     /// ... or when this many commits have been made since it. 1 makes every
     /// commit durable.
     pub durable_every_flushes: u32,
+    /// Bytes of B-tree pages cached in memory.
+    pub cache_size_bytes: usize,
 }
 
 impl Default for EmbeddedOptions {
@@ -316,6 +318,7 @@ impl Default for EmbeddedOptions {
         EmbeddedOptions {
             durable_interval: Duration::from_secs(5),
             durable_every_flushes: 8,
+            cache_size_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -369,10 +372,15 @@ impl EmbeddedStore {
             ))
         })?;
         let path = dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|e| match db_err(e) {
-            StoreError::Io(msg) => StoreError::Io(format!("cannot open {}: {msg}", path.display())),
-            other => other,
-        })?;
+        let db = redb::Builder::new()
+            .set_cache_size(options.cache_size_bytes)
+            .create(&path)
+            .map_err(|e| match db_err(e) {
+                StoreError::Io(msg) => {
+                    StoreError::Io(format!("cannot open {}: {msg}", path.display()))
+                }
+                other => other,
+            })?;
 
         // Create every table, so that read transactions always find them, and
         // check the layout version.
@@ -1716,6 +1724,7 @@ mod tests {
             EmbeddedOptions {
                 durable_interval: Duration::from_secs(3600),
                 durable_every_flushes: 3,
+                ..EmbeddedOptions::default()
             },
         )
         .unwrap();

@@ -1,0 +1,437 @@
+//! `tally-loadgen`: simulates a fleet of monitoring agents pushing to
+//! tallyd over gRPC, reports throughput, latency and errors, and with
+//! `--verify` reads every series back and checks it exactly.
+//!
+//! This file only wires the modules together: flags (`cli`), the fleet and
+//! its values (`fleet`), batches (`batch`), pacing (`pace`), connections
+//! and failure classes (`transport`), the senders (`worker`), the books on
+//! what was acknowledged (`expect`), read-back (`verify`), the live bar
+//! (`progress`), the final report (`report`) and the encoding of batches
+//! (`wire`).
+
+mod batch;
+mod cli;
+mod expect;
+mod fleet;
+mod pace;
+mod progress;
+mod report;
+mod transport;
+mod verify;
+mod wire;
+mod worker;
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use clap::Parser;
+use tokio::time::Instant;
+
+use crate::batch::{Timeline, WorkerSeries};
+use crate::cli::{Cli, Pace};
+use crate::expect::Expectation;
+use crate::fleet::{Fleet, FleetSpec, Kind};
+use crate::progress::{Live, Progress};
+use crate::report::{merge_tally, FleetReport, Latency, RangeReport, Report, Requests, Samples};
+use crate::verify::{Check, VerifyOpts, VerifyReport};
+use crate::worker::{new_histogram, Cancel, Mode, SendOpts, Tally, Worker};
+
+/// Exit statuses (also in `--help`).
+const EXIT_FAILED: u8 = 1;
+const EXIT_VERIFY_FAILED: u8 = 2;
+const EXIT_AMBIGUOUS: u8 = 3;
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Above this many expected (series, minute) slots, `--verify` would need
+/// gigabytes of memory: refuse rather than thrash.
+const MAX_VERIFY_SLOTS: u64 = 100_000_000;
+
+/// Minutes read on each side of the run's range, to catch extra points.
+const VERIFY_MARGIN_S: i64 = 3600;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tally-loadgen: error: starting the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tally-loadgen: error: {e:#}");
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let pace = cli.pace(now_ms).map_err(|e| anyhow!(e))?;
+    let target = transport::normalize_url("--target", &cli.target).map_err(|e| anyhow!(e))?;
+    let http = transport::normalize_url("--http", &cli.http).map_err(|e| anyhow!(e))?;
+    let fleet = Arc::new(Fleet::new(FleetSpec {
+        sources: cli.sources,
+        metrics: cli.metrics,
+        seed: cli.seed,
+        kinds: cli.kinds,
+        source_prefix: cli.source_prefix.clone(),
+        reset_every: cli.reset_every,
+    })?);
+    let ticks_for = |seconds: f64| (seconds * cli.rate).ceil() as u64;
+    let timeline = |start_ms: i64, ticks: u64| -> anyhow::Result<Timeline> {
+        if ticks == 0 || ticks > u32::MAX as u64 {
+            bail!("{ticks} samples per series: the range times --rate must give between 1 and {} samples", u32::MAX);
+        }
+        Ok(Timeline {
+            start_ms,
+            rate: cli.rate,
+            ticks,
+            sources: fleet.sources(),
+        })
+    };
+    match pace {
+        Pace::VerifyOnly { start_ms, seconds } => {
+            let tl = timeline(start_ms, ticks_for(seconds))?;
+            check_verify_size(&fleet, &tl)?;
+            verify_only(&cli, &fleet, tl, &target, &http).await
+        }
+        Pace::Max { start_ms, seconds } => {
+            let tl = timeline(start_ms, ticks_for(seconds as f64))?;
+            send(&cli, fleet.clone(), tl, false, &target, &http).await
+        }
+        Pace::RealTime { duration } => {
+            // The start is set once connected (see `send`).
+            let tl = timeline(0, ticks_for(duration.as_secs_f64()))?;
+            send(&cli, fleet.clone(), tl, true, &target, &http).await
+        }
+    }
+}
+
+fn check_verify_size(fleet: &Fleet, tl: &Timeline) -> anyhow::Result<()> {
+    let minutes = ((tl.end_ms() - tl.start_ms) / 60_000 + 2) as u64;
+    let slots = fleet.series() as u64 * minutes;
+    if slots > MAX_VERIFY_SLOTS {
+        bail!(
+            "verifying {} series × {minutes} minutes would track {slots} slots in memory (limit {MAX_VERIFY_SLOTS}); verify a smaller fleet or a shorter run",
+            fleet.series()
+        );
+    }
+    Ok(())
+}
+
+/// Sends the run; `real_time` runs start on the next whole second after
+/// the preflight checks (`tl.start_ms` is set then).
+async fn send(
+    cli: &Cli,
+    fleet: Arc<Fleet>,
+    mut tl: Timeline,
+    real_time: bool,
+    target: &str,
+    http: &str,
+) -> anyhow::Result<ExitCode> {
+    if cli.verify {
+        check_verify_size(&fleet, &tl)?;
+    }
+    // Fail fast, before any load, on a wrong address or a dead daemon.
+    let endpoint = transport::endpoint(target, cli.connect_timeout)?;
+    let ch = transport::connect(&endpoint, 3, cli.connect_timeout).await?;
+    transport::preflight(ch, target, cli.timeout).await?;
+    if cli.verify {
+        verify::preflight(http, cli.timeout).await?;
+    }
+    let t0 = real_time.then(|| {
+        // On a whole second, like agents on a 1 s timer.
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        tl.start_ms = (now_ms.div_euclid(1000) + 1) * 1000;
+        Instant::now() + Duration::from_millis((tl.start_ms - now_ms) as u64)
+    });
+
+    let workers = cli.concurrency.min(fleet.sources());
+    let opts = Arc::new(SendOpts {
+        endpoint,
+        connect_timeout: cli.connect_timeout,
+        mode: cli.mode,
+        batch: cli.batch,
+        span: cli.span,
+        timeout: cli.timeout,
+        retries: cli.retries,
+        max_backoff: cli.max_backoff,
+        stream_messages: cli.stream_messages,
+        realtime_t0: t0,
+        verify: cli.verify,
+    });
+    let planned = fleet.series() as u64 * tl.ticks;
+    let live = Arc::new(Live::default());
+    let cancel = Cancel::default();
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let (cancel, interrupted) = (cancel.clone(), interrupted.clone());
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, Ordering::Relaxed);
+                cancel.cancel();
+            }
+        });
+    }
+    let progress = Progress::start(live.clone(), planned, cli.quiet);
+    let started = Instant::now();
+    let handles: Vec<_> = WorkerSeries::partition(fleet.sources(), fleet.metrics(), workers)
+        .into_iter()
+        .map(|ws| {
+            let w = Worker::new(
+                fleet.clone(),
+                tl,
+                opts.clone(),
+                live.clone(),
+                cancel.clone(),
+                ws,
+            );
+            tokio::spawn(w.run())
+        })
+        .collect();
+    let mut tally = Tally::default();
+    let mut latency = new_histogram();
+    let mut fatal = None;
+    let mut checks = Vec::new();
+    let mut skipped = Vec::new();
+    for h in handles {
+        let out = h.await.context("a sender task failed")?;
+        merge_tally(&mut tally, &out.tally);
+        // Same bounds on every histogram, so adding cannot fail.
+        let _ = latency.add(&out.latency);
+        if fatal.is_none() {
+            fatal = out.fatal;
+        }
+        if let Some(expect) = out.expect {
+            collect_checks(&fleet, &out.ws, expect, &mut checks, &mut skipped);
+        }
+    }
+    // Real time counts from the scheduled start, not the wait for it.
+    let elapsed = Instant::now().saturating_duration_since(t0.unwrap_or(started));
+    progress.finish();
+    let interrupted = interrupted.load(Ordering::Relaxed);
+
+    let verify = if cli.verify && fatal.is_none() && !interrupted {
+        Some(run_verify(cli, &tl, http, checks, skipped).await?)
+    } else {
+        None
+    };
+    let samples_per_s = tally.accepted as f64 / elapsed.as_secs_f64().max(1e-9);
+    let outcome = if fatal.is_some() {
+        "aborted"
+    } else if interrupted {
+        "interrupted"
+    } else if verify.as_ref().is_some_and(|v| !v.passed) {
+        "verify_failed"
+    } else if tally.ambiguous > 0 {
+        "ambiguous_failures"
+    } else {
+        "ok"
+    };
+    let report = Report {
+        target: target.to_string(),
+        http: http.to_string(),
+        mode: cli.mode,
+        fleet: fleet_report(&fleet),
+        range: range_report(if t0.is_some() { "real_time" } else { "max" }, &tl),
+        batch: cli.batch,
+        span: cli.span,
+        concurrency: workers,
+        samples: Samples {
+            planned,
+            sent: tally.sent,
+            accepted: tally.accepted,
+            rejected: tally.rejected,
+            ambiguous: tally.ambiguous,
+            unacknowledged: tally.unacknowledged,
+        },
+        requests: Requests {
+            acknowledged: tally.acks,
+            failed: tally.failed,
+            retries: tally.retries,
+        },
+        elapsed_s: elapsed.as_secs_f64(),
+        samples_per_s,
+        latency: Latency::from_histogram(&latency, cli.mode),
+        errors_by_status: tally.errors_by_code.clone(),
+        error_examples: tally.error_examples.clone(),
+        rejections_by_reason: tally.rejections_by_reason.clone(),
+        rejections_truncated: tally.rejections_truncated,
+        rejection_examples: tally.rejection_examples.clone(),
+        real_time: t0.map(|_| report::RealTime {
+            max_lag_ms: tally.max_lag.as_secs_f64() * 1000.0,
+            late_batches: tally.late_batches,
+        }),
+        verify,
+        outcome,
+        fatal,
+    };
+    print_report(cli, &report)?;
+    Ok(ExitCode::from(match outcome {
+        "aborted" => EXIT_FAILED,
+        "interrupted" => EXIT_INTERRUPTED,
+        "verify_failed" => EXIT_VERIFY_FAILED,
+        "ambiguous_failures" => EXIT_AMBIGUOUS,
+        _ => 0,
+    }))
+}
+
+async fn verify_only(
+    cli: &Cli,
+    fleet: &Fleet,
+    tl: Timeline,
+    target: &str,
+    http: &str,
+) -> anyhow::Result<ExitCode> {
+    verify::preflight(http, cli.timeout).await?;
+    let ws = WorkerSeries::all(fleet.sources(), fleet.metrics());
+    let expect = Expectation::regenerate(fleet, &tl, &ws);
+    let (mut checks, mut skipped) = (Vec::new(), Vec::new());
+    collect_checks(fleet, &ws, expect, &mut checks, &mut skipped);
+    let v = run_verify(cli, &tl, http, checks, skipped).await?;
+    let passed = v.passed;
+    let report = Report {
+        target: target.to_string(),
+        http: http.to_string(),
+        mode: Mode::Unary,
+        fleet: fleet_report(fleet),
+        range: range_report("verify_only", &tl),
+        batch: cli.batch,
+        span: cli.span,
+        concurrency: 0,
+        samples: Samples {
+            planned: fleet.series() as u64 * tl.ticks,
+            ..Default::default()
+        },
+        requests: Requests::default(),
+        elapsed_s: 0.0,
+        samples_per_s: 0.0,
+        latency: Latency::default(),
+        errors_by_status: BTreeMap::new(),
+        error_examples: BTreeMap::new(),
+        rejections_by_reason: BTreeMap::new(),
+        rejections_truncated: false,
+        rejection_examples: Vec::new(),
+        real_time: None,
+        verify: Some(v),
+        outcome: if passed { "ok" } else { "verify_failed" },
+        fatal: None,
+    };
+    print_report(cli, &report)?;
+    Ok(if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_VERIFY_FAILED)
+    })
+}
+
+/// Turns a worker's expectation into read-back checks, setting aside the
+/// series whose fate is unknown.
+fn collect_checks(
+    fleet: &Fleet,
+    ws: &WorkerSeries,
+    expect: Expectation,
+    checks: &mut Vec<Check>,
+    skipped: &mut Vec<String>,
+) {
+    for (lin, se) in expect.series.into_iter().enumerate() {
+        let (src, metric) = ws.at(lin);
+        let (source, metric_name) = (fleet.source_name(src), fleet.metric_name(metric));
+        if se.ambiguous {
+            skipped.push(format!("{source}/{metric_name}"));
+        } else {
+            checks.push(Check {
+                source: source.to_string(),
+                metric: metric_name.to_string(),
+                kind: fleet.kind(metric),
+                slots: se.slots,
+            });
+        }
+    }
+    skipped.sort();
+}
+
+async fn run_verify(
+    cli: &Cli,
+    tl: &Timeline,
+    http: &str,
+    checks: Vec<Check>,
+    skipped: Vec<String>,
+) -> anyhow::Result<VerifyReport> {
+    if !cli.quiet {
+        eprintln!(
+            "verifying {} series through {http}/api/v1/range …",
+            report::thousands(checks.len() as u64)
+        );
+    }
+    let opts = VerifyOpts {
+        http: http.to_string(),
+        concurrency: cli.verify_concurrency,
+        timeout: cli.timeout,
+        settle: cli.settle,
+        max_listed: cli.max_mismatches,
+        from_s: tl.start_ms.div_euclid(60_000) * 60 - VERIFY_MARGIN_S,
+        to_s: (tl.end_ms() + 999).div_euclid(1000) + VERIFY_MARGIN_S,
+    };
+    Ok(verify::verify(checks, skipped, &opts).await?)
+}
+
+fn fleet_report(fleet: &Fleet) -> FleetReport {
+    let counts = fleet.kind_counts();
+    let spec = fleet.spec();
+    FleetReport {
+        sources: fleet.sources(),
+        metrics: fleet.metrics(),
+        series: fleet.series(),
+        kinds: Kind::ALL
+            .iter()
+            .map(|k| (k.flag_name(), counts[*k as usize]))
+            .collect(),
+        seed: spec.seed,
+        source_prefix: spec.source_prefix.clone(),
+        reset_every: spec.reset_every,
+    }
+}
+
+fn range_report(pace: &'static str, tl: &Timeline) -> RangeReport {
+    RangeReport {
+        pace,
+        start_ms: tl.start_ms,
+        end_ms: tl.end_ms(),
+        start: chrono::DateTime::from_timestamp_millis(tl.start_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .unwrap_or_else(|| tl.start_ms.to_string()),
+        rate: tl.rate,
+        ticks: tl.ticks,
+    }
+}
+
+fn print_report(cli: &Cli, report: &Report) -> anyhow::Result<()> {
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(report).context("encoding the JSON report")?
+        );
+        if !cli.quiet {
+            eprint!("{}", report.human());
+        }
+    } else if !cli.quiet {
+        print!("{}", report.human());
+    }
+    if cli.quiet {
+        if let Some(f) = &report.fatal {
+            eprintln!("tally-loadgen: error: {f}");
+        }
+    }
+    Ok(())
+}

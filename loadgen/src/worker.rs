@@ -1,0 +1,722 @@
+//! A worker: one gRPC connection sending one partition of the fleet, one
+//! request (or stream) at a time, and keeping the books on what the daemon
+//! acknowledged.
+//!
+//! One request in flight per worker, and each series owned by one worker,
+//! is what keeps every series' samples in time order at the daemon (which
+//! cumulative counters need), including across retries: a refused batch is
+//! resent before anything after it.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::SinkExt;
+use hdrhistogram::Histogram;
+use tally_proto::v1 as pb;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::batch::{Plan, Timeline, WorkerSeries};
+use crate::expect::{Expectation, Rejected};
+use crate::fleet::Fleet;
+use crate::pace::{MaxSchedule, RealTimeSchedule};
+use crate::progress::Live;
+use crate::transport::{self, classify, code_name, describe, Backoff, Verdict};
+use crate::wire::{self, PushCodec, Scratch};
+
+/// How batches travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One `Push` per batch, answered per batch.
+    Unary,
+    /// Batches as messages of `PushStream`, answered per stream.
+    Stream,
+}
+
+/// Settings every worker shares.
+#[derive(Debug, Clone)]
+pub struct SendOpts {
+    pub endpoint: Endpoint,
+    pub connect_timeout: Duration,
+    pub mode: Mode,
+    pub batch: usize,
+    pub span: u32,
+    /// Per request: a unary call, one stream message's hand-off, or the wait
+    /// for a stream's summary after it is closed.
+    pub timeout: Duration,
+    /// Resends of a batch the daemon certainly refused, before giving up.
+    pub retries: u32,
+    pub max_backoff: Duration,
+    pub stream_messages: usize,
+    /// The instant of the timeline's start in a real-time run; None for `--max`.
+    pub realtime_t0: Option<Instant>,
+    pub verify: bool,
+}
+
+/// Messages buffered between a worker and its stream.
+const STREAM_BUFFER: usize = 2;
+/// A real-time stream is closed (and acknowledged) at least this often.
+const STREAM_MAX_AGE: Duration = Duration::from_secs(5);
+/// Rejection details kept per worker for the report.
+const KEEP_DETAILS: usize = 5;
+/// First backoff after a refusal.
+const INITIAL_BACKOFF: Duration = Duration::from_millis(50);
+
+/// Stops every worker at the next batch boundary (Ctrl-C, a fatal error).
+#[derive(Clone)]
+pub struct Cancel(Arc<watch::Sender<bool>>);
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Cancel(Arc::new(watch::Sender::new(false)))
+    }
+}
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.send_replace(true);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    pub async fn cancelled(&self) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+}
+
+/// One worker's exact books, merged into the report at the end.
+#[derive(Debug, Default, Clone)]
+pub struct Tally {
+    /// Samples handed to the transport at least once.
+    pub sent: u64,
+    pub accepted: u64,
+    pub rejected: u64,
+    /// Samples in requests that failed ambiguously (maybe applied, maybe not).
+    pub ambiguous: u64,
+    /// Samples never acknowledged because the run stopped (fatal error, Ctrl-C).
+    pub unacknowledged: u64,
+    /// Requests (unary calls or streams) answered with a response.
+    pub acks: u64,
+    /// Requests that failed, retried or not.
+    pub failed: u64,
+    pub retries: u64,
+    pub errors_by_code: BTreeMap<&'static str, u64>,
+    /// First message seen per status code.
+    pub error_examples: BTreeMap<&'static str, String>,
+    /// Rejected samples by reason, from the responses' rejection lists.
+    pub rejections_by_reason: BTreeMap<String, u64>,
+    pub rejections_truncated: bool,
+    pub rejection_examples: Vec<String>,
+    /// Real time: the latest a batch left after its first sample was due.
+    pub max_lag: Duration,
+    /// Real time: batches that left more than one tick late.
+    pub late_batches: u64,
+}
+
+pub struct WorkerOutcome {
+    pub ws: WorkerSeries,
+    pub tally: Tally,
+    /// Per request: unary send → response; stream: close → summary. µs.
+    pub latency: Histogram<u64>,
+    pub expect: Option<Expectation>,
+    pub fatal: Option<String>,
+}
+
+pub fn new_histogram() -> Histogram<u64> {
+    // 1 µs to 1 h at 3 significant digits; the bounds are constants, so
+    // this cannot fail.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap_or_else(|_| {
+        Histogram::new(3).unwrap_or_else(|_| unreachable!("3 significant digits are valid"))
+    })
+}
+
+enum Schedule {
+    Max(MaxSchedule),
+    RealTime(RealTimeSchedule),
+}
+
+pub struct Worker {
+    fleet: Arc<Fleet>,
+    tl: Timeline,
+    opts: Arc<SendOpts>,
+    live: Arc<Live>,
+    cancel: Cancel,
+    ws: WorkerSeries,
+    schedule: Schedule,
+    tally: Tally,
+    latency: Histogram<u64>,
+    expect: Option<Expectation>,
+    /// Failures in a row that were not followed by any acknowledgement.
+    failures_in_a_row: u32,
+    scratch: Scratch,
+}
+
+impl Worker {
+    pub fn new(
+        fleet: Arc<Fleet>,
+        tl: Timeline,
+        opts: Arc<SendOpts>,
+        live: Arc<Live>,
+        cancel: Cancel,
+        ws: WorkerSeries,
+    ) -> Worker {
+        let schedule = match opts.realtime_t0 {
+            None => Schedule::Max(MaxSchedule::new(ws.len(), tl.ticks, opts.batch, opts.span)),
+            Some(t0) => Schedule::RealTime(RealTimeSchedule::new(t0, tl, ws.clone(), opts.batch)),
+        };
+        let expect = opts.verify.then(|| Expectation::new(ws.len()));
+        Worker {
+            fleet,
+            tl,
+            opts,
+            live,
+            cancel,
+            ws,
+            schedule,
+            tally: Tally::default(),
+            latency: new_histogram(),
+            expect,
+            failures_in_a_row: 0,
+            scratch: Scratch::default(),
+        }
+    }
+
+    pub async fn run(mut self) -> WorkerOutcome {
+        let fatal = match self.go().await {
+            Ok(()) => None,
+            Err(msg) => {
+                self.cancel.cancel();
+                Some(msg)
+            }
+        };
+        WorkerOutcome {
+            ws: self.ws,
+            tally: self.tally,
+            latency: self.latency,
+            expect: self.expect,
+            fatal,
+        }
+    }
+
+    async fn go(&mut self) -> Result<(), String> {
+        let opts = self.opts.clone();
+        let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        match opts.mode {
+            Mode::Unary => self.run_unary(ch).await,
+            Mode::Stream => self.run_stream(ch).await,
+        }
+    }
+
+    /// The next plan to send, waiting for it in real time; None at the end
+    /// or when cancelled. Cancel-safe: dropping it loses no plan.
+    async fn next_plan(&mut self) -> Option<Plan> {
+        if self.cancel.is_cancelled() {
+            return None;
+        }
+        let plan = match &mut self.schedule {
+            Schedule::Max(it) => it.next()?,
+            Schedule::RealTime(rt) => {
+                let due = rt.next_due()?;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(due) => {}
+                    _ = self.cancel.cancelled() => return None,
+                }
+                let d = rt.take(Instant::now())?;
+                self.tally.max_lag = self.tally.max_lag.max(d.lag);
+                if d.lag.as_secs_f64() > 1.0 / self.tl.rate {
+                    self.tally.late_batches += 1;
+                }
+                d.plan
+            }
+        };
+        self.tally.sent += plan.samples();
+        Live::add(&self.live.sent, plan.samples());
+        Some(plan)
+    }
+
+    fn encode(&mut self, plan: &Plan) -> Bytes {
+        wire::encode(&self.fleet, &self.tl, &self.ws, plan, &mut self.scratch)
+    }
+
+    fn record_latency(&mut self, d: Duration) {
+        let us = (d.as_micros() as u64).clamp(1, self.latency.high());
+        // Within the bounds by construction.
+        let _ = self.latency.record(us);
+    }
+
+    fn record_error(&mut self, status: &Status) {
+        let code = code_name(status.code());
+        *self.tally.errors_by_code.entry(code).or_default() += 1;
+        self.tally
+            .error_examples
+            .entry(code)
+            .or_insert_with(|| describe(status));
+        self.tally.failed += 1;
+        Live::add(&self.live.errors, 1);
+    }
+
+    fn record_ack(&mut self) {
+        self.tally.acks += 1;
+        self.failures_in_a_row = 0;
+        Live::add(&self.live.acks, 1);
+    }
+
+    /// A refused request: sleeps before the next attempt, or gives up.
+    async fn back_off(
+        &mut self,
+        backoff: &mut Backoff,
+        attempts: u32,
+        status: &Status,
+    ) -> Result<(), String> {
+        if attempts > self.opts.retries {
+            return Err(format!(
+                "gave up after {attempts} attempts of the same batch; last error: {}",
+                hint(status)
+            ));
+        }
+        self.tally.retries += 1;
+        Live::add(&self.live.retries, 1);
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+            _ = self.cancel.cancelled() => {}
+        }
+        Ok(())
+    }
+
+    /// An ambiguous failure: the samples may or may not be in the daemon.
+    fn ambiguous(&mut self, plans: &[Plan]) -> Result<(), String> {
+        for p in plans {
+            self.tally.ambiguous += p.samples();
+            if let Some(e) = &mut self.expect {
+                e.mark_ambiguous(p);
+            }
+        }
+        self.failures_in_a_row += 1;
+        // A daemon that times out every request would otherwise be driven
+        // through the whole run at one timeout per batch.
+        if self.failures_in_a_row > self.opts.retries {
+            let last = self
+                .tally
+                .error_examples
+                .values()
+                .last()
+                .cloned()
+                .unwrap_or_default();
+            return Err(format!(
+                "{} requests in a row failed without an answer; giving up (last: {last})",
+                self.failures_in_a_row
+            ));
+        }
+        Ok(())
+    }
+
+    // ----- unary -----
+
+    async fn run_unary(&mut self, ch: Channel) -> Result<(), String> {
+        let mut grpc = tonic::client::Grpc::new(ch);
+        while let Some(plan) = self.next_plan().await {
+            self.push_one(&mut grpc, plan).await?;
+        }
+        Ok(())
+    }
+
+    async fn push_one(
+        &mut self,
+        grpc: &mut tonic::client::Grpc<Channel>,
+        plan: Plan,
+    ) -> Result<(), String> {
+        // Encoded once; a resend sends the same bytes.
+        let msg = self.encode(&plan);
+        let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
+        let mut attempts = 0;
+        loop {
+            if attempts > 0 && self.cancel.is_cancelled() {
+                // Refused every time so far: nothing of it was taken.
+                self.tally.unacknowledged += plan.samples();
+                return Ok(());
+            }
+            attempts += 1;
+            let started = Instant::now();
+            let call = async {
+                grpc.ready().await.map_err(|e| {
+                    Status::unknown(format!("Service was not ready: {}", describe_error(&e)))
+                })?;
+                grpc.unary(
+                    tonic::Request::new(msg.clone()),
+                    wire::push_path(),
+                    PushCodec,
+                )
+                .await
+            };
+            let status = match tokio::time::timeout(self.opts.timeout, call).await {
+                Ok(Ok(resp)) => {
+                    self.record_latency(started.elapsed());
+                    self.record_ack();
+                    self.settle(&[plan], &resp.into_inner());
+                    return Ok(());
+                }
+                Ok(Err(status)) => status,
+                Err(_) => Status::deadline_exceeded(format!(
+                    "no answer within --timeout {:?}",
+                    self.opts.timeout
+                )),
+            };
+            self.record_error(&status);
+            let outcome = match classify(&status) {
+                Verdict::Retry => self.back_off(&mut backoff, attempts, &status).await,
+                Verdict::Ambiguous => return self.ambiguous(&[plan]),
+                Verdict::Fatal => Err(hint(&status)),
+            };
+            if outcome.is_err() {
+                // Refused for good: the daemon took nothing of it.
+                self.tally.unacknowledged += plan.samples();
+            }
+            outcome?;
+        }
+    }
+
+    /// Books an answered request: `plans` are its messages in order (one for
+    /// `Push`), and rejections name them by `message_index`.
+    fn settle(&mut self, plans: &[Plan], resp: &pb::PushResponse) {
+        self.tally.accepted += resp.accepted;
+        self.tally.rejected += resp.rejected;
+        Live::add(&self.live.accepted, resp.accepted);
+        Live::add(&self.live.rejected, resp.rejected);
+        self.tally.rejections_truncated |= resp.rejections_truncated;
+        let mut rejected = vec![Rejected::default(); plans.len()];
+        for r in &resp.rejections {
+            let reason = pb::RejectReason::try_from(r.reason)
+                .map(|x| {
+                    x.as_str_name()
+                        .trim_start_matches("REJECT_REASON_")
+                        .to_string()
+                })
+                .unwrap_or_else(|_| format!("REASON_{}", r.reason));
+            let plan = plans.get(r.message_index as usize);
+            let lin = plan.and_then(|p| self.ws.locate(p, r.source_index, r.series_index));
+            let samples = match (r.sample_index, plan) {
+                (None, Some(p)) => p.ticks as u64,
+                _ => 1,
+            };
+            *self
+                .tally
+                .rejections_by_reason
+                .entry(reason.clone())
+                .or_default() += samples;
+            if self.tally.rejection_examples.len() < KEEP_DETAILS {
+                let name = lin.map(|l| {
+                    let (src, m) = self.ws.at(l);
+                    format!(
+                        "{}/{}",
+                        self.fleet.source_name(src),
+                        self.fleet.metric_name(m)
+                    )
+                });
+                self.tally.rejection_examples.push(format!(
+                    "{}: {reason}: {}",
+                    name.unwrap_or_else(|| "?".into()),
+                    r.detail
+                ));
+            }
+            if let (Some(l), Some(slot)) = (lin, rejected.get_mut(r.message_index as usize)) {
+                slot.add(l, r.sample_index);
+            }
+        }
+        let Some(expect) = &mut self.expect else {
+            return;
+        };
+        let total: u64 = plans.iter().map(Plan::samples).sum();
+        let mappable = resp.rejections.iter().all(|r| {
+            plans
+                .get(r.message_index as usize)
+                .and_then(|p| self.ws.locate(p, r.source_index, r.series_index))
+                .is_some()
+        });
+        // With a truncated list (or counts that do not add up) the rejected
+        // samples are not all known: nothing of these series can be checked.
+        if resp.accepted + resp.rejected != total
+            || (resp.rejected > 0 && resp.rejections_truncated)
+            || !mappable
+        {
+            for p in plans {
+                expect.mark_ambiguous(p);
+            }
+            return;
+        }
+        for (p, rej) in plans.iter().zip(&rejected) {
+            expect.commit(&self.fleet, &self.tl, &self.ws, p, rej);
+        }
+    }
+
+    // ----- streaming -----
+
+    async fn run_stream(&mut self, ch: Channel) -> Result<(), String> {
+        // Plans refused by the daemon, to be resent first, in order.
+        let mut resend: VecDeque<Plan> = VecDeque::new();
+        let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
+        let mut attempts = 0u32;
+        loop {
+            let (in_stream, exhausted, result, closed_at) = self.one_stream(&ch, &mut resend).await;
+            if in_stream.is_empty() {
+                match result {
+                    _ if exhausted || self.cancel.is_cancelled() => return Ok(()),
+                    // The stream ended before carrying anything (say, the
+                    // connection dropped while a real-time worker waited):
+                    // nothing to settle, but retry only as often as allowed.
+                    Err(status) => {
+                        self.record_error(&status);
+                        attempts += 1;
+                        match classify(&status) {
+                            Verdict::Fatal => return Err(hint(&status)),
+                            _ => self.back_off(&mut backoff, attempts, &status).await?,
+                        }
+                    }
+                    Ok(_) => {}
+                }
+                continue;
+            }
+            match result {
+                Ok(resp) => {
+                    self.record_latency(closed_at.elapsed());
+                    self.record_ack();
+                    self.settle(&in_stream, &resp);
+                    attempts = 0;
+                    backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
+                }
+                Err(status) => {
+                    self.record_error(&status);
+                    let verdict = classify(&status);
+                    let progress = stream_progress(&status);
+                    let taken = match progress {
+                        Some((i, accepted)) if i <= in_stream.len() => {
+                            self.settle_taken(&in_stream[..i], accepted);
+                            i
+                        }
+                        _ => 0,
+                    };
+                    let rest = &in_stream[taken..];
+                    match verdict {
+                        // Refused from message `taken` on: resend those.
+                        Verdict::Retry => {
+                            for p in rest.iter().rev() {
+                                resend.push_front(*p);
+                            }
+                            attempts = if taken > 0 { 1 } else { attempts + 1 };
+                            if let Err(e) = self.back_off(&mut backoff, attempts, &status).await {
+                                self.tally.unacknowledged +=
+                                    resend.iter().map(Plan::samples).sum::<u64>();
+                                return Err(e);
+                            }
+                        }
+                        Verdict::Ambiguous => self.ambiguous(rest)?,
+                        Verdict::Fatal => {
+                            self.tally.unacknowledged +=
+                                rest.iter().map(Plan::samples).sum::<u64>();
+                            return Err(hint(&status));
+                        }
+                    }
+                }
+            }
+            if self.cancel.is_cancelled() {
+                self.tally.unacknowledged += resend.iter().map(Plan::samples).sum::<u64>();
+                return Ok(());
+            }
+            if exhausted && resend.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Sends one stream's worth of messages (resends first) and waits for
+    /// its summary. Returns the plans sent in message order, whether the
+    /// schedule is exhausted, the outcome, and when the stream was closed.
+    async fn one_stream(
+        &mut self,
+        ch: &Channel,
+        resend: &mut VecDeque<Plan>,
+    ) -> (Vec<Plan>, bool, Result<pb::PushResponse, Status>, Instant) {
+        let (mut tx, rx) = futures::channel::mpsc::channel::<Bytes>(STREAM_BUFFER);
+        let mut grpc = tonic::client::Grpc::new(ch.clone());
+        let mut call = tokio::spawn(async move {
+            grpc.ready().await.map_err(|e| {
+                Status::unknown(format!("Service was not ready: {}", describe_error(&e)))
+            })?;
+            grpc.client_streaming(tonic::Request::new(rx), wire::push_stream_path(), PushCodec)
+                .await
+        });
+        let opened = Instant::now();
+        let realtime = self.opts.realtime_t0.is_some();
+        let mut plans = Vec::new();
+        let mut exhausted = false;
+        let mut early = None;
+        while plans.len() < self.opts.stream_messages
+            && !(realtime && opened.elapsed() >= STREAM_MAX_AGE)
+        {
+            let plan = match resend.pop_front() {
+                Some(p) => p,
+                None => {
+                    let next = tokio::select! {
+                        p = self.next_plan() => p,
+                        r = &mut call => { early = Some(r); break; }
+                    };
+                    match next {
+                        Some(p) => p,
+                        None => {
+                            exhausted = true;
+                            break;
+                        }
+                    }
+                }
+            };
+            plans.push(plan);
+            let msg = self.encode(&plan);
+            let timeout = self.opts.timeout;
+            tokio::select! {
+                sent = tokio::time::timeout(timeout, tx.send(msg)) => match sent {
+                    Ok(Ok(())) => {}
+                    // The call ended (its receiver is gone): collect its outcome.
+                    Ok(Err(_)) => break,
+                    Err(_) => {
+                        early = Some(Ok(Err(Status::deadline_exceeded(format!(
+                            "the daemon took no stream message within --timeout {timeout:?}"
+                        )))));
+                        call.abort();
+                        break;
+                    }
+                },
+                r = &mut call => { early = Some(r); break; }
+            }
+        }
+        // Half-close: the daemon answers once it has read everything.
+        drop(tx);
+        let closed_at = Instant::now();
+        if plans.is_empty() {
+            call.abort();
+            let result = match early {
+                Some(Ok(Err(status))) => Err(status),
+                _ => Ok(pb::PushResponse::default()),
+            };
+            return (plans, exhausted, result, closed_at);
+        }
+        let joined = match early {
+            Some(r) => r,
+            None => match tokio::time::timeout(self.opts.timeout, &mut call).await {
+                Ok(r) => r,
+                Err(_) => {
+                    call.abort();
+                    Ok(Err(Status::deadline_exceeded(format!(
+                        "no stream summary within --timeout {:?} of closing it",
+                        self.opts.timeout
+                    ))))
+                }
+            },
+        };
+        let result = match joined {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(status),
+            Err(e) => Err(Status::internal(format!("stream task failed: {e}"))),
+        };
+        (plans, exhausted, result, closed_at)
+    }
+
+    /// Messages the daemon read before a stream failed. It reports only how
+    /// many samples it accepted from them, not which were rejected: if that
+    /// is all of them the books are exact, otherwise their series cannot be
+    /// checked.
+    fn settle_taken(&mut self, taken: &[Plan], accepted: Option<u64>) {
+        let total: u64 = taken.iter().map(Plan::samples).sum();
+        match accepted {
+            Some(a) if a == total => {
+                let resp = pb::PushResponse {
+                    accepted: a,
+                    ..Default::default()
+                };
+                self.settle(taken, &resp);
+            }
+            _ => {
+                let a = accepted.unwrap_or(0).min(total);
+                self.tally.accepted += a;
+                self.tally.rejected += total - a;
+                Live::add(&self.live.accepted, a);
+                if let Some(e) = &mut self.expect {
+                    for p in taken {
+                        e.mark_ambiguous(p);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// From a failed stream's status, tallyd's own account of how far it got:
+/// `message {i}: … ({n} samples of messages 0..{i} were accepted)`, i.e.
+/// messages before `i` were ingested and `i` onwards were not.
+fn stream_progress(status: &Status) -> Option<(usize, Option<u64>)> {
+    if std::error::Error::source(status).is_some() {
+        return None;
+    }
+    let msg = status.message();
+    let rest = msg.strip_prefix("message ")?;
+    let index: usize = rest[..rest.find(':')?].parse().ok()?;
+    let accepted = msg
+        .rfind('(')
+        .and_then(|at| msg[at + 1..].split_whitespace().next())
+        .and_then(|n| n.parse().ok());
+    Some((index, accepted))
+}
+
+fn describe_error(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(e) = source {
+        s.push_str(": ");
+        s.push_str(&e.to_string());
+        source = e.source();
+    }
+    s
+}
+
+/// The status, plus what to do about the common fatal ones.
+fn hint(status: &Status) -> String {
+    let text = describe(status);
+    match status.code() {
+        Code::InvalidArgument if status.message().contains("max_batch_samples") => {
+            format!("{text} (lower --batch, or raise ingest.max_batch_samples on the daemon)")
+        }
+        Code::Unimplemented => {
+            format!("{text} (is --target tallyd's gRPC port, not its HTTP port?)")
+        }
+        Code::ResourceExhausted => format!(
+            "{text} (the daemon kept pushing back: its store is not keeping up; raise --retries/--max-backoff or lower the load)"
+        ),
+        _ => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_progress_reads_tallyds_account() {
+        let s = Status::resource_exhausted(
+            "message 3: the daemon holds 10 unflushed slots (ingest.max_pending_slots = 10): the store is behind; retry this batch with backoff (1200 samples of messages 0..3 were accepted)",
+        );
+        assert_eq!(stream_progress(&s), Some((3, Some(1200))));
+        assert_eq!(
+            stream_progress(&Status::resource_exhausted("message 0: x")),
+            Some((0, None))
+        );
+        assert_eq!(stream_progress(&Status::unavailable("gone")), None);
+    }
+}

@@ -1,0 +1,311 @@
+//! End-to-end: the real `tally-loadgen` against a real `tallyd` (see
+//! `support` for how the daemon binary is found and started).
+//!
+//! Small fleets keep these quick; what they prove is that the books close:
+//! everything sent is accepted, and `--verify` finds every minute slot
+//! exactly as acknowledged — and that it does not when the store holds
+//! something else.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::{loadgen, Daemon};
+use tally_proto::v1 as pb;
+
+const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+
+fn u(v: &Value, path: &str) -> u64 {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{path} missing in {v:#}"))
+}
+
+/// Runs a `--max --verify --json` load and checks the books close exactly.
+fn assert_exact_run(d: &Daemon, extra: &[&str], planned: u64) -> Value {
+    let (grpc, http) = (d.grpc_url(), d.http_url());
+    let mut args = vec!["--target", &grpc, "--http", &http, "--verify", "--json"];
+    args.extend_from_slice(extra);
+    let run = loadgen(&args, RUN_TIMEOUT);
+    assert_eq!(run.code(), Some(0), "{}", run.describe());
+    let r = run.json();
+    assert_eq!(r["outcome"], "ok", "{}", run.describe());
+    assert_eq!(u(&r, "/samples/planned"), planned);
+    assert_eq!(u(&r, "/samples/sent"), planned);
+    assert_eq!(u(&r, "/samples/accepted"), planned, "{}", run.describe());
+    assert_eq!(u(&r, "/samples/rejected"), 0);
+    assert_eq!(u(&r, "/samples/ambiguous"), 0);
+    assert_eq!(r["verify"]["passed"], true, "{}", run.describe());
+    assert_eq!(u(&r, "/verify/series_checked"), u(&r, "/fleet/series"));
+    assert_eq!(u(&r, "/verify/series_skipped"), 0);
+    assert!(u(&r, "/verify/slots_checked") >= u(&r, "/fleet/series"));
+    assert!(u(&r, "/latency/count") > 0);
+    assert!(r["samples_per_s"].as_f64().is_some_and(|x| x > 0.0));
+    assert!(r["latency"]["p99_ms"].as_f64().is_some_and(|x| x > 0.0));
+    r
+}
+
+#[test]
+fn unary_max_run_verifies_exactly() {
+    let d = Daemon::start(&[]);
+    let r = assert_exact_run(
+        &d,
+        &[
+            "--max",
+            "--sources",
+            "20",
+            "--metrics",
+            "5",
+            "--seconds",
+            "120",
+            "--kinds",
+            "gauge=2,delta=1,cumulative=2",
+            // Frequent resets, so the run crosses many of them.
+            "--reset-every",
+            "20",
+            "--batch",
+            "40",
+        ],
+        20 * 5 * 120,
+    );
+    assert_eq!(r["mode"], "unary");
+    assert_eq!(u(&r, "/requests/failed"), 0);
+    assert!(r["errors_by_status"]
+        .as_object()
+        .is_some_and(|m| m.is_empty()));
+}
+
+#[test]
+fn stream_max_run_verifies_exactly() {
+    let d = Daemon::start(&[]);
+    let r = assert_exact_run(
+        &d,
+        &[
+            "--max",
+            "--mode",
+            "stream",
+            "--sources",
+            "20",
+            "--metrics",
+            "5",
+            "--seconds",
+            "120",
+            "--batch",
+            "37",
+            "--span",
+            "3",
+            "--stream-messages",
+            "5",
+            "--concurrency",
+            "3",
+        ],
+        20 * 5 * 120,
+    );
+    assert_eq!(r["mode"], "stream");
+    assert_eq!(u(&r, "/concurrency"), 3);
+}
+
+#[test]
+fn real_time_run_verifies_exactly() {
+    let d = Daemon::start(&[]);
+    let r = assert_exact_run(
+        &d,
+        &[
+            "--sources",
+            "10",
+            "--metrics",
+            "3",
+            "--rate",
+            "5",
+            "--duration",
+            "2s",
+        ],
+        10 * 3 * 10,
+    );
+    assert_eq!(r["range"]["pace"], "real_time");
+    assert!(r["real_time"]["max_lag_ms"].as_f64().is_some());
+    // Two seconds of real time, give or take the start alignment.
+    let elapsed = r["elapsed_s"].as_f64().unwrap();
+    assert!((1.5..10.0).contains(&elapsed), "{elapsed}");
+}
+
+/// A daemon that can hold very few unflushed slots pushes back all the
+/// time; the loadgen must retry those batches and still lose nothing.
+#[test]
+fn pushback_is_retried_and_nothing_is_lost() {
+    let d = Daemon::start(&[
+        ("TALLYD_INGEST_MAX_PENDING_SLOTS", "40"),
+        ("TALLYD_FLUSH_INTERVAL", "50ms"),
+    ]);
+    for (mode, prefix) in [("unary", "u-"), ("stream", "s-")] {
+        let r = assert_exact_run(
+            &d,
+            &[
+                "--max",
+                "--mode",
+                mode,
+                "--source-prefix",
+                prefix,
+                "--sources",
+                "6",
+                "--metrics",
+                "5",
+                "--seconds",
+                "120",
+                "--concurrency",
+                "2",
+                "--stream-messages",
+                "10",
+                "--retries",
+                "200",
+                "--max-backoff",
+                "50ms",
+            ],
+            6 * 5 * 120,
+        );
+        assert!(
+            u(&r, "/errors_by_status/RESOURCE_EXHAUSTED") > 0,
+            "{mode}: no pushback seen: {r:#}"
+        );
+        assert!(u(&r, "/requests/retries") > 0, "{mode}: {r:#}");
+    }
+}
+
+/// `--verify` must fail when the store holds something other than what was
+/// acknowledged. The run is checked again with `--verify-only` (which
+/// re-generates it from the seed and range) after a restart, so the data
+/// comes from the store; then one extra sample is pushed to one series and
+/// verification must name that series and minute.
+#[test]
+fn corrupted_store_fails_verification() {
+    let mut d = Daemon::start(&[]);
+    let start_s = chrono::Utc::now().timestamp() - 150;
+    let start = start_s.to_string();
+    let fleet = [
+        "--sources",
+        "20",
+        "--metrics",
+        "5",
+        "--seconds",
+        "120",
+        "--start",
+        start.as_str(),
+    ];
+    let mut args = vec!["--max"];
+    args.extend_from_slice(&fleet);
+    assert_exact_run(&d, &args, 20 * 5 * 120);
+
+    d.restart();
+    let (grpc, http) = (d.grpc_url(), d.http_url());
+    let verify_only = || {
+        let mut args = vec!["--verify-only", "--http", &http];
+        args.extend_from_slice(&fleet);
+        loadgen(&args, RUN_TIMEOUT)
+    };
+    let clean = verify_only();
+    assert_eq!(clean.code(), Some(0), "{}", clean.describe());
+    assert!(
+        clean.stdout.contains("verify PASSED"),
+        "{}",
+        clean.describe()
+    );
+
+    // One more gauge sample, 30.5 s into the run, in the store's series.
+    let at_ms = start_s * 1000 + 30_500;
+    let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    let metric = rt.block_on(async {
+        let client = reqwest::Client::new();
+        for j in 1..=5 {
+            let metric = format!("m_{j:04}");
+            let body: Value = client
+                .get(format!("{http}/api/v1/range"))
+                .query(&[
+                    ("source", "src-000002"),
+                    ("metric", metric.as_str()),
+                    ("from", &start_s.to_string()),
+                ])
+                .send()
+                .await
+                .expect("reading a series")
+                .json()
+                .await
+                .expect("a JSON range");
+            if body["kind"] == "gauge" {
+                let mut ingest = pb::ingest_client::IngestClient::connect(grpc.clone())
+                    .await
+                    .expect("connecting to tallyd");
+                let resp = ingest
+                    .push(pb::PushRequest {
+                        sources: vec![pb::SourceBatch {
+                            source: "src-000002".into(),
+                            series: vec![pb::SeriesSamples {
+                                metric: metric.clone(),
+                                kind: pb::SampleKind::Gauge as i32,
+                                timestamps_ms: vec![at_ms],
+                                values: vec![12345.5],
+                            }],
+                        }],
+                    })
+                    .await
+                    .expect("pushing the extra sample")
+                    .into_inner();
+                assert_eq!(resp.accepted, 1, "{resp:?}");
+                return metric;
+            }
+        }
+        panic!("src-000002 has no gauge among m_0001..m_0005");
+    });
+
+    let bad = verify_only();
+    assert_eq!(bad.code(), Some(2), "{}", bad.describe());
+    let minute = chrono::DateTime::from_timestamp(at_ms.div_euclid(60_000) * 60, 0)
+        .unwrap()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let named = format!("src-000002/{metric} minute {minute}: n: expected");
+    assert!(bad.stdout.contains("verify FAILED"), "{}", bad.describe());
+    assert!(
+        bad.stdout.contains(&named),
+        "want {named:?}\n{}",
+        bad.describe()
+    );
+    // Only that slot differs: its n, its sum, its max (12345.5 tops a gauge
+    // that stays below 1,500).
+    assert!(bad.stdout.contains("3 mismatches"), "{}", bad.describe());
+}
+
+#[test]
+fn refused_connection_fails_fast_and_clearly() {
+    // A port that was free a moment ago: nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let target = format!("http://127.0.0.1:{port}");
+    let run = loadgen(
+        &["--target", &target, "--max", "--seconds", "10"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.describe());
+    assert!(run.elapsed < Duration::from_secs(10), "{}", run.describe());
+    assert!(
+        run.stderr.contains("cannot connect to tallyd") && run.stderr.contains("refused"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn bad_flags_are_refused_before_any_load() {
+    for (args, needle) in [
+        (&["--verify-only", "--seconds", "5"][..], "--start"),
+        (&["--max", "--duration", "5s"][..], "--duration"),
+        (&["--kinds", "gauge=1,histogram=2"][..], "histogram"),
+        (&["--target", "https://127.0.0.1:1"][..], "TLS"),
+    ] {
+        let run = loadgen(args, Duration::from_secs(30));
+        assert_ne!(run.code(), Some(0), "{args:?}: {}", run.describe());
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.describe());
+    }
+}
