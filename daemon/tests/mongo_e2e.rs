@@ -1,0 +1,1036 @@
+//! `tallyd --store mongodb` end to end: the real binary (see
+//! `support::daemon`) against the MongoDB stand-in (`tests/mongo-standin`),
+//! or against the real server in `MONGODB_URI`, each test in a fresh
+//! database (`TALLYD_MONGODB_DATABASE`). Everything goes through the
+//! daemon's public interfaces: gRPC `Push` and `PushStream`, gRPC
+//! `Query.Range`, HTTP `/api/v1/range`, `/readyz`, `/metrics`,
+//! `grpc.health.v1`, SIGTERM. The documents themselves are also read with
+//! the driver, to check what reached MongoDB independently of the daemon.
+//!
+//! * Reads are exact before any flush (memory only), after flushes (store,
+//!   and store plus memory), and after SIGTERM and a restart on the same
+//!   database (store only).
+//! * MongoDB down at start: the daemon starts, ingests into memory, reports
+//!   itself not ready, and writes everything exactly once when MongoDB is
+//!   back.
+//! * MongoDB down in the middle with a small memory bound: pushes are taken
+//!   up to `ingest.max_pending_slots`, then refused with
+//!   `RESOURCE_EXHAUSTED`; taken again once MongoDB is back, and everything
+//!   acknowledged is written exactly once.
+//! * An ambiguous failure during a flush (the write applied, its reply lost)
+//!   is retried by the daemon and counted once.
+//!
+//! The fault-injection tests need the stand-in; against a real server they
+//! print a note and return. Values are small integers and binary fractions,
+//! so every sum is exact in any order and compares with `==`. Every wait is
+//! bounded; the tests run on a multi-thread runtime so gRPC connection tasks
+//! keep running while a test blocks on the process.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use mongodb::bson::{doc, Document};
+use tally_proto::v1 as pb;
+use tonic::transport::Channel;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use support::daemon::{Daemon, DaemonOpts};
+use support::standin::{mongo_target, MongoTarget};
+
+/// Bound on every single RPC or HTTP request.
+const RPC_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a SIGTERM'ed daemon may take to exit.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(35);
+/// How long the daemon may take to notice MongoDB going away or coming
+/// back, or to flush what it holds.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+const MINUTE_MS: i64 = 60_000;
+const SECOND_MS: i64 = 1_000;
+const HOURS: &str = "metrics_by_hour";
+const DAYS: &str = "metrics_by_day";
+const WRITER: &str = "e2e-writer";
+
+async fn within<F: Future>(what: &str, fut: F) -> F::Output {
+    match tokio::time::timeout(RPC_TIMEOUT, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no answer within {RPC_TIMEOUT:?}"),
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Start of the minute `minutes_ago` minutes before the current one, in ms.
+fn minute_start_ms(minutes_ago: i64) -> i64 {
+    let now = now_ms();
+    now - now.rem_euclid(MINUTE_MS) - minutes_ago * MINUTE_MS
+}
+
+// ---------------------------------------------------------------------------
+// The daemon under test.
+
+/// The URI tallyd gets. On the stand-in, server selection gives up after 2 s
+/// instead of 5 s, so a daemon started while MongoDB is down, and each flush
+/// attempt while it is down, fail (and retry) sooner.
+fn daemon_uri(target: &MongoTarget) -> String {
+    if target.is_real_server() {
+        target.uri.clone()
+    } else {
+        target.uri.replace(
+            "serverSelectionTimeoutMS=5000",
+            "serverSelectionTimeoutMS=2000",
+        )
+    }
+}
+
+/// `tallyd --store mongodb` on the target's database, flushing every
+/// `flush_interval`, retrying failed flushes at least every 500 ms.
+fn opts(target: &MongoTarget, flush_interval: &str) -> DaemonOpts {
+    DaemonOpts::new()
+        .arg("--store")
+        .arg("mongodb")
+        .arg("--mongodb-uri")
+        .arg(daemon_uri(target))
+        .env("TALLYD_MONGODB_DATABASE", &target.database)
+        .env("TALLYD_WRITER_ID", WRITER)
+        .env("TALLYD_FLUSH_RETRY_MAX_BACKOFF", "500ms")
+        .flush_interval(flush_interval)
+}
+
+/// Starts a daemon without blocking the runtime's worker (the harness waits
+/// for the listening line synchronously).
+async fn start(opts: DaemonOpts) -> Daemon {
+    tokio::task::spawn_blocking(move || Daemon::start(opts))
+        .await
+        .expect("starting tallyd panicked")
+}
+
+/// SIGTERM, a clean exit, and a new process with the same options on the
+/// same data directory (and so the same database).
+async fn restart(d: &mut Daemon) {
+    d.sigterm();
+    let status = d.wait_async(EXIT_TIMEOUT).await;
+    assert!(
+        status.success(),
+        "tallyd exited with {status} after SIGTERM"
+    );
+    // Already exited: restart() only spawns the new process (and waits,
+    // synchronously, for its listening line).
+    tokio::task::block_in_place(|| d.restart());
+}
+
+async fn sigterm_and_exit(d: &mut Daemon) {
+    d.sigterm();
+    let status = d.wait_async(EXIT_TIMEOUT).await;
+    assert!(
+        status.success(),
+        "tallyd exited with {status} after SIGTERM"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// What the tests send, and what they expect back.
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Gauge,
+    Delta,
+    Cumulative,
+}
+
+impl Kind {
+    fn proto(self) -> pb::SampleKind {
+        match self {
+            Kind::Gauge => pb::SampleKind::Gauge,
+            Kind::Delta => pb::SampleKind::DeltaCounter,
+            Kind::Cumulative => pb::SampleKind::CumulativeCounter,
+        }
+    }
+
+    fn json(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Delta => "delta_counter",
+            Kind::Cumulative => "cumulative_counter",
+        }
+    }
+
+    fn is_counter(self) -> bool {
+        self != Kind::Gauge
+    }
+}
+
+/// One series as sent: (timestamp ms, value) in the order sent.
+#[derive(Debug, Clone)]
+struct Series {
+    source: String,
+    metric: String,
+    kind: Kind,
+    samples: Vec<(i64, f64)>,
+}
+
+impl Series {
+    fn new(source: &str, metric: &str, kind: Kind, samples: Vec<(i64, f64)>) -> Series {
+        Series {
+            source: source.into(),
+            metric: metric.into(),
+            kind,
+            samples,
+        }
+    }
+
+    fn proto(&self) -> pb::SeriesSamples {
+        pb::SeriesSamples {
+            metric: self.metric.clone(),
+            kind: self.kind.proto() as i32,
+            timestamps_ms: self.samples.iter().map(|s| s.0).collect(),
+            values: self.samples.iter().map(|s| s.1).collect(),
+        }
+    }
+
+    /// Samples `range` of this series, as a series of its own.
+    fn part(&self, range: std::ops::Range<usize>) -> Series {
+        Series {
+            samples: self.samples[range].to_vec(),
+            ..self.clone()
+        }
+    }
+
+    /// What the daemon must store: gauges and delta counters as sent; a
+    /// cumulative counter as deltas (its first sample is the baseline, and a
+    /// value below the previous one is a reset that counts whole).
+    fn expect(&self) -> Expect {
+        let stored = match self.kind {
+            Kind::Gauge | Kind::Delta => self.samples.clone(),
+            Kind::Cumulative => self
+                .samples
+                .windows(2)
+                .map(|w| {
+                    let ((_, prev), (ts, v)) = (w[0], w[1]);
+                    (ts, if v >= prev { v - prev } else { v })
+                })
+                .collect(),
+        };
+        Expect {
+            source: self.source.clone(),
+            metric: self.metric.clone(),
+            kind: Some(self.kind),
+            stored,
+        }
+    }
+}
+
+/// A series as the daemon must report it: its kind (None: unknown) and the
+/// (timestamp ms, value) pairs that landed in slots.
+#[derive(Debug, Clone)]
+struct Expect {
+    source: String,
+    metric: String,
+    kind: Option<Kind>,
+    stored: Vec<(i64, f64)>,
+}
+
+impl Expect {
+    /// A series the daemon must know nothing about.
+    fn absent(source: &str, metric: &str) -> Expect {
+        Expect {
+            source: source.into(),
+            metric: metric.into(),
+            kind: None,
+            stored: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    t_ms: i64,
+    n: u64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+/// Stored samples folded into buckets `width_s` wide, ascending; empty
+/// buckets do not exist.
+fn buckets(stored: &[(i64, f64)], width_s: i64) -> Vec<Bucket> {
+    let width_ms = width_s * 1000;
+    let mut out: BTreeMap<i64, Bucket> = BTreeMap::new();
+    for &(ts, v) in stored {
+        let t_ms = ts - ts.rem_euclid(width_ms);
+        let b = out.entry(t_ms).or_insert(Bucket {
+            t_ms,
+            n: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        });
+        b.n += 1;
+        b.sum += v;
+        b.min = b.min.min(v);
+        b.max = b.max.max(v);
+    }
+    out.into_values().collect()
+}
+
+/// One request, one `SourceBatch` per source in order of first appearance.
+fn request(series: &[Series]) -> pb::PushRequest {
+    let mut sources: Vec<pb::SourceBatch> = Vec::new();
+    for s in series {
+        match sources.iter_mut().find(|b| b.source == s.source) {
+            Some(b) => b.series.push(s.proto()),
+            None => sources.push(pb::SourceBatch {
+                source: s.source.clone(),
+                series: vec![s.proto()],
+            }),
+        }
+    }
+    pb::PushRequest { sources }
+}
+
+/// Three series of `source` over the five minutes from `t0`: a gauge
+/// (sent newest first: order must not matter), a delta counter, and a
+/// cumulative counter with a reset. 30 samples, 28 of them stored (the
+/// counter's first sample is its baseline).
+fn fleet(source: &str, t0: i64) -> Vec<Series> {
+    let mut gauge = Vec::new();
+    for m in [0i64, 1, 3, 4] {
+        for (off_s, v) in [(2i64, 1.5), (31, -0.75), (58, 4.0)] {
+            gauge.push((t0 + m * MINUTE_MS + off_s * SECOND_MS, v - m as f64));
+        }
+    }
+    gauge.reverse();
+    let mut delta = Vec::new();
+    for m in [0i64, 2, 3] {
+        for (k, off_s) in [7i64, 27, 47].into_iter().enumerate() {
+            delta.push((
+                t0 + m * MINUTE_MS + off_s * SECOND_MS,
+                (k as i64 + 2 * m) as f64,
+            ));
+        }
+    }
+    // Baseline 500, then +4, +12, +0, +40, reset to 8 (counts 8), +16, +64, +0.
+    let totals = [500.0, 504.0, 516.0, 516.0, 556.0, 8.0, 24.0, 88.0, 88.0];
+    let cumulative = totals
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            let m = (i / 2) as i64;
+            let off_s = if i % 2 == 0 { 15 } else { 45 };
+            (t0 + m * MINUTE_MS + off_s * SECOND_MS, v)
+        })
+        .collect();
+    vec![
+        Series::new(source, "cpu.load", Kind::Gauge, gauge),
+        Series::new(source, "ops/total", Kind::Delta, delta),
+        Series::new(source, "net:bytes_in", Kind::Cumulative, cumulative),
+    ]
+}
+
+const FLEET_SAMPLES: u64 = 30;
+
+fn expects(series: &[Series]) -> Vec<Expect> {
+    series.iter().map(Series::expect).collect()
+}
+
+/// A range around data starting at `t0`: ten minutes before it to two
+/// minutes from now, in ms.
+fn range_around(t0: i64) -> (i64, i64) {
+    (t0 - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS)
+}
+
+// ---------------------------------------------------------------------------
+// Talking to the daemon.
+
+async fn push(
+    client: &mut pb::ingest_client::IngestClient<Channel>,
+    req: pb::PushRequest,
+) -> Result<pb::PushResponse, tonic::Status> {
+    within("Push", client.push(req))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// Pushes and checks that every sample was taken.
+async fn push_all(
+    client: &mut pb::ingest_client::IngestClient<Channel>,
+    series: &[Series],
+) -> pb::PushResponse {
+    let want: usize = series.iter().map(|s| s.samples.len()).sum();
+    let resp = push(client, request(series))
+        .await
+        .unwrap_or_else(|s| panic!("Push failed: {s:?}"));
+    assert_eq!((resp.accepted, resp.rejected), (want as u64, 0), "{resp:?}");
+    resp
+}
+
+/// One series per `PushStream` message; checks every sample was taken.
+async fn push_stream_all(client: &mut pb::ingest_client::IngestClient<Channel>, series: &[Series]) {
+    let want: usize = series.iter().map(|s| s.samples.len()).sum();
+    let messages: Vec<pb::PushRequest> = series
+        .iter()
+        .map(|s| request(std::slice::from_ref(s)))
+        .collect();
+    let resp = within(
+        "PushStream",
+        client.push_stream(tokio_stream::iter(messages)),
+    )
+    .await
+    .unwrap_or_else(|s| panic!("PushStream failed: {s:?}"))
+    .into_inner();
+    assert_eq!((resp.accepted, resp.rejected), (want as u64, 0), "{resp:?}");
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(RPC_TIMEOUT)
+        .build()
+        .expect("building the HTTP client")
+}
+
+/// GET `path`: (status, body).
+async fn http_get(d: &Daemon, path: &str) -> (u16, String) {
+    let url = format!("{}{path}", d.http_url());
+    let resp = within(&format!("GET {path}"), http_client().get(&url).send())
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = resp.status().as_u16();
+    let body = within(&format!("body of GET {path}"), resp.text())
+        .await
+        .unwrap_or_else(|e| panic!("reading GET {url}: {e}"));
+    (status, body)
+}
+
+async fn metrics_text(d: &Daemon) -> String {
+    let (status, body) = http_get(d, "/metrics").await;
+    assert_eq!(status, 200, "/metrics answered {status}: {body}");
+    body
+}
+
+/// Sum of the samples of metric `name` whose labels include every pair of
+/// `labels`; None when no line matches.
+fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (label_part, value) = if let Some(r) = rest.strip_prefix('{') {
+            match r.split_once('}') {
+                Some(parts) => parts,
+                None => continue,
+            }
+        } else if rest.starts_with(' ') {
+            ("", rest)
+        } else {
+            continue;
+        };
+        if !labels
+            .iter()
+            .all(|(k, v)| label_part.contains(&format!("{k}=\"{v}\"")))
+        {
+            continue;
+        }
+        if let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
+}
+
+async fn flushes_so_far(d: &Daemon) -> f64 {
+    metric(&metrics_text(d).await, "tally_flushes_total", &[]).unwrap_or(0.0)
+}
+
+/// Waits until at least `min_flushes` flushes were applied and nothing is
+/// pending or in flight, twice in a row.
+async fn wait_flushed(d: &Daemon, min_flushes: f64) {
+    let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+    let mut settled = 0;
+    loop {
+        let m = metrics_text(d).await;
+        let flushes = metric(&m, "tally_flushes_total", &[]).unwrap_or(0.0);
+        let pending = metric(&m, "tally_pending_slots", &[]).unwrap_or(0.0);
+        let inflight = metric(&m, "tally_flush_inflight_batches", &[]).unwrap_or(0.0);
+        if flushes >= min_flushes && pending == 0.0 && inflight == 0.0 {
+            settled += 1;
+            if settled == 2 {
+                return;
+            }
+        } else {
+            settled = 0;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "nothing settled within {SETTLE_TIMEOUT:?}: flushes={flushes} pending={pending} inflight={inflight}\n{m}\n{}",
+                d.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+/// The status of `/readyz`.
+async fn readyz(d: &Daemon) -> u16 {
+    http_get(d, "/readyz").await.0
+}
+
+/// The daemon's overall `grpc.health.v1` status.
+async fn grpc_health(d: &Daemon) -> Option<ServingStatus> {
+    let mut health = tonic_health::pb::health_client::HealthClient::new(d.channel().await);
+    let resp = within(
+        "Health.Check",
+        health.check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        }),
+    )
+    .await
+    .unwrap_or_else(|s| panic!("Health.Check: {s:?}"))
+    .into_inner();
+    ServingStatus::try_from(resp.status).ok()
+}
+
+/// Polls until `/readyz` answers `status` and the gRPC health status is
+/// `grpc`, within [`SETTLE_TIMEOUT`].
+async fn wait_health(d: &Daemon, status: u16, grpc: ServingStatus) {
+    let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let (r, g) = (readyz(d).await, grpc_health(d).await);
+        if r == status && g == Some(grpc) {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "/readyz = {r}, gRPC health = {g:?} after {SETTLE_TIMEOUT:?}; expected {status} and {grpc:?}\n{}",
+                d.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+const GRPC_STEPS: [(pb::Step, i64); 3] = [
+    (pb::Step::Minute, 60),
+    (pb::Step::Hour, 3_600),
+    (pb::Step::Day, 86_400),
+];
+const HTTP_STEPS: [(&str, i64); 3] = [("1m", 60), ("1h", 3_600), ("1d", 86_400)];
+
+/// Reads every series over gRPC and HTTP at all three steps over
+/// `[from_ms, to_ms)` and checks every point exactly.
+async fn check_reads(d: &Daemon, expects: &[Expect], from_ms: i64, to_ms: i64) {
+    let mut query = d.query_client().await;
+    for e in expects {
+        check_grpc(&mut query, e, from_ms, to_ms).await;
+        check_http(d, e, from_ms / 1000, to_ms / 1000).await;
+    }
+}
+
+async fn check_grpc(
+    query: &mut pb::query_client::QueryClient<Channel>,
+    e: &Expect,
+    from_ms: i64,
+    to_ms: i64,
+) {
+    for (step, width_s) in GRPC_STEPS {
+        let what = format!("Query.Range {}/{} {step:?}", e.source, e.metric);
+        let resp = within(
+            &what,
+            query.range(pb::RangeRequest {
+                source: e.source.clone(),
+                metric: e.metric.clone(),
+                from_ms,
+                to_ms,
+                step: step as i32,
+            }),
+        )
+        .await
+        .unwrap_or_else(|s| panic!("{what}: {s:?}"))
+        .into_inner();
+        let want_kind = e.kind.map_or(pb::SampleKind::Unspecified, Kind::proto);
+        assert_eq!(
+            pb::SampleKind::try_from(resp.kind).ok(),
+            Some(want_kind),
+            "{what}: kind"
+        );
+        let want = buckets(&e.stored, width_s);
+        let got: Vec<Bucket> = resp
+            .points
+            .iter()
+            .map(|p| Bucket {
+                t_ms: p.t_ms,
+                n: p.n,
+                sum: p.sum,
+                min: p.min,
+                max: p.max,
+            })
+            .collect();
+        assert_eq!(got, want, "{what}: points");
+        let counter = e.kind.is_some_and(Kind::is_counter);
+        for (p, w) in resp.points.iter().zip(&want) {
+            assert_eq!(p.avg, w.sum / w.n as f64, "{what}: avg at {}", p.t_ms);
+            assert_eq!(
+                p.rate,
+                counter.then(|| w.sum / width_s as f64),
+                "{what}: rate at {}",
+                p.t_ms
+            );
+        }
+    }
+}
+
+/// Floats through JSON may be one ulp off.
+fn close(got: &serde_json::Value, want: f64) -> bool {
+    got.as_f64()
+        .is_some_and(|g| (g - want).abs() <= 1e-12 * want.abs().max(1.0))
+}
+
+async fn check_http(d: &Daemon, e: &Expect, from_s: i64, to_s: i64) {
+    for (step, width_s) in HTTP_STEPS {
+        let what = format!("GET /api/v1/range {}/{} step={step}", e.source, e.metric);
+        let url = format!("{}/api/v1/range", d.http_url());
+        let params = [
+            ("source", e.source.clone()),
+            ("metric", e.metric.clone()),
+            ("from", from_s.to_string()),
+            ("to", to_s.to_string()),
+            ("step", step.to_string()),
+        ];
+        let resp = within(&what, http_client().get(&url).query(&params).send())
+            .await
+            .unwrap_or_else(|err| panic!("{what}: {err}"));
+        let status = resp.status().as_u16();
+        let text = within(&what, resp.text()).await.expect("reading the body");
+        assert_eq!(status, 200, "{what}: {text}");
+        let body: serde_json::Value = serde_json::from_str(&text)
+            .unwrap_or_else(|err| panic!("{what}: not JSON ({err}): {text}"));
+        match e.kind {
+            Some(k) => assert_eq!(body["kind"], k.json(), "{what}: kind in {body}"),
+            None => assert!(body["kind"].is_null(), "{what}: kind in {body}"),
+        }
+        let points = body["points"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: no points in {body}"));
+        let want = buckets(&e.stored, width_s);
+        assert_eq!(points.len(), want.len(), "{what}: {body}\nwant {want:?}");
+        let counter = e.kind.is_some_and(Kind::is_counter);
+        for (p, w) in points.iter().zip(&want) {
+            let ok = p["t"].as_i64() == Some(w.t_ms / 1000)
+                && p["n"].as_u64() == Some(w.n)
+                && close(&p["sum"], w.sum)
+                && close(&p["min"], w.min)
+                && close(&p["max"], w.max)
+                && close(&p["avg"], w.sum / w.n as f64)
+                && if counter {
+                    close(&p["rate"], w.sum / width_s as f64)
+                } else {
+                    p.get("rate").is_none()
+                };
+            assert!(ok, "{what}: point {p} does not match {w:?}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// What reached MongoDB, read with the driver.
+
+/// Per tier, the running slots of every document of one series added up:
+/// `(n, sum)` over hour documents and over day documents.
+async fn stored_totals(target: &MongoTarget, source: &str, metric: &str) -> [(i64, f64); 2] {
+    let db = target.db().await;
+    let mut out = [(0i64, 0.0f64); 2];
+    for (i, coll) in [HOURS, DAYS].into_iter().enumerate() {
+        let mut cursor = db
+            .collection::<Document>(coll)
+            .find(doc! { "s": source, "m": metric })
+            .await
+            .unwrap_or_else(|e| panic!("find in {coll}: {e}"));
+        while let Some(d) = cursor.try_next().await.expect("reading documents") {
+            let total = d
+                .get_document("total")
+                .unwrap_or_else(|e| panic!("{coll} document without total ({e}): {d}"));
+            out[i].0 += total.get_i64("n").expect("total.n is an Int64");
+            out[i].1 += total.get_f64("sum").expect("total.sum is a Double");
+        }
+    }
+    out
+}
+
+/// The documents of every expected series hold exactly its samples: each
+/// written once, in the hour and in the day tier.
+async fn check_stored(target: &MongoTarget, expects: &[Expect]) {
+    for e in expects {
+        let n = e.stored.len() as i64;
+        let sum: f64 = e.stored.iter().map(|s| s.1).sum();
+        let got = stored_totals(target, &e.source, &e.metric).await;
+        assert_eq!(
+            got,
+            [(n, sum); 2],
+            "{}/{}: (n, sum) of the hour and the day documents in MongoDB",
+            e.source,
+            e.metric
+        );
+    }
+}
+
+fn skip_on_real_server(target: &MongoTarget) -> bool {
+    if target.is_real_server() {
+        println!("note: fault injection needs the MongoDB stand-in; skipped against MONGODB_URI");
+        return true;
+    }
+    false
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+
+/// With a one-hour flush interval nothing reaches MongoDB while the daemon
+/// runs: reads come from memory alone. SIGTERM writes everything with the
+/// shutdown flush, and the restarted daemon (which flushes nothing) reads
+/// the same points from MongoDB alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_from_memory_then_after_restart_from_mongodb_alone() {
+    let target = mongo_target().await;
+    let mut d = start(opts(&target, "1h")).await;
+    assert_eq!(readyz(&d).await, 200, "MongoDB is up");
+    let t0 = minute_start_ms(7);
+    let unary = fleet("db-01.example:27017", t0);
+    let streamed = fleet("db-02", t0);
+    {
+        let mut ingest = d.ingest_client().await;
+        push_all(&mut ingest, &unary).await;
+        push_stream_all(&mut ingest, &streamed).await;
+    }
+    let all = expects(&[unary, streamed].concat());
+    let (from, to) = range_around(t0);
+    check_reads(&d, &all, from, to).await;
+    check_reads(&d, &[Expect::absent("db-03", "cpu.load")], from, to).await;
+    let m = metrics_text(&d).await;
+    assert_eq!(
+        metric(&m, "tally_flushes_total", &[]).unwrap_or(0.0),
+        0.0,
+        "nothing may be flushed with flush.interval = 1h:\n{m}"
+    );
+    assert_eq!(
+        metric(&m, "tally_samples_accepted_total", &[]),
+        Some(2.0 * FLEET_SAMPLES as f64)
+    );
+    assert_eq!(
+        stored_totals(&target, "db-01.example:27017", "cpu.load").await,
+        [(0, 0.0); 2],
+        "nothing in MongoDB before the shutdown flush"
+    );
+
+    restart(&mut d).await;
+    check_stored(&target, &all).await;
+    check_reads(&d, &all, from, to).await;
+    assert_eq!(
+        flushes_so_far(&d).await,
+        0.0,
+        "the restarted daemon flushed nothing: the reads came from MongoDB"
+    );
+    sigterm_and_exit(&mut d).await;
+    target.cleanup().await;
+}
+
+/// With a 100 ms flush interval: reads once the data is in MongoDB, while a
+/// minute is split between MongoDB and memory (a second push into minutes
+/// already flushed), once everything is flushed again, and after SIGTERM
+/// and a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_after_flushes_and_across_mongodb_and_memory_and_restart() {
+    let target = mongo_target().await;
+    let mut d = start(opts(&target, "100ms")).await;
+    let t0 = minute_start_ms(8);
+    let sent = [fleet("web-1", t0), fleet("web-2", t0)].concat();
+    let all = expects(&sent);
+    let first: Vec<Series> = sent
+        .iter()
+        .map(|s| s.part(0..s.samples.len() / 2))
+        .collect();
+    let second: Vec<Series> = sent
+        .iter()
+        .map(|s| s.part(s.samples.len() / 2..s.samples.len()))
+        .collect();
+    let (from, to) = range_around(t0);
+    {
+        let mut ingest = d.ingest_client().await;
+        // Unary for the first half, streaming for the second.
+        push_all(&mut ingest, &first).await;
+        wait_flushed(&d, 1.0).await;
+        let half: Vec<Expect> = expects(&first);
+        check_reads(&d, &half, from, to).await;
+        check_stored(&target, &half).await;
+
+        let before = flushes_so_far(&d).await;
+        push_stream_all(&mut ingest, &second).await;
+        check_reads(&d, &all, from, to).await;
+        wait_flushed(&d, before + 1.0).await;
+        check_reads(&d, &all, from, to).await;
+        check_stored(&target, &all).await;
+    }
+
+    restart(&mut d).await;
+    check_reads(&d, &all, from, to).await;
+    assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
+    check_stored(&target, &all).await;
+    sigterm_and_exit(&mut d).await;
+    target.cleanup().await;
+}
+
+/// MongoDB down when the daemon starts: it starts, takes pushes into
+/// memory, and says it is not ready; when MongoDB comes back it becomes
+/// ready and writes everything it acknowledged exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mongodb_down_at_start_then_everything_is_written_once() {
+    let target = mongo_target().await;
+    if skip_on_real_server(&target) {
+        return;
+    }
+    let standin = target.standin().expect("a stand-in");
+    standin.set_down(true);
+    let mut d = start(opts(&target, "200ms")).await;
+    let t0 = minute_start_ms(6);
+    let unary = fleet("early-1", t0);
+    let streamed = fleet("early-2", t0);
+    {
+        let mut ingest = d.ingest_client().await;
+        push_all(&mut ingest, &unary).await;
+        push_stream_all(&mut ingest, &streamed).await;
+    }
+    wait_health(&d, 503, ServingStatus::NotServing).await;
+    let (status, body) = http_get(&d, "/readyz").await;
+    assert!(
+        body.contains("mongodb store not ready"),
+        "/readyz {status}: {body}"
+    );
+    // Still taking samples while MongoDB is down.
+    let late = vec![Series::new(
+        "early-3",
+        "queue.depth",
+        Kind::Gauge,
+        vec![(t0 + 30 * SECOND_MS, 2.0), (t0 + 90 * SECOND_MS, 6.0)],
+    )];
+    push_all(&mut d.ingest_client().await, &late).await;
+    assert_eq!(flushes_so_far(&d).await, 0.0, "nothing can have landed");
+
+    standin.set_down(false);
+    wait_health(&d, 200, ServingStatus::Serving).await;
+    wait_flushed(&d, 1.0).await;
+    let all = expects(&[unary, streamed, late].concat());
+    check_stored(&target, &all).await;
+    let (from, to) = range_around(t0);
+    check_reads(&d, &all, from, to).await;
+
+    restart(&mut d).await;
+    check_reads(&d, &all, from, to).await;
+    assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
+    check_stored(&target, &all).await;
+    sigterm_and_exit(&mut d).await;
+}
+
+/// MongoDB goes down while the daemon runs with a small memory bound:
+/// pushes are taken until `ingest.max_pending_slots`, then refused whole
+/// with `RESOURCE_EXHAUSTED`; once MongoDB is back they are taken again, and
+/// everything acknowledged (and nothing refused) is in MongoDB, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
+    const MAX_PENDING: usize = 50;
+    const SERIES_PER_PUSH: usize = 8;
+    let target = mongo_target().await;
+    if skip_on_real_server(&target) {
+        return;
+    }
+    let standin = target.standin().expect("a stand-in");
+    let mut d = start(
+        opts(&target, "100ms").env("TALLYD_INGEST_MAX_PENDING_SLOTS", MAX_PENDING.to_string()),
+    )
+    .await;
+    let t0 = minute_start_ms(5);
+    let mut acked: Vec<Series> = Vec::new();
+    let mut refused: Vec<Series> = Vec::new();
+    let mut ingest = d.ingest_client().await;
+
+    // Before: written normally.
+    let before = fleet("steady", t0);
+    push_all(&mut ingest, &before).await;
+    acked.extend(before);
+    wait_flushed(&d, 1.0).await;
+
+    // Each push: SERIES_PER_PUSH new series of one sample each, so every
+    // accepted push adds that many slots the daemon must hold.
+    let mut next = 0usize;
+    let mut batch = || {
+        let series: Vec<Series> = (0..SERIES_PER_PUSH)
+            .map(|i| {
+                let k = next + i;
+                Series::new(
+                    &format!("burst-{:03}", k / 4),
+                    &format!("m{}", k % 4),
+                    if k % 2 == 0 { Kind::Gauge } else { Kind::Delta },
+                    vec![(t0 + (k as i64 % 50) * SECOND_MS, (k % 7) as f64)],
+                )
+            })
+            .collect();
+        next += SERIES_PER_PUSH;
+        series
+    };
+
+    standin.set_down(true);
+    let mut pushback = None;
+    for _ in 0..200 {
+        let series = batch();
+        match push(&mut ingest, request(&series)).await {
+            Ok(resp) => {
+                assert_eq!(resp.accepted, SERIES_PER_PUSH as u64, "{resp:?}");
+                acked.extend(series);
+            }
+            Err(status) => {
+                refused.extend(series);
+                pushback = Some(status);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = pushback.expect("no push was refused while MongoDB was down");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(
+        status.message().contains("ingest.max_pending_slots"),
+        "{status:?}"
+    );
+    let accepted_while_down = acked.len() - 3;
+    println!("taken while MongoDB was down: {accepted_while_down} series; then {status:?}");
+    assert!(
+        accepted_while_down >= MAX_PENDING,
+        "only {accepted_while_down} series were taken before the pushback"
+    );
+    // Still refused while MongoDB stays down, over the stream too.
+    let series = batch();
+    let err = within(
+        "PushStream",
+        ingest.push_stream(tokio_stream::iter(vec![request(&series)])),
+    )
+    .await
+    .expect_err("a push beyond the memory bound");
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    refused.extend(series);
+    wait_health(&d, 503, ServingStatus::NotServing).await;
+
+    standin.set_down(false);
+    let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let series = batch();
+        match push(&mut ingest, request(&series)).await {
+            Ok(resp) => {
+                assert_eq!(resp.accepted, SERIES_PER_PUSH as u64, "{resp:?}");
+                acked.extend(series);
+                break;
+            }
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                refused.extend(series);
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "pushes still refused {SETTLE_TIMEOUT:?} after MongoDB came back: {status:?}\n{}",
+                    d.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(status) => panic!("unexpected refusal: {status:?}"),
+        }
+    }
+    // And more, as usual.
+    let after = fleet("steady-after", t0);
+    push_all(&mut ingest, &after).await;
+    acked.extend(after);
+    drop(ingest);
+    wait_flushed(&d, 2.0).await;
+
+    restart(&mut d).await;
+    let (from, to) = range_around(t0);
+    let acked = expects(&acked);
+    check_stored(&target, &acked).await;
+    check_reads(&d, &acked, from, to).await;
+    // Refused pushes were refused whole: none of their samples exists.
+    let refused: Vec<Expect> = refused
+        .iter()
+        .map(|s| Expect::absent(&s.source, &s.metric))
+        .collect();
+    check_stored(&target, &refused).await;
+    check_reads(&d, &refused[..SERIES_PER_PUSH], from, to).await;
+    assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
+    sigterm_and_exit(&mut d).await;
+}
+
+/// The stand-in applies a flush's first write command and drops the
+/// connection without replying: the daemon cannot know it landed, retries
+/// the whole flush, and the documents' watermarks make the retry skip what
+/// was already applied. Every sample counts once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ambiguous_failure_during_a_flush_counts_once() {
+    let target = mongo_target().await;
+    if skip_on_real_server(&target) {
+        return;
+    }
+    let standin = target.standin().expect("a stand-in");
+    // No pre-allocation: the next write command must be the flush's.
+    let mut d = start(opts(&target, "300ms").env("TALLYD_PREALLOC_ENABLED", "false")).await;
+    let t0 = minute_start_ms(4);
+    let sent = fleet("ambiguous", t0);
+    let first: Vec<Series> = sent.iter().map(|s| s.part(0..4)).collect();
+    let second: Vec<Series> = sent.iter().map(|s| s.part(4..s.samples.len())).collect();
+    let mut ingest = d.ingest_client().await;
+    // Warm-up: the documents exist, the indexes are made and the flush ids
+    // reserved, so the next write command is the update of the next flush.
+    push_all(&mut ingest, &first).await;
+    wait_flushed(&d, 1.0).await;
+
+    standin.drop_after_apply(1).await;
+    push_all(&mut ingest, &second).await;
+    drop(ingest);
+    let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let m = metrics_text(&d).await;
+        let ambiguous = metric(
+            &m,
+            "tally_store_errors_total",
+            &[("op", "apply"), ("kind", "ambiguous")],
+        )
+        .unwrap_or(0.0);
+        let skipped = metric(&m, "tally_flush_documents_skipped_total", &[]).unwrap_or(0.0);
+        if ambiguous >= 1.0 && skipped >= 1.0 {
+            println!(
+                "ambiguous apply failures: {ambiguous}; documents skipped on retry: {skipped}"
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no ambiguous failure and skipped retry seen: ambiguous={ambiguous} skipped={skipped}\n{m}\n{}",
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_flushed(&d, 2.0).await;
+    let all = expects(&sent);
+    check_stored(&target, &all).await;
+    let (from, to) = range_around(t0);
+    check_reads(&d, &all, from, to).await;
+
+    restart(&mut d).await;
+    check_reads(&d, &all, from, to).await;
+    check_stored(&target, &all).await;
+    sigterm_and_exit(&mut d).await;
+}
