@@ -37,6 +37,7 @@ import copy
 import datetime
 import decimal
 import functools
+import gc
 import logging
 import math
 import os
@@ -86,6 +87,9 @@ MAX_WRITE_BATCH_SIZE = 100_000
 MAX_WIRE_VERSION = 21  # MongoDB 7.0
 SERVER_VERSION = "7.0.0"
 DEFAULT_FIRST_BATCH = 101
+# A decoded document re-encodes to the bytes it came in (same types, same
+# order); the margin only guards against an exotic value that would not.
+WIRE_SIZE_MARGIN = 64 * 1024
 CURSOR_IDLE_TIMEOUT_SECS = 600
 
 CODEC = CodecOptions(
@@ -318,6 +322,10 @@ def _dt_ms(v):
 
 def bson_cmp(a, b):
     """Compare two values in MongoDB's BSON order: -1, 0 or 1."""
+    if type(a) is float and type(b) is float and a == a and b == b:
+        # The common case ($min/$max of slots), without the detour through
+        # Decimal below, which gives the same answer for non-NaN doubles.
+        return (a > b) - (a < b)
     ta, tb = canonical_order(a), canonical_order(b)
     if ta != tb:
         return _cmp(ta, tb)
@@ -373,6 +381,14 @@ _DEC_CTX = create_decimal128_context()
 
 def num_arith(a, b, op):
     """a <op> b with MongoDB's numeric type promotion (int < long < double < decimal)."""
+    ta, tb = type(a), type(b)
+    if ta is float and tb is float:  # the common cases first, same results
+        return a + b if op == "+" else a * b
+    if ta is Int64 and tb is Int64:
+        r = int(a) + int(b) if op == "+" else int(a) * int(b)
+        if not -(2**63) <= r < 2**63:
+            raise OverflowError()
+        return Int64(r)
     kinds = {type_name(a), type_name(b)}
     if "decimal" in kinds:
         da = a.to_decimal() if isinstance(a, Decimal128) else decimal.Decimal(repr(a) if isinstance(a, float) else int(a))
@@ -416,6 +432,130 @@ def store_key(_id):
     if isinstance(_id, dict):
         return mm_helpers.hashdict(_id)
     return _id
+
+
+# ---------------------------------------------------------------------------
+# Shared subdocuments of inserted documents
+# ---------------------------------------------------------------------------
+#
+# Tally inserts thousands of pre-allocated documents that differ only in
+# `_id`, `s`, `m` and `t`: every day document carries the same 86 KB of
+# empty slots under `values`. Decoded into Python, that is ~3,000 objects
+# and ~750 KB of memory per document, and ~1.6 ms of decoding; 20,000 day
+# documents would not fit in memory.
+#
+# So an inserted document's large subdocuments (SHARE_MIN_BYTES or more of
+# BSON) are decoded once per distinct byte string and shared, copy on write:
+# the stand-in keeps a cache from raw bytes to a decoded tree of
+# `SharedDict`s, and every document inserted with the same bytes points to
+# the same tree. A `SharedDict` is never changed in place: `walk` (the only
+# way the update engine reaches into a document) replaces each one it passes
+# through with a private shallow copy first, recorded in the journal as an
+# undoable non-modification; updates delegated to mongomock get a private
+# deep copy of their documents first. Readers (filters, projections, BSON
+# encoding) see ordinary dicts with the same content, so what a client
+# observes is unchanged. Subdocuments with arrays are never shared.
+
+SHARE_MIN_BYTES = 1024
+SHARED_CACHE_MAX = 256
+
+
+class SharedDict(dict):
+    """A subdocument shared between stored documents; never modified in
+    place (see above)."""
+
+    __slots__ = ()
+
+
+SHARED_CODEC = CodecOptions(
+    document_class=SharedDict,
+    tz_aware=False,
+    datetime_conversion=DatetimeConversion.DATETIME_AUTO,
+)
+RAW_CODEC = CodecOptions(
+    document_class=RawBSONDocument,
+    tz_aware=False,
+    datetime_conversion=DatetimeConversion.DATETIME_AUTO,
+)
+_SHARED = {}  # raw BSON bytes -> SharedDict tree
+
+
+def decode_embedded(raw):
+    """Decode a document's bytes exactly as if embedded in another document
+    (where `{$ref, $id}` becomes a DBRef), as a command's array elements
+    are."""
+    wrapper = struct.pack("<i", len(raw) + 8) + b"\x03v\x00" + raw + b"\x00"
+    return bson.decode(wrapper, codec_options=CODEC)["v"]
+
+
+def _materialize(v):
+    """A value decoded with RAW_CODEC, as CODEC would have decoded it."""
+    if isinstance(v, RawBSONDocument):
+        return decode_embedded(v.raw)
+    if isinstance(v, list):
+        return [_materialize(x) for x in v]
+    return v
+
+
+def _has_list(d):
+    for v in d.values():
+        if isinstance(v, list) or (isinstance(v, dict) and _has_list(v)):
+            return True
+    return False
+
+
+def shared_subdocument(raw):
+    """The decoded subdocument for these bytes: shared when large."""
+    if len(raw) < SHARE_MIN_BYTES:
+        return decode_embedded(raw)
+    hit = _SHARED.get(raw)
+    if hit is not None:
+        return hit
+    d = bson.decode(raw, codec_options=SHARED_CODEC)
+    if "$ref" in d or _has_list(d):
+        return decode_embedded(raw)
+    if len(_SHARED) >= SHARED_CACHE_MAX:
+        _SHARED.clear()
+    _SHARED[raw] = d
+    return d
+
+
+def decode_document(raw, embedded):
+    """An inserted document's bytes, decoded as CODEC would (`embedded`: it
+    was an array element, not a document sequence entry), with its large
+    subdocuments shared."""
+    if len(raw) < SHARE_MIN_BYTES:
+        return decode_embedded(raw) if embedded else bson.decode(raw, codec_options=CODEC)
+    top = bson.decode(raw, codec_options=RAW_CODEC)
+    if embedded and "$ref" in top:
+        return decode_embedded(raw)
+    out = {}
+    for k, v in top.items():
+        out[k] = shared_subdocument(v.raw) if isinstance(v, RawBSONDocument) else _materialize(v)
+    return out
+
+
+def decode_command(raw):
+    """A command's body section: `bson.decode` with CODEC, except that the
+    documents of an `insert` go through `decode_document`."""
+    if raw[4:12] != b"\x02insert\x00":
+        return bson.decode(raw, codec_options=CODEC)
+    cmd = {}
+    for k, v in bson.decode(raw, codec_options=RAW_CODEC).items():
+        if k == "documents" and isinstance(v, list):
+            cmd[k] = [decode_document(d.raw, True) if isinstance(d, RawBSONDocument)
+                      else _materialize(d) for d in v]
+        else:
+            cmd[k] = _materialize(v)
+    return cmd
+
+
+def unshare_deep(doc):
+    """A private copy of a stored document if any part of it is shared."""
+    def shared(d):
+        return any(type(v) is SharedDict or (isinstance(v, dict) and shared(v))
+                   for v in d.values())
+    return fast_copy(doc) if shared(doc) else doc
 
 
 # ---------------------------------------------------------------------------
@@ -566,16 +706,110 @@ def _apply_update_document(self, existing_document, spec, document, was_insert):
 _ORIG_ITER = mm_collection.Collection._iter_documents
 
 
+_RANGE_OPS = {
+    "$gt": lambda a, b: a > b,
+    "$gte": lambda a, b: a >= b,
+    "$lt": lambda a, b: a < b,
+    "$lte": lambda a, b: a <= b,
+}
+
+
+def _string_id_matcher(spec):
+    """For `{_id: spec}` with spec a range of string bounds (`$gt`, `$gte`,
+    `$lt`, `$lte`) or `$in` of strings only: a function telling whether a
+    string _id matches, exactly as mongomock decides it (same-type values
+    compare with Python's operators, which for str is code point order, the
+    same as a server's byte order of UTF-8). None for any other spec."""
+    if not isinstance(spec, dict) or not spec:
+        return None
+    if list(spec) == ["$in"]:
+        values = spec["$in"]
+        if not isinstance(values, list) or not all(type(v) is str for v in values):
+            return None
+        wanted = set(values)
+        return wanted.__contains__
+    bounds = []
+    for op, bound in spec.items():
+        cmp = _RANGE_OPS.get(op)
+        if cmp is None or type(bound) is not str:
+            return None
+        bounds.append((cmp, bound))
+    return lambda v: all(cmp(v, bound) for cmp, bound in bounds)
+
+
+def _watermark_filter_applies(filter, doc):  # noqa: A002
+    """Whether `doc`, found by the filter's scalar `_id`, matches a filter of
+    the shape Tally's updates use, `{_id: X, "a.b": {$not: {$gte: N}}}`
+    with N a number; None for any other filter, or when the document's
+    side is not plain (arrays or non-numbers on the path), which mongomock
+    then decides. The same answer as mongomock's: a missing field does not
+    satisfy `$gte`, so `$not` matches it; numbers compare by value."""
+    if len(filter) != 2:
+        return None
+    for key, cond in filter.items():
+        if key == "_id":
+            continue
+        if type(cond) is not dict or len(cond) != 1 or "$not" not in cond:
+            return None
+        inner = cond["$not"]
+        if type(inner) is not dict or len(inner) != 1 or "$gte" not in inner:
+            return None
+        bound = inner["$gte"]
+        if type(bound) not in (int, Int64, float) or bound != bound:
+            return None
+        parts = _path_key(key)[0]
+        if key.startswith("$") or "" in parts:
+            return None
+        cur = doc
+        for part in parts:
+            if not isinstance(cur, dict):
+                return None
+            if part not in cur:
+                return True
+            cur = cur[part]
+        if type(cur) not in (int, Int64, float) or cur != cur:
+            return None
+        return not cur >= bound
+    return None
+
+
 def _iter_documents(self, filter):  # noqa: A002 - mongomock's signature
-    """Fast path for `{_id: <scalar>, ...}` filters (mongomock scans)."""
+    """Fast paths for the filters Tally sends (mongomock matches every
+    document against the filter in Python, ~30 us each):
+
+    * `{_id: <scalar>, ...}`: a dict look-up, then the whole filter on that
+      one document;
+    * `{_id: {$gte: "a", $lt: "b"}}` (any string range) and
+      `{_id: {$in: ["a", ...]}}` (strings only): a scan of the ids with
+      Python comparisons, in store order as mongomock returns them; a
+      document whose _id is not a string still goes through mongomock's
+      matcher, so the result is the same.
+    """
     if isinstance(filter, dict) and "_id" in filter:
         v = filter["_id"]
         if isinstance(v, (str, int, float, ObjectId, datetime.datetime)) and not isinstance(v, bool):
             docs = self._store._documents
             doc = docs.get(v)
-            if doc is None or not mm_filtering.filter_applies(filter, doc):
+            if doc is None:
                 return iter(())
-            return iter((doc,))
+            match = _watermark_filter_applies(filter, doc)
+            if match is None:
+                match = mm_filtering.filter_applies(filter, doc)
+            return iter((doc,)) if match else iter(())
+        if len(filter) == 1:
+            match = _string_id_matcher(v)
+            if match is not None:
+                if self._store.is_empty:
+                    return iter(())
+                out = []
+                for doc in list(self._store.documents):
+                    _id = doc.get("_id")
+                    if type(_id) is str:
+                        if match(_id):
+                            out.append(doc)
+                    elif mm_filtering.filter_applies(filter, doc):
+                        out.append(doc)
+                return iter(out)
     return _ORIG_ITER(self, filter)
 
 
@@ -606,6 +840,15 @@ mm_filtering.BsonComparable = _BsonComparable
 # ---------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _path_key(path):
+    """An update path as a tuple of its parts, and every proper prefix of
+    it (as tuples). Cached: a flush sends the same few hundred paths in
+    thousands of statements."""
+    key = tuple(path.split("."))
+    return key, tuple(key[:i] for i in range(1, len(key)))
+
+
 def validate_update(u):
     """Validate an update document. Returns True for operator style, False
     for a replacement document."""
@@ -622,7 +865,11 @@ def validate_update(u):
                     "with $replaceWith." % (k, k),
                 )
         return False
-    seen = []  # list of (parts, path)
+    seen = []  # the parts (a tuple) of every path so far, in order
+    # The same, for an O(depth) conflict test per path instead of comparing
+    # with every earlier path (an hour document's statement has ~250 paths).
+    seen_paths = set()  # the same, as a set
+    seen_prefixes = set()  # every proper prefix of those, as a tuple
     for op in keys:
         fields = u[op]
         if op not in UPDATE_OPERATORS:
@@ -668,20 +915,26 @@ def validate_update(u):
             for p in paths:
                 if p == "":
                     raise StatementError(56, "An empty update path is not valid.")
-                parts = p.split(".")
-                if any(x == "" for x in parts):
+                parts, prefixes = _path_key(p)
+                if "" in parts:
                     raise StatementError(
                         56, "The update path '%s' contains an empty field name, which is not "
                         "allowed." % p
                     )
-                for other in seen:
-                    n = min(len(parts), len(other))
-                    if parts[:n] == other[:n]:
-                        raise StatementError(
-                            40, "Updating the path '%s' would create a conflict at '%s'"
-                            % (p, ".".join(parts[:n]))
-                        )
+                if parts in seen_paths or parts in seen_prefixes \
+                        or not seen_paths.isdisjoint(prefixes):
+                    # A conflict: name it after the first earlier path it
+                    # conflicts with, as a server does.
+                    for other in seen:
+                        n = min(len(parts), len(other))
+                        if parts[:n] == other[:n]:
+                            raise StatementError(
+                                40, "Updating the path '%s' would create a conflict at '%s'"
+                                % (p, ".".join(parts[:n]))
+                            )
                 seen.append(parts)
+                seen_paths.add(parts)
+                seen_prefixes.update(prefixes)
     return True
 
 
@@ -808,6 +1061,9 @@ def _undo_restore_dict(container, items):
     container.update(items)
 
 
+_PLAIN_SCALARS = (float, Int64, int, str, bool)
+
+
 class Journal:
     """Records in-place changes to a stored document so they can be undone."""
 
@@ -833,10 +1089,23 @@ class Journal:
             container[key] = value
             self.modified = True
             return
-        if not self.modified and not same_bson(old, value):
-            self.modified = True
+        if not self.modified:
+            t = type(old)
+            if t is type(value) and t in _PLAIN_SCALARS:
+                # same_bson for two values of one plain type, without its
+                # type-name detour: equal, or both NaN.
+                if not (old == value or (t is float and old != old and value != value)):
+                    self.modified = True
+            elif not same_bson(old, value):
+                self.modified = True
         self.undo.append((_undo_set, container, key, old))
         container[key] = value
+
+    def unshare(self, container, key, private):
+        """Replace a SharedDict with a private copy of it: the same content,
+        so not a modification."""
+        self.undo.append((_undo_set, container, key, container[key]))
+        container[key] = private
 
     def remove(self, container, key):
         self.undo.append((_undo_restore_dict, container, list(container.items())))
@@ -869,6 +1138,9 @@ def walk(doc, parts, journal, create):
         if isinstance(cur, dict):
             if part in cur:
                 nxt = cur[part]
+                if type(nxt) is SharedDict:
+                    nxt = dict(nxt)
+                    journal.unshare(cur, part, nxt)
             elif create:
                 nxt = {}
                 journal.put(cur, part, nxt)
@@ -883,6 +1155,9 @@ def walk(doc, parts, journal, create):
                                      % (part, prev, fmt_short(cur)))
             if idx < len(cur):
                 nxt = cur[idx]
+                if type(nxt) is SharedDict:
+                    nxt = dict(nxt)
+                    journal.unshare(cur, idx, nxt)
             elif create:
                 nxt = {}
                 journal.put(cur, idx, nxt)
@@ -917,6 +1192,7 @@ def _peek(container, key):
     return None, False
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _path_sort_key(path):
     # MongoDB >= 5.0 applies update operators field by field in lexicographic
     # order, numeric field names in numeric order.
@@ -960,7 +1236,7 @@ def apply_field_ops(doc, u, is_insert, journal):
             items.append((_path_sort_key(path), op, path, value))
     items.sort(key=lambda t: t[0])
     for _, op, path, value in items:
-        parts = path.split(".")
+        parts = _path_key(path)[0]
         if op in ARRAY_READ_OPERATORS:
             container, key = walk(doc, parts, journal, create=False)
             if container is None:
@@ -1123,6 +1399,58 @@ def ensure_id_first(doc):
 
 
 # ---------------------------------------------------------------------------
+# Garbage collection
+# ---------------------------------------------------------------------------
+#
+# The stand-in keeps every stored document as nested Python dicts, and
+# CPython's cyclic GC tracks each of them (and each Int64 in them): a
+# decoded day document is ~3,000 tracked objects, so a few thousand of them
+# are millions (shared subdocuments, above, spare pre-allocated documents
+# most of that, but updated slots, upserted and other documents still add
+# up). With the default thresholds the collector keeps re-scanning all of
+# that as the store grows: decoding and storing an 86 KB day document took
+# ~10 ms with GC on against ~3 ms with it off.
+#
+# None of that needs the cyclic collector: stored documents are trees (BSON
+# cannot express a cycle) and are freed by reference counting when they are
+# replaced, deleted or dropped, as are replies, cursors and statements. So:
+#
+# * `tune_gc()` (at startup) freezes the interpreter's and modules' objects
+#   and switches automatic collection off.
+# * `gc_checkpoint()` runs after every command the engine thread executes:
+#   one collection of the youngest generation (what was allocated since the
+#   previous checkpoint, i.e. about one command's worth: the cost is
+#   proportional to the command, never to the store), which frees the odd
+#   cycle a command made (an exception and its traceback), then `gc.freeze()`
+#   (O(1)), which moves the survivors -- mostly the documents just stored --
+#   out of every future collection. After a command that allocated a lot
+#   (more than GC_YOUNG_COLLECT_LIMIT objects: a batch of inserted documents,
+#   ~0.5 ms of scanning per day document) the collection is skipped: such a
+#   command stores trees, it does not make cycles.
+#
+# The trade-off: a cycle that becomes garbage only after it was frozen (an
+# asyncio transport/protocol pair of a connection that lived across a
+# command, say) is never collected. That is a few KB per connection, which a
+# test process can afford; stored data is never affected, as reference
+# counting alone frees it.
+
+
+GC_YOUNG_COLLECT_LIMIT = 100_000
+
+
+def tune_gc():
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+
+
+def gc_checkpoint():
+    if gc.get_count()[0] <= GC_YOUNG_COLLECT_LIMIT:
+        gc.collect(0)
+    gc.freeze()
+
+
+# ---------------------------------------------------------------------------
 # The server
 # ---------------------------------------------------------------------------
 
@@ -1185,6 +1513,10 @@ class Standin:
         self.started = time.time()
         self.loop = None
         self.engine = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
+        # While the engine runs a command that came in an OP_MSG: an upper
+        # bound of the BSON size of every document in it (None: unknown).
+        # Only the engine thread reads or sets it.
+        self.wire_doc_bound = None
         self.commands = {
             "hello": self.cmd_hello,
             "isMaster": self.cmd_hello,
@@ -1442,7 +1774,12 @@ class Standin:
             try:
                 if not isinstance(doc, dict):
                     raise StatementError(14, "document to insert must be an object")
-                if len(bson.encode(doc, codec_options=CODEC)) > MAX_BSON_OBJECT_SIZE:
+                # Re-encoding an 86 KB document only to measure it costs
+                # ~0.8 ms; a message whose every document is well below the
+                # limit (see `wire_doc_bound`) cannot hold one above it.
+                if (self.wire_doc_bound is None
+                        or self.wire_doc_bound > MAX_BSON_OBJECT_SIZE - WIRE_SIZE_MARGIN) \
+                        and len(bson.encode(doc, codec_options=CODEC)) > MAX_BSON_OBJECT_SIZE:
                     raise StatementError(10334, "object to insert too large")
                 if isinstance(doc.get("_id"), (list, Regex, re.Pattern)):
                     raise StatementError(
@@ -1570,6 +1907,11 @@ class Standin:
         if not multi:
             targets = targets[:1]
         snapshots = [(store_key(d["_id"]), fast_copy(d)) for d in targets]
+        # mongomock changes documents in place: no shared parts in them.
+        for key, d in [(store_key(d["_id"]), d) for d in targets]:
+            private = unshare_deep(d)
+            if private is not d:
+                col._store[key] = private
         try:
             if multi:
                 res = col.update_many(q, u, upsert=upsert)
@@ -1771,7 +2113,8 @@ class Standin:
         try:
             docs = self.query(col, flt, sort, skip, limit)
             if projection:
-                docs = [project(col, d, projection) for d in docs]
+                # cursor_reply encodes them at once, on this thread.
+                docs = [project_shared(col, d, projection) for d in docs]
         except CommandError as e:
             raise as_command_error(e) from None
         except Exception as e:  # noqa: BLE001
@@ -2206,11 +2549,22 @@ class Standin:
             LOG.debug("conn %d -> %s", conn_id, _summary(reply))
         return reply
 
-    async def execute(self, cmd, conn_id):
+    async def execute(self, cmd, conn_id, wire_doc_bound=None):
         name = next(iter(cmd), "")
         if name in INLINE_COMMANDS:
             return self.run_command(cmd, conn_id)
-        return await self.loop.run_in_executor(self.engine, self.run_command, cmd, conn_id)
+        return await self.loop.run_in_executor(
+            self.engine, self.run_engine_command, cmd, conn_id, wire_doc_bound)
+
+    def run_engine_command(self, cmd, conn_id, wire_doc_bound=None):
+        """run_command on the engine thread, then a GC checkpoint (see
+        `gc_checkpoint`)."""
+        self.wire_doc_bound = wire_doc_bound
+        try:
+            return self.run_command(cmd, conn_id)
+        finally:
+            self.wire_doc_bound = None
+            gc_checkpoint()
 
     async def handle_op_msg(self, body, request_id, conn_id):
         flags = struct.unpack_from("<I", body, 0)[0]
@@ -2218,12 +2572,15 @@ class Standin:
         pos = 4
         cmd = None
         sequences = []
+        # No document of the command is larger than the section it came in.
+        doc_bound = 0
         while pos < end:
             kind = body[pos]
             pos += 1
             if kind == 0:
                 size = struct.unpack_from("<i", body, pos)[0]
-                cmd = bson.decode(body[pos:pos + size], codec_options=CODEC)
+                cmd = decode_command(body[pos:pos + size])
+                doc_bound = max(doc_bound, size)
                 pos += size
             elif kind == 1:
                 size = struct.unpack_from("<i", body, pos)[0]
@@ -2235,7 +2592,11 @@ class Standin:
                 docs = []
                 while p < sec_end:
                     dsize = struct.unpack_from("<i", body, p)[0]
-                    docs.append(bson.decode(body[p:p + dsize], codec_options=CODEC))
+                    if ident == "documents":
+                        docs.append(decode_document(body[p:p + dsize], False))
+                    else:
+                        docs.append(bson.decode(body[p:p + dsize], codec_options=CODEC))
+                    doc_bound = max(doc_bound, dsize)
                     p += dsize
                 sequences.append((ident, docs))
                 pos = sec_end
@@ -2251,7 +2612,7 @@ class Standin:
                     reply = CommandError(40414, "duplicate field '%s' in OP_MSG body and document sequence" % ident).reply()
                 cmd[ident] = docs
             if reply is None:
-                reply = await self.execute(cmd, conn_id)
+                reply = await self.execute(cmd, conn_id, doc_bound)
         if reply is DropConnection:
             return DropConnection
         if flags & MSG_MORE_TO_COME:
@@ -2319,6 +2680,48 @@ def _sort_cmp(key, direction):
         return bson_cmp(sort_value(a), sort_value(b))
 
     return cmp
+
+
+def _project_shared(doc, spec, is_include):
+    """mongomock's `_project_by_spec`, sharing the projected values with the
+    stored document instead of deep-copying them."""
+    out = {}
+    for key, val in doc.items():
+        sub = spec.get(key, mm_filtering.NOTHING)
+        if isinstance(sub, dict):
+            if isinstance(val, (list, tuple)):
+                out[key] = [_project_shared(d, sub, is_include) for d in val]
+            elif isinstance(val, dict):
+                out[key] = _project_shared(val, sub, is_include)
+        elif (is_include and sub is not mm_filtering.NOTHING) or \
+                (not is_include and sub is mm_filtering.NOTHING):
+            out[key] = val
+    return out
+
+
+def project_shared(col, doc, projection):
+    """`project` for results that are encoded to BSON at once (find's
+    cursors), so they may share values with the stored document: no deep
+    copy of an 86 KB day document per read. Plain include/exclude
+    projections take this path and give what mongomock's
+    `_copy_only_fields` gives; anything else (projection operators, mixed
+    or empty specs) goes to `project`."""
+    fields = dict(projection)
+    id_value = fields.pop("_id", 1)
+    values = list(fields.values())
+    if not values or any(isinstance(v, dict) for v in values) or len(set(values)) > 1:
+        return project(col, doc, projection)
+    spec = mm_collection._combine_projection_spec(fields)
+    if "$" in spec:
+        return project(col, doc, projection)
+    out = _project_shared(doc, spec, values[0])
+    if id_value == 0:
+        out.pop("_id", None)
+    elif "_id" in doc:
+        out["_id"] = doc["_id"]
+    if "_id" in out and next(iter(out)) != "_id":
+        out = dict([("_id", out["_id"])] + [(k, v) for k, v in out.items() if k != "_id"])
+    return out
 
 
 def project(col, doc, projection):
@@ -2427,6 +2830,7 @@ def stdin_watcher(loop, standin):
 
 async def amain(args):
     standin = Standin(args.ttl_monitor_secs)
+    tune_gc()
     standin.loop = asyncio.get_running_loop()
     server = await asyncio.start_server(standin.handle, args.host, args.port,
                                         limit=MAX_MESSAGE_SIZE)
