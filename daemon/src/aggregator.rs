@@ -222,6 +222,9 @@ pub struct Aggregator {
     shards: Box<[ShardCell]>,
     hasher: ahash::RandomState,
     series_count: AtomicUsize,
+    /// Slots drained into flush batches the store has not confirmed yet;
+    /// they count against the memory bound too.
+    inflight_slots: AtomicUsize,
     cfg: AggregatorConfig,
 }
 
@@ -232,6 +235,7 @@ impl Aggregator {
             shards: (0..n).map(|_| ShardCell::default()).collect(),
             hasher: ahash::RandomState::new(),
             series_count: AtomicUsize::new(0),
+            inflight_slots: AtomicUsize::new(0),
             cfg,
         }
     }
@@ -255,7 +259,13 @@ impl Aggregator {
     /// True when in-memory accumulators have reached the memory bound and
     /// ingest must push back until a flush drains them.
     pub fn over_memory_bound(&self) -> bool {
-        self.pending_slots() >= self.cfg.max_pending_slots
+        self.pending_slots() + self.inflight_slots.load(Ordering::Relaxed)
+            >= self.cfg.max_pending_slots
+    }
+
+    /// The flush pipeline reports how many drained slots it still holds.
+    pub fn set_inflight_slots(&self, slots: usize) {
+        self.inflight_slots.store(slots, Ordering::Relaxed);
     }
 
     fn shard_of(&self, hash: u64) -> usize {

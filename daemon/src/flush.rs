@@ -158,7 +158,7 @@ impl Pipeline {
         }
         let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
         inflight.push_back(batch.clone());
-        metrics::gauge!("tally_flush_inflight_batches").set(inflight.len() as f64);
+        self.note_inflight(&inflight);
         Some(batch)
     }
 
@@ -241,7 +241,13 @@ impl Pipeline {
     fn retire(&self, id: FlushId) {
         let mut inflight = self.inflight.lock();
         inflight.retain(|b| b.id != id);
+        self.note_inflight(&inflight);
+    }
+
+    fn note_inflight(&self, inflight: &VecDeque<Arc<InflightBatch>>) {
         metrics::gauge!("tally_flush_inflight_batches").set(inflight.len() as f64);
+        self.agg
+            .set_inflight_slots(inflight.iter().map(|b| b.slot_count()).sum());
     }
 
     /// Runs the pipeline until `stop` turns true, then flushes everything
