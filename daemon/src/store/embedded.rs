@@ -1019,6 +1019,28 @@ impl Store for EmbeddedStore {
         self.blocking(|inner| inner.health()).await
     }
 
+    /// The embedded equivalent of MongoDB's TTL index: documents go once
+    /// their period started more than the tier's retention ago.
+    async fn expire(
+        &self,
+        now_s: i64,
+        hour_retention_s: i64,
+        day_retention_s: i64,
+    ) -> Result<usize, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            store.sweep_expired(
+                now_s,
+                Retention {
+                    hour_s: hour_retention_s,
+                    day_s: day_retention_s,
+                },
+            )
+        })
+        .await
+        .map_err(|e| StoreError::Io(format!("retention sweep task failed: {e}")))?
+    }
+
     async fn close(&self) -> Result<(), StoreError> {
         self.blocking(|inner| {
             let txn = inner.db.begin_write().map_err(db_err)?;
@@ -1737,6 +1759,29 @@ mod tests {
         assert_eq!(store.durable_flush_id(), 3);
         store.sync().unwrap();
         assert_eq!(store.durable_flush_id(), 4);
+    }
+
+    #[tokio::test]
+    async fn expire_through_the_store_trait_sweeps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let old = ts(2026, 3, 1, 10, 0);
+        let b = batch(1, vec![series("a", "m", SampleKind::Gauge, &[(old, 1.0)])]);
+        store.apply(&b).await.unwrap();
+        let dyn_store: &dyn Store = &store;
+        // Ten days later, with 1 h / 2 d retention: the hour and day docs go.
+        let gone = dyn_store
+            .expire(old + 10 * DAY_S, HOUR_S, 2 * DAY_S)
+            .await
+            .unwrap();
+        assert!(gone >= 2, "{gone}");
+        assert_eq!(
+            dyn_store
+                .expire(old + 10 * DAY_S, HOUR_S, 2 * DAY_S)
+                .await
+                .unwrap(),
+            0
+        );
     }
 
     #[tokio::test]
