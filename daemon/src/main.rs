@@ -23,6 +23,12 @@ use tally::store::mongodb::MongoStore;
 use tally::store::Store;
 use tally::{grpc, http, telemetry};
 
+// Ingest decodes many small strings and arrays per request; mimalloc's
+// per-thread free lists measured faster than the system allocator here (see
+// BENCHMARKS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let config = Config::load(&cli)?;
