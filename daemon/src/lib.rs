@@ -16,5 +16,6 @@ pub mod ingest;
 pub mod maintenance;
 pub mod model;
 pub mod query;
+pub mod selector;
 pub mod store;
 pub mod telemetry;

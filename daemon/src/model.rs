@@ -162,6 +162,17 @@ impl SeriesId {
             metric: &self.metric,
         }
     }
+
+    /// `source|metric`: the series' key in stores and catalog order. `|` is
+    /// in neither name's charset, so the join is unambiguous. (Key order is
+    /// not the derived `Ord`: `a-b|m` sorts before `a|m`.)
+    pub fn key(&self) -> String {
+        let mut k = String::with_capacity(self.source.len() + 1 + self.metric.len());
+        k.push_str(&self.source);
+        k.push('|');
+        k.push_str(&self.metric);
+        k
+    }
 }
 
 impl Hash for SeriesId {

@@ -1015,6 +1015,21 @@ impl Store for EmbeddedStore {
         self.blocking(|inner| inner.last_flush_id()).await
     }
 
+    async fn catalog_upsert(&self, _entries: &[super::CatalogEntry]) -> Result<(), StoreError> {
+        Err(StoreError::Invalid(
+            "the series catalog is not implemented yet".into(),
+        ))
+    }
+
+    async fn catalog_list(
+        &self,
+        _query: &super::CatalogQuery,
+    ) -> Result<Vec<super::CatalogEntry>, StoreError> {
+        Err(StoreError::Invalid(
+            "the series catalog is not implemented yet".into(),
+        ))
+    }
+
     async fn health(&self) -> Result<(), StoreError> {
         self.blocking(|inner| inner.health()).await
     }

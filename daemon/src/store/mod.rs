@@ -15,6 +15,7 @@ pub mod embedded;
 pub mod mongodb;
 
 use crate::model::{DocKey, FlushBatch, Resolution, SampleKind, SeriesId, Slot, Tier};
+use crate::selector::NameMatcher;
 
 /// What a store did with one flush.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,6 +63,35 @@ pub struct DocRead {
     /// Non-empty slots in range, as (bucket start in Unix seconds, slot),
     /// ascending.
     pub slots: Vec<(i64, Slot)>,
+}
+
+/// One series in the catalog: what discovery lists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogEntry {
+    pub series: SeriesId,
+    pub kind: SampleKind,
+    /// Start of the earliest / latest minute with data, Unix seconds. The
+    /// daemon refreshes `last_seen` coarsely (see `catalog`), not per sample.
+    pub first_seen: i64,
+    pub last_seen: i64,
+}
+
+/// A catalog listing. Entries come in ascending byte order of the series
+/// key `source|metric` (what [`SeriesId::key`] returns), which is also the
+/// pagination order.
+#[derive(Debug, Clone)]
+pub struct CatalogQuery {
+    /// Every matcher must accept the source (PromQL semantics).
+    pub source: Vec<NameMatcher>,
+    /// Every matcher must accept the metric.
+    pub metric: Vec<NameMatcher>,
+    pub kind: Option<SampleKind>,
+    /// Only series with `last_seen >= seen_since` (Unix seconds).
+    pub seen_since: Option<i64>,
+    /// Exclusive cursor: only series whose key sorts after this one.
+    pub after: Option<SeriesId>,
+    /// At most this many entries.
+    pub limit: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +165,14 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<usize, StoreError> {
         Ok(0)
     }
+
+    /// Records series in the catalog: inserts unknown ones; for known ones
+    /// keeps the earliest `first_seen`, the latest `last_seen` and takes the
+    /// given kind. Idempotent.
+    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError>;
+
+    /// Lists catalog entries matching `query`, in key order.
+    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError>;
 
     /// Cheap liveness check for readiness probes.
     async fn health(&self) -> Result<(), StoreError>;

@@ -2185,6 +2185,21 @@ impl Store for MongoStore {
         }
     }
 
+    async fn catalog_upsert(&self, _entries: &[super::CatalogEntry]) -> Result<(), StoreError> {
+        Err(StoreError::Invalid(
+            "the series catalog is not implemented yet".into(),
+        ))
+    }
+
+    async fn catalog_list(
+        &self,
+        _query: &super::CatalogQuery,
+    ) -> Result<Vec<super::CatalogEntry>, StoreError> {
+        Err(StoreError::Invalid(
+            "the series catalog is not implemented yet".into(),
+        ))
+    }
+
     async fn health(&self) -> Result<(), StoreError> {
         let limit = self.timeout.min(HEALTH_TIMEOUT);
         let started = Instant::now();
