@@ -181,6 +181,9 @@ struct SeriesState {
     kind: SampleKind,
     /// Last (timestamp, value) of a cumulative counter: the base of the next delta.
     last_cumulative: Option<(i64, f64)>,
+    /// The newest sample by timestamp, as sent (a cumulative counter's raw
+    /// value), for latest-value reads. `i64::MIN` before the first.
+    last_sample: (i64, f64),
     /// Latest minute with data, to know whether the series is active in the
     /// current hour and day (pre-allocation) and when it went idle.
     last_minute: EpochMinute,
@@ -376,6 +379,7 @@ impl Aggregator {
                             hash,
                             kind,
                             last_cumulative: None,
+                            last_sample: (i64::MIN, 0.0),
                             last_minute: EpochMinute::MIN,
                             pending: SmallVec::new(),
                             prealloc_hour: i64::MIN,
@@ -429,6 +433,9 @@ impl Aggregator {
                     )
                 });
                 continue;
+            }
+            if ts >= state.last_sample.0 {
+                state.last_sample = (ts, v);
             }
             let value = match kind {
                 SampleKind::Gauge => v,
@@ -534,6 +541,15 @@ impl Aggregator {
                 (Some(s.kind), minutes)
             }
         }
+    }
+
+    /// The newest sample of one series (timestamp ms, value as sent) and its
+    /// kind, if the series is in memory and has had a sample.
+    pub fn last_sample(&self, key: SeriesRef<'_>) -> Option<(SampleKind, i64, f64)> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shards[self.shard_of(hash)].shard.lock();
+        let s = shard.series.find(hash, |s| s.hash == hash && s.is(key))?;
+        (s.last_sample.0 != i64::MIN).then_some((s.kind, s.last_sample.0, s.last_sample.1))
     }
 
     /// Forgets series with nothing pending and no data since `idle_before`
@@ -854,8 +870,15 @@ mod tests {
             0,
             "pending series stay"
         );
+        // An older sample does not replace the newest as the latest value.
+        a.ingest(
+            &[batch("s", "m", SampleKind::Gauge, &[NOW - 5], &[7.0])],
+            NOW,
+        );
+        assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
         a.drain();
         assert_eq!(a.pending_for(key).1, vec![]);
+        assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
         assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
         assert_eq!(a.evict_idle(minute_of_ms(NOW) + 1), 1);
         assert_eq!(a.series_count(), 0);

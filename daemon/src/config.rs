@@ -155,6 +155,9 @@ pub struct Config {
     pub mongodb: MongoDbConfig,
     pub embedded: EmbeddedConfig,
     pub query: QueryConfig,
+    pub rollup: RollupConfig,
+    pub watch: WatchConfig,
+    pub catalog: CatalogConfig,
 }
 
 /// Limits on what the ingest service accepts.
@@ -275,8 +278,96 @@ impl Default for EmbeddedConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct QueryConfig {
-    /// Most points one query may return.
+    /// Most points per series one query may return.
     pub max_points: usize,
+    /// Point budget of `step=auto` when the reader gives none.
+    pub default_points: usize,
+    /// Series per range or latest call.
+    pub max_series: usize,
+    /// Member series one cross-source aggregate may read when no rollup
+    /// serves it.
+    pub max_fanout: usize,
+    /// Entries per discovery page.
+    pub max_page: usize,
+}
+
+/// Group rollups maintained at ingest (see `rollup` in the crate docs).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RollupConfig {
+    /// Keep the `all` group: every source.
+    pub all: bool,
+    /// Group sources by their prefix up to this one character (`-` puts
+    /// `web-042` in group `web`); empty for none.
+    pub prefix_delimiter: String,
+    /// Named groups: `[[rollup.groups]]` with `name` and `sources` (globs).
+    pub groups: Vec<RollupGroup>,
+    /// Most rollup series (groups x metrics) kept.
+    pub max_series: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollupGroup {
+    pub name: String,
+    pub sources: Vec<String>,
+}
+
+/// Live watch subscriptions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WatchConfig {
+    pub max_subscribers: usize,
+    /// Series per subscription.
+    pub max_series: usize,
+    /// History sent first, unless the subscriber asks for another.
+    #[serde(with = "duration")]
+    pub window: Duration,
+    /// Updates queued per subscriber before ticks are skipped for it.
+    pub buffer: usize,
+    /// A subscriber that reads nothing for this long is dropped.
+    #[serde(with = "duration")]
+    pub max_lag: Duration,
+}
+
+/// The series catalog (discovery).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// How far a series' `last_seen` may lag before it is written again.
+    #[serde(with = "duration")]
+    pub refresh: Duration,
+}
+
+impl Default for RollupConfig {
+    fn default() -> Self {
+        RollupConfig {
+            all: true,
+            prefix_delimiter: String::new(),
+            groups: Vec::new(),
+            max_series: 100_000,
+        }
+    }
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            max_subscribers: 256,
+            max_series: 1_000,
+            window: secs(HOUR),
+            buffer: 4,
+            max_lag: secs(30),
+        }
+    }
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            refresh: secs(10 * MINUTE),
+        }
+    }
 }
 
 const fn secs(n: u64) -> Duration {
@@ -305,6 +396,9 @@ impl Default for Config {
             mongodb: MongoDbConfig::default(),
             embedded: EmbeddedConfig::default(),
             query: QueryConfig::default(),
+            rollup: RollupConfig::default(),
+            watch: WatchConfig::default(),
+            catalog: CatalogConfig::default(),
         }
     }
 }
@@ -374,6 +468,10 @@ impl Default for QueryConfig {
     fn default() -> Self {
         QueryConfig {
             max_points: 100_000,
+            default_points: 1_440,
+            max_series: 1_000,
+            max_fanout: 10_000,
+            max_page: 10_000,
         }
     }
 }
@@ -723,8 +821,55 @@ impl Config {
         c.positive(m.timeout, "mongodb.timeout");
 
         c.at_least(self.query.max_points, 1, "query.max_points");
+        c.at_least(self.query.default_points, 1, "query.default_points");
+        c.require(
+            self.query.default_points <= self.query.max_points,
+            "query.default_points",
+            "must not exceed query.max_points",
+        );
+        c.at_least(self.query.max_series, 1, "query.max_series");
+        c.at_least(self.query.max_fanout, 1, "query.max_fanout");
+        c.at_least(self.query.max_page, 1, "query.max_page");
+
+        let r = &self.rollup;
+        c.require(
+            r.prefix_delimiter.chars().count() <= 1,
+            "rollup.prefix_delimiter",
+            "must be one character, or empty for no prefix groups",
+        );
+        if let Err(e) = crate::rollup::Rollups::new(self.rollup_config()) {
+            c.fail("rollup.groups", e.to_string());
+        }
+        c.at_least(r.max_series, 1, "rollup.max_series");
+
+        let w = &self.watch;
+        c.at_least(w.max_series, 1, "watch.max_series");
+        c.at_least(w.buffer, 1, "watch.buffer");
+        c.positive(w.window, "watch.window");
+        c.positive(w.max_lag, "watch.max_lag");
+        c.positive(self.catalog.refresh, "catalog.refresh");
 
         c.0
+    }
+}
+
+impl Config {
+    /// `[rollup]` in the form the rollup module takes.
+    pub fn rollup_config(&self) -> crate::rollup::RollupConfig {
+        let r = &self.rollup;
+        crate::rollup::RollupConfig {
+            all: r.all,
+            prefix_delimiter: r.prefix_delimiter.chars().next(),
+            groups: r
+                .groups
+                .iter()
+                .map(|g| crate::rollup::GroupRule {
+                    name: g.name.clone(),
+                    sources: g.sources.clone(),
+                })
+                .collect(),
+            max_series: r.max_series,
+        }
     }
 }
 

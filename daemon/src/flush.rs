@@ -25,10 +25,12 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::aggregator::Aggregator;
+use crate::catalog::CatalogWriter;
 use crate::model::{
     EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate,
     Slot,
 };
+use crate::rollup::Rollups;
 use crate::store::Store;
 
 #[derive(Debug, Clone)]
@@ -99,6 +101,8 @@ pub struct Pipeline {
     inflight: Mutex<VecDeque<Arc<InflightBatch>>>,
     last_id: AtomicU64,
     cfg: FlushConfig,
+    rollups: Arc<Rollups>,
+    catalog: Option<Arc<CatalogWriter>>,
 }
 
 impl Pipeline {
@@ -117,7 +121,29 @@ impl Pipeline {
             inflight: Mutex::new(VecDeque::new()),
             last_id: AtomicU64::new(last_applied),
             cfg,
+            rollups: Arc::new(Rollups::disabled()),
+            catalog: None,
         }
+    }
+
+    /// Adds group rollup series to every batch as it is drained.
+    pub fn with_rollups(mut self, rollups: Arc<Rollups>) -> Pipeline {
+        self.rollups = rollups;
+        self
+    }
+
+    /// Records the series of applied batches in the store's catalog.
+    pub fn with_catalog(mut self, catalog: Arc<CatalogWriter>) -> Pipeline {
+        self.catalog = Some(catalog);
+        self
+    }
+
+    pub fn rollups(&self) -> &Arc<Rollups> {
+        &self.rollups
+    }
+
+    pub fn catalog(&self) -> Option<&Arc<CatalogWriter>> {
+        self.catalog.as_ref()
     }
 
     pub fn aggregator(&self) -> &Arc<Aggregator> {
@@ -151,7 +177,9 @@ impl Pipeline {
             metrics::counter!("tally_flush_deferred_total").increment(1);
             return None;
         }
-        let drained = self.agg.drain();
+        // Rollups join the batch here, under the same lock, so a reader
+        // never sees a member's slots without its group's or the reverse.
+        let drained = self.rollups.expand(self.agg.drain());
         metrics::gauge!("tally_pending_slots").set(self.agg.pending_slots() as f64);
         if drained.is_empty() {
             return None;
@@ -238,6 +266,32 @@ impl Pipeline {
         }
     }
 
+    /// Writes the catalog entries an applied batch made due. A failure only
+    /// delays them: they stay due and go with the series' next flush.
+    async fn record_catalog(&self, batch: &InflightBatch) {
+        let Some(catalog) = &self.catalog else { return };
+        let due = catalog.due(&batch.series);
+        if due.is_empty() {
+            return;
+        }
+        let store = self.store.name();
+        let started = Instant::now();
+        let result = self.store.catalog_upsert(&due).await;
+        crate::telemetry::store_operation(store, "catalog_upsert", started.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {
+                metrics::counter!("tally_catalog_writes_total", "store" => store)
+                    .increment(due.len() as u64);
+                catalog.recorded(due);
+            }
+            Err(e) => {
+                metrics::counter!("tally_store_errors_total", "store" => store, "op" => "catalog_upsert", "kind" => e.kind())
+                    .increment(1);
+                warn!(error = %e, series = due.len(), "catalog update failed; retrying with the next flush");
+            }
+        }
+    }
+
     fn retire(&self, id: FlushId) {
         let mut inflight = self.inflight.lock();
         inflight.retain(|b| b.id != id);
@@ -263,7 +317,9 @@ impl Pipeline {
             let mut give_up = give_up.clone();
             tokio::spawn(async move {
                 while let Some(batch) = rx.recv().await {
-                    this.apply(&batch, &mut give_up).await;
+                    if this.apply(&batch, &mut give_up).await {
+                        this.record_catalog(&batch).await;
+                    }
                 }
             })
         };

@@ -1,4 +1,6 @@
-//! The HTTP listener: the JSON query API under `/api/v1/`, Prometheus
+//! The HTTP listener: the JSON query API under `/api/v1/` (range, latest,
+//! series/sources/metrics discovery, groups, aggregate, and the `watch`
+//! Server-Sent Events stream), Prometheus
 //! `/metrics` for the daemon's own metrics, and the `/healthz` (process is
 //! alive) and `/readyz` (store reachable, not shutting down) probes.
 
@@ -9,6 +11,7 @@ use std::time::Instant;
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -16,13 +19,18 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
-use crate::model::Resolution;
-use crate::query::{QueryEngine, QueryError};
-use crate::store::Store;
+use crate::model::{SampleKind, SeriesId};
+use crate::query::{
+    Aggregate, AggregateQuery, QueryEngine, QueryError, Selection, Sources, StepSpec,
+};
+use crate::selector::NameMatcher;
+use crate::store::{CatalogQuery, Store};
+use crate::watch::WatchHub;
 
 #[derive(Clone)]
 pub struct HttpState {
     pub query: Arc<QueryEngine>,
+    pub watch: Arc<WatchHub>,
     pub store: Arc<dyn Store>,
     pub metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins, so load balancers stop sending traffic.
@@ -35,6 +43,13 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/api/v1/range", get(range))
+        .route("/api/v1/latest", get(latest))
+        .route("/api/v1/series", get(series))
+        .route("/api/v1/sources", get(sources))
+        .route("/api/v1/metrics", get(metric_names))
+        .route("/api/v1/groups", get(groups))
+        .route("/api/v1/aggregate", get(aggregate))
+        .route("/api/v1/watch", get(watch_sse))
         .with_state(state)
 }
 
@@ -74,59 +89,316 @@ async fn readyz(State(s): State<HttpState>) -> Response {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct RangeParams {
-    source: Option<String>,
-    metric: Option<String>,
-    from: Option<String>,
-    to: Option<String>,
-    step: Option<String>,
-}
-
 /// A JSON error body with a specific, actionable message.
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
-async fn range(State(s): State<HttpState>, Query(p): Query<RangeParams>) -> Response {
-    let now = chrono::Utc::now().timestamp();
-    let (Some(source), Some(metric)) = (p.source.as_deref(), p.metric.as_deref()) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "`source` and `metric` are required",
-        );
-    };
-    let step = match p.step.as_deref().unwrap_or("1m") {
-        "1m" => Resolution::Minute,
-        "1h" => Resolution::Hour,
-        "1d" => Resolution::Day,
-        other => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("step {other:?} is not one of 1m, 1h, 1d"),
-            )
+fn bad(msg: impl Into<String>) -> Response {
+    error(StatusCode::BAD_REQUEST, msg)
+}
+
+impl IntoResponse for QueryError {
+    fn into_response(self) -> Response {
+        match self {
+            QueryError::Invalid(msg) | QueryError::Limit(msg) => bad(msg),
+            QueryError::Busy(msg) => error(StatusCode::SERVICE_UNAVAILABLE, msg),
+            QueryError::Store(e) if e.is_retryable() => {
+                error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            QueryError::Store(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        }
+    }
+}
+
+/// Records a read's latency under its endpoint.
+fn timed<T: IntoResponse>(
+    endpoint: &'static str,
+    started: Instant,
+    r: Result<T, QueryError>,
+) -> Response {
+    metrics::histogram!("tally_query_duration_seconds", "endpoint" => endpoint)
+        .record(started.elapsed().as_secs_f64());
+    match r {
+        Ok(v) => v.into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Parameters shared by the read endpoints. Unknown parameters are refused,
+/// so a typo (`metrics=`) is an error, not a silently wider query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    source: Option<String>,
+    metric: Option<String>,
+    group: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    step: Option<String>,
+    max_points: Option<usize>,
+    agg: Option<String>,
+    fan_out: Option<bool>,
+    kind: Option<String>,
+    seen_since: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+    window: Option<String>,
+}
+
+/// Default page size of the listings.
+const DEFAULT_PAGE: usize = 100;
+
+impl Params {
+    fn matcher(value: &Option<String>, name: &str) -> Result<Vec<NameMatcher>, QueryError> {
+        match value {
+            None => Ok(Vec::new()),
+            Some(v) => NameMatcher::parse_list(v)
+                .map(|m| vec![m])
+                .map_err(|e| QueryError::Invalid(format!("{name}: {e}"))),
+        }
+    }
+
+    /// A selection that must name its sources and metrics (`*` for all).
+    fn selection(&self) -> Result<Selection, QueryError> {
+        if self.source.is_none() || self.metric.is_none() {
+            return Err(QueryError::Invalid(
+                "`source` and `metric` are required: names, comma-separated lists or globs (`*` selects all)".into(),
+            ));
+        }
+        Ok(Selection {
+            source: Params::matcher(&self.source, "source")?,
+            metric: Params::matcher(&self.metric, "metric")?,
+        })
+    }
+
+    /// `[from, to)`: `to` defaults to now (inclusive of this second), `from`
+    /// to an hour before `to`.
+    fn range(&self, now: i64) -> Result<(i64, i64), QueryError> {
+        let to = match self.to.as_deref().map(|t| parse_time(t, now)).transpose() {
+            Ok(t) => t.unwrap_or(now + 1),
+            Err(e) => return Err(QueryError::Invalid(format!("to: {e}"))),
+        };
+        let from = match self.from.as_deref().map(|t| parse_time(t, now)).transpose() {
+            Ok(t) => t.unwrap_or(to - 3600),
+            Err(e) => return Err(QueryError::Invalid(format!("from: {e}"))),
+        };
+        Ok((from, to))
+    }
+
+    fn step(&self) -> Result<StepSpec, QueryError> {
+        StepSpec::parse(self.step.as_deref().unwrap_or("1m"), self.max_points)
+    }
+
+    fn aggregates(&self) -> Result<Vec<Aggregate>, QueryError> {
+        Aggregate::parse_list(self.agg.as_deref().unwrap_or(""))
+    }
+
+    fn refuse(&self, present: &[(&str, bool)]) -> Result<(), QueryError> {
+        match present.iter().find(|(_, p)| *p) {
+            Some((name, _)) => Err(QueryError::Invalid(format!(
+                "`{name}` does not apply to this endpoint"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => return QueryError::into_response(e),
         }
     };
-    let to = match p.to.as_deref().map(|t| parse_time(t, now)).transpose() {
-        Ok(t) => t.unwrap_or(now + 1),
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("to: {e}")),
+}
+
+async fn range(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let now = chrono::Utc::now().timestamp();
+    tri!(p.refuse(&[
+        ("group", p.group.is_some()),
+        ("kind", p.kind.is_some()),
+        ("after", p.after.is_some())
+    ]));
+    let sel = tri!(p.selection());
+    let (from, to) = tri!(p.range(now));
+    let step = tri!(p.step());
+    let aggs = tri!(p.aggregates());
+    let started = Instant::now();
+    let r = s.query.range(&sel, from, to, step, &aggs).await.map(Json);
+    timed("range", started, r)
+}
+
+async fn latest(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let sel = tri!(p.selection());
+    let started = Instant::now();
+    let now = chrono::Utc::now().timestamp();
+    let r = s
+        .query
+        .latest(&sel, now)
+        .await
+        .map(|series| Json(serde_json::json!({ "series": series })));
+    timed("latest", started, r)
+}
+
+fn parse_kind(k: &Option<String>) -> Result<Option<SampleKind>, QueryError> {
+    match k.as_deref() {
+        None => Ok(None),
+        Some("gauge") => Ok(Some(SampleKind::Gauge)),
+        Some("delta_counter") => Ok(Some(SampleKind::DeltaCounter)),
+        Some("cumulative_counter") => Ok(Some(SampleKind::CumulativeCounter)),
+        Some(other) => Err(QueryError::Invalid(format!(
+            "kind {other:?} is not gauge, delta_counter or cumulative_counter"
+        ))),
+    }
+}
+
+async fn series(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let now = chrono::Utc::now().timestamp();
+    let kind = tri!(parse_kind(&p.kind));
+    let seen_since = match p
+        .seen_since
+        .as_deref()
+        .map(|t| parse_time(t, now))
+        .transpose()
+    {
+        Ok(t) => t,
+        Err(e) => return bad(format!("seen_since: {e}")),
     };
-    let from = match p.from.as_deref().map(|t| parse_time(t, now)).transpose() {
-        Ok(t) => t.unwrap_or(to - 3600),
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("from: {e}")),
+    let after = match p.after.as_deref() {
+        None => None,
+        Some(a) => match a.split_once('|') {
+            Some((src, m)) => Some(SeriesId::new(src, m)),
+            None => {
+                return bad("after: pass the `next` value of the previous page (`source|metric`)")
+            }
+        },
+    };
+    let q = CatalogQuery {
+        source: tri!(Params::matcher(&p.source, "source")),
+        metric: tri!(Params::matcher(&p.metric, "metric")),
+        kind,
+        seen_since,
+        after,
+        limit: p.limit.unwrap_or(DEFAULT_PAGE),
     };
     let started = Instant::now();
-    let result = s.query.range(source, metric, from, to, step).await;
-    metrics::histogram!("tally_query_duration_seconds", "step" => step.as_str())
-        .record(started.elapsed().as_secs_f64());
-    match result {
-        Ok(r) => Json(r).into_response(),
-        Err(QueryError::Invalid(msg)) => error(StatusCode::BAD_REQUEST, msg),
-        Err(QueryError::Store(e)) if e.is_retryable() => {
-            error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+    let r = s
+        .query
+        .series(q)
+        .await
+        .map(|page| Json(serde_json::json!({ "series": page.items, "next": page.next })));
+    timed("series", started, r)
+}
+
+async fn sources(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let (src, met) = (
+        tri!(Params::matcher(&p.source, "source")),
+        tri!(Params::matcher(&p.metric, "metric")),
+    );
+    let started = Instant::now();
+    let r = s
+        .query
+        .sources(src, met, p.after.clone(), p.limit.unwrap_or(DEFAULT_PAGE))
+        .await
+        .map(|page| Json(serde_json::json!({ "sources": page.items, "next": page.next })));
+    timed("sources", started, r)
+}
+
+async fn metric_names(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let (src, met) = (
+        tri!(Params::matcher(&p.source, "source")),
+        tri!(Params::matcher(&p.metric, "metric")),
+    );
+    let started = Instant::now();
+    let r = s
+        .query
+        .metrics(src, met, p.after.clone(), p.limit.unwrap_or(DEFAULT_PAGE))
+        .await
+        .map(|page| Json(serde_json::json!({ "metrics": page.items, "next": page.next })));
+    timed("metrics", started, r)
+}
+
+async fn groups(State(s): State<HttpState>) -> Response {
+    let r = s.query.rollups();
+    Json(serde_json::json!({
+        "groups": r.configured().into_iter().map(|g| serde_json::json!({
+            "name": g.name, "rule": g.rule, "sources": g.sources,
+        })).collect::<Vec<_>>(),
+        "prefix_delimiter": r.prefix_delimiter().map(String::from),
+    }))
+    .into_response()
+}
+
+async fn aggregate(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let now = chrono::Utc::now().timestamp();
+    let Some(metric) = p.metric.clone() else {
+        return bad("`metric` is required (one metric name)");
+    };
+    let sources = match (&p.group, &p.source) {
+        (Some(_), Some(_)) => return bad("give `group` or `source`, not both"),
+        (Some(g), None) => Sources::Group(g.clone()),
+        (None, _) => Sources::Matching(tri!(Params::matcher(&p.source, "source"))),
+    };
+    let (from, to) = tri!(p.range(now));
+    let q = AggregateQuery {
+        metric,
+        sources,
+        from,
+        to,
+        step: tri!(p.step()),
+        aggregates: tri!(p.aggregates()),
+        use_rollup: !p.fan_out.unwrap_or(false),
+    };
+    let started = Instant::now();
+    let r = s.query.aggregate(&q).await.map(Json);
+    timed("aggregate", started, r)
+}
+
+/// Server-Sent Events: a `snapshot` event, then `update` events; `error`
+/// and the end of the stream if the hub drops a subscriber that fell behind.
+async fn watch_sse(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+    let sel = tri!(p.selection());
+    let window_minutes = match p
+        .window
+        .as_deref()
+        .map(humantime::parse_duration)
+        .transpose()
+    {
+        Ok(w) => w.map_or(0, |d| (d.as_secs() / 60).min(u32::MAX as u64) as u32),
+        Err(e) => return bad(format!("window: {e} (e.g. 15m, 1h)")),
+    };
+    let sub = match s.watch.subscribe(sel, window_minutes).await {
+        Ok(sub) => sub,
+        Err(e) => return e.into_response(),
+    };
+    let stream = futures::stream::unfold(Some(sub), |sub| async move {
+        let mut sub = sub?;
+        match sub.events.recv().await {
+            Some(ev) => {
+                let name = if ev.snapshot { "snapshot" } else { "update" };
+                let event = Event::default()
+                    .event(name)
+                    .json_data(&ev)
+                    .unwrap_or_else(|e| {
+                        Event::default()
+                            .event("error")
+                            .data(format!("encoding: {e}"))
+                    });
+                Some((Ok::<_, std::convert::Infallible>(event), Some(sub)))
+            }
+            None if sub.was_dropped_for_lag() => Some((
+                Ok(Event::default().event("error").data(
+                    "dropped: this subscriber stopped reading for longer than watch.max_lag",
+                )),
+                None,
+            )),
+            None => None,
         }
-        Err(QueryError::Store(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 /// Accepts Unix seconds (`1764000000`, `1764000000.5`), RFC 3339

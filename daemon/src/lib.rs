@@ -8,6 +8,7 @@
 //! endpoints. [`config`] holds every setting; `main.rs` only wires these.
 
 pub mod aggregator;
+pub mod catalog;
 pub mod config;
 pub mod flush;
 pub mod grpc;
@@ -16,6 +17,8 @@ pub mod ingest;
 pub mod maintenance;
 pub mod model;
 pub mod query;
+pub mod rollup;
 pub mod selector;
 pub mod store;
 pub mod telemetry;
+pub mod watch;

@@ -13,14 +13,17 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 
 use tally::aggregator::{Aggregator, AggregatorConfig};
+use tally::catalog::CatalogWriter;
 use tally::config::{Cli, Config, LogFormat, StoreKind};
 use tally::flush::{FlushConfig, Pipeline};
 use tally::ingest::{IngestGate, IngestLimits, IngestService};
 use tally::maintenance::{self, MaintenanceConfig};
-use tally::query::QueryEngine;
+use tally::query::{QueryEngine, QueryLimits};
+use tally::rollup::Rollups;
 use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use tally::store::mongodb::MongoStore;
 use tally::store::Store;
+use tally::watch::{WatchConfig, WatchHub};
 use tally::{grpc, http, telemetry};
 
 // Ingest decodes many small strings and arrays per request; mimalloc's
@@ -66,21 +69,44 @@ async fn run(config: Config) -> Result<()> {
         }
         Err(e) => return Err(e).context("reading the store's last flush id"),
     };
-    let pipeline = Arc::new(Pipeline::new(
-        agg.clone(),
-        store.clone(),
-        FlushConfig {
-            interval: config.flush.interval,
-            queue_depth: config.flush.queue_depth,
-            retry_initial_backoff: config.flush.retry_initial_backoff,
-            retry_max_backoff: config.flush.retry_max_backoff,
-        },
-        last_flush,
-    ));
+    let rollups = Arc::new(Rollups::new(config.rollup_config()).context("[rollup]")?);
+    let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
+    let pipeline = Arc::new(
+        Pipeline::new(
+            agg.clone(),
+            store.clone(),
+            FlushConfig {
+                interval: config.flush.interval,
+                queue_depth: config.flush.queue_depth,
+                retry_initial_backoff: config.flush.retry_initial_backoff,
+                retry_max_backoff: config.flush.retry_max_backoff,
+            },
+            last_flush,
+        )
+        .with_rollups(rollups)
+        .with_catalog(catalog.clone()),
+    );
     let engine = Arc::new(QueryEngine::new(
         pipeline.clone(),
-        config.query.max_points,
+        QueryLimits {
+            max_points: config.query.max_points,
+            default_points: config.query.default_points,
+            max_series: config.query.max_series,
+            max_fanout: config.query.max_fanout,
+            max_page: config.query.max_page,
+        },
         config.retention.hour.as_secs() as i64,
+    ));
+    let watch_hub = Arc::new(WatchHub::new(
+        engine.clone(),
+        WatchConfig {
+            max_subscribers: config.watch.max_subscribers,
+            max_series: config.watch.max_series,
+            window: config.watch.window,
+            buffer: config.watch.buffer,
+            max_lag: config.watch.max_lag,
+            ..WatchConfig::default()
+        },
     ));
 
     let grpc_listener = TcpListener::bind(config.grpc_listen)
@@ -117,7 +143,7 @@ async fn run(config: Config) -> Result<()> {
             },
             gate.clone(),
         ),
-        grpc::QueryService::new(engine.clone()),
+        grpc::QueryService::new(engine.clone(), watch_hub.clone()),
         health.clone(),
         health_service,
         config.ingest.max_message_bytes,
@@ -127,6 +153,7 @@ async fn run(config: Config) -> Result<()> {
         http_listener,
         http::HttpState {
             query: engine.clone(),
+            watch: watch_hub.clone(),
             store: store.clone(),
             metrics: Some(metrics),
             draining: draining.clone(),
@@ -134,9 +161,13 @@ async fn run(config: Config) -> Result<()> {
         wait_for(close_rx.clone()),
     ));
     let flush_task = tokio::spawn(pipeline.clone().run(stop_rx.clone(), give_up_rx));
+    // Watch streams end when the listeners close, or graceful shutdown
+    // would wait on them for the whole grace period.
+    let watch_task = tokio::spawn(watch_hub.clone().run(close_rx.clone()));
     let maintenance_task = tokio::spawn(maintenance::run(
         agg.clone(),
         store.clone(),
+        Some(catalog),
         MaintenanceConfig {
             prealloc_enabled: config.prealloc.enabled,
             prealloc_hour_window_s: config.prealloc.hour_window.as_secs() as i64,
@@ -197,6 +228,7 @@ async fn run(config: Config) -> Result<()> {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(1), &mut flush_task).await;
     }
     let _ = maintenance_task.await;
+    let _ = watch_task.await;
     let _ = health_task.await;
     if let Err(e) = store.close().await {
         error!(error = %e, "closing the store");

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::aggregator::Aggregator;
+use crate::catalog::CatalogWriter;
 use crate::model::{Tier, MINUTE_S};
 use crate::store::Store;
 
@@ -35,6 +36,7 @@ const SWEEP_TICK: Duration = Duration::from_secs(60);
 pub async fn run(
     agg: Arc<Aggregator>,
     store: Arc<dyn Store>,
+    catalog: Option<Arc<CatalogWriter>>,
     cfg: MaintenanceConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -46,7 +48,7 @@ pub async fn run(
         tokio::select! {
             _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
             _ = prealloc_tick.tick(), if cfg.prealloc_enabled => preallocate(&agg, &*store, &cfg).await,
-            _ = sweep_tick.tick() => sweep(&agg, &*store, &cfg).await,
+            _ = sweep_tick.tick() => sweep(&agg, &*store, catalog.as_deref(), &cfg).await,
         }
     }
 }
@@ -88,9 +90,17 @@ async fn preallocate(agg: &Aggregator, store: &dyn Store, cfg: &MaintenanceConfi
     }
 }
 
-async fn sweep(agg: &Aggregator, store: &dyn Store, cfg: &MaintenanceConfig) {
+async fn sweep(
+    agg: &Aggregator,
+    store: &dyn Store,
+    catalog: Option<&CatalogWriter>,
+    cfg: &MaintenanceConfig,
+) {
     let now = chrono::Utc::now().timestamp();
     let evicted = agg.evict_idle((now - cfg.series_idle_timeout_s).div_euclid(MINUTE_S));
+    if let Some(c) = catalog {
+        c.forget_idle(now - cfg.series_idle_timeout_s);
+    }
     metrics::counter!("tally_evicted_series_total").increment(evicted as u64);
     metrics::gauge!("tally_series").set(agg.series_count() as f64);
     match store

@@ -36,6 +36,8 @@ pub struct NameMatcher {
     regex: Option<Regex>,
     /// Every name this matcher accepts starts with this.
     prefix: String,
+    /// The names, when this matcher is a plain list of them (`a,b`).
+    names: Option<Vec<String>>,
 }
 
 impl PartialEq for NameMatcher {
@@ -52,6 +54,7 @@ impl NameMatcher {
             value: ".*".into(),
             regex: None,
             prefix: String::new(),
+            names: None,
         }
     }
 
@@ -61,6 +64,7 @@ impl NameMatcher {
             value: name.to_string(),
             regex: None,
             prefix: name.to_string(),
+            names: Some(vec![name.to_string()]),
         }
     }
 
@@ -74,6 +78,7 @@ impl NameMatcher {
                 value: value.to_string(),
                 regex: None,
                 prefix: String::new(),
+                names: None,
             }),
             MatchOp::Regex | MatchOp::NotRegex => {
                 if op == MatchOp::Regex && value == ".*" {
@@ -94,6 +99,7 @@ impl NameMatcher {
                     value: value.to_string(),
                     regex: Some(regex),
                     prefix,
+                    names: None,
                 })
             }
         }
@@ -118,6 +124,12 @@ impl NameMatcher {
                     // The regex prefix scan gives up on alternations; a glob
                     // list knows its common literal prefix exactly.
                     m.prefix = common_prefix(items.iter().map(|g| glob_literal_prefix(g)));
+                    if !items.iter().any(|g| g.contains(['*', '?'])) {
+                        let mut names: Vec<String> = items.iter().map(|s| s.to_string()).collect();
+                        names.sort();
+                        names.dedup();
+                        m.names = Some(names);
+                    }
                     m
                 })
             }
@@ -144,6 +156,11 @@ impl NameMatcher {
     /// The one name this matcher accepts, if it accepts exactly one.
     pub fn exact_name(&self) -> Option<&str> {
         (self.op == MatchOp::Equal).then_some(self.value.as_str())
+    }
+
+    /// The names this matcher accepts, when it is a finite list of them.
+    pub fn names(&self) -> Option<&[String]> {
+        self.names.as_deref()
     }
 
     /// Accepts every name.
@@ -250,6 +267,10 @@ mod tests {
         let m = NameMatcher::parse_list("host-1?,host-2").unwrap();
         assert_eq!(m.literal_prefix(), "host-");
         assert!(m.matches("host-10") && m.matches("host-2") && !m.matches("host-100"));
+        assert_eq!(m.names(), None);
+        let m = NameMatcher::parse_list("b,a,b").unwrap();
+        assert_eq!(m.names(), Some(&["a".to_string(), "b".to_string()][..]));
+        assert!(m.matches("a") && !m.matches("a,b"));
 
         // Regex metacharacters in names are literal in globs.
         let m = NameMatcher::parse_list("a.b*").unwrap();

@@ -426,12 +426,15 @@ async fn check_grpc(
                 from_ms,
                 to_ms,
                 step: step as i32,
+                ..Default::default()
             }),
         )
         .await
         .unwrap_or_else(|s| panic!("{what}: {s:?}"))
         .into_inner();
         let want_kind = e.kind.map_or(pb::SampleKind::Unspecified, Kind::proto);
+        assert_eq!(resp.series.len(), 1, "{what}: one series asked for");
+        let resp = &resp.series[0];
         assert_eq!(
             pb::SampleKind::try_from(resp.kind).ok(),
             Some(want_kind),
@@ -443,16 +446,16 @@ async fn check_grpc(
             .iter()
             .map(|p| Bucket {
                 t_ms: p.t_ms,
-                n: p.n,
-                sum: p.sum,
-                min: p.min,
-                max: p.max,
+                n: p.n.unwrap_or(0),
+                sum: p.sum.unwrap_or(f64::NAN),
+                min: p.min.unwrap_or(f64::NAN),
+                max: p.max.unwrap_or(f64::NAN),
             })
             .collect();
         assert_eq!(got, want, "{what}: points (empty buckets must be absent)");
         let counter = e.kind.is_some_and(Kind::is_counter);
         for (p, w) in resp.points.iter().zip(&want) {
-            assert_eq!(p.avg, w.sum / w.n as f64, "{what}: avg at {}", p.t_ms);
+            assert_eq!(p.avg, Some(w.sum / w.n as f64), "{what}: avg at {}", p.t_ms);
             assert_eq!(
                 p.rate,
                 counter.then(|| w.sum / width_s as f64),
@@ -484,6 +487,7 @@ async fn check_http(d: &Daemon, e: &Expect, from_s: i64, to_s: i64) {
         )
         .await;
         assert_eq!(status, 200, "{what}: {body}");
+        let body = &body["series"][0];
         match e.kind {
             Some(k) => assert_eq!(body["kind"], k.json(), "{what}: kind in {body}"),
             None => assert!(body["kind"].is_null(), "{what}: kind in {body}"),
@@ -1177,7 +1181,7 @@ async fn health_reflection_and_http_errors() {
     .await;
     assert_eq!(status, 200, "unknown series: {body}");
     assert_eq!(
-        body["points"],
+        body["series"][0]["points"],
         serde_json::json!([]),
         "unknown series: {body}"
     );
@@ -1192,6 +1196,7 @@ async fn health_reflection_and_http_errors() {
             from_ms: (now - 3_600) * 1000,
             to_ms: now * 1000,
             step: pb::Step::Unspecified as i32,
+            ..Default::default()
         }),
     )
     .await
@@ -1205,13 +1210,19 @@ async fn health_reflection_and_http_errors() {
             from_ms: (now - 3_600) * 1000,
             to_ms: now * 1000,
             step: pb::Step::Minute as i32,
+            ..Default::default()
         }),
     )
     .await
     .expect("Range of an unknown series")
     .into_inner();
-    assert_eq!(resp.kind, pb::SampleKind::Unspecified as i32, "{resp:?}");
-    assert!(resp.points.is_empty(), "{resp:?}");
+    assert_eq!(resp.series.len(), 1, "{resp:?}");
+    assert_eq!(
+        resp.series[0].kind,
+        pb::SampleKind::Unspecified as i32,
+        "{resp:?}"
+    );
+    assert!(resp.series[0].points.is_empty(), "{resp:?}");
 }
 
 /// SIGTERM while agents are pushing: every sample whose Push was
@@ -1268,12 +1279,18 @@ async fn sigterm_under_load_loses_nothing_acknowledged() {
                 from_ms: now_ms() - 30 * MINUTE_MS,
                 to_ms: now_ms() + MINUTE_MS,
                 step: pb::Step::Minute as i32,
+                ..Default::default()
             }),
         )
         .await
         .expect("Range")
         .into_inner();
-        let stored: u64 = resp.points.iter().map(|p| p.n).sum();
+        let stored: u64 = resp
+            .series
+            .iter()
+            .flat_map(|s| &s.points)
+            .filter_map(|p| p.n)
+            .sum();
         assert!(
             stored >= acked && stored <= sent,
             "{metric}: {acked} samples acknowledged, {sent} sent, {stored} stored after a clean shutdown"

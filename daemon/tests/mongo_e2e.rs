@@ -554,12 +554,15 @@ async fn check_grpc(
                 from_ms,
                 to_ms,
                 step: step as i32,
+                ..Default::default()
             }),
         )
         .await
         .unwrap_or_else(|s| panic!("{what}: {s:?}"))
         .into_inner();
         let want_kind = e.kind.map_or(pb::SampleKind::Unspecified, Kind::proto);
+        assert_eq!(resp.series.len(), 1, "{what}: one series asked for");
+        let resp = &resp.series[0];
         assert_eq!(
             pb::SampleKind::try_from(resp.kind).ok(),
             Some(want_kind),
@@ -571,16 +574,16 @@ async fn check_grpc(
             .iter()
             .map(|p| Bucket {
                 t_ms: p.t_ms,
-                n: p.n,
-                sum: p.sum,
-                min: p.min,
-                max: p.max,
+                n: p.n.unwrap_or(0),
+                sum: p.sum.unwrap_or(f64::NAN),
+                min: p.min.unwrap_or(f64::NAN),
+                max: p.max.unwrap_or(f64::NAN),
             })
             .collect();
         assert_eq!(got, want, "{what}: points");
         let counter = e.kind.is_some_and(Kind::is_counter);
         for (p, w) in resp.points.iter().zip(&want) {
-            assert_eq!(p.avg, w.sum / w.n as f64, "{what}: avg at {}", p.t_ms);
+            assert_eq!(p.avg, Some(w.sum / w.n as f64), "{what}: avg at {}", p.t_ms);
             assert_eq!(
                 p.rate,
                 counter.then(|| w.sum / width_s as f64),

@@ -90,6 +90,12 @@ pub fn sum_tolerance(n: u64, abs_sum: f64) -> f64 {
     n as f64 * f64::EPSILON * abs_sum
 }
 
+/// `/api/v1/range` answers with a list of series; verify asks for one.
+#[derive(Debug, Deserialize)]
+struct RangeEnvelope {
+    series: Vec<RangeBody>,
+}
+
 #[derive(Debug, Deserialize)]
 struct RangeBody {
     kind: Option<String>,
@@ -264,8 +270,13 @@ async fn read_chunk(
                     Err(e) => return Err(error_chain(&e)),
                 };
                 if status.is_success() {
-                    return serde_json::from_slice(&bytes)
-                        .map_err(|e| format!("unexpected answer from {url}: {e}"));
+                    let envelope: RangeEnvelope = serde_json::from_slice(&bytes)
+                        .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
+                    return envelope
+                        .series
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| format!("{url} answered with no series"));
                 }
                 // 503 is the daemon's "store busy, try again".
                 if status.is_server_error() && !last {

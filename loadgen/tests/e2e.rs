@@ -231,7 +231,7 @@ fn corrupted_store_fails_verification() {
                 .json()
                 .await
                 .expect("a JSON range");
-            if body["kind"] == "gauge" {
+            if body["series"][0]["kind"] == "gauge" {
                 let mut ingest = pb::ingest_client::IngestClient::connect(grpc.clone())
                     .await
                     .expect("connecting to tallyd");

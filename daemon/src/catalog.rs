@@ -1,0 +1,135 @@
+//! The series catalog's write side: which series exist, their kind, and
+//! when they were first and last seen, kept in the store for discovery.
+//!
+//! Writing the catalog per sample would double the write load, so the flush
+//! pipeline reports each applied batch here and only two things reach the
+//! store: a series this daemon has not recorded yet, and a series whose
+//! `last_seen` moved on by at least `refresh` since it was last recorded.
+//! The store's upsert keeps the extremes, so several daemons (or a restarted
+//! one) recording the same series agree. Discovery is thus fresh to one
+//! flush for new series and to `refresh` for `last_seen`.
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+
+use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
+use crate::rollup::Rollups;
+use crate::store::CatalogEntry;
+
+struct Recorded {
+    /// `last_seen` as last written to the store.
+    last_seen: i64,
+    kind: crate::model::SampleKind,
+}
+
+pub struct CatalogWriter {
+    recorded: Mutex<HashMap<SeriesId, Recorded>>,
+    refresh_s: i64,
+}
+
+impl CatalogWriter {
+    pub fn new(refresh: std::time::Duration) -> CatalogWriter {
+        CatalogWriter {
+            recorded: Mutex::new(HashMap::new()),
+            refresh_s: refresh.as_secs().max(1) as i64,
+        }
+    }
+
+    /// The entries an applied batch makes due. Rollup series are not
+    /// catalogued: they are listed as groups.
+    pub fn due<'a>(&self, batch: impl IntoIterator<Item = &'a SeriesMinutes>) -> Vec<CatalogEntry> {
+        let recorded = self.recorded.lock();
+        let mut due = Vec::new();
+        for s in batch {
+            if Rollups::is_rollup_source(&s.series.source) {
+                continue;
+            }
+            let (Some(first), Some(last)) = (s.minutes.first(), s.minutes.last()) else {
+                continue;
+            };
+            let (first, last) = (first.0 * MINUTE_S, last.0 * MINUTE_S);
+            let stale = match recorded.get(&*s.series) {
+                None => true,
+                Some(r) => r.kind != s.kind || last >= r.last_seen + self.refresh_s,
+            };
+            if stale {
+                due.push(CatalogEntry {
+                    series: (*s.series).clone(),
+                    kind: s.kind,
+                    first_seen: first,
+                    last_seen: last,
+                });
+            }
+        }
+        due
+    }
+
+    /// The store took `entries`.
+    pub fn recorded(&self, entries: Vec<CatalogEntry>) {
+        let mut recorded = self.recorded.lock();
+        for e in entries {
+            let r = recorded.entry(e.series).or_insert(Recorded {
+                last_seen: e.last_seen,
+                kind: e.kind,
+            });
+            r.last_seen = r.last_seen.max(e.last_seen);
+            r.kind = e.kind;
+        }
+    }
+
+    /// Forgets series last recorded before `before` (Unix seconds), so the
+    /// map follows the active series. A forgotten series that comes back is
+    /// written once more, which the upsert absorbs.
+    pub fn forget_idle(&self, before: i64) -> usize {
+        let mut recorded = self.recorded.lock();
+        let n = recorded.len();
+        recorded.retain(|_, r| r.last_seen >= before);
+        n - recorded.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.recorded.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{SampleKind, Slot};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn sm(source: &str, kind: SampleKind, minutes: &[i64]) -> SeriesMinutes {
+        SeriesMinutes {
+            series: Arc::new(SeriesId::new(source, "m")),
+            kind,
+            minutes: minutes.iter().map(|m| (*m, Slot::of(1.0))).collect(),
+        }
+    }
+
+    #[test]
+    fn writes_new_series_then_only_coarse_refreshes() {
+        let c = CatalogWriter::new(Duration::from_secs(600));
+        let g = SampleKind::Gauge;
+        let first = c.due([&sm("a", g, &[100, 101]), &sm("@all", g, &[100])]);
+        assert_eq!(first.len(), 1, "rollup series are not catalogued");
+        assert_eq!((first[0].first_seen, first[0].last_seen), (6000, 6060));
+        // Not confirmed yet: still due.
+        assert_eq!(c.due([&sm("a", g, &[102])]).len(), 1);
+        c.recorded(first);
+        assert!(c.due([&sm("a", g, &[102])]).is_empty());
+        assert!(c.due([&sm("a", g, &[110])]).is_empty());
+        assert_eq!(c.due([&sm("a", g, &[111])]).len(), 1, "10 minutes on");
+        assert_eq!(
+            c.due([&sm("a", SampleKind::DeltaCounter, &[102])]).len(),
+            1,
+            "a kind change is recorded at once"
+        );
+        assert_eq!(c.forget_idle(6061), 1);
+        assert!(c.is_empty());
+    }
+}

@@ -1,0 +1,424 @@
+//! Group rollups: per-group series maintained at ingest, so a fleet-wide
+//! graph reads one series instead of fanning out to every source.
+//!
+//! A group is a set of sources: every source (`all`), the sources matching
+//! configured globs, or the sources sharing a prefix up to a delimiter
+//! (`web-042` joins `web` with delimiter `-`). For each group and metric
+//! the daemon keeps the series `@<group>|<metric>`, whose slots are the
+//! slot-wise merge of its members' slots: `n` and `sum` add up, `min` and
+//! `max` are the extremes. `@` is outside the source charset, so no agent
+//! can write to a rollup series.
+//!
+//! The merge happens when the flush pipeline drains the aggregator, not per
+//! sample: merging slots is associative, so folding each drained (series,
+//! minute) slot into its groups gives exactly what folding every sample
+//! would, at a cost that follows the active series per flush, and without
+//! every ingest thread contending on the few group series. A rollup is
+//! therefore fresh to the flush interval, and holds data from the moment
+//! its group was configured.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::model::{validate_source, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot};
+use crate::selector::{NameMatcher, SelectorError};
+
+/// The first character of every rollup series' source.
+pub const GROUP_PREFIX: char = '@';
+
+/// The group every source belongs to when `rollup.all` is on.
+pub const ALL_GROUP: &str = "all";
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RollupConfig {
+    /// Keep the `all` group.
+    pub all: bool,
+    /// Group sources by their prefix up to this character.
+    pub prefix_delimiter: Option<char>,
+    /// Named groups of sources, each a list of globs.
+    pub groups: Vec<GroupRule>,
+    /// At most this many rollup series (groups × metrics) are kept; samples
+    /// for further ones are left out of the rollups (and counted).
+    pub max_series: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupRule {
+    pub name: String,
+    /// Source globs (`web-*`); a source in any of them is a member.
+    pub sources: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RollupError {
+    #[error("group name {name:?} {reason}")]
+    BadName { name: String, reason: String },
+    #[error("group {name:?}: {source}")]
+    BadGlob {
+        name: String,
+        #[source]
+        source: SelectorError,
+    },
+}
+
+/// How a reader's source selection maps to a rollup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupInfo {
+    pub name: String,
+    /// How membership is decided, for listings: `all`, `prefix` or `globs`.
+    pub rule: &'static str,
+    pub sources: Vec<String>,
+}
+
+struct Compiled {
+    name: String,
+    globs: Vec<String>,
+    matcher: NameMatcher,
+}
+
+/// Group membership and the drain-time merge.
+pub struct Rollups {
+    cfg: RollupConfig,
+    named: Vec<Compiled>,
+    /// Each rollup series' kind, fixed by its first member: merging gauges
+    /// with counters would be meaningless.
+    kinds: Mutex<HashMap<Arc<SeriesId>, SampleKind>>,
+    /// Memberships of recently seen sources: glob matching per source per
+    /// flush would otherwise cost a regex run per group.
+    membership: Mutex<HashMap<Box<str>, Groups>>,
+}
+
+/// The group names of one source.
+pub type Groups = Arc<[Arc<str>]>;
+
+/// Membership cache entries before it is cleared and rebuilt.
+const MEMBERSHIP_CACHE_MAX: usize = 1 << 20;
+
+impl Rollups {
+    pub fn new(cfg: RollupConfig) -> Result<Rollups, RollupError> {
+        let mut named = Vec::new();
+        for g in &cfg.groups {
+            if let Err(e) = validate_source(&g.name) {
+                return Err(RollupError::BadName {
+                    name: g.name.clone(),
+                    reason: e.to_string(),
+                });
+            }
+            if g.name == ALL_GROUP || cfg.groups.iter().filter(|o| o.name == g.name).count() > 1 {
+                return Err(RollupError::BadName {
+                    name: g.name.clone(),
+                    reason: "is used twice (`all` is reserved for rollup.all)".into(),
+                });
+            }
+            let matcher = NameMatcher::parse_list(&g.sources.join(",")).map_err(|source| {
+                RollupError::BadGlob {
+                    name: g.name.clone(),
+                    source,
+                }
+            })?;
+            named.push(Compiled {
+                name: g.name.clone(),
+                globs: g.sources.clone(),
+                matcher,
+            });
+        }
+        Ok(Rollups {
+            cfg,
+            named,
+            kinds: Mutex::new(HashMap::new()),
+            membership: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// No grouping at all: the drain passes through untouched.
+    pub fn disabled() -> Rollups {
+        Rollups {
+            cfg: RollupConfig::default(),
+            named: Vec::new(),
+            kinds: Mutex::new(HashMap::new()),
+            membership: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn is_enabled(&self) -> bool {
+        self.cfg.all || self.cfg.prefix_delimiter.is_some() || !self.named.is_empty()
+    }
+
+    /// The rollup series of `group` for `metric`.
+    pub fn series(group: &str, metric: &str) -> SeriesId {
+        SeriesId::new(&format!("{GROUP_PREFIX}{group}"), metric)
+    }
+
+    pub fn is_rollup_source(source: &str) -> bool {
+        source.starts_with(GROUP_PREFIX)
+    }
+
+    /// The groups `source` belongs to.
+    pub fn groups_of(&self, source: &str) -> Groups {
+        if let Some(g) = self.membership.lock().get(source) {
+            return g.clone();
+        }
+        let mut groups: SmallVec<[Arc<str>; 4]> = SmallVec::new();
+        if self.cfg.all {
+            groups.push(ALL_GROUP.into());
+        }
+        if let Some(d) = self.cfg.prefix_delimiter {
+            if let Some((prefix, _)) = source.split_once(d) {
+                if !prefix.is_empty() && !groups.iter().any(|g| &**g == prefix) {
+                    groups.push(prefix.into());
+                }
+            }
+        }
+        for g in &self.named {
+            if g.matcher.matches(source) && !groups.iter().any(|n| **n == *g.name) {
+                groups.push(g.name.as_str().into());
+            }
+        }
+        let groups: Groups = groups.into_iter().collect();
+        let mut cache = self.membership.lock();
+        if cache.len() >= MEMBERSHIP_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(source.into(), groups.clone());
+        groups
+    }
+
+    /// Whether `group` is a group this daemon maintains (prefix groups: any
+    /// name that could be a prefix).
+    pub fn knows(&self, group: &str) -> bool {
+        (self.cfg.all && group == ALL_GROUP)
+            || self.named.iter().any(|g| g.name == group)
+            || self
+                .cfg
+                .prefix_delimiter
+                .is_some_and(|d| !group.contains(d) && validate_source(group).is_ok())
+    }
+
+    /// The members of `group` as a source matcher, for fanning out.
+    pub fn member_matcher(&self, group: &str) -> Option<NameMatcher> {
+        if self.cfg.all && group == ALL_GROUP {
+            return Some(NameMatcher::any());
+        }
+        if let Some(g) = self.named.iter().find(|g| g.name == group) {
+            return Some(g.matcher.clone());
+        }
+        let d = self.cfg.prefix_delimiter?;
+        if group.contains(d) {
+            return None;
+        }
+        let escaped = format!(
+            "{}{}.*",
+            regex::escape(group),
+            regex::escape(&d.to_string())
+        );
+        NameMatcher::new(crate::selector::MatchOp::Regex, &escaped).ok()
+    }
+
+    /// The group whose members are exactly the sources `source` accepts, if
+    /// any: a reader selecting every source reads the `all` rollup, one
+    /// selecting `web-*` reads a group defined as `web-*`.
+    pub fn group_for(&self, source: &NameMatcher) -> Option<&str> {
+        if source.is_any() {
+            return self.cfg.all.then_some(ALL_GROUP);
+        }
+        self.named
+            .iter()
+            .find(|g| g.matcher == *source)
+            .map(|g| g.name.as_str())
+    }
+
+    /// The configured groups, for listings.
+    pub fn configured(&self) -> Vec<GroupInfo> {
+        let mut out = Vec::new();
+        if self.cfg.all {
+            out.push(GroupInfo {
+                name: ALL_GROUP.into(),
+                rule: "all",
+                sources: vec!["*".into()],
+            });
+        }
+        for g in &self.named {
+            out.push(GroupInfo {
+                name: g.name.clone(),
+                rule: "globs",
+                sources: g.globs.clone(),
+            });
+        }
+        out
+    }
+
+    pub fn prefix_delimiter(&self) -> Option<char> {
+        self.cfg.prefix_delimiter
+    }
+
+    /// Adds the rollup series of a drained batch to it.
+    pub fn expand(&self, mut drained: Vec<SeriesMinutes>) -> Vec<SeriesMinutes> {
+        if !self.is_enabled() {
+            return drained;
+        }
+        let mut acc: HashMap<SeriesId, (SampleKind, BTreeMap<EpochMinute, Slot>)> = HashMap::new();
+        let mut skipped = 0u64;
+        {
+            let mut kinds = self.kinds.lock();
+            for member in &drained {
+                if Rollups::is_rollup_source(&member.series.source) {
+                    continue;
+                }
+                // Counters are stored as deltas whatever the agent sent.
+                let kind = match member.kind {
+                    SampleKind::Gauge => SampleKind::Gauge,
+                    _ => SampleKind::DeltaCounter,
+                };
+                for group in self.groups_of(&member.series.source).iter() {
+                    let id = Rollups::series(group, &member.series.metric);
+                    let known = match kinds.get(&id) {
+                        Some(k) => *k,
+                        None if kinds.len() >= self.cfg.max_series => {
+                            skipped += 1;
+                            continue;
+                        }
+                        None => {
+                            kinds.insert(Arc::new(id.clone()), kind);
+                            kind
+                        }
+                    };
+                    if known != kind {
+                        skipped += 1;
+                        continue;
+                    }
+                    let (_, minutes) = acc.entry(id).or_insert_with(|| (kind, BTreeMap::new()));
+                    for (m, slot) in &member.minutes {
+                        minutes.entry(*m).or_default().merge(slot);
+                    }
+                }
+            }
+        }
+        if skipped > 0 {
+            metrics::counter!("tally_rollup_skipped_total").increment(skipped);
+        }
+        drained.extend(acc.into_iter().map(|(id, (kind, minutes))| SeriesMinutes {
+            series: Arc::new(id),
+            kind,
+            minutes: minutes.into_iter().collect(),
+        }));
+        drained
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rollups() -> Rollups {
+        Rollups::new(RollupConfig {
+            all: true,
+            prefix_delimiter: Some('-'),
+            groups: vec![GroupRule {
+                name: "edge".into(),
+                sources: vec!["web-0*".into(), "cdn*".into()],
+            }],
+            max_series: 100,
+        })
+        .unwrap()
+    }
+
+    fn member(source: &str, metric: &str, kind: SampleKind, m: &[(i64, f64)]) -> SeriesMinutes {
+        SeriesMinutes {
+            series: Arc::new(SeriesId::new(source, metric)),
+            kind,
+            minutes: m.iter().map(|(t, v)| (*t, Slot::of(*v))).collect(),
+        }
+    }
+
+    #[test]
+    fn membership() {
+        let r = rollups();
+        let names =
+            |s: &str| -> Vec<String> { r.groups_of(s).iter().map(|g| g.to_string()).collect() };
+        assert_eq!(names("web-01"), ["all", "web", "edge"]);
+        assert_eq!(names("web-11"), ["all", "web"]);
+        assert_eq!(names("cdn7"), ["all", "edge"]);
+        assert!(r.knows("web") && r.knows("edge") && r.knows("all"));
+        assert!(!r.knows("we-b"));
+        let web = r.member_matcher("web").unwrap();
+        assert!(web.matches("web-9") && !web.matches("webby-9"));
+        assert_eq!(
+            r.group_for(&NameMatcher::parse_list("web-0*,cdn*").unwrap()),
+            Some("edge")
+        );
+        assert_eq!(r.group_for(&NameMatcher::any()), Some("all"));
+        assert_eq!(r.group_for(&NameMatcher::exact("web-1")), None);
+    }
+
+    #[test]
+    fn rollup_slots_are_the_merge_of_member_slots() {
+        let r = rollups();
+        let out = r.expand(vec![
+            member("web-01", "cpu", SampleKind::Gauge, &[(10, 1.0), (11, 5.0)]),
+            member("web-11", "cpu", SampleKind::Gauge, &[(10, 3.0)]),
+            member("db-1", "cpu", SampleKind::Gauge, &[(10, -2.0)]),
+        ]);
+        let get = |src: &str| {
+            out.iter()
+                .find(|s| *s.series == Rollups::series(src, "cpu"))
+                .map(|s| s.minutes.clone())
+        };
+        let mut m10 = Slot::of(1.0);
+        m10.merge(&Slot::of(3.0));
+        m10.merge(&Slot::of(-2.0));
+        assert_eq!(get("all").unwrap(), vec![(10, m10), (11, Slot::of(5.0))]);
+        let mut web10 = Slot::of(1.0);
+        web10.merge(&Slot::of(3.0));
+        assert_eq!(get("web").unwrap(), vec![(10, web10), (11, Slot::of(5.0))]);
+        assert_eq!(
+            get("edge").unwrap(),
+            vec![(10, Slot::of(1.0)), (11, Slot::of(5.0))]
+        );
+        assert_eq!(get("db").unwrap(), vec![(10, Slot::of(-2.0))]);
+        assert!(get("cdn").is_none());
+    }
+
+    #[test]
+    fn kind_conflicts_and_the_series_bound_leave_members_out() {
+        let r = Rollups::new(RollupConfig {
+            all: true,
+            max_series: 1,
+            ..RollupConfig::default()
+        })
+        .unwrap();
+        let out = r.expand(vec![
+            member("a", "x", SampleKind::CumulativeCounter, &[(1, 2.0)]),
+            member("b", "x", SampleKind::Gauge, &[(1, 7.0)]),
+            member("a", "y", SampleKind::Gauge, &[(1, 7.0)]),
+        ]);
+        let rolled: Vec<_> = out
+            .iter()
+            .filter(|s| Rollups::is_rollup_source(&s.series.source))
+            .collect();
+        assert_eq!(rolled.len(), 1);
+        assert_eq!(rolled[0].kind, SampleKind::DeltaCounter);
+        assert_eq!(rolled[0].minutes, vec![(1, Slot::of(2.0))]);
+    }
+
+    #[test]
+    fn bad_groups_are_refused() {
+        let bad = |name: &str, globs: &[&str]| {
+            Rollups::new(RollupConfig {
+                groups: vec![GroupRule {
+                    name: name.into(),
+                    sources: globs.iter().map(|s| s.to_string()).collect(),
+                }],
+                ..RollupConfig::default()
+            })
+            .is_err()
+        };
+        assert!(bad("a b", &["x*"]));
+        assert!(bad("ok", &[]));
+        assert!(bad("all", &["x*"]));
+        assert!(!bad("ok", &["x*"]));
+    }
+}

@@ -1,0 +1,373 @@
+//! Live watch: subscribers receive, every second, the minute slots of their
+//! series that changed, after a first snapshot of the recent window.
+//!
+//! One hub task serves every subscriber. Each tick it reads the live window
+//! (the previous and the current minute) of the union of watched series
+//! once, through the query engine, so values are the same merged view
+//! (store, in-flight flushes, aggregator) a range read gives. Each
+//! subscriber is then sent what differs from what it was last sent.
+//!
+//! Slow subscribers never hold anything up: every subscriber has a small
+//! bounded queue and the hub only ever `try_send`s. When the queue is full
+//! the tick is skipped for that subscriber; because updates carry whole
+//! slot values and the diff is against what was last *delivered*, the next
+//! message that fits catches it up (skip ahead). A subscriber that stays
+//! full for `max_lag` is dropped, and told so.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, warn};
+
+use crate::model::{SampleKind, SeriesId, Slot, MINUTE_S};
+use crate::query::{
+    Buckets, Point, QueryEngine, QueryError, Selection, SeriesRange, Step, StepSpec, Window,
+};
+
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    pub max_subscribers: usize,
+    /// Series per subscription.
+    pub max_series: usize,
+    /// History in the first message, unless the subscriber asks otherwise.
+    pub window: Duration,
+    /// Messages queued per subscriber before ticks are skipped.
+    pub buffer: usize,
+    /// A subscriber that cannot take a message for this long is dropped.
+    pub max_lag: Duration,
+    pub tick: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        WatchConfig {
+            max_subscribers: 256,
+            max_series: 1_000,
+            window: Duration::from_secs(3_600),
+            buffer: 4,
+            max_lag: Duration::from_secs(30),
+            tick: Duration::from_secs(1),
+        }
+    }
+}
+
+/// One message to a subscriber.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct WatchEvent {
+    /// Server time, Unix milliseconds.
+    pub t_ms: i64,
+    /// The first message: each series' recent window. Later ones carry only
+    /// changed minutes, with their whole value so far (replace, not add).
+    pub snapshot: bool,
+    /// Ticks merged into this message because the subscriber was behind.
+    pub skipped: u64,
+    pub series: Vec<SeriesRange>,
+}
+
+/// The receiving end of a subscription. Dropping it unsubscribes.
+pub struct Subscription {
+    pub events: mpsc::Receiver<WatchEvent>,
+    dropped: Arc<AtomicBool>,
+}
+
+impl Subscription {
+    /// After `events` ends: whether the hub dropped the subscriber for
+    /// falling behind (rather than the daemon shutting down).
+    pub fn was_dropped_for_lag(&self) -> bool {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+struct Subscriber {
+    selection: Selection,
+    /// Whether `series` is a catalog lookup worth repeating (globs).
+    dynamic: bool,
+    series: Vec<SeriesId>,
+    /// What was last delivered per series: (minute start, slot).
+    sent: HashMap<SeriesId, Vec<(i64, Slot)>>,
+    kinds: HashMap<SeriesId, SampleKind>,
+    tx: mpsc::Sender<WatchEvent>,
+    skipped: u64,
+    behind_since: Option<Instant>,
+    dropped: Arc<AtomicBool>,
+}
+
+pub struct WatchHub {
+    engine: Arc<QueryEngine>,
+    cfg: WatchConfig,
+    subscribers: Mutex<Vec<Subscriber>>,
+    closed: AtomicBool,
+}
+
+/// Ticks between catalog lookups of glob subscriptions (new series join).
+const RESOLVE_EVERY_TICKS: u64 = 10;
+
+impl WatchHub {
+    pub fn new(engine: Arc<QueryEngine>, cfg: WatchConfig) -> WatchHub {
+        WatchHub {
+            engine,
+            cfg,
+            subscribers: Mutex::new(Vec::new()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.lock().len()
+    }
+
+    /// Subscribes to the selected series: the snapshot of the last
+    /// `window_minutes` (0 = `watch.window`) is the first event.
+    pub async fn subscribe(
+        &self,
+        selection: Selection,
+        window_minutes: u32,
+    ) -> Result<Subscription, QueryError> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(QueryError::Busy("the daemon is shutting down".into()));
+        }
+        if self.subscriber_count() >= self.cfg.max_subscribers {
+            return Err(QueryError::Busy(format!(
+                "{} watch subscribers already (watch.max_subscribers); try again later",
+                self.cfg.max_subscribers
+            )));
+        }
+        let window_s = match window_minutes {
+            0 => self.cfg.window.as_secs() as i64,
+            m => i64::from(m) * MINUTE_S,
+        }
+        .max(MINUTE_S);
+        let series = self
+            .engine
+            .resolve(&selection, self.cfg.max_series, "watch.max_series")
+            .await?;
+        let now = chrono::Utc::now();
+        let now_s = now.timestamp();
+        let current = Step::MINUTE.floor(now_s);
+        let w = self.engine.window(
+            current + MINUTE_S - window_s,
+            current + MINUTE_S,
+            StepSpec::Fixed(Step::MINUTE),
+        )?;
+        let buckets = self.engine.many_buckets(&series, &w).await?;
+        let mut sent = HashMap::new();
+        let mut kinds = HashMap::new();
+        let mut snapshot = Vec::with_capacity(buckets.len());
+        for b in buckets {
+            let counter = b.is_counter();
+            snapshot.push(SeriesRange {
+                source: b.series.source.to_string(),
+                metric: b.series.metric.to_string(),
+                kind: b.kind,
+                points: b
+                    .buckets
+                    .iter()
+                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
+                    .collect(),
+            });
+            if let Some(k) = b.kind {
+                kinds.insert(b.series.clone(), k);
+            }
+            let live: Vec<(i64, Slot)> = b
+                .buckets
+                .into_iter()
+                .filter(|(t, _)| *t >= current - MINUTE_S)
+                .collect();
+            sent.insert(b.series, live);
+        }
+        let (tx, rx) = mpsc::channel(self.cfg.buffer.max(1));
+        // The queue is empty: the snapshot always fits.
+        let _ = tx.try_send(WatchEvent {
+            t_ms: now.timestamp_millis(),
+            snapshot: true,
+            skipped: 0,
+            series: snapshot,
+        });
+        let dropped = Arc::new(AtomicBool::new(false));
+        let dynamic = selection
+            .source
+            .iter()
+            .chain(&selection.metric)
+            .any(|m| m.names().is_none());
+        self.subscribers.lock().push(Subscriber {
+            selection,
+            dynamic,
+            series,
+            sent,
+            kinds,
+            tx,
+            skipped: 0,
+            behind_since: None,
+            dropped: dropped.clone(),
+        });
+        metrics::gauge!("tally_watch_subscribers").set(self.subscriber_count() as f64);
+        Ok(Subscription {
+            events: rx,
+            dropped,
+        })
+    }
+
+    /// Ticks until `stop` turns true, then ends every subscription.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(self.cfg.tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut n: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => break,
+                _ = tick.tick() => {}
+            }
+            n += 1;
+            if n.is_multiple_of(RESOLVE_EVERY_TICKS) {
+                self.re_resolve().await;
+            }
+            let started = Instant::now();
+            if let Err(e) = self.tick().await {
+                warn!(error = %e, "watch tick failed; subscribers get the changes next tick");
+            }
+            metrics::histogram!("tally_watch_tick_duration_seconds")
+                .record(started.elapsed().as_secs_f64());
+        }
+        self.closed.store(true, Ordering::Relaxed);
+        // Dropping the senders ends every stream.
+        self.subscribers.lock().clear();
+        metrics::gauge!("tally_watch_subscribers").set(0.0);
+    }
+
+    /// Picks up new series of glob subscriptions.
+    async fn re_resolve(&self) {
+        let dynamic: Vec<(usize, Selection)> = self
+            .subscribers
+            .lock()
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.dynamic)
+            .map(|(i, s)| (i, s.selection.clone()))
+            .collect();
+        for (i, sel) in dynamic {
+            match self
+                .engine
+                .resolve(&sel, self.cfg.max_series, "watch.max_series")
+                .await
+            {
+                Ok(series) => {
+                    if let Some(s) = self.subscribers.lock().get_mut(i) {
+                        s.series = series;
+                    }
+                }
+                Err(e) => debug!(error = %e, "watch: re-resolving a selector failed"),
+            }
+        }
+    }
+
+    async fn tick(&self) -> Result<(), QueryError> {
+        let union: Vec<SeriesId> = {
+            let mut subs = self.subscribers.lock();
+            subs.retain(|s| !s.tx.is_closed());
+            let mut all: Vec<SeriesId> =
+                subs.iter().flat_map(|s| s.series.iter().cloned()).collect();
+            all.sort();
+            all.dedup();
+            all
+        };
+        if union.is_empty() {
+            metrics::gauge!("tally_watch_subscribers").set(self.subscriber_count() as f64);
+            return Ok(());
+        }
+        let now = chrono::Utc::now();
+        let current = Step::MINUTE.floor(now.timestamp());
+        let w = Window {
+            from: current - MINUTE_S,
+            to: current + MINUTE_S,
+            step: Step::MINUTE,
+        };
+        let live: HashMap<SeriesId, (Option<SampleKind>, Buckets)> = self
+            .engine
+            .many_buckets(&union, &w)
+            .await?
+            .into_iter()
+            .map(|b| (b.series, (b.kind, b.buckets)))
+            .collect();
+        let mut subs = self.subscribers.lock();
+        let max_lag = self.cfg.max_lag;
+        subs.retain_mut(|sub| {
+            let mut changed = Vec::new();
+            for id in &sub.series {
+                let Some((kind, now_slots)) = live.get(id) else { continue };
+                let before = sub.sent.get(id).map(Vec::as_slice).unwrap_or(&[]);
+                let diff: Vec<(i64, Slot)> = now_slots
+                    .iter()
+                    .filter(|(t, s)| !before.iter().any(|(bt, bs)| bt == t && bs == s))
+                    .copied()
+                    .collect();
+                if !diff.is_empty() {
+                    changed.push((id, kind.or(sub.kinds.get(id).copied()), diff));
+                }
+            }
+            if changed.is_empty() {
+                sub.behind_since = None;
+                return true;
+            }
+            let event = WatchEvent {
+                t_ms: now.timestamp_millis(),
+                snapshot: false,
+                skipped: sub.skipped,
+                series: changed
+                    .iter()
+                    .map(|(id, kind, diff)| {
+                        let counter = kind.is_some_and(SampleKind::is_counter);
+                        SeriesRange {
+                            source: id.source.to_string(),
+                            metric: id.metric.to_string(),
+                            kind: *kind,
+                            points: diff
+                                .iter()
+                                .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
+                                .collect(),
+                        }
+                    })
+                    .collect(),
+            };
+            match sub.tx.try_send(event) {
+                Ok(()) => {
+                    for (id, kind, _) in &changed {
+                        if let Some((_, slots)) = live.get(*id) {
+                            sub.sent.insert((*id).clone(), slots.clone());
+                        }
+                        if let Some(k) = kind {
+                            sub.kinds.insert((*id).clone(), *k);
+                        }
+                    }
+                    sub.skipped = 0;
+                    sub.behind_since = None;
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    sub.skipped += 1;
+                    metrics::counter!("tally_watch_skipped_total").increment(1);
+                    let since = *sub.behind_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= max_lag {
+                        sub.dropped.store(true, Ordering::Relaxed);
+                        metrics::counter!("tally_watch_dropped_total").increment(1);
+                        warn!(lag = ?since.elapsed(), "watch subscriber dropped: it stopped reading");
+                        return false;
+                    }
+                    true
+                }
+            }
+        });
+        // Forget delivered minutes that left the live window.
+        for sub in subs.iter_mut() {
+            for slots in sub.sent.values_mut() {
+                slots.retain(|(t, _)| *t >= w.from);
+            }
+        }
+        metrics::gauge!("tally_watch_subscribers").set(subs.len() as f64);
+        Ok(())
+    }
+}
