@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -204,6 +205,17 @@ impl Params {
     }
 }
 
+/// The query string, or a JSON 400 naming what is wrong with it (axum's own
+/// rejection would be plain text).
+macro_rules! params {
+    ($q:expr) => {
+        match $q {
+            Ok(Query(p)) => p,
+            Err(e) => return bad(format!("bad query string: {}", e.body_text())),
+        }
+    };
+}
+
 macro_rules! tri {
     ($e:expr) => {
         match $e {
@@ -213,7 +225,8 @@ macro_rules! tri {
     };
 }
 
-async fn range(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn range(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+    let p = params!(q);
     let now = chrono::Utc::now().timestamp();
     tri!(p.refuse(&[
         ("group", p.group.is_some()),
@@ -229,7 +242,8 @@ async fn range(State(s): State<HttpState>, Query(p): Query<Params>) -> Response 
     timed("range", started, r)
 }
 
-async fn latest(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn latest(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+    let p = params!(q);
     let sel = tri!(p.selection());
     let started = Instant::now();
     let now = chrono::Utc::now().timestamp();
@@ -253,7 +267,8 @@ fn parse_kind(k: &Option<String>) -> Result<Option<SampleKind>, QueryError> {
     }
 }
 
-async fn series(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn series(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+    let p = params!(q);
     let now = chrono::Utc::now().timestamp();
     let kind = tri!(parse_kind(&p.kind));
     let seen_since = match p
@@ -291,7 +306,8 @@ async fn series(State(s): State<HttpState>, Query(p): Query<Params>) -> Response
     timed("series", started, r)
 }
 
-async fn sources(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn sources(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+    let p = params!(q);
     let (src, met) = (
         tri!(Params::matcher(&p.source, "source")),
         tri!(Params::matcher(&p.metric, "metric")),
@@ -305,7 +321,11 @@ async fn sources(State(s): State<HttpState>, Query(p): Query<Params>) -> Respons
     timed("sources", started, r)
 }
 
-async fn metric_names(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn metric_names(
+    State(s): State<HttpState>,
+    q: Result<Query<Params>, QueryRejection>,
+) -> Response {
+    let p = params!(q);
     let (src, met) = (
         tri!(Params::matcher(&p.source, "source")),
         tri!(Params::matcher(&p.metric, "metric")),
@@ -330,7 +350,11 @@ async fn groups(State(s): State<HttpState>) -> Response {
     .into_response()
 }
 
-async fn aggregate(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn aggregate(
+    State(s): State<HttpState>,
+    q: Result<Query<Params>, QueryRejection>,
+) -> Response {
+    let p = params!(q);
     let now = chrono::Utc::now().timestamp();
     let Some(metric) = p.metric.clone() else {
         return bad("`metric` is required (one metric name)");
@@ -357,7 +381,11 @@ async fn aggregate(State(s): State<HttpState>, Query(p): Query<Params>) -> Respo
 
 /// Server-Sent Events: a `snapshot` event, then `update` events; `error`
 /// and the end of the stream if the hub drops a subscriber that fell behind.
-async fn watch_sse(State(s): State<HttpState>, Query(p): Query<Params>) -> Response {
+async fn watch_sse(
+    State(s): State<HttpState>,
+    q: Result<Query<Params>, QueryRejection>,
+) -> Response {
+    let p = params!(q);
     let sel = tri!(p.selection());
     let window_minutes = match p
         .window
