@@ -66,6 +66,7 @@ pub async fn serve(
 }
 
 async fn metrics(State(s): State<HttpState>) -> Response {
+    crate::telemetry::collect_process_metrics();
     match &s.metrics {
         Some(h) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -53,7 +53,21 @@ pub fn init_metrics() -> Result<PrometheusHandle, TelemetryError> {
         .install_recorder()
         .map_err(|e| TelemetryError::Metrics(e.to_string()))?;
     describe();
+    process_collector().describe();
     Ok(handle)
+}
+
+/// The standard `process_*` metrics (resident memory, CPU seconds, open
+/// file descriptors, start time, threads), read from the OS.
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: std::sync::OnceLock<metrics_process::Collector> = std::sync::OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
+/// Refreshes the `process_*` metrics; called on every scrape of `/metrics`,
+/// so they are as fresh as the scrape.
+pub fn collect_process_metrics() {
+    process_collector().collect();
 }
 
 /// Counts one store operation and records its latency.
@@ -168,5 +182,35 @@ fn describe() {
         "tally_query_duration_seconds",
         Unit::Seconds,
         "Range query latency by step."
+    );
+    describe_counter!(
+        "tally_mongodb_round_trips_total",
+        Unit::Count,
+        "Commands sent to MongoDB, by operation."
+    );
+    describe_histogram!(
+        "tally_mongodb_round_trip_duration_seconds",
+        Unit::Seconds,
+        "MongoDB command round-trip latency, by operation."
+    );
+    describe_counter!(
+        "tally_mongodb_bytes_sent_total",
+        Unit::Bytes,
+        "Bytes of commands sent to MongoDB."
+    );
+    describe_counter!(
+        "tally_mongodb_statements_total",
+        Unit::Count,
+        "Write statements (updates, inserted documents) sent to MongoDB, by operation."
+    );
+    describe_histogram!(
+        "tally_mongodb_batch_statements",
+        Unit::Count,
+        "Write statements per MongoDB command, by operation."
+    );
+    describe_counter!(
+        "tally_mongodb_fallback_upserts_total",
+        Unit::Count,
+        "MongoDB documents created by a flush's fallback upsert (not pre-allocated)."
     );
 }
