@@ -136,6 +136,12 @@ pub fn validate_source(name: &str) -> Result<(), NameError> {
     validate_name(name, MAX_SOURCE_LEN, &SOURCE_CHARS, SOURCE_PUNCT)
 }
 
+/// A source as stored: an agent's source, or a group rollup's `@<group>`
+/// (see `rollup`), whose `@` no agent can send.
+pub fn validate_stored_source(name: &str) -> Result<(), NameError> {
+    validate_source(name.strip_prefix('@').unwrap_or(name))
+}
+
 /// A metric name: 1–200 bytes of `[A-Za-z0-9._:/-]`.
 pub fn validate_metric(name: &str) -> Result<(), NameError> {
     validate_name(name, MAX_METRIC_LEN, &METRIC_CHARS, METRIC_PUNCT)
@@ -531,6 +537,15 @@ mod tests {
 
     fn ts(y: i32, mo: u32, d: u32, h: u32) -> i64 {
         Utc.with_ymd_and_hms(y, mo, d, h, 0, 0).unwrap().timestamp()
+    }
+
+    #[test]
+    fn stored_sources_admit_rollups_only_with_one_at() {
+        assert!(validate_stored_source("@all").is_ok());
+        assert!(validate_stored_source("web-1").is_ok());
+        assert!(validate_stored_source("@@all").is_err());
+        assert!(validate_stored_source("@").is_err());
+        assert!(validate_source("@all").is_err());
     }
 
     #[test]

@@ -181,7 +181,7 @@ fn describe() {
     describe_histogram!(
         "tally_query_duration_seconds",
         Unit::Seconds,
-        "Range query latency by step."
+        "HTTP read latency by endpoint (range, latest, series, sources, metrics, aggregate)."
     );
     describe_counter!(
         "tally_mongodb_round_trips_total",
@@ -212,5 +212,35 @@ fn describe() {
         "tally_mongodb_fallback_upserts_total",
         Unit::Count,
         "MongoDB documents created by a flush's fallback upsert (not pre-allocated)."
+    );
+    describe_counter!(
+        "tally_catalog_writes_total",
+        Unit::Count,
+        "Series catalog entries written (new series, or last_seen refreshed)."
+    );
+    describe_counter!(
+        "tally_rollup_skipped_total",
+        Unit::Count,
+        "Member series left out of a group rollup (kind conflict or rollup.max_series reached), per flush."
+    );
+    describe_gauge!(
+        "tally_watch_subscribers",
+        Unit::Count,
+        "Live watch subscriptions (gRPC Watch and SSE)."
+    );
+    describe_counter!(
+        "tally_watch_skipped_total",
+        Unit::Count,
+        "Watch updates skipped because a subscriber's queue was full."
+    );
+    describe_counter!(
+        "tally_watch_dropped_total",
+        Unit::Count,
+        "Watch subscribers dropped for reading nothing for watch.max_lag."
+    );
+    describe_histogram!(
+        "tally_watch_tick_duration_seconds",
+        Unit::Seconds,
+        "Time to compute and send one watch tick to every subscriber."
     );
 }

@@ -142,7 +142,7 @@ use tracing::{debug, error, info, warn};
 use super::{ApplyStats, DocRead, PreallocStats, ReadQuery, Store, StoreError};
 use crate::config::MongoDbConfig;
 use crate::model::{
-    validate_metric, validate_source, DayDocUpdate, DocKey, FlushBatch, HourDocUpdate, Resolution,
+    validate_metric, validate_stored_source, DayDocUpdate, DocKey, FlushBatch, HourDocUpdate, Resolution,
     SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S, MINUTE_S,
 };
 
@@ -234,7 +234,7 @@ fn doc_id(series: &SeriesId, tier: Tier, start: i64) -> Result<String, StoreErro
 /// The `|` separator is only unambiguous if names cannot contain it; the
 /// ingest path validates names, this guards every other caller.
 fn check_series(series: &SeriesId) -> Result<(), StoreError> {
-    validate_source(&series.source)
+    validate_stored_source(&series.source)
         .map_err(|e| StoreError::Invalid(format!("source {:?} {e}", series.source)))?;
     validate_metric(&series.metric)
         .map_err(|e| StoreError::Invalid(format!("metric {:?} {e}", series.metric)))?;
