@@ -274,19 +274,14 @@ impl Pipeline {
         if due.is_empty() {
             return;
         }
-        let store = self.store.name();
-        let started = Instant::now();
-        let result = self.store.catalog_upsert(&due).await;
-        crate::telemetry::store_operation(store, "catalog_upsert", started.elapsed().as_secs_f64());
-        match result {
+        // The store counts the operation, its latency and its errors.
+        match self.store.catalog_upsert(&due).await {
             Ok(()) => {
-                metrics::counter!("tally_catalog_writes_total", "store" => store)
+                metrics::counter!("tally_catalog_writes_total", "store" => self.store.name())
                     .increment(due.len() as u64);
                 catalog.recorded(due);
             }
             Err(e) => {
-                metrics::counter!("tally_store_errors_total", "store" => store, "op" => "catalog_upsert", "kind" => e.kind())
-                    .increment(1);
                 warn!(error = %e, series = due.len(), "catalog update failed; retrying with the next flush");
             }
         }

@@ -672,15 +672,8 @@ impl QueryEngine {
     }
 
     async fn catalog(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, QueryError> {
-        let store = self.pipeline.store();
-        let started = std::time::Instant::now();
-        let r = store.catalog_list(q).await;
-        crate::telemetry::store_operation(
-            store.name(),
-            "catalog_list",
-            started.elapsed().as_secs_f64(),
-        );
-        Ok(r?)
+        // The store counts the operation, its latency and its errors.
+        Ok(self.pipeline.store().catalog_list(q).await?)
     }
 
     /// Buckets of many series, read concurrently, in the given order.
