@@ -282,7 +282,8 @@ impl Default for EmbeddedConfig {
 pub struct QueryConfig {
     /// Most points per series one query may return.
     pub max_points: usize,
-    /// Point budget of `step=auto` when the reader gives none.
+    /// Point budget of `step=auto` when the reader gives none (capped by
+    /// `max_points`).
     pub default_points: usize,
     /// Series per range or latest call.
     pub max_series: usize,
@@ -837,11 +838,6 @@ impl Config {
 
         c.at_least(self.query.max_points, 1, "query.max_points");
         c.at_least(self.query.default_points, 1, "query.default_points");
-        c.require(
-            self.query.default_points <= self.query.max_points,
-            "query.default_points",
-            "must not exceed query.max_points",
-        );
         c.at_least(self.query.max_series, 1, "query.max_series");
         c.at_least(self.query.max_fanout, 1, "query.max_fanout");
         c.at_least(self.query.max_page, 1, "query.max_page");

@@ -1,0 +1,300 @@
+//! Dashboard read latency with the W1 fleet stored (20,000 series) in the
+//! embedded store: a 24 h per-minute range of one series, a 30-day
+//! per-hour range, a fleet aggregate over 1,000 sources from the group
+//! rollup (and, for comparison, fanned out), and watch delivery delay.
+//!
+//! Run with `cargo bench -p tallyd --bench reads`; figures are in
+//! BENCHMARKS.md. The store is filled through the same path the daemon
+//! uses (drained minutes, group rollups added, applied as flush batches).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
+use tally::catalog::CatalogWriter;
+use tally::flush::{FlushConfig, Pipeline};
+use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot};
+use tally::query::{AggregateQuery, QueryEngine, QueryLimits, Selection, Sources, Step, StepSpec};
+use tally::rollup::{RollupConfig, Rollups};
+use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
+use tally::store::Store;
+use tally::watch::{WatchConfig, WatchHub};
+
+const SOURCES: usize = 1_000;
+const METRICS: usize = 20;
+/// Series that also get 29 more days of history, for the 30-day read.
+const LONG_HISTORY: usize = 100;
+const ITERATIONS: usize = 500;
+
+fn source(i: usize) -> String {
+    format!("src-{i:04}")
+}
+
+fn metric(j: usize) -> String {
+    format!("m_{j:02}")
+}
+
+/// One minute slot as sixty 1 Hz samples would leave it.
+fn slot(i: usize, j: usize, minute: i64) -> Slot {
+    let base = ((i * 7 + j * 13) as i64 + minute % 97) as f64;
+    let mut s = Slot::of(base);
+    for k in 1..60 {
+        s.add(base + k as f64 * 0.5);
+    }
+    s
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn report(name: &str, mut samples: Vec<Duration>) {
+    samples.sort();
+    println!(
+        "{name:<58} n={:<4} p50 {:>9.3} ms  p99 {:>9.3} ms  max {:>9.3} ms",
+        samples.len(),
+        percentile(&samples, 0.5).as_secs_f64() * 1e3,
+        percentile(&samples, 0.99).as_secs_f64() * 1e3,
+        samples.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+    );
+}
+
+async fn apply(
+    store: &EmbeddedStore,
+    rollups: &Rollups,
+    id: &mut u64,
+    minutes: Vec<SeriesMinutes>,
+) {
+    let expanded = rollups.expand(minutes);
+    *id += 1;
+    let batch = FlushBatch {
+        id: FlushId(*id),
+        series: expanded.iter().map(SeriesUpdate::from_minutes).collect(),
+    };
+    store.apply(&batch).await.expect("apply");
+    let entries: Vec<_> = expanded
+        .iter()
+        .filter(|s| !Rollups::is_rollup_source(&s.series.source))
+        .map(|s| tally::store::CatalogEntry {
+            series: (*s.series).clone(),
+            kind: s.kind,
+            first_seen: s.minutes[0].0 * 60,
+            last_seen: s.minutes[s.minutes.len() - 1].0 * 60,
+        })
+        .collect();
+    store.catalog_upsert(&entries).await.expect("catalog");
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run());
+}
+
+async fn run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(
+        EmbeddedStore::open_with(dir.path(), EmbeddedOptions::default()).expect("open store"),
+    );
+    let rollups = Rollups::new(RollupConfig {
+        all: true,
+        max_series: 100_000,
+        ..RollupConfig::default()
+    })
+    .expect("rollups");
+    let now_minute = chrono::Utc::now().timestamp().div_euclid(60);
+    let day_minutes = 24 * 60;
+    let first = now_minute - day_minutes;
+    let mut id = 0u64;
+    let started = Instant::now();
+    // The last 24 hours of all 20,000 series, an hour per flush.
+    for hour in 0..24 {
+        let lo = first + hour * 60;
+        let mut batch = Vec::with_capacity(SOURCES * METRICS);
+        for i in 0..SOURCES {
+            for j in 0..METRICS {
+                batch.push(SeriesMinutes {
+                    series: Arc::new(SeriesId::new(&source(i), &metric(j))),
+                    kind: SampleKind::Gauge,
+                    minutes: (lo..lo + 60).map(|m| (m, slot(i, j, m))).collect(),
+                });
+            }
+        }
+        apply(&store, &rollups, &mut id, batch).await;
+    }
+    // 29 more days for some series, a day per flush.
+    for day in 1..30 {
+        let lo = first - day * day_minutes;
+        let batch = (0..LONG_HISTORY)
+            .map(|i| SeriesMinutes {
+                series: Arc::new(SeriesId::new(&source(i), &metric(0))),
+                kind: SampleKind::Gauge,
+                minutes: (lo..lo + day_minutes).map(|m| (m, slot(i, 0, m))).collect(),
+            })
+            .collect();
+        apply(&store, &rollups, &mut id, batch).await;
+    }
+    println!(
+        "filled: {} series x 24 h, {LONG_HISTORY} series x 30 d, rollup group `all`, in {:.1?}",
+        SOURCES * METRICS,
+        started.elapsed()
+    );
+
+    let agg = Arc::new(Aggregator::new(AggregatorConfig::default()));
+    let store_dyn: Arc<dyn Store> = store.clone();
+    let pipeline = Arc::new(
+        Pipeline::new(agg.clone(), store_dyn, FlushConfig::default(), id)
+            .with_rollups(Arc::new(rollups))
+            .with_catalog(Arc::new(CatalogWriter::new(Duration::from_secs(600)))),
+    );
+    let engine = Arc::new(QueryEngine::new(
+        pipeline.clone(),
+        QueryLimits::default(),
+        14 * 86_400,
+    ));
+    let now = now_minute * 60 + 30;
+    let mut rng_state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut pick = |n: usize| {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        (rng_state % n as u64) as usize
+    };
+
+    let mut t = Vec::new();
+    for _ in 0..ITERATIONS {
+        let (i, j) = (pick(SOURCES), pick(METRICS));
+        let sel = Selection::exact(&source(i), &metric(j));
+        let s = Instant::now();
+        let r = engine
+            .range(&sel, now - 86_400, now, StepSpec::Fixed(Step::MINUTE), &[])
+            .await
+            .expect("range");
+        t.push(s.elapsed());
+        assert!(r.series[0].points.len() >= 1_439);
+    }
+    report("range 24 h per minute, one series", t);
+
+    let mut t = Vec::new();
+    for _ in 0..ITERATIONS {
+        let sel = Selection::exact(&source(pick(LONG_HISTORY)), &metric(0));
+        let s = Instant::now();
+        let r = engine
+            .range(
+                &sel,
+                now - 30 * 86_400,
+                now,
+                StepSpec::Fixed(Step::HOUR),
+                &[],
+            )
+            .await
+            .expect("range");
+        t.push(s.elapsed());
+        assert!(r.series[0].points.len() >= 719);
+    }
+    report("range 30 d per hour, one series", t);
+
+    let fleet = |j: usize, use_rollup: bool| AggregateQuery {
+        metric: metric(j),
+        sources: Sources::Group("all".into()),
+        from: now - 86_400,
+        to: now,
+        step: StepSpec::Fixed(Step::MINUTE),
+        aggregates: vec![],
+        use_rollup,
+    };
+    let mut t = Vec::new();
+    for _ in 0..ITERATIONS {
+        let s = Instant::now();
+        let r = engine
+            .aggregate(&fleet(pick(METRICS), true))
+            .await
+            .expect("aggregate");
+        t.push(s.elapsed());
+        assert!(r.rollup.is_some() && r.points.len() >= 1_439);
+    }
+    report(
+        "fleet aggregate, 1,000 sources, 24 h per minute (rollup)",
+        t,
+    );
+
+    let mut t = Vec::new();
+    let mut check = None;
+    for k in 0..10 {
+        let s = Instant::now();
+        let r = engine.aggregate(&fleet(0, false)).await.expect("aggregate");
+        t.push(s.elapsed());
+        assert_eq!(r.fanned_out, Some(SOURCES));
+        if k == 0 {
+            check = Some(r.points);
+        }
+    }
+    report(
+        "fleet aggregate, 1,000 sources, 24 h per minute (fan-out)",
+        t,
+    );
+    let rolled = engine
+        .aggregate(&fleet(0, true))
+        .await
+        .expect("aggregate")
+        .points;
+    let fanned = check.unwrap_or_default();
+    let same = rolled.len() == fanned.len()
+        && rolled.iter().zip(&fanned).all(|(a, b)| {
+            a.t == b.t && a.n == b.n && (a.sum.unwrap_or(0.0) - b.sum.unwrap_or(0.0)).abs() < 1e-6
+        });
+    println!("rollup and fan-out agree on every point: {same}");
+    assert!(same);
+
+    // Watch delivery: a sample into the aggregator, until the subscriber has it.
+    let hub = Arc::new(WatchHub::new(engine.clone(), WatchConfig::default()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let hub_task = tokio::spawn(hub.clone().run(stop_rx));
+    let mut sub = hub
+        .subscribe(Selection::exact("live-1", "m_live"), 5)
+        .await
+        .expect("subscribe");
+    let _snapshot = sub.events.recv().await;
+    let mut t = Vec::new();
+    for k in 0..40 {
+        tokio::time::sleep(Duration::from_millis(pick(1000) as u64)).await;
+        let ts = chrono::Utc::now().timestamp_millis();
+        let v = k as f64 + 1000.0;
+        agg.ingest(
+            &[SeriesBatch {
+                source: "live-1",
+                metric: "m_live",
+                kind: Some(SampleKind::Gauge),
+                timestamps_ms: &[ts],
+                values: &[v],
+                source_index: 0,
+                series_index: 0,
+            }],
+            ts,
+        );
+        let s = Instant::now();
+        loop {
+            let ev = sub.events.recv().await.expect("watch event");
+            if ev
+                .series
+                .iter()
+                .flat_map(|s| &s.points)
+                .any(|p| p.max == Some(v))
+            {
+                break;
+            }
+        }
+        t.push(s.elapsed());
+        // Keep the aggregator small: flush what is pending.
+        if let Some(b) = pipeline.cut_batch() {
+            let (_tx, mut give_up) = tokio::sync::watch::channel(false);
+            pipeline.apply(&b, &mut give_up).await;
+        }
+    }
+    report("watch delivery delay (sample ingested -> subscriber)", t);
+    let _ = stop_tx.send(true);
+    let _ = hub_task.await;
+}
