@@ -404,6 +404,52 @@ mod tests {
         assert_eq!(rolled[0].minutes, vec![(1, Slot::of(2.0))]);
     }
 
+    proptest::proptest! {
+        /// Every rollup series is the slot-wise merge of exactly its
+        /// members' slots, whatever the batch looks like.
+        #[test]
+        fn rollups_equal_the_merge_of_their_members(
+            members in proptest::collection::vec(
+                (0usize..5, 0usize..2, proptest::collection::vec((0i64..4, -50i32..50), 1..4)),
+                0..12,
+            )
+        ) {
+            const SOURCES: [&str; 5] = ["web-01", "web-11", "db-1", "cdn7", "solo"];
+            const METRICS: [&str; 2] = ["cpu", "mem"];
+            let r = rollups();
+            let drained: Vec<SeriesMinutes> = members
+                .iter()
+                .map(|(s, m, mins)| {
+                    let mut by_minute: BTreeMap<i64, Slot> = BTreeMap::new();
+                    for (t, v) in mins {
+                        by_minute.entry(*t).or_default().add(*v as f64);
+                    }
+                    SeriesMinutes {
+                        series: Arc::new(SeriesId::new(SOURCES[*s], METRICS[*m])),
+                        kind: SampleKind::Gauge,
+                        minutes: by_minute.into_iter().collect(),
+                    }
+                })
+                .collect();
+            let out = r.expand(drained.clone());
+            proptest::prop_assert_eq!(&out[..drained.len()], &drained[..], "members pass through");
+            let mut want: BTreeMap<SeriesId, BTreeMap<i64, Slot>> = BTreeMap::new();
+            for m in &drained {
+                for g in r.groups_of(&m.series.source).iter() {
+                    let slots = want.entry(Rollups::series(g, &m.series.metric)).or_default();
+                    for (t, s) in &m.minutes {
+                        slots.entry(*t).or_default().merge(s);
+                    }
+                }
+            }
+            let got: BTreeMap<SeriesId, BTreeMap<i64, Slot>> = out[drained.len()..]
+                .iter()
+                .map(|s| ((*s.series).clone(), s.minutes.iter().copied().collect()))
+                .collect();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn bad_groups_are_refused() {
         let bad = |name: &str, globs: &[&str]| {
