@@ -366,6 +366,24 @@ async fn check_discovery(d: &Daemon, m: i64) {
     assert_eq!(resp.series[0].kind, pb::SampleKind::DeltaCounter as i32);
     assert_eq!(resp.next_page_token, "web-1|reqs");
     let names = within(
+        "ListSources",
+        query.list_sources(pb::ListNamesRequest {
+            metric: "reqs".into(),
+            page_size: 2,
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("ListSources")
+    .into_inner();
+    assert_eq!(
+        (names.names, names.next_page_token),
+        (
+            vec!["db-1".to_string(), "web-1".to_string()],
+            "web-1".to_string()
+        )
+    );
+    let names = within(
         "ListMetrics",
         query.list_metrics(pb::ListNamesRequest {
             source: "web-2".into(),
@@ -489,6 +507,48 @@ async fn check_aggregates(d: &Daemon, m: i64) {
         "{body}"
     );
     assert_eq!(body["kind"], "delta_counter");
+    // The same over gRPC.
+    let mut query = d.query_client().await;
+    let resp = within(
+        "Aggregate",
+        query.aggregate(pb::AggregateRequest {
+            metric: "reqs".into(),
+            sources: Some(pb::aggregate_request::Sources::Group("web".into())),
+            from_ms: (m - 3_600) * 1000,
+            to_ms: (m + 3_600) * 1000,
+            step: pb::Step::Hour as i32,
+            aggregates: vec![pb::Aggregate::Sum as i32, pb::Aggregate::Count as i32],
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("Aggregate")
+    .into_inner();
+    assert_eq!(resp.rollup.as_deref(), Some("web"), "{resp:?}");
+    let got: Vec<(i64, Option<u64>, Option<f64>, Option<f64>)> = resp
+        .points
+        .iter()
+        .map(|p| (p.t_ms, p.n, p.sum, p.max))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ((m - 3_600) * 1000, Some(2), Some(300.0), None),
+            (m * 1000, Some(2), Some(30.0), None)
+        ],
+        "{resp:?}"
+    );
+    let groups = get_ok(d, "/api/v1/groups", &[]).await;
+    assert_eq!(
+        groups,
+        json!({
+            "groups": [
+                { "name": "all", "rule": "all", "sources": ["*"] },
+                { "name": "frontends", "rule": "globs", "sources": ["web-*"] },
+            ],
+            "prefix_delimiter": "-",
+        })
+    );
     // Errors.
     let (status, body) = agg(vec![("metric", "temp".into()), ("group", "nope-x".into())]).await;
     assert_eq!(status, 400, "{body}");
