@@ -17,8 +17,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,184 +25,19 @@ use tally_proto::v1 as pb;
 use tonic::transport::Channel;
 use tonic::Code;
 
+use support::client::{now_ms, within, CALL_TIMEOUT};
 use support::daemon::{Daemon, DaemonOpts};
+use support::e2e::{
+    check_reads, expects, flushes_so_far, http_get, http_range, metric, metrics_text,
+    minute_start_ms, push, range_around, request, restart, wait_flushed, Expect, Kind, Sent,
+    EXIT_TIMEOUT, MINUTE_MS, SECOND_MS,
+};
 
-/// Bound on every single RPC or HTTP request.
-const RPC_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a SIGTERM'ed daemon may take to exit (its own shutdown deadline
-/// is 30 s by default).
-const EXIT_TIMEOUT: Duration = Duration::from_secs(35);
-
-const MINUTE_MS: i64 = 60_000;
-const SECOND_MS: i64 = 1_000;
-
-async fn within<F: Future>(what: &str, fut: F) -> F::Output {
-    match tokio::time::timeout(RPC_TIMEOUT, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no answer within {RPC_TIMEOUT:?}"),
-    }
-}
-
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
-/// Start of the minute `minutes_ago` minutes before the current one, in ms.
-fn minute_start_ms(minutes_ago: i64) -> i64 {
-    let now = now_ms();
-    now - now.rem_euclid(MINUTE_MS) - minutes_ago * MINUTE_MS
-}
+/// How long a flush may take to settle.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(15);
 
 // ---------------------------------------------------------------------------
-// What the tests send, and what they expect back.
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Gauge,
-    Delta,
-    Cumulative,
-}
-
-impl Kind {
-    fn proto(self) -> pb::SampleKind {
-        match self {
-            Kind::Gauge => pb::SampleKind::Gauge,
-            Kind::Delta => pb::SampleKind::DeltaCounter,
-            Kind::Cumulative => pb::SampleKind::CumulativeCounter,
-        }
-    }
-
-    /// The kind's name in the HTTP API.
-    fn json(self) -> &'static str {
-        match self {
-            Kind::Gauge => "gauge",
-            Kind::Delta => "delta_counter",
-            Kind::Cumulative => "cumulative_counter",
-        }
-    }
-
-    fn is_counter(self) -> bool {
-        self != Kind::Gauge
-    }
-}
-
-/// One series as sent: (timestamp ms, value) in the order sent.
-#[derive(Debug, Clone)]
-struct Sent {
-    source: String,
-    metric: String,
-    kind: Kind,
-    samples: Vec<(i64, f64)>,
-}
-
-impl Sent {
-    fn new(source: &str, metric: &str, kind: Kind, samples: Vec<(i64, f64)>) -> Sent {
-        Sent {
-            source: source.into(),
-            metric: metric.into(),
-            kind,
-            samples,
-        }
-    }
-
-    fn proto(&self) -> pb::SeriesSamples {
-        pb::SeriesSamples {
-            metric: self.metric.clone(),
-            kind: self.kind.proto() as i32,
-            timestamps_ms: self.samples.iter().map(|s| s.0).collect(),
-            values: self.samples.iter().map(|s| s.1).collect(),
-        }
-    }
-
-    /// What the daemon must store: gauges and delta counters as sent,
-    /// cumulative counters as deltas (the first sample is the baseline; a
-    /// value below the previous one is a reset and counts whole).
-    fn expect(&self) -> Expect {
-        let stored = match self.kind {
-            Kind::Gauge | Kind::Delta => self.samples.clone(),
-            Kind::Cumulative => self
-                .samples
-                .windows(2)
-                .map(|w| {
-                    let ((_, prev), (ts, v)) = (w[0], w[1]);
-                    (ts, if v >= prev { v - prev } else { v })
-                })
-                .collect(),
-        };
-        Expect {
-            source: self.source.clone(),
-            metric: self.metric.clone(),
-            kind: Some(self.kind),
-            stored,
-        }
-    }
-
-    /// Samples `range` of this series, as a series of its own.
-    fn part(&self, range: std::ops::Range<usize>) -> Sent {
-        Sent {
-            samples: self.samples[range].to_vec(),
-            ..self.clone()
-        }
-    }
-}
-
-/// A series as the daemon must report it: its kind (None: unknown) and the
-/// (timestamp ms, value) pairs that landed in slots.
-#[derive(Debug, Clone)]
-struct Expect {
-    source: String,
-    metric: String,
-    kind: Option<Kind>,
-    stored: Vec<(i64, f64)>,
-}
-
-/// One expected bucket.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Bucket {
-    t_ms: i64,
-    n: u64,
-    sum: f64,
-    min: f64,
-    max: f64,
-}
-
-/// Folds stored samples into buckets `width_s` wide, ascending; buckets
-/// without samples do not exist.
-fn buckets(stored: &[(i64, f64)], width_s: i64) -> Vec<Bucket> {
-    let width_ms = width_s * 1000;
-    let mut out: BTreeMap<i64, Bucket> = BTreeMap::new();
-    for &(ts, v) in stored {
-        let t_ms = ts - ts.rem_euclid(width_ms);
-        let b = out.entry(t_ms).or_insert(Bucket {
-            t_ms,
-            n: 0,
-            sum: 0.0,
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
-        });
-        b.n += 1;
-        b.sum += v;
-        b.min = b.min.min(v);
-        b.max = b.max.max(v);
-    }
-    out.into_values().collect()
-}
-
-/// Groups series into one request, one `SourceBatch` per source in order of
-/// first appearance.
-fn request(series: &[Sent]) -> pb::PushRequest {
-    let mut sources: Vec<pb::SourceBatch> = Vec::new();
-    for s in series {
-        match sources.iter_mut().find(|b| b.source == s.source) {
-            Some(b) => b.series.push(s.proto()),
-            None => sources.push(pb::SourceBatch {
-                source: s.source.clone(),
-                series: vec![s.proto()],
-            }),
-        }
-    }
-    pb::PushRequest { sources }
-}
+// The standard data.
 
 /// Three series of one source starting at minute `t0`: a gauge with
 /// samples in minutes 0, 1, 2 and 4 (sent newest first: order must not
@@ -248,15 +81,6 @@ const STANDARD_SAMPLES: u64 = 29;
 // ---------------------------------------------------------------------------
 // Talking to the daemon.
 
-async fn push(
-    client: &mut pb::ingest_client::IngestClient<Channel>,
-    req: pb::PushRequest,
-) -> Result<pb::PushResponse, tonic::Status> {
-    within("Push", client.push(req))
-        .await
-        .map(|r| r.into_inner())
-}
-
 async fn push_ok(
     client: &mut pb::ingest_client::IngestClient<Channel>,
     req: pb::PushRequest,
@@ -264,123 +88,6 @@ async fn push_ok(
     push(client, req)
         .await
         .unwrap_or_else(|s| panic!("Push failed: {s:?}"))
-}
-
-fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(RPC_TIMEOUT)
-        .build()
-        .expect("building the HTTP client")
-}
-
-/// GET `path`: (status, body).
-async fn http_get(d: &Daemon, path: &str) -> (u16, String) {
-    let url = format!("{}{path}", d.http_url());
-    let resp = within(&format!("GET {path}"), http_client().get(&url).send())
-        .await
-        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    let status = resp.status().as_u16();
-    let body = within(&format!("body of GET {path}"), resp.text())
-        .await
-        .unwrap_or_else(|e| panic!("reading GET {url}: {e}"));
-    (status, body)
-}
-
-/// GET `/api/v1/range` with `params`: (status, JSON body).
-async fn http_range(d: &Daemon, params: &[(&str, String)]) -> (u16, serde_json::Value) {
-    let url = format!("{}/api/v1/range", d.http_url());
-    let resp = within(
-        "GET /api/v1/range",
-        http_client().get(&url).query(params).send(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("GET {url} {params:?}: {e}"));
-    let status = resp.status().as_u16();
-    let text = within("range body", resp.text())
-        .await
-        .expect("reading the range body");
-    let json = serde_json::from_str(&text).unwrap_or_else(|e| {
-        panic!("GET {url} {params:?} answered {status} with non-JSON {text:?}: {e}")
-    });
-    (status, json)
-}
-
-async fn metrics_text(d: &Daemon) -> String {
-    let (status, body) = http_get(d, "/metrics").await;
-    assert_eq!(status, 200, "/metrics answered {status}: {body}");
-    body
-}
-
-/// Sum of the samples of metric `name` (exact name, any further labels)
-/// whose labels include every `labels` pair; None if no line matches.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut total = None;
-    for line in text.lines() {
-        if line.starts_with('#') {
-            continue;
-        }
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        let (label_part, value) = if let Some(r) = rest.strip_prefix('{') {
-            match r.split_once('}') {
-                Some((l, v)) => (l, v),
-                None => continue,
-            }
-        } else if rest.starts_with(' ') {
-            ("", rest)
-        } else {
-            continue;
-        };
-        if !labels
-            .iter()
-            .all(|(k, v)| label_part.contains(&format!("{k}=\"{v}\"")))
-        {
-            continue;
-        }
-        let Some(v) = value
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
-        *total.get_or_insert(0.0) += v;
-    }
-    total
-}
-
-/// Waits until at least `min_flushes` flushes were applied and nothing is
-/// pending or in flight (as far as the daemon's own gauges say).
-async fn wait_flushed(d: &Daemon, min_flushes: f64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let mut settled = 0;
-    loop {
-        let m = metrics_text(d).await;
-        let flushes = metric(&m, "tally_flushes_total", &[]).unwrap_or(0.0);
-        let pending = metric(&m, "tally_pending_slots", &[]).unwrap_or(0.0);
-        let inflight = metric(&m, "tally_flush_inflight_batches", &[]).unwrap_or(0.0);
-        if flushes >= min_flushes && pending == 0.0 && inflight == 0.0 {
-            // Twice in a row, a few flush intervals apart.
-            settled += 1;
-            if settled == 2 {
-                return;
-            }
-        } else {
-            settled = 0;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!(
-                "no settled flush within 15 s: flushes={flushes} pending={pending} inflight={inflight}\n{m}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(150)).await;
-    }
-}
-
-async fn flushes_so_far(d: &Daemon) -> f64 {
-    metric(&metrics_text(d).await, "tally_flushes_total", &[]).unwrap_or(0.0)
 }
 
 /// The flush loop's first tick fires as soon as its task first runs, which
@@ -391,137 +98,6 @@ async fn past_first_flush_tick(d: &Daemon) {
     let (status, body) = http_get(d, "/readyz").await;
     assert_eq!(status, 200, "/readyz: {body}");
     tokio::time::sleep(Duration::from_millis(300)).await;
-}
-
-const GRPC_STEPS: [(pb::Step, i64); 3] = [
-    (pb::Step::Minute, 60),
-    (pb::Step::Hour, 3_600),
-    (pb::Step::Day, 86_400),
-];
-const HTTP_STEPS: [(&str, i64); 3] = [("1m", 60), ("1h", 3_600), ("1d", 86_400)];
-
-/// Reads every series over gRPC and HTTP at all three steps over
-/// `[from_ms, to_ms)` and checks each point exactly.
-async fn check_reads(d: &Daemon, expects: &[Expect], from_ms: i64, to_ms: i64) {
-    let mut query = d.query_client().await;
-    for e in expects {
-        check_grpc(&mut query, e, from_ms, to_ms).await;
-        check_http(d, e, from_ms / 1000, to_ms / 1000).await;
-    }
-}
-
-async fn check_grpc(
-    query: &mut pb::query_client::QueryClient<Channel>,
-    e: &Expect,
-    from_ms: i64,
-    to_ms: i64,
-) {
-    for (step, width_s) in GRPC_STEPS {
-        let what = format!("Range {}/{} {step:?}", e.source, e.metric);
-        let resp = within(
-            &what,
-            query.range(pb::RangeRequest {
-                source: e.source.clone(),
-                metric: e.metric.clone(),
-                from_ms,
-                to_ms,
-                step: step as i32,
-                ..Default::default()
-            }),
-        )
-        .await
-        .unwrap_or_else(|s| panic!("{what}: {s:?}"))
-        .into_inner();
-        let want_kind = e.kind.map_or(pb::SampleKind::Unspecified, Kind::proto);
-        assert_eq!(resp.series.len(), 1, "{what}: one series asked for");
-        let resp = &resp.series[0];
-        assert_eq!(
-            pb::SampleKind::try_from(resp.kind).ok(),
-            Some(want_kind),
-            "{what}: kind"
-        );
-        let want = buckets(&e.stored, width_s);
-        let got: Vec<Bucket> = resp
-            .points
-            .iter()
-            .map(|p| Bucket {
-                t_ms: p.t_ms,
-                n: p.n.unwrap_or(0),
-                sum: p.sum.unwrap_or(f64::NAN),
-                min: p.min.unwrap_or(f64::NAN),
-                max: p.max.unwrap_or(f64::NAN),
-            })
-            .collect();
-        assert_eq!(got, want, "{what}: points (empty buckets must be absent)");
-        let counter = e.kind.is_some_and(Kind::is_counter);
-        for (p, w) in resp.points.iter().zip(&want) {
-            assert_eq!(p.avg, Some(w.sum / w.n as f64), "{what}: avg at {}", p.t_ms);
-            assert_eq!(
-                p.rate,
-                counter.then(|| w.sum / width_s as f64),
-                "{what}: rate at {} (counters only, sum / {width_s} s)",
-                p.t_ms
-            );
-        }
-    }
-}
-
-/// Floats through JSON: serde_json's default parser may be one ulp off.
-fn close(got: &serde_json::Value, want: f64) -> bool {
-    got.as_f64()
-        .is_some_and(|g| (g - want).abs() <= 1e-12 * want.abs().max(1.0))
-}
-
-async fn check_http(d: &Daemon, e: &Expect, from_s: i64, to_s: i64) {
-    for (step, width_s) in HTTP_STEPS {
-        let what = format!("GET /api/v1/range {}/{} step={step}", e.source, e.metric);
-        let (status, body) = http_range(
-            d,
-            &[
-                ("source", e.source.clone()),
-                ("metric", e.metric.clone()),
-                ("from", from_s.to_string()),
-                ("to", to_s.to_string()),
-                ("step", step.to_string()),
-            ],
-        )
-        .await;
-        assert_eq!(status, 200, "{what}: {body}");
-        let body = &body["series"][0];
-        match e.kind {
-            Some(k) => assert_eq!(body["kind"], k.json(), "{what}: kind in {body}"),
-            None => assert!(body["kind"].is_null(), "{what}: kind in {body}"),
-        }
-        let points = body["points"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{what}: no points array in {body}"));
-        let want = buckets(&e.stored, width_s);
-        assert_eq!(points.len(), want.len(), "{what}: {body}\nwant {want:?}");
-        let counter = e.kind.is_some_and(Kind::is_counter);
-        for (p, w) in points.iter().zip(&want) {
-            let ok = p["t"].as_i64() == Some(w.t_ms / 1000)
-                && p["n"].as_u64() == Some(w.n)
-                && close(&p["sum"], w.sum)
-                && close(&p["min"], w.min)
-                && close(&p["max"], w.max)
-                && close(&p["avg"], w.sum / w.n as f64)
-                && if counter {
-                    close(&p["rate"], w.sum / width_s as f64)
-                } else {
-                    p.get("rate").is_none()
-                };
-            assert!(
-                ok,
-                "{what}: point {p} does not match {w:?} (counter: {counter})"
-            );
-        }
-    }
-}
-
-/// A range around the standard data: ten minutes before `t0` to two
-/// minutes from now.
-fn range_around(t0: i64) -> (i64, i64) {
-    (t0 - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS)
 }
 
 // ---------------------------------------------------------------------------
@@ -545,7 +121,7 @@ async fn reads_are_exact_right_after_the_ack_before_any_flush() {
     );
     assert!(resp.rejections.is_empty(), "{resp:?}");
 
-    let expects: Vec<Expect> = sent.iter().map(Sent::expect).collect();
+    let expects = expects(&sent);
     let (from, to) = range_around(t0);
     check_reads(&d, &expects, from, to).await;
 
@@ -569,7 +145,7 @@ async fn reads_are_exact_after_flushes_and_across_store_and_memory() {
     let d = Daemon::start(DaemonOpts::new().flush_interval("100ms"));
     let t0 = minute_start_ms(9);
     let sent = standard_series("host-b", t0);
-    let expects: Vec<Expect> = sent.iter().map(Sent::expect).collect();
+    let expects = expects(&sent);
     let mut ingest = d.ingest_client().await;
 
     // First half of every series, flushed.
@@ -583,7 +159,7 @@ async fn reads_are_exact_after_flushes_and_across_store_and_memory() {
         .collect();
     let r1 = push_ok(&mut ingest, request(&first)).await;
     assert_eq!((r1.accepted, r1.rejected), (14, 0), "{r1:?}");
-    wait_flushed(&d, 1.0).await;
+    wait_flushed(&d, 1.0, FLUSH_TIMEOUT).await;
     let before = flushes_so_far(&d).await;
 
     // Second half: read at once (store + whatever is in memory or in flight).
@@ -593,7 +169,7 @@ async fn reads_are_exact_after_flushes_and_across_store_and_memory() {
     check_reads(&d, &expects, from, to).await;
 
     // And again once everything is in the store.
-    wait_flushed(&d, before + 1.0).await;
+    wait_flushed(&d, before + 1.0, FLUSH_TIMEOUT).await;
     check_reads(&d, &expects, from, to).await;
     let m = metrics_text(&d).await;
     assert!(
@@ -642,7 +218,7 @@ async fn push_stream_sums_accepted_counts_and_data_is_readable() {
     assert_eq!(r.message_index, 3, "{r:?}");
     assert_eq!((r.series_index, r.sample_index), (1, Some(0)), "{r:?}");
 
-    let expects: Vec<Expect> = sent.iter().map(Sent::expect).collect();
+    let expects = expects(&sent);
     let (from, to) = range_around(t0);
     check_reads(&d, &expects, from, to).await;
 }
@@ -657,7 +233,7 @@ async fn sigterm_exits_cleanly_and_restart_reads_the_same_points() {
     past_first_flush_tick(&d).await;
     let t0 = minute_start_ms(6);
     let sent = standard_series("restart-host", t0);
-    let expects: Vec<Expect> = sent.iter().map(Sent::expect).collect();
+    let expects = expects(&sent);
     let mut ingest = d.ingest_client().await;
     let resp = push_ok(&mut ingest, request(&sent)).await;
     assert_eq!((resp.accepted, resp.rejected), (STANDARD_SAMPLES, 0));
@@ -670,14 +246,7 @@ async fn sigterm_exits_cleanly_and_restart_reads_the_same_points() {
     );
     drop(ingest);
 
-    d.sigterm();
-    let status = d.wait_async(EXIT_TIMEOUT).await;
-    assert!(
-        status.success(),
-        "tallyd exited with {status} after SIGTERM"
-    );
-
-    d.restart();
+    restart(&mut d).await;
     check_reads(&d, &expects, from, now_ms() + 2 * MINUTE_MS).await;
     assert_eq!(
         flushes_so_far(&d).await,
@@ -946,7 +515,7 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
     ];
     let (from, to) = (b - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS);
     check_reads(&d, &expects, from, to).await;
-    wait_flushed(&d, 1.0).await;
+    wait_flushed(&d, 1.0, FLUSH_TIMEOUT).await;
     check_reads(&d, &expects, from, to).await;
 
     let m = metrics_text(&d).await;
@@ -991,12 +560,7 @@ async fn request_limits_refuse_whole_requests() {
     let t0 = minute_start_ms(4);
     let mut ingest = d.ingest_client().await;
     let (from, to) = (t0 - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS);
-    let expect_none = |metric: &str| Expect {
-        source: "limits".into(),
-        metric: metric.into(),
-        kind: None,
-        stored: vec![],
-    };
+    let expect_none = |metric: &str| Expect::absent("limits", metric);
 
     // Over ingest.max_batch_samples.
     let err = push(&mut ingest, gauge_request("limits", "g.big", t0, 11))
@@ -1246,7 +810,7 @@ async fn sigterm_under_load_loses_nothing_acknowledged() {
                 let samples = (0..BATCH as i64).map(|i| (t - i, 1.0)).collect();
                 let req = request(&[Sent::new("load-host", &metric, Kind::Gauge, samples)]);
                 sent += BATCH as u64;
-                match tokio::time::timeout(RPC_TIMEOUT, ingest.push(req)).await {
+                match tokio::time::timeout(CALL_TIMEOUT, ingest.push(req)).await {
                     Ok(Ok(resp)) => acked += resp.into_inner().accepted,
                     _ => break,
                 }

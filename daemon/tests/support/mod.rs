@@ -6,4 +6,5 @@ pub mod catalog_conformance;
 pub mod client;
 pub mod conformance;
 pub mod daemon;
+pub mod e2e;
 pub mod standin;

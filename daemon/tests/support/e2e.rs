@@ -1,0 +1,486 @@
+//! What the end-to-end tests (`daemon_e2e.rs`, `mongo_e2e.rs`) send and
+//! expect back, and how they check it: series as sent, the points the daemon
+//! must report for them, exact reads over gRPC and HTTP at every step,
+//! `/metrics` scrapes and waits for settled flushes.
+//!
+//! Sample values are small integers and binary fractions, so every sum is
+//! exact in any order and the expected aggregates compare with `==`.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tally_proto::v1 as pb;
+use tonic::transport::Channel;
+
+use super::client::{now_ms, within, CALL_TIMEOUT};
+use super::daemon::Daemon;
+
+/// How long a SIGTERM'ed daemon may take to exit (its own shutdown deadline
+/// is 30 s by default).
+pub const EXIT_TIMEOUT: Duration = Duration::from_secs(35);
+
+pub const MINUTE_MS: i64 = 60_000;
+pub const SECOND_MS: i64 = 1_000;
+
+/// Start of the minute `minutes_ago` minutes before the current one, in ms.
+pub fn minute_start_ms(minutes_ago: i64) -> i64 {
+    let now = now_ms();
+    now - now.rem_euclid(MINUTE_MS) - minutes_ago * MINUTE_MS
+}
+
+/// A range around data starting at `t0`: ten minutes before it to two
+/// minutes from now, in ms.
+pub fn range_around(t0: i64) -> (i64, i64) {
+    (t0 - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS)
+}
+
+// ---------------------------------------------------------------------------
+// What the tests send, and what they expect back.
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Kind {
+    Gauge,
+    Delta,
+    Cumulative,
+}
+
+impl Kind {
+    pub fn proto(self) -> pb::SampleKind {
+        match self {
+            Kind::Gauge => pb::SampleKind::Gauge,
+            Kind::Delta => pb::SampleKind::DeltaCounter,
+            Kind::Cumulative => pb::SampleKind::CumulativeCounter,
+        }
+    }
+
+    /// The kind's name in the HTTP API.
+    pub fn json(self) -> &'static str {
+        match self {
+            Kind::Gauge => "gauge",
+            Kind::Delta => "delta_counter",
+            Kind::Cumulative => "cumulative_counter",
+        }
+    }
+
+    pub fn is_counter(self) -> bool {
+        self != Kind::Gauge
+    }
+}
+
+/// One series as sent: (timestamp ms, value) in the order sent.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub source: String,
+    pub metric: String,
+    pub kind: Kind,
+    pub samples: Vec<(i64, f64)>,
+}
+
+impl Sent {
+    pub fn new(source: &str, metric: &str, kind: Kind, samples: Vec<(i64, f64)>) -> Sent {
+        Sent {
+            source: source.into(),
+            metric: metric.into(),
+            kind,
+            samples,
+        }
+    }
+
+    pub fn proto(&self) -> pb::SeriesSamples {
+        pb::SeriesSamples {
+            metric: self.metric.clone(),
+            kind: self.kind.proto() as i32,
+            timestamps_ms: self.samples.iter().map(|s| s.0).collect(),
+            values: self.samples.iter().map(|s| s.1).collect(),
+        }
+    }
+
+    /// What the daemon must store: gauges and delta counters as sent,
+    /// cumulative counters as deltas (the first sample is the baseline; a
+    /// value below the previous one is a reset and counts whole).
+    pub fn expect(&self) -> Expect {
+        let stored = match self.kind {
+            Kind::Gauge | Kind::Delta => self.samples.clone(),
+            Kind::Cumulative => self
+                .samples
+                .windows(2)
+                .map(|w| {
+                    let ((_, prev), (ts, v)) = (w[0], w[1]);
+                    (ts, if v >= prev { v - prev } else { v })
+                })
+                .collect(),
+        };
+        Expect {
+            source: self.source.clone(),
+            metric: self.metric.clone(),
+            kind: Some(self.kind),
+            stored,
+        }
+    }
+
+    /// Samples `range` of this series, as a series of its own.
+    pub fn part(&self, range: std::ops::Range<usize>) -> Sent {
+        Sent {
+            samples: self.samples[range].to_vec(),
+            ..self.clone()
+        }
+    }
+}
+
+/// What the daemon must report for each of `sent`.
+pub fn expects(sent: &[Sent]) -> Vec<Expect> {
+    sent.iter().map(Sent::expect).collect()
+}
+
+/// A series as the daemon must report it: its kind (None: unknown) and the
+/// (timestamp ms, value) pairs that landed in slots.
+#[derive(Debug, Clone)]
+pub struct Expect {
+    pub source: String,
+    pub metric: String,
+    pub kind: Option<Kind>,
+    pub stored: Vec<(i64, f64)>,
+}
+
+impl Expect {
+    /// A series the daemon must know nothing about.
+    pub fn absent(source: &str, metric: &str) -> Expect {
+        Expect {
+            source: source.into(),
+            metric: metric.into(),
+            kind: None,
+            stored: Vec::new(),
+        }
+    }
+}
+
+/// One expected bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Bucket {
+    pub t_ms: i64,
+    pub n: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Folds stored samples into buckets `width_s` wide, ascending; buckets
+/// without samples do not exist.
+pub fn buckets(stored: &[(i64, f64)], width_s: i64) -> Vec<Bucket> {
+    let width_ms = width_s * 1000;
+    let mut out: BTreeMap<i64, Bucket> = BTreeMap::new();
+    for &(ts, v) in stored {
+        let t_ms = ts - ts.rem_euclid(width_ms);
+        let b = out.entry(t_ms).or_insert(Bucket {
+            t_ms,
+            n: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        });
+        b.n += 1;
+        b.sum += v;
+        b.min = b.min.min(v);
+        b.max = b.max.max(v);
+    }
+    out.into_values().collect()
+}
+
+/// Groups series into one request, one `SourceBatch` per source in order of
+/// first appearance.
+pub fn request(series: &[Sent]) -> pb::PushRequest {
+    let mut sources: Vec<pb::SourceBatch> = Vec::new();
+    for s in series {
+        match sources.iter_mut().find(|b| b.source == s.source) {
+            Some(b) => b.series.push(s.proto()),
+            None => sources.push(pb::SourceBatch {
+                source: s.source.clone(),
+                series: vec![s.proto()],
+            }),
+        }
+    }
+    pb::PushRequest { sources }
+}
+
+// ---------------------------------------------------------------------------
+// Talking to the daemon.
+
+/// One `Push`, bounded; the daemon's answer or its status.
+pub async fn push(
+    client: &mut pb::ingest_client::IngestClient<Channel>,
+    req: pb::PushRequest,
+) -> Result<pb::PushResponse, tonic::Status> {
+    within("Push", client.push(req))
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// SIGTERM, and a clean exit within [`EXIT_TIMEOUT`].
+pub async fn sigterm_and_exit(d: &mut Daemon) {
+    d.sigterm();
+    let status = d.wait_async(EXIT_TIMEOUT).await;
+    assert!(
+        status.success(),
+        "tallyd exited with {status} after SIGTERM"
+    );
+}
+
+/// SIGTERM, a clean exit, and a new process with the same options on the
+/// same data directory (and so, for MongoDB, the same database).
+pub async fn restart(d: &mut Daemon) {
+    sigterm_and_exit(d).await;
+    // Already exited: restart() only spawns the new process (and waits,
+    // synchronously, for its listening line).
+    tokio::task::block_in_place(|| d.restart());
+}
+
+/// Like `client::http_client`, but never through a proxy from the
+/// environment: the daemon is on loopback.
+pub fn direct_http_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(CALL_TIMEOUT)
+        .build()
+        .expect("building the HTTP client")
+}
+
+/// GET `path`: (status, body).
+pub async fn http_get(d: &Daemon, path: &str) -> (u16, String) {
+    let url = format!("{}{path}", d.http_url());
+    let resp = within(
+        &format!("GET {path}"),
+        direct_http_client().get(&url).send(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = resp.status().as_u16();
+    let body = within(&format!("body of GET {path}"), resp.text())
+        .await
+        .unwrap_or_else(|e| panic!("reading GET {url}: {e}"));
+    (status, body)
+}
+
+/// GET `/api/v1/range` with `params`: (status, JSON body).
+pub async fn http_range(d: &Daemon, params: &[(&str, String)]) -> (u16, serde_json::Value) {
+    let url = format!("{}/api/v1/range", d.http_url());
+    let resp = within(
+        "GET /api/v1/range",
+        direct_http_client().get(&url).query(params).send(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("GET {url} {params:?}: {e}"));
+    let status = resp.status().as_u16();
+    let text = within("range body", resp.text())
+        .await
+        .expect("reading the range body");
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!("GET {url} {params:?} answered {status} with non-JSON {text:?}: {e}")
+    });
+    (status, json)
+}
+
+/// The daemon's `/metrics` text; the scrape must answer 200.
+pub async fn metrics_text(d: &Daemon) -> String {
+    let (status, body) = http_get(d, "/metrics").await;
+    assert_eq!(status, 200, "/metrics answered {status}: {body}");
+    body
+}
+
+/// Sum of the samples of metric `name` (exact name, any further labels)
+/// whose labels include every `labels` pair; None if no line matches.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (label_part, value) = if let Some(r) = rest.strip_prefix('{') {
+            match r.split_once('}') {
+                Some(parts) => parts,
+                None => continue,
+            }
+        } else if rest.starts_with(' ') {
+            ("", rest)
+        } else {
+            continue;
+        };
+        if !labels
+            .iter()
+            .all(|(k, v)| label_part.contains(&format!("{k}=\"{v}\"")))
+        {
+            continue;
+        }
+        if let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
+}
+
+pub async fn flushes_so_far(d: &Daemon) -> f64 {
+    metric(&metrics_text(d).await, "tally_flushes_total", &[]).unwrap_or(0.0)
+}
+
+/// Waits until at least `min_flushes` flushes were applied and nothing is
+/// pending or in flight (as far as the daemon's own gauges say), twice in a
+/// row; panics after `timeout`.
+pub async fn wait_flushed(d: &Daemon, min_flushes: f64, timeout: Duration) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut settled = 0;
+    loop {
+        let m = metrics_text(d).await;
+        let flushes = metric(&m, "tally_flushes_total", &[]).unwrap_or(0.0);
+        let pending = metric(&m, "tally_pending_slots", &[]).unwrap_or(0.0);
+        let inflight = metric(&m, "tally_flush_inflight_batches", &[]).unwrap_or(0.0);
+        if flushes >= min_flushes && pending == 0.0 && inflight == 0.0 {
+            // Twice in a row, a few flush intervals apart.
+            settled += 1;
+            if settled == 2 {
+                return;
+            }
+        } else {
+            settled = 0;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!(
+                "no settled flush within {timeout:?}: flushes={flushes} pending={pending} inflight={inflight}\n{m}\n{}",
+                d.logs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Exact reads.
+
+pub const GRPC_STEPS: [(pb::Step, i64); 3] = [
+    (pb::Step::Minute, 60),
+    (pb::Step::Hour, 3_600),
+    (pb::Step::Day, 86_400),
+];
+pub const HTTP_STEPS: [(&str, i64); 3] = [("1m", 60), ("1h", 3_600), ("1d", 86_400)];
+
+/// Reads every series over gRPC and HTTP at all three steps over
+/// `[from_ms, to_ms)` and checks each point exactly.
+pub async fn check_reads(d: &Daemon, expects: &[Expect], from_ms: i64, to_ms: i64) {
+    let mut query = d.query_client().await;
+    for e in expects {
+        check_grpc(&mut query, e, from_ms, to_ms).await;
+        check_http(d, e, from_ms / 1000, to_ms / 1000).await;
+    }
+}
+
+pub async fn check_grpc(
+    query: &mut pb::query_client::QueryClient<Channel>,
+    e: &Expect,
+    from_ms: i64,
+    to_ms: i64,
+) {
+    for (step, width_s) in GRPC_STEPS {
+        let what = format!("Query.Range {}/{} {step:?}", e.source, e.metric);
+        let resp = within(
+            &what,
+            query.range(pb::RangeRequest {
+                source: e.source.clone(),
+                metric: e.metric.clone(),
+                from_ms,
+                to_ms,
+                step: step as i32,
+                ..Default::default()
+            }),
+        )
+        .await
+        .unwrap_or_else(|s| panic!("{what}: {s:?}"))
+        .into_inner();
+        let want_kind = e.kind.map_or(pb::SampleKind::Unspecified, Kind::proto);
+        assert_eq!(resp.series.len(), 1, "{what}: one series asked for");
+        let resp = &resp.series[0];
+        assert_eq!(
+            pb::SampleKind::try_from(resp.kind).ok(),
+            Some(want_kind),
+            "{what}: kind"
+        );
+        let want = buckets(&e.stored, width_s);
+        let got: Vec<Bucket> = resp
+            .points
+            .iter()
+            .map(|p| Bucket {
+                t_ms: p.t_ms,
+                n: p.n.unwrap_or(0),
+                sum: p.sum.unwrap_or(f64::NAN),
+                min: p.min.unwrap_or(f64::NAN),
+                max: p.max.unwrap_or(f64::NAN),
+            })
+            .collect();
+        assert_eq!(got, want, "{what}: points (empty buckets must be absent)");
+        let counter = e.kind.is_some_and(Kind::is_counter);
+        for (p, w) in resp.points.iter().zip(&want) {
+            assert_eq!(p.avg, Some(w.sum / w.n as f64), "{what}: avg at {}", p.t_ms);
+            assert_eq!(
+                p.rate,
+                counter.then(|| w.sum / width_s as f64),
+                "{what}: rate at {} (counters only, sum / {width_s} s)",
+                p.t_ms
+            );
+        }
+    }
+}
+
+/// Floats through JSON: serde_json's default parser may be one ulp off.
+pub fn close(got: &serde_json::Value, want: f64) -> bool {
+    got.as_f64()
+        .is_some_and(|g| (g - want).abs() <= 1e-12 * want.abs().max(1.0))
+}
+
+pub async fn check_http(d: &Daemon, e: &Expect, from_s: i64, to_s: i64) {
+    for (step, width_s) in HTTP_STEPS {
+        let what = format!("GET /api/v1/range {}/{} step={step}", e.source, e.metric);
+        let (status, body) = http_range(
+            d,
+            &[
+                ("source", e.source.clone()),
+                ("metric", e.metric.clone()),
+                ("from", from_s.to_string()),
+                ("to", to_s.to_string()),
+                ("step", step.to_string()),
+            ],
+        )
+        .await;
+        assert_eq!(status, 200, "{what}: {body}");
+        let body = &body["series"][0];
+        match e.kind {
+            Some(k) => assert_eq!(body["kind"], k.json(), "{what}: kind in {body}"),
+            None => assert!(body["kind"].is_null(), "{what}: kind in {body}"),
+        }
+        let points = body["points"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: no points array in {body}"));
+        let want = buckets(&e.stored, width_s);
+        assert_eq!(points.len(), want.len(), "{what}: {body}\nwant {want:?}");
+        let counter = e.kind.is_some_and(Kind::is_counter);
+        for (p, w) in points.iter().zip(&want) {
+            let ok = p["t"].as_i64() == Some(w.t_ms / 1000)
+                && p["n"].as_u64() == Some(w.n)
+                && close(&p["sum"], w.sum)
+                && close(&p["min"], w.min)
+                && close(&p["max"], w.max)
+                && close(&p["avg"], w.sum / w.n as f64)
+                && if counter {
+                    close(&p["rate"], w.sum / width_s as f64)
+                } else {
+                    p.get("rate").is_none()
+                };
+            assert!(
+                ok,
+                "{what}: point {p} does not match {w:?} (counter: {counter})"
+            );
+        }
+    }
+}
