@@ -707,10 +707,13 @@ async fn health_reflection_and_http_errors() {
     let (status, body) = http_range(&d, &[p("metric", "cpu")]).await;
     let msg = error_of(status, &body, "missing source");
     assert!(msg.contains("source"), "missing source: {msg}");
-    let (status, body) =
-        http_range(&d, &[p("source", "h"), p("metric", "cpu"), p("step", "5m")]).await;
+    let (status, body) = http_range(
+        &d,
+        &[p("source", "h"), p("metric", "cpu"), p("step", "90s")],
+    )
+    .await;
     let msg = error_of(status, &body, "bad step");
-    assert!(msg.contains("5m"), "bad step: {msg}");
+    assert!(msg.contains("90s"), "bad step: {msg}");
     let (status, body) = http_range(
         &d,
         &[

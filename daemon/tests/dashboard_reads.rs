@@ -525,7 +525,8 @@ async fn check_aggregates(d: &Daemon, m: i64) {
     .expect("Aggregate")
     .into_inner();
     assert_eq!(resp.rollup.as_deref(), Some("web"), "{resp:?}");
-    let got: Vec<(i64, Option<u64>, Option<f64>, Option<f64>)> = resp
+    type Row = (i64, Option<u64>, Option<f64>, Option<f64>);
+    let got: Vec<Row> = resp
         .points
         .iter()
         .map(|p| (p.t_ms, p.n, p.sum, p.max))
