@@ -12,8 +12,8 @@ use tonic::{Request, Response, Status};
 use crate::ingest::{kind_from_proto, kind_to_proto, IngestService};
 use crate::model::SeriesId;
 use crate::query::{
-    Aggregate, AggregateQuery, Point, QueryEngine, QueryError, Selection, SeriesRange, Sources,
-    Step, StepSpec,
+    Aggregate, AggregateQuery, Names, Point, QueryEngine, QueryError, Selection, SeriesRange,
+    Sources, Step, StepSpec,
 };
 use crate::selector::NameMatcher;
 use crate::store::CatalogQuery;
@@ -27,6 +27,29 @@ pub struct QueryService {
 impl QueryService {
     pub fn new(engine: Arc<QueryEngine>, watch: Arc<WatchHub>) -> Self {
         QueryService { engine, watch }
+    }
+}
+
+impl QueryService {
+    async fn list_names(
+        &self,
+        which: Names,
+        r: pb::ListNamesRequest,
+    ) -> Result<Response<pb::ListNamesResponse>, Status> {
+        let page = self
+            .engine
+            .names(
+                which,
+                matcher(&r.source, "source")?,
+                matcher(&r.metric, "metric")?,
+                (!r.page_token.is_empty()).then_some(r.page_token),
+                page_size(r.page_size),
+            )
+            .await?;
+        Ok(Response::new(pb::ListNamesResponse {
+            names: page.items,
+            next_page_token: token(page.next),
+        }))
     }
 }
 
@@ -235,40 +258,14 @@ impl pb::query_server::Query for QueryService {
         &self,
         request: Request<pb::ListNamesRequest>,
     ) -> Result<Response<pb::ListNamesResponse>, Status> {
-        let r = request.into_inner();
-        let page = self
-            .engine
-            .sources(
-                matcher(&r.source, "source")?,
-                matcher(&r.metric, "metric")?,
-                (!r.page_token.is_empty()).then_some(r.page_token),
-                page_size(r.page_size),
-            )
-            .await?;
-        Ok(Response::new(pb::ListNamesResponse {
-            names: page.items,
-            next_page_token: token(page.next),
-        }))
+        self.list_names(Names::Sources, request.into_inner()).await
     }
 
     async fn list_metrics(
         &self,
         request: Request<pb::ListNamesRequest>,
     ) -> Result<Response<pb::ListNamesResponse>, Status> {
-        let r = request.into_inner();
-        let page = self
-            .engine
-            .metrics(
-                matcher(&r.source, "source")?,
-                matcher(&r.metric, "metric")?,
-                (!r.page_token.is_empty()).then_some(r.page_token),
-                page_size(r.page_size),
-            )
-            .await?;
-        Ok(Response::new(pb::ListNamesResponse {
-            names: page.items,
-            next_page_token: token(page.next),
-        }))
+        self.list_names(Names::Metrics, request.into_inner()).await
     }
 
     async fn aggregate(

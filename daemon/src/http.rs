@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 
 use crate::model::{SampleKind, SeriesId};
 use crate::query::{
-    Aggregate, AggregateQuery, QueryEngine, QueryError, Selection, Sources, StepSpec,
+    Aggregate, AggregateQuery, Names, QueryEngine, QueryError, Selection, Sources, StepSpec,
 };
 use crate::selector::NameMatcher;
 use crate::store::{CatalogQuery, Store};
@@ -46,8 +46,14 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/v1/range", get(range))
         .route("/api/v1/latest", get(latest))
         .route("/api/v1/series", get(series))
-        .route("/api/v1/sources", get(sources))
-        .route("/api/v1/metrics", get(metric_names))
+        .route(
+            "/api/v1/sources",
+            get(|State(s): State<HttpState>, q| names(s, Names::Sources, q)),
+        )
+        .route(
+            "/api/v1/metrics",
+            get(|State(s): State<HttpState>, q| names(s, Names::Metrics, q)),
+        )
         .route("/api/v1/groups", get(groups))
         .route("/api/v1/aggregate", get(aggregate))
         .route("/api/v1/watch", get(watch_sse))
@@ -307,7 +313,8 @@ async fn series(State(s): State<HttpState>, q: Result<Query<Params>, QueryReject
     timed("series", started, r)
 }
 
-async fn sources(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+/// `/api/v1/sources` and `/api/v1/metrics`: distinct names, paginated.
+async fn names(s: HttpState, which: Names, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
     let (src, met) = (
         tri!(Params::matcher(&p.source, "source")),
@@ -316,28 +323,16 @@ async fn sources(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejec
     let started = Instant::now();
     let r = s
         .query
-        .sources(src, met, p.after.clone(), p.limit.unwrap_or(DEFAULT_PAGE))
+        .names(
+            which,
+            src,
+            met,
+            p.after.clone(),
+            p.limit.unwrap_or(DEFAULT_PAGE),
+        )
         .await
-        .map(|page| Json(serde_json::json!({ "sources": page.items, "next": page.next })));
-    timed("sources", started, r)
-}
-
-async fn metric_names(
-    State(s): State<HttpState>,
-    q: Result<Query<Params>, QueryRejection>,
-) -> Response {
-    let p = params!(q);
-    let (src, met) = (
-        tri!(Params::matcher(&p.source, "source")),
-        tri!(Params::matcher(&p.metric, "metric")),
-    );
-    let started = Instant::now();
-    let r = s
-        .query
-        .metrics(src, met, p.after.clone(), p.limit.unwrap_or(DEFAULT_PAGE))
-        .await
-        .map(|page| Json(serde_json::json!({ "metrics": page.items, "next": page.next })));
-    timed("metrics", started, r)
+        .map(|page| Json(serde_json::json!({ which.as_str(): page.items, "next": page.next })));
+    timed(which.as_str(), started, r)
 }
 
 async fn groups(State(s): State<HttpState>) -> Response {

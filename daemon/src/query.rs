@@ -445,6 +445,22 @@ impl From<CatalogEntry> for SeriesInfo {
     }
 }
 
+/// Which names a distinct-name listing returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    Sources,
+    Metrics,
+}
+
+impl Names {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Names::Sources => "sources",
+            Names::Metrics => "metrics",
+        }
+    }
+}
+
 /// One page of a listing; `next` continues it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Page<T> {
@@ -857,6 +873,39 @@ impl QueryEngine {
         })
     }
 
+    /// One page of a scan for distinct names.
+    async fn scan_page(
+        &self,
+        source: &[NameMatcher],
+        metric: &[NameMatcher],
+        after: Option<SeriesId>,
+    ) -> Result<Vec<CatalogEntry>, QueryError> {
+        self.catalog(&CatalogQuery {
+            source: source.to_vec(),
+            metric: metric.to_vec(),
+            kind: None,
+            seen_since: None,
+            after,
+            limit: SCAN_PAGE,
+        })
+        .await
+    }
+
+    /// Distinct sources or metrics, by `which`.
+    pub async fn names(
+        &self,
+        which: Names,
+        source: Vec<NameMatcher>,
+        metric: Vec<NameMatcher>,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Page<String>, QueryError> {
+        match which {
+            Names::Sources => self.sources(source, metric, after, limit).await,
+            Names::Metrics => self.metrics(source, metric, after, limit).await,
+        }
+    }
+
     /// Distinct sources with a series matching, in catalog (key) order,
     /// after the source `after`.
     pub async fn sources(
@@ -873,16 +922,7 @@ impl QueryEngine {
         let mut cursor = after.as_deref().map(skip);
         let mut scanned = 0usize;
         loop {
-            let page = self
-                .catalog(&CatalogQuery {
-                    source: source.clone(),
-                    metric: metric.clone(),
-                    kind: None,
-                    seen_since: None,
-                    after: cursor.clone(),
-                    limit: SCAN_PAGE,
-                })
-                .await?;
+            let page = self.scan_page(&source, &metric, cursor.clone()).await?;
             let exhausted = page.len() < SCAN_PAGE;
             scanned += page.len();
             for e in &page {
@@ -919,16 +959,7 @@ impl QueryEngine {
         let mut cursor = None;
         let mut scanned = 0usize;
         loop {
-            let page = self
-                .catalog(&CatalogQuery {
-                    source: source.clone(),
-                    metric: metric.clone(),
-                    kind: None,
-                    seen_since: None,
-                    after: cursor,
-                    limit: SCAN_PAGE,
-                })
-                .await?;
+            let page = self.scan_page(&source, &metric, cursor).await?;
             scanned += page.len();
             let exhausted = page.len() < SCAN_PAGE;
             cursor = page.last().map(|e| e.series.clone());

@@ -825,6 +825,23 @@ fn keep_worst(slot: &mut Option<StoreError>, e: StoreError) {
     }
 }
 
+/// Every result of concurrent commands, or the worst of their errors: all
+/// of them ran, so the caller learns the most telling failure, not the first.
+fn all_or_worst<T>(results: Vec<Result<T, StoreError>>) -> Result<Vec<T>, StoreError> {
+    let mut worst = None;
+    let mut out = Vec::with_capacity(results.len());
+    for r in results {
+        match r {
+            Ok(v) => out.push(v),
+            Err(e) => keep_worst(&mut worst, e),
+        }
+    }
+    match worst {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Reads
 
@@ -1748,18 +1765,7 @@ impl MongoStore {
             .buffer_unordered(self.max_concurrent)
             .collect()
             .await;
-        let mut worst = None;
-        let mut out = Vec::new();
-        for r in results {
-            match r {
-                Ok(r) => out.push(r),
-                Err(e) => keep_worst(&mut worst, e),
-            }
-        }
-        match worst {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        all_or_worst(results)
     }
 
     /// Makes sure every document of `docs` exists, inserting the missing
@@ -1794,17 +1800,8 @@ impl MongoStore {
             .buffer_unordered(self.max_concurrent)
             .collect()
             .await;
-        let mut existing: hashbrown::HashSet<(Tier, String)> = hashbrown::HashSet::new();
-        let mut worst = None;
-        for r in found {
-            match r {
-                Ok(ids) => existing.extend(ids),
-                Err(e) => keep_worst(&mut worst, e),
-            }
-        }
-        if let Some(e) = worst {
-            return Err(e);
-        }
+        let existing: hashbrown::HashSet<(Tier, String)> =
+            all_or_worst(found)?.into_iter().flatten().collect();
         let (present, missing): (Vec<&PlannedDoc<'_>>, Vec<&PlannedDoc<'_>>) = docs
             .iter()
             .partition(|d| existing.contains(&(d.tier, d.id.clone())));
@@ -2271,18 +2268,7 @@ impl MongoStore {
             .buffer_unordered(self.max_concurrent)
             .collect()
             .await;
-        let mut worst = None;
-        let mut duplicates = Vec::new();
-        for r in results {
-            match r {
-                Ok(d) => duplicates.extend(d),
-                Err(e) => keep_worst(&mut worst, e),
-            }
-        }
-        match worst {
-            Some(e) => Err(e),
-            None => Ok(duplicates),
-        }
+        Ok(all_or_worst(results)?.into_iter().flatten().collect())
     }
 
     async fn catalog_list_inner(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
