@@ -76,6 +76,8 @@ fn delta(after: &MongoStats, before: &MongoStats) -> MongoStats {
         insert_round_trips: after.insert_round_trips - before.insert_round_trips,
         lookup_round_trips: after.lookup_round_trips - before.lookup_round_trips,
         read_round_trips: after.read_round_trips - before.read_round_trips,
+        catalog_statements: after.catalog_statements - before.catalog_statements,
+        catalog_round_trips: after.catalog_round_trips - before.catalog_round_trips,
         bytes_sent: after.bytes_sent - before.bytes_sent,
         preallocated_documents: after.preallocated_documents - before.preallocated_documents,
         first_sighting_documents: after.first_sighting_documents - before.first_sighting_documents,

@@ -248,6 +248,8 @@ pub struct MongoDbConfig {
     pub database: String,
     pub hour_collection: String,
     pub day_collection: String,
+    /// The series catalog (discovery): one small document per series.
+    pub series_collection: String,
     /// Update statements per bulk write.
     pub statements_per_batch: usize,
     /// Bulk writes in flight at once.
@@ -457,6 +459,7 @@ impl Default for MongoDbConfig {
             database: "tally".to_string(),
             hour_collection: "metrics_by_hour".to_string(),
             day_collection: "metrics_by_day".to_string(),
+            series_collection: "tally_series".to_string(),
             statements_per_batch: 1000,
             max_concurrent_batches: 4,
             timeout: secs(10),
@@ -807,6 +810,18 @@ impl Config {
             m.hour_collection != m.day_collection,
             "mongodb.day_collection",
             "must differ from mongodb.hour_collection: the two document shapes cannot share a collection",
+        );
+        if let Err(why) = check_collection_name(&m.series_collection) {
+            c.fail("mongodb.series_collection", why);
+        }
+        c.require(
+            ![&m.hour_collection, &m.day_collection].contains(&&m.series_collection)
+                && m.series_collection != crate::store::mongodb::WRITERS_COLLECTION,
+            "mongodb.series_collection",
+            format!(
+                "must differ from mongodb.hour_collection, mongodb.day_collection and {}: catalog entries cannot share a collection",
+                crate::store::mongodb::WRITERS_COLLECTION
+            ),
         );
         c.require(
             (1..=MONGODB_MAX_BATCH).contains(&m.statements_per_batch),
@@ -1744,6 +1759,31 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("flag --http-listen"), "{text}");
+    }
+
+    #[test]
+    fn series_collection_is_validated() {
+        let mut c = Config::default();
+        assert_eq!(c.mongodb.series_collection, "tally_series");
+        for bad in [
+            "",
+            "system.series",
+            "a$b",
+            "metrics_by_hour",
+            "metrics_by_day",
+            "tally_writers",
+        ] {
+            c.mongodb.series_collection = bad.into();
+            let Err(ConfigError::Invalid(problems)) = c.validate() else {
+                panic!("{bad:?} accepted");
+            };
+            assert!(
+                problems
+                    .iter()
+                    .any(|p| p.key == "mongodb.series_collection"),
+                "{bad:?}: {problems:?}"
+            );
+        }
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   updates that never add a slot.
 //! * Exactly once across ambiguous failures (the reply lost after the write).
 //! * MongoDB down at start and in the middle; TTL indexes; statement counts.
+//! * The series catalog: the contract shared with the embedded store
+//!   (`support::catalog_conformance`), its documents, commands and TTL index.
 
 mod support;
 
@@ -19,6 +21,7 @@ use std::time::{Duration, Instant};
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use support::catalog_conformance;
 use support::conformance;
 use support::standin::{mongo_target, MongoTarget};
 use tally::config::MongoDbConfig;
@@ -27,7 +30,7 @@ use tally::model::{
     Slot, Tier, DAY_S, HOUR_S, MINUTE_S,
 };
 use tally::store::mongodb::MongoStore;
-use tally::store::{DocRead, ReadQuery, Store, StoreError};
+use tally::store::{CatalogEntry, DocRead, ReadQuery, Store, StoreError};
 
 /// Long enough that no test document expires while a test runs (the
 /// conformance data is from March 2026), and below a TTL index's limit.
@@ -35,6 +38,7 @@ const LONG_RETENTION: (u64, u64) = (50 * 365 * 86_400, 50 * 365 * 86_400);
 const WRITER: &str = "test-writer";
 const HOURS: &str = "metrics_by_hour";
 const DAYS: &str = "metrics_by_day";
+const SERIES: &str = "tally_series";
 
 fn config(target: &MongoTarget, database: &str) -> MongoDbConfig {
     MongoDbConfig {
@@ -160,6 +164,11 @@ fn assert_empty_slot(v: &Bson, what: &str) {
 /// The TTL of the `{t: 1}` index; `None` without one (or without the
 /// collection).
 async fn ttl_of(target: &MongoTarget, coll: &str) -> Option<i64> {
+    ttl_of_field(target, coll, "t").await
+}
+
+/// The TTL of the `{<field>: 1}` index.
+async fn ttl_of_field(target: &MongoTarget, coll: &str, field: &str) -> Option<i64> {
     let mut cursor = target
         .db()
         .await
@@ -168,7 +177,7 @@ async fn ttl_of(target: &MongoTarget, coll: &str) -> Option<i64> {
         .await
         .ok()?;
     while let Some(ix) = cursor.try_next().await.unwrap() {
-        if ix.keys == doc! { "t": 1 } {
+        if ix.keys == doc! { field: 1 } {
             return ix
                 .options
                 .and_then(|o| o.expire_after)
@@ -816,4 +825,145 @@ async fn bad_documents_read_as_corrupt_not_a_panic() {
         Err(StoreError::Invalid(_))
     ));
     target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_conformance() {
+    let target = mongo_target().await;
+    let store = connect(&target).await;
+    catalog_conformance::check(Arc::new(store)).await;
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_documents_commands_and_ttl_index() {
+    const ENTRIES: usize = 250;
+    const PER_BATCH: usize = 100;
+    let target = mongo_target().await;
+    let mut cfg = config(&target, &target.database);
+    cfg.statements_per_batch = PER_BATCH;
+    let store = MongoStore::connect(&cfg, (3 * 3600, 40 * 86_400), WRITER)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().timestamp().div_euclid(MINUTE_S) * MINUTE_S;
+    let entries: Vec<CatalogEntry> = (0..ENTRIES)
+        .map(|i| CatalogEntry {
+            series: SeriesId::new(&format!("db-{:03}", i / 10), &format!("m{}", i % 10)),
+            kind: SampleKind::DeltaCounter,
+            first_seen: now - 60 * DAY_S,
+            // The first one was last seen past the day retention.
+            last_seen: if i == 0 { now - 50 * DAY_S } else { now },
+        })
+        .collect();
+
+    // One statement per series, in commands of at most PER_BATCH.
+    let before = store.stats();
+    store.catalog_upsert(&entries).await.unwrap();
+    let after = store.stats();
+    assert_eq!(
+        after.catalog_statements - before.catalog_statements,
+        ENTRIES as u64
+    );
+    assert_eq!(
+        after.catalog_round_trips - before.catalog_round_trips,
+        ENTRIES.div_ceil(PER_BATCH) as u64
+    );
+    assert_eq!(after.update_statements, 0, "no document writes");
+
+    // The document.
+    let d = raw_doc(&target, SERIES, "db-001|m2").await.unwrap();
+    assert_eq!(d.get_str("source").unwrap(), "db-001");
+    assert_eq!(d.get_str("metric").unwrap(), "m2");
+    assert_eq!(d.get_str("kind").unwrap(), "delta_counter");
+    assert_eq!(
+        d.get_datetime("first_seen").unwrap().timestamp_millis(),
+        (now - 60 * DAY_S) * 1000
+    );
+    assert_eq!(
+        d.get_datetime("last_seen").unwrap().timestamp_millis(),
+        now * 1000
+    );
+    assert_eq!(d.len(), 6, "{d}");
+    // $min / $max on dates, $set of the kind, $setOnInsert left alone.
+    store
+        .catalog_upsert(&[CatalogEntry {
+            series: SeriesId::new("db-001", "m2"),
+            kind: SampleKind::Gauge,
+            first_seen: now - 70 * DAY_S,
+            last_seen: now - DAY_S,
+        }])
+        .await
+        .unwrap();
+    let d = raw_doc(&target, SERIES, "db-001|m2").await.unwrap();
+    assert_eq!(d.get_str("kind").unwrap(), "gauge");
+    assert_eq!(
+        d.get_datetime("first_seen").unwrap().timestamp_millis(),
+        (now - 70 * DAY_S) * 1000
+    );
+    assert_eq!(
+        d.get_datetime("last_seen").unwrap().timestamp_millis(),
+        now * 1000
+    );
+    assert_eq!(d.get_str("source").unwrap(), "db-001");
+
+    // The TTL index: on last_seen, with the day retention.
+    assert_eq!(
+        ttl_of_field(&target, SERIES, "last_seen").await,
+        Some(40 * 86_400)
+    );
+    // A daemon restarted with another retention changes it in place.
+    let store = MongoStore::connect(&cfg, (3 * 3600, 30 * 86_400), WRITER)
+        .await
+        .unwrap();
+    let mut q = catalog_conformance::query();
+    q.limit = 5;
+    assert_eq!(store.catalog_list(&q).await.unwrap().len(), 5);
+    assert_eq!(
+        ttl_of_field(&target, SERIES, "last_seen").await,
+        Some(30 * 86_400)
+    );
+    let names: Vec<String> = target
+        .db()
+        .await
+        .collection::<Document>(SERIES)
+        .list_index_names()
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 2, "{names:?}: _id and the TTL index only");
+
+    let Some(standin) = target.standin() else {
+        target.cleanup().await;
+        return;
+    };
+    // The entry last seen 50 days ago is past the retention.
+    standin.ttl_pass();
+    q.limit = 1000;
+    let left = store.catalog_list(&q).await.unwrap();
+    assert_eq!(left.len(), ENTRIES - 1);
+    assert_eq!(left[0].series, SeriesId::new("db-000", "m1"));
+
+    // A document that is not what Tally writes is Corrupt, not a panic.
+    target
+        .db()
+        .await
+        .collection::<Document>(SERIES)
+        .update_one(doc! { "_id": "db-003|m3" }, doc! { "$set": { "kind": 5 } })
+        .await
+        .unwrap();
+    match store.catalog_list(&q).await {
+        Err(StoreError::Corrupt { doc, reason }) => {
+            assert!(doc.contains("db-003|m3"), "{doc}");
+            assert!(reason.contains("kind"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Listings that stop before it do not see it.
+    q.limit = 10;
+    assert_eq!(store.catalog_list(&q).await.unwrap().len(), 10);
+
+    // MongoDB down: listings fail retryably (upserts go through the same
+    // command path as every other write).
+    standin.set_down(true);
+    assert!(store.catalog_list(&q).await.unwrap_err().is_retryable());
+    standin.set_down(false);
 }

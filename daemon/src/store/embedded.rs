@@ -45,6 +45,7 @@
 //! | `hour_docs`   | `(source, metric, hour_start: i64)`           | header + 61 slots            | 1,968 |
 //! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            |   816 |
 //! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 1,920 |
+//! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
 //! | `meta`        | `&str`                                        | `u64`                        |       |
 //!
 //! * Hour document: slot 0 is the hour's running slot, slots 1..=60 are
@@ -67,6 +68,20 @@
 //!   nobody pre-allocated creates the summary and only the blocks it touches;
 //!   an absent block reads as 60 empty slots, so the two are indistinguishable
 //!   to readers, and the flush hot path does not write 23 empty blocks.
+//! * `series_catalog`: one entry per series for discovery ([`Store::catalog_list`]).
+//!   The value is the kind code (u8), `first_seen` (i64 LE) and `last_seen`
+//!   (i64 LE), Unix seconds. The key is the joined string rather than a
+//!   `(source, metric)` tuple because listings and their pagination go in
+//!   the byte order of `source|metric`, which is not tuple order (`a-b|m`
+//!   sorts before `a|m`, while `("a", "m")` sorts before `("a-b", "m")`).
+//!   A listing is therefore one range scan: it starts at the larger of the
+//!   cursor and the source matchers' literal prefix and stops at the first
+//!   key without that prefix. Inside the range it skips, by seeking, the
+//!   rest of a source the matchers refuse and the metrics outside a known
+//!   metric prefix, once it has stepped over a few such keys one by one
+//!   (a seek costs a B-tree descent, a step only a move along a leaf).
+//!   The table was added without a new layout version: opening creates it
+//!   empty, older files gain it and nothing else changes.
 //! * `meta`: `last_flush_id` (highest flush id ever applied, so a restarted
 //!   daemon continues above it) and `layout_version` (this layout is 1).
 //!
@@ -110,7 +125,10 @@
 //! whose period starts before `now - retention.day_s`. It skip-scans: for each
 //! series it seeks to the series' first document and deletes the expired
 //! prefix, so it reads one key per series plus what it deletes, not the whole
-//! table. The daemon schedules it.
+//! table. In the same transaction it drops catalog entries whose `last_seen`
+//! is before `now - retention.day_s` (by then the series has no day document
+//! left), as the MongoDB store's TTL index on `last_seen` does. The daemon
+//! schedules it.
 
 use std::fmt;
 use std::ops::Bound;
@@ -124,10 +142,15 @@ use redb::{
     Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
 };
 
-use super::{ApplyStats, DocRead, PreallocStats, ReadQuery, Store, StoreError};
-use crate::model::{
-    DocKey, FlushBatch, Resolution, SampleKind, SeriesUpdate, Slot, Tier, DAY_S, HOUR_S, MINUTE_S,
+use super::{
+    check_catalog_entries, merge_catalog_entries, observe, ApplyStats, CatalogEntry, CatalogQuery,
+    DocRead, PreallocStats, ReadQuery, Store, StoreError,
 };
+use crate::model::{
+    DocKey, FlushBatch, Resolution, SampleKind, SeriesId, SeriesUpdate, Slot, Tier, DAY_S, HOUR_S,
+    MINUTE_S,
+};
+use crate::selector::{all_match, combined_prefix};
 
 /// The database file inside the data directory.
 pub const FILE_NAME: &str = "tally.redb";
@@ -146,6 +169,7 @@ const HOUR_DOCS: TableDefinition<HourKey, &[u8]> = TableDefinition::new("hour_do
 const DAY_SUMMARY: TableDefinition<DayKey, &[u8]> = TableDefinition::new("day_summary");
 const DAY_MINUTES: TableDefinition<MinutesKey, &[u8]> = TableDefinition::new("day_minutes");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const SERIES_CATALOG: TableDefinition<&str, &[u8]> = TableDefinition::new("series_catalog");
 
 const HEADER_LEN: usize = 16;
 const SLOT_LEN: usize = 32;
@@ -160,6 +184,13 @@ pub const HOUR_DOC_LEN: usize = HEADER_LEN + HOUR_DOC_SLOTS * SLOT_LEN;
 pub const DAY_SUMMARY_LEN: usize = HEADER_LEN + DAY_SUMMARY_SLOTS * SLOT_LEN;
 /// Bytes of a `day_minutes` value: 60 slots.
 pub const DAY_MINUTES_LEN: usize = MINUTES_PER_HOUR * SLOT_LEN;
+
+/// Bytes of a `series_catalog` value: kind, first seen, last seen.
+pub const CATALOG_ENTRY_LEN: usize = 1 + 8 + 8;
+
+/// Keys a listing steps over one by one inside a region it could skip by
+/// seeking, before it seeks.
+const CATALOG_STEPS_BEFORE_SEEK: usize = 16;
 
 type HourDoc = [u8; HOUR_DOC_LEN];
 type DaySummary = [u8; DAY_SUMMARY_LEN];
@@ -247,6 +278,23 @@ fn decode_kind(code: u8, doc: impl FnOnce() -> String) -> Result<Option<SampleKi
                 reason: format!("unknown kind code {c}"),
             }),
     }
+}
+
+/// `(kind code, first_seen, last_seen)` of a catalog value.
+fn decode_catalog(buf: &[u8; CATALOG_ENTRY_LEN]) -> (u8, i64, i64) {
+    (buf[0], u64_at(buf, 1) as i64, u64_at(buf, 9) as i64)
+}
+
+fn encode_catalog(kind: SampleKind, first_seen: i64, last_seen: i64) -> [u8; CATALOG_ENTRY_LEN] {
+    let mut buf = [0u8; CATALOG_ENTRY_LEN];
+    buf[0] = kind.code();
+    buf[1..9].copy_from_slice(&first_seen.to_le_bytes());
+    buf[9..17].copy_from_slice(&last_seen.to_le_bytes());
+    buf
+}
+
+fn catalog_name(key: &str) -> String {
+    format!("series_catalog[{key}]")
 }
 
 fn hour_doc_name(source: &str, metric: &str, start: i64) -> String {
@@ -389,6 +437,7 @@ impl EmbeddedStore {
             txn.open_table(HOUR_DOCS).map_err(db_err)?;
             txn.open_table(DAY_SUMMARY).map_err(db_err)?;
             txn.open_table(DAY_MINUTES).map_err(db_err)?;
+            txn.open_table(SERIES_CATALOG).map_err(db_err)?;
             let mut meta = txn.open_table(META).map_err(db_err)?;
             let version = meta
                 .get(META_LAYOUT_VERSION)
@@ -450,25 +499,31 @@ impl EmbeddedStore {
     /// `now_s - retention.hour_s`, a day document (summary and minute blocks)
     /// when its period starts before `now_s - retention.day_s`, as a MongoDB
     /// TTL index on the period start with `expireAfterSeconds` = retention
-    /// would do. Blocking: call it from a blocking context.
+    /// would do. Catalog entries whose `last_seen` is before
+    /// `now_s - retention.day_s` go too; they are not in the count, which is
+    /// about documents (a MongoDB TTL index counts nothing at all).
+    /// Blocking: call it from a blocking context.
     pub fn sweep_expired(&self, now_s: i64, retention: Retention) -> Result<usize, StoreError> {
         let hour_cutoff = now_s.saturating_sub(retention.hour_s);
         let day_cutoff = now_s.saturating_sub(retention.day_s);
         let txn = self.inner.db.begin_write().map_err(db_err)?;
-        let (hours, days, blocks) = {
+        let (hours, days, blocks, series) = {
             let mut t = txn.open_table(HOUR_DOCS).map_err(db_err)?;
             let hours = sweep_3(&mut t, hour_cutoff)?;
             let mut t = txn.open_table(DAY_SUMMARY).map_err(db_err)?;
             let days = sweep_3(&mut t, day_cutoff)?;
             let mut t = txn.open_table(DAY_MINUTES).map_err(db_err)?;
             let blocks = sweep_minutes(&mut t, day_cutoff)?;
-            (hours, days, blocks)
+            let mut t = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+            let series = sweep_catalog(&mut t, day_cutoff)?;
+            (hours, days, blocks, series)
         };
         self.inner.commit(txn, None, true)?;
         tracing::debug!(
             hour_docs = hours,
             day_docs = days,
             minute_blocks = blocks,
+            catalog_entries = series,
             "embedded store: swept expired documents"
         );
         Ok(hours + days)
@@ -571,6 +626,27 @@ fn sweep_minutes(table: &mut Table<MinutesKey, &[u8]>, cutoff: i64) -> Result<us
         }
         after = Some((s, m));
     }
+    Ok(deleted)
+}
+
+/// Deletes the catalog entries last seen before `cutoff`. A whole-table
+/// scan: entries are small and not ordered by time. A value of the wrong
+/// length is kept, so that listings report it rather than the sweep hiding
+/// it.
+fn sweep_catalog(table: &mut Table<&str, &[u8]>, cutoff: i64) -> Result<usize, StoreError> {
+    let mut deleted = 0usize;
+    table
+        .retain(|_, v| {
+            let Ok(buf) = <[u8; CATALOG_ENTRY_LEN]>::try_from(v) else {
+                return true;
+            };
+            let keep = decode_catalog(&buf).2 >= cutoff;
+            if !keep {
+                deleted += 1;
+            }
+            keep
+        })
+        .map_err(db_err)?;
     Ok(deleted)
 }
 
@@ -971,6 +1047,140 @@ impl Inner {
         Ok(out)
     }
 
+    fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        check_catalog_entries(entries)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(db_err)?;
+        {
+            let mut table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+            // In key order, for the same page locality as `apply`.
+            for (key, e) in merge_catalog_entries(entries) {
+                let key = key.as_str();
+                let merged = match table.get(key).map_err(db_err)? {
+                    None => Some(encode_catalog(e.kind, e.first_seen, e.last_seen)),
+                    Some(old) => {
+                        let old: [u8; CATALOG_ENTRY_LEN] =
+                            checked(old.value(), || catalog_name(key))?;
+                        let (_, first, last) = decode_catalog(&old);
+                        let new =
+                            encode_catalog(e.kind, first.min(e.first_seen), last.max(e.last_seen));
+                        // An unchanged entry is not rewritten: a write would
+                        // copy its leaf page for nothing.
+                        (new != old).then_some(new)
+                    }
+                };
+                if let Some(value) = merged {
+                    table.insert(key, &value[..]).map_err(db_err)?;
+                }
+            }
+        }
+        self.commit(txn, None, false)
+    }
+
+    fn catalog_list(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
+        let mut out = Vec::new();
+        if q.limit == 0 {
+            return Ok(out);
+        }
+        let prefix = q.key_prefix();
+        let metric_prefix = combined_prefix(&q.metric);
+        let (mut from, mut inclusive) = q.scan_start(&prefix);
+        let txn = self.db.begin_read().map_err(db_err)?;
+        let table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+        // The last source the matchers accepted, so that their regexes run
+        // once per source rather than once per key.
+        let mut accepted_source: Option<String> = None;
+        loop {
+            let lower = if inclusive {
+                Bound::Included(from.as_str())
+            } else {
+                Bound::Excluded(from.as_str())
+            };
+            // A region of keys known to be refused: everything below the
+            // key `skip.0`, of which `skip.1` were stepped over so far.
+            let mut skip: Option<(String, usize)> = None;
+            let mut seek_to = None;
+            for entry in table
+                .range::<&str>((lower, Bound::Unbounded))
+                .map_err(db_err)?
+            {
+                let (k, v) = entry.map_err(db_err)?;
+                let key = k.value();
+                if !key.starts_with(prefix.as_str()) {
+                    return Ok(out);
+                }
+                if let Some((end, steps)) = &mut skip {
+                    if key < end.as_str() {
+                        *steps += 1;
+                        if *steps >= CATALOG_STEPS_BEFORE_SEEK {
+                            seek_to = Some(std::mem::take(end));
+                            break;
+                        }
+                        continue;
+                    }
+                    skip = None;
+                }
+                let Some((source, metric)) = key.split_once('|') else {
+                    return Err(StoreError::Corrupt {
+                        doc: catalog_name(key),
+                        reason: "the key has no `|`".into(),
+                    });
+                };
+                // Every key of a source lies in [`source|`, `source}`): the
+                // characters of names all sort below `|` (0x7C) and `}`
+                // follows it, so longer sources sort before `source|`.
+                let region_end = if accepted_source.as_deref() == Some(source) {
+                    None
+                } else if all_match(&q.source, source) {
+                    accepted_source = Some(source.to_string());
+                    None
+                } else {
+                    Some(format!("{source}}}"))
+                };
+                let region_end = region_end.or_else(|| {
+                    if metric.starts_with(metric_prefix) {
+                        None
+                    } else if metric < metric_prefix {
+                        Some(format!("{source}|{metric_prefix}"))
+                    } else {
+                        Some(format!("{source}}}"))
+                    }
+                });
+                if let Some(end) = region_end {
+                    skip = Some((end, 0));
+                    continue;
+                }
+                let value: [u8; CATALOG_ENTRY_LEN] = checked(v.value(), || catalog_name(key))?;
+                let (code, first_seen, last_seen) = decode_catalog(&value);
+                let kind = SampleKind::from_code(code).ok_or_else(|| StoreError::Corrupt {
+                    doc: catalog_name(key),
+                    reason: format!("unknown kind code {code}"),
+                })?;
+                let entry = CatalogEntry {
+                    series: SeriesId::new(source, metric),
+                    kind,
+                    first_seen,
+                    last_seen,
+                };
+                if q.accepts_beyond_source(&entry) {
+                    out.push(entry);
+                    if out.len() >= q.limit {
+                        return Ok(out);
+                    }
+                }
+            }
+            match seek_to {
+                Some(key) => {
+                    from = key;
+                    inclusive = true;
+                }
+                None => return Ok(out),
+            }
+        }
+    }
+
     fn last_flush_id(&self) -> Result<u64, StoreError> {
         let txn = self.db.begin_read().map_err(db_err)?;
         let meta = txn.open_table(META).map_err(db_err)?;
@@ -1015,19 +1225,22 @@ impl Store for EmbeddedStore {
         self.blocking(|inner| inner.last_flush_id()).await
     }
 
-    async fn catalog_upsert(&self, _entries: &[super::CatalogEntry]) -> Result<(), StoreError> {
-        Err(StoreError::Invalid(
-            "the series catalog is not implemented yet".into(),
-        ))
+    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        let entries = entries.to_vec();
+        let started = Instant::now();
+        let r = self
+            .blocking(move |inner| inner.catalog_upsert(&entries))
+            .await;
+        observe(self.name(), "catalog_upsert", started, &r);
+        r
     }
 
-    async fn catalog_list(
-        &self,
-        _query: &super::CatalogQuery,
-    ) -> Result<Vec<super::CatalogEntry>, StoreError> {
-        Err(StoreError::Invalid(
-            "the series catalog is not implemented yet".into(),
-        ))
+    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
+        let query = query.clone();
+        let started = Instant::now();
+        let r = self.blocking(move |inner| inner.catalog_list(&query)).await;
+        observe(self.name(), "catalog_list", started, &r);
+        r
     }
 
     async fn health(&self) -> Result<(), StoreError> {
@@ -1883,6 +2096,69 @@ mod tests {
         let txn = store.inner.db.begin_write().unwrap();
         txn.open_table(table).unwrap().insert(key, value).unwrap();
         txn.commit().unwrap();
+    }
+
+    #[tokio::test]
+    async fn bad_catalog_values_are_corrupt_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let list = CatalogQuery {
+            source: Vec::new(),
+            metric: Vec::new(),
+            kind: None,
+            seen_since: None,
+            after: None,
+            limit: 10,
+        };
+        write_raw(&store, SERIES_CATALOG, "a|m", &[1, 2, 3]);
+        for err in [
+            store.catalog_list(&list).await.unwrap_err(),
+            store
+                .catalog_upsert(&[CatalogEntry {
+                    series: SeriesId::new("a", "m"),
+                    kind: SampleKind::Gauge,
+                    first_seen: 0,
+                    last_seen: 0,
+                }])
+                .await
+                .unwrap_err(),
+        ] {
+            assert!(
+                matches!(&err, StoreError::Corrupt { doc, .. } if doc.contains("a|m")),
+                "{err:?}"
+            );
+        }
+        // The sweep keeps what it cannot read, for listings to report.
+        store
+            .sweep_expired(
+                i64::MAX / 2,
+                Retention {
+                    hour_s: 1,
+                    day_s: 1,
+                },
+            )
+            .unwrap();
+        assert!(store.catalog_list(&list).await.is_err());
+
+        let mut bad_kind = encode_catalog(SampleKind::Gauge, 0, 0);
+        bad_kind[0] = 9;
+        write_raw(&store, SERIES_CATALOG, "a|m", &bad_kind);
+        let err = store.catalog_list(&list).await.unwrap_err();
+        assert!(matches!(&err, StoreError::Corrupt { reason, .. } if reason.contains("kind")));
+        write_raw(
+            &store,
+            SERIES_CATALOG,
+            "no-separator",
+            &encode_catalog(SampleKind::Gauge, 0, 0),
+        );
+        write_raw(
+            &store,
+            SERIES_CATALOG,
+            "a|m",
+            &encode_catalog(SampleKind::Gauge, 0, 0),
+        );
+        let err = store.catalog_list(&list).await.unwrap_err();
+        assert!(matches!(&err, StoreError::Corrupt { doc, .. } if doc.contains("no-separator")));
     }
 
     #[tokio::test]

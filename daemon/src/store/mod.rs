@@ -14,8 +14,11 @@
 pub mod embedded;
 pub mod mongodb;
 
-use crate::model::{DocKey, FlushBatch, Resolution, SampleKind, SeriesId, Slot, Tier};
-use crate::selector::NameMatcher;
+use crate::model::{
+    validate_metric, validate_source, DocKey, FlushBatch, Resolution, SampleKind, SeriesId, Slot,
+    Tier,
+};
+use crate::selector::{all_match, combined_prefix, NameMatcher};
 
 /// What a store did with one flush.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -94,6 +97,118 @@ pub struct CatalogQuery {
     pub limit: usize,
 }
 
+impl CatalogQuery {
+    /// Every key this query can list starts with this, so a scan in key order
+    /// can begin at it and stop at the first key without it. An exact source
+    /// fixes the whole `source|` part, and then the metric's prefix counts
+    /// too; otherwise only the source's literal prefix is known.
+    pub(crate) fn key_prefix(&self) -> String {
+        match self.source.iter().find_map(NameMatcher::exact_name) {
+            Some(source) => format!("{source}|{}", combined_prefix(&self.metric)),
+            None => combined_prefix(&self.source).to_string(),
+        }
+    }
+
+    /// Where a scan in key order starts, given [`Self::key_prefix`]: the key
+    /// and whether that key itself may be listed.
+    pub(crate) fn scan_start(&self, prefix: &str) -> (String, bool) {
+        match &self.after {
+            Some(after) => {
+                let after = after.key();
+                if after.as_str() >= prefix {
+                    (after, false)
+                } else {
+                    (prefix.to_string(), true)
+                }
+            }
+            None => (prefix.to_string(), true),
+        }
+    }
+
+    /// Whether `entry` is one this query lists (ignoring `after` and
+    /// `limit`). Stores call this on everything their range scan yields, so
+    /// the matcher dialect is the same on every store.
+    pub fn accepts(&self, entry: &CatalogEntry) -> bool {
+        all_match(&self.source, &entry.series.source) && self.accepts_beyond_source(entry)
+    }
+
+    /// [`Self::accepts`] for an entry whose source is known to be accepted.
+    pub(crate) fn accepts_beyond_source(&self, entry: &CatalogEntry) -> bool {
+        self.kind.is_none_or(|k| k == entry.kind)
+            && self.seen_since.is_none_or(|s| entry.last_seen >= s)
+            && all_match(&self.metric, &entry.series.metric)
+    }
+}
+
+/// The smallest string above every string that starts with `prefix`, when
+/// one is easy to name (an ASCII last byte below DEL); `None` otherwise,
+/// and for the empty prefix. Names are ASCII, so `None` costs at most a
+/// looser range bound.
+pub(crate) fn prefix_successor(prefix: &str) -> Option<String> {
+    let last = *prefix.as_bytes().last()?;
+    if last >= 0x7f {
+        return None;
+    }
+    let mut out = prefix[..prefix.len() - 1].to_string();
+    out.push(char::from(last + 1));
+    Some(out)
+}
+
+/// Checks catalog entries before anything is written. Names must be valid
+/// because the key joins them with `|`; times must fit a BSON date (Unix
+/// milliseconds in an i64), so every store accepts the same entries.
+pub(crate) fn check_catalog_entries(entries: &[CatalogEntry]) -> Result<(), StoreError> {
+    const MAX_S: i64 = i64::MAX / 1000;
+    for e in entries {
+        validate_source(&e.series.source)
+            .map_err(|why| StoreError::Invalid(format!("source {:?} {why}", e.series.source)))?;
+        validate_metric(&e.series.metric)
+            .map_err(|why| StoreError::Invalid(format!("metric {:?} {why}", e.series.metric)))?;
+        for (what, t) in [("first_seen", e.first_seen), ("last_seen", e.last_seen)] {
+            if !(-MAX_S..=MAX_S).contains(&t) {
+                return Err(StoreError::Invalid(format!(
+                    "{}: {what} {t} is out of range",
+                    e.series
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Merges entries of the same series within one call, in key order, so
+/// that a store writes each key once and "the given kind" is the last one
+/// given, whatever order the store applies its statements in.
+pub(crate) fn merge_catalog_entries(entries: &[CatalogEntry]) -> Vec<(String, CatalogEntry)> {
+    let mut by_key: std::collections::BTreeMap<String, CatalogEntry> = Default::default();
+    for e in entries {
+        by_key
+            .entry(e.series.key())
+            .and_modify(|old| {
+                old.kind = e.kind;
+                old.first_seen = old.first_seen.min(e.first_seen);
+                old.last_seen = old.last_seen.max(e.last_seen);
+            })
+            .or_insert_with(|| e.clone());
+    }
+    by_key.into_iter().collect()
+}
+
+/// Records the latency and, on failure, the error of a store operation
+/// that no caller times (the catalog's).
+pub(crate) fn observe<T>(
+    store: &'static str,
+    op: &'static str,
+    started: std::time::Instant,
+    result: &Result<T, StoreError>,
+) {
+    crate::telemetry::store_operation(store, op, started.elapsed().as_secs_f64());
+    if let Err(e) = result {
+        metrics::counter!("tally_store_errors_total", "store" => store, "op" => op, "kind" => e.kind())
+            .increment(1);
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached or did not answer; worth retrying.
@@ -169,9 +284,15 @@ pub trait Store: Send + Sync + 'static {
     /// Records series in the catalog: inserts unknown ones; for known ones
     /// keeps the earliest `first_seen`, the latest `last_seen` and takes the
     /// given kind. Idempotent.
+    ///
+    /// Stores record this call's latency (`tally_store_operations_total`,
+    /// `tally_store_operation_duration_seconds`) and errors
+    /// (`tally_store_errors_total`) themselves, with `op = "catalog_upsert"`.
     async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError>;
 
     /// Lists catalog entries matching `query`, in key order.
+    ///
+    /// Metrics as for [`Store::catalog_upsert`], with `op = "catalog_list"`.
     async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError>;
 
     /// Cheap liveness check for readiness probes.
@@ -179,4 +300,130 @@ pub trait Store: Send + Sync + 'static {
 
     /// Makes everything applied so far durable. Called on shutdown.
     async fn close(&self) -> Result<(), StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::selector::MatchOp;
+
+    fn query(source: Vec<NameMatcher>, metric: Vec<NameMatcher>) -> CatalogQuery {
+        CatalogQuery {
+            source,
+            metric,
+            kind: None,
+            seen_since: None,
+            after: None,
+            limit: 10,
+        }
+    }
+
+    #[test]
+    fn key_prefix_uses_what_every_match_must_start_with() {
+        let web = NameMatcher::parse_list("web-*").unwrap();
+        let cpu = NameMatcher::parse_list("cpu*").unwrap();
+        assert_eq!(query(vec![], vec![]).key_prefix(), "");
+        // The metric's prefix only counts behind an exact source.
+        assert_eq!(
+            query(vec![web.clone()], vec![cpu.clone()]).key_prefix(),
+            "web-"
+        );
+        assert_eq!(
+            query(vec![web, NameMatcher::exact("web-1")], vec![cpu.clone()]).key_prefix(),
+            "web-1|cpu"
+        );
+        assert_eq!(
+            query(vec![NameMatcher::exact("db")], vec![]).key_prefix(),
+            "db|"
+        );
+        let not = NameMatcher::new(MatchOp::NotEqual, "db").unwrap();
+        assert_eq!(query(vec![not], vec![cpu]).key_prefix(), "");
+    }
+
+    #[test]
+    fn scan_starts_at_the_larger_of_cursor_and_prefix() {
+        let mut q = query(vec![NameMatcher::exact("db")], vec![]);
+        assert_eq!(q.scan_start("db|"), ("db|".to_string(), true));
+        // `a|m` sorts before `db|`: the prefix wins.
+        q.after = Some(SeriesId::new("a", "m"));
+        assert_eq!(q.scan_start("db|"), ("db|".to_string(), true));
+        q.after = Some(SeriesId::new("db", "m"));
+        assert_eq!(q.scan_start("db|"), ("db|m".to_string(), false));
+        // Key order, not tuple order: `db-1|m` < `db|`.
+        q.after = Some(SeriesId::new("db-1", "m"));
+        assert_eq!(q.scan_start("db|"), ("db|".to_string(), true));
+        q.after = Some(SeriesId::new("e", "m"));
+        assert_eq!(q.scan_start(""), ("e|m".to_string(), false));
+    }
+
+    #[test]
+    fn prefix_successors_bound_every_extension() {
+        assert_eq!(prefix_successor(""), None);
+        assert_eq!(prefix_successor("db|").as_deref(), Some("db}"));
+        assert_eq!(prefix_successor("web-").as_deref(), Some("web."));
+        assert_eq!(prefix_successor("a~").as_deref(), Some("a\u{7f}"));
+        assert_eq!(prefix_successor("a\u{7f}"), None);
+        assert_eq!(prefix_successor("é"), None);
+        let s = prefix_successor("web-").unwrap();
+        for k in ["web-", "web-1|m", "web-zzz|m"] {
+            assert!(k < s.as_str(), "{k}");
+        }
+        assert!("web.|m" >= s.as_str());
+    }
+
+    #[test]
+    fn merged_entries_keep_extremes_and_the_last_kind() {
+        let e = |kind, first, last| CatalogEntry {
+            series: SeriesId::new("a", "m"),
+            kind,
+            first_seen: first,
+            last_seen: last,
+        };
+        let other = CatalogEntry {
+            series: SeriesId::new("a-b", "m"),
+            ..e(SampleKind::Gauge, 0, 0)
+        };
+        let merged = merge_catalog_entries(&[
+            e(SampleKind::Gauge, 10, 20),
+            other.clone(),
+            e(SampleKind::DeltaCounter, 5, 15),
+        ]);
+        assert_eq!(
+            merged,
+            vec![
+                ("a-b|m".to_string(), other),
+                ("a|m".to_string(), e(SampleKind::DeltaCounter, 5, 20)),
+            ]
+        );
+    }
+
+    #[test]
+    fn catalog_entries_are_checked() {
+        let ok = CatalogEntry {
+            series: SeriesId::new("db-1", "cpu"),
+            kind: SampleKind::Gauge,
+            first_seen: -1,
+            last_seen: 1,
+        };
+        assert!(check_catalog_entries(std::slice::from_ref(&ok)).is_ok());
+        for bad in [
+            CatalogEntry {
+                series: SeriesId::new("db|1", "cpu"),
+                ..ok.clone()
+            },
+            CatalogEntry {
+                series: SeriesId::new("db", "a b"),
+                ..ok.clone()
+            },
+            CatalogEntry {
+                first_seen: i64::MIN,
+                ..ok.clone()
+            },
+        ] {
+            assert!(matches!(
+                check_catalog_entries(&[ok.clone(), bad]),
+                Err(StoreError::Invalid(_))
+            ));
+        }
+    }
 }

@@ -45,7 +45,8 @@
 //! its period starts. It is created (or, when the retention changed, altered
 //! with `collMod`) lazily before the first operation that reaches the server,
 //! and retried until that works: the daemon starts, and keeps ingesting within
-//! its memory bound, while MongoDB is down.
+//! its memory bound, while MongoDB is down. The series catalog's TTL index
+//! (below) is made the same way.
 //!
 //! **Recommended shard key: `{_id: 1}` (ranged)** for both collections. The
 //! id starts with the source, so one source's documents are contiguous in the
@@ -91,6 +92,46 @@
 //! the memory is full, or if a document vanished). The look-up comes first
 //! because a blind insert would resend 86 KB per day document after every
 //! restart, or when another daemon already pre-allocated.
+//!
+//! # The series catalog
+//!
+//! [`MongoDbConfig::series_collection`] holds one small document per series,
+//! for discovery ([`Store::catalog_list`]):
+//!
+//! ```text
+//! { _id: "db-01|op_counter",                 // SeriesId::key: <source>|<metric>
+//!   source: "db-01", metric: "op_counter",
+//!   kind: "gauge",                           // SampleKind::as_str
+//!   first_seen: Date(...), last_seen: Date(...) }   // minute starts
+//! ```
+//!
+//! [`Store::catalog_upsert`] sends one statement per series,
+//! `{q: {_id}, u: {$min: {first_seen}, $max: {last_seen}, $set: {kind},
+//! $setOnInsert: {source, metric}}, upsert: true}`, in multi-statement
+//! `update` commands as above. The daemon calls it for new series and when
+//! a series' `last_seen` moved on by a coarse step, not per flush, so it
+//! costs little next to the document writes. Two daemons upserting the same
+//! new series at once can get a duplicate key error; those statements are
+//! sent once more (the document exists by then), as for documents.
+//!
+//! A listing is one `find` over an `_id` range sorted by `_id`, which is the
+//! key order listings and their pagination are defined in: from the larger
+//! of the cursor (`after`, exclusive) and the literal prefix the source
+//! matchers impose (with an exact source, `<source>|` plus the metric
+//! matchers' prefix), up to the end of that prefix. Equalities (an exact
+//! metric, the kind, `last_seen >= seen_since`) are sent along, since they
+//! mean the same on every server; regular expressions and globs never are:
+//! the store filters with [`NameMatcher::matches`] itself, so every store
+//! speaks the same regex dialect (Rust's `regex`, as PromQL's RE2) whatever
+//! the server's own engine would accept. The cursor is read in batches and
+//! dropped (the driver kills it) as soon as `limit` entries passed, so a
+//! call's work is bounded by what it returns plus what the matchers refuse
+//! on the way; there is no cap on the documents one call may scan, so it
+//! never returns fewer entries than exist.
+//!
+//! Its TTL index is `{last_seen: 1}` with `expireAfterSeconds` = the day
+//! retention: an entry goes when the series' last day document would have
+//! gone too (give or take the daemon's refresh step).
 //!
 //! # Exactly once
 //!
@@ -139,20 +180,32 @@ use mongodb::{Client, Collection, Database};
 use parking_lot::Mutex;
 use tracing::{debug, error, info, warn};
 
-use super::{ApplyStats, DocRead, PreallocStats, ReadQuery, Store, StoreError};
+use super::{
+    check_catalog_entries, merge_catalog_entries, observe, prefix_successor, ApplyStats,
+    CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store, StoreError,
+};
 use crate::config::MongoDbConfig;
 use crate::model::{
     validate_metric, validate_source, DayDocUpdate, DocKey, FlushBatch, HourDocUpdate, Resolution,
     SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S, MINUTE_S,
 };
+use crate::selector::NameMatcher;
 
 /// Where each writer's flush-id reservation lives (one tiny document per
 /// writer, in [`MongoDbConfig::database`]).
 pub const WRITERS_COLLECTION: &str = "tally_writers";
 
-/// Name of the TTL index on `t`. Found by its key, so an index on `{t: 1}`
-/// created by hand under another name is adopted rather than duplicated.
-const TTL_INDEX_NAME: &str = "t_1";
+/// Field of the hour and day documents' TTL index.
+const PERIOD_FIELD: &str = "t";
+
+/// Field of the series catalog's TTL index.
+const LAST_SEEN_FIELD: &str = "last_seen";
+
+/// Catalog documents per listing batch: a few hundred bytes each, so a batch
+/// stays well below a megabyte, while a small `limit` does not fetch many
+/// more than it needs.
+const CATALOG_MIN_BATCH: usize = 100;
+const CATALOG_MAX_BATCH: usize = 2_000;
 
 /// A command stays below this many bytes of BSON: well under the 16 MiB
 /// (+16 KiB) a server accepts, with room for the envelope.
@@ -1004,6 +1057,47 @@ fn kind_from_str(s: &str) -> Option<SampleKind> {
     .find(|k| k.as_str() == s)
 }
 
+/// A catalog document, as [`CatalogEntry`]. Source and metric come from the
+/// `_id`, since that is what listings are ordered and filtered by.
+fn decode_catalog(raw: &RawDocument) -> Result<CatalogEntry, DecodeError> {
+    let id = match raw.get("_id")? {
+        Some(RawBsonRef::String(id)) => id,
+        Some(v) => return Err(type_error("_id", v, "a string")),
+        None => return Err(DecodeError::Missing("_id".into())),
+    };
+    let Some((source, metric)) = id.split_once('|') else {
+        return Err(DecodeError::Value {
+            field: "_id".into(),
+            reason: "no `|` between source and metric".into(),
+        });
+    };
+    let kind = match raw.get("kind")? {
+        Some(RawBsonRef::String(k)) => kind_from_str(k).ok_or_else(|| DecodeError::Value {
+            field: "kind".into(),
+            reason: format!("unknown kind {k:?}"),
+        })?,
+        Some(v) => return Err(type_error("kind", v, "a string")),
+        None => return Err(DecodeError::Missing("kind".into())),
+    };
+    let seconds = |field: &str| match raw.get(field)? {
+        Some(RawBsonRef::DateTime(t)) => Ok(t.timestamp_millis().div_euclid(1000)),
+        Some(v) => Err(type_error(field, v, "a date")),
+        None => Err(DecodeError::Missing(field.into())),
+    };
+    Ok(CatalogEntry {
+        series: SeriesId::new(source, metric),
+        kind,
+        first_seen: seconds("first_seen")?,
+        last_seen: seconds(LAST_SEEN_FIELD)?,
+    })
+}
+
+/// Seconds as a BSON date. Callers pass checked times; out-of-range ones
+/// saturate rather than wrap.
+fn bson_date(seconds: i64) -> bson::DateTime {
+    bson::DateTime::from_millis(seconds.saturating_mul(1000))
+}
+
 // ---------------------------------------------------------------------------
 // First-sighting memory
 
@@ -1096,7 +1190,8 @@ impl KnownDocs {
 /// Cumulative work done by a [`MongoStore`], for benchmarks and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MongoStats {
-    /// Statements sent: update statements plus inserted documents.
+    /// Statements sent: update statements (documents and catalog) plus
+    /// inserted documents.
     pub statements: u64,
     /// Commands sent (each is one round trip), of every kind.
     pub round_trips: u64,
@@ -1110,6 +1205,11 @@ pub struct MongoStats {
     pub lookup_round_trips: u64,
     /// Range reads (one `find` each; `getMore`s are not counted).
     pub read_round_trips: u64,
+    /// Series catalog upsert statements (one per series and call).
+    pub catalog_statements: u64,
+    /// Series catalog commands: `update` commands of upserts, plus one
+    /// `find` per listing (`getMore`s are not counted).
+    pub catalog_round_trips: u64,
     /// BSON bytes of the commands the store built (an approximation of the
     /// bytes on the wire).
     pub bytes_sent: u64,
@@ -1130,6 +1230,8 @@ struct Counters {
     insert_round_trips: AtomicU64,
     lookup_round_trips: AtomicU64,
     read_round_trips: AtomicU64,
+    catalog_statements: AtomicU64,
+    catalog_round_trips: AtomicU64,
     other_round_trips: AtomicU64,
     bytes_sent: AtomicU64,
     preallocated_documents: AtomicU64,
@@ -1148,6 +1250,8 @@ enum Op {
     Indexes,
     Ping,
     LastFlushId,
+    CatalogUpsert,
+    CatalogList,
 }
 
 impl Op {
@@ -1161,6 +1265,8 @@ impl Op {
             Op::Indexes => "indexes",
             Op::Ping => "ping",
             Op::LastFlushId => "last_flush_id",
+            Op::CatalogUpsert => "catalog_upsert",
+            Op::CatalogList => "catalog_list",
         }
     }
 }
@@ -1174,6 +1280,7 @@ pub struct MongoStore {
     db: Database,
     hour: Collection<RawDocumentBuf>,
     day: Collection<RawDocumentBuf>,
+    series: Collection<RawDocumentBuf>,
     writers: Collection<Document>,
     writer: String,
     /// `w.<writer>`.
@@ -1204,6 +1311,7 @@ impl fmt::Debug for MongoStore {
             .field("database", &self.db.name())
             .field("hour_collection", &self.hour.name())
             .field("day_collection", &self.day.name())
+            .field("series_collection", &self.series.name())
             .field("writer", &self.writer)
             .finish_non_exhaustive()
     }
@@ -1248,6 +1356,7 @@ impl MongoStore {
             ("database", &cfg.database),
             ("hour_collection", &cfg.hour_collection),
             ("day_collection", &cfg.day_collection),
+            ("series_collection", &cfg.series_collection),
         ] {
             if name.is_empty() || name.contains('\0') || name.contains('$') {
                 return Err(StoreError::Invalid(format!(
@@ -1259,6 +1368,14 @@ impl MongoStore {
             return Err(StoreError::Invalid(
                 "mongodb.hour_collection and mongodb.day_collection must differ".into(),
             ));
+        }
+        if [&cfg.hour_collection, &cfg.day_collection].contains(&&cfg.series_collection)
+            || cfg.series_collection == WRITERS_COLLECTION
+        {
+            return Err(StoreError::Invalid(format!(
+                "mongodb.series_collection must differ from mongodb.hour_collection, \
+                 mongodb.day_collection and {WRITERS_COLLECTION}"
+            )));
         }
         let mut options = ClientOptions::parse(&cfg.uri)
             .await
@@ -1299,12 +1416,14 @@ impl MongoStore {
             database = %cfg.database,
             hour_collection = %cfg.hour_collection,
             day_collection = %cfg.day_collection,
+            series_collection = %cfg.series_collection,
             writer = writer_id,
             "MongoDB store configured"
         );
         Ok(MongoStore {
             hour: db.collection(&cfg.hour_collection),
             day: db.collection(&cfg.day_collection),
+            series: db.collection(&cfg.series_collection),
             writers: db.collection(WRITERS_COLLECTION),
             db,
             client,
@@ -1335,12 +1454,15 @@ impl MongoStore {
         let insert_round_trips = get(&c.insert_round_trips);
         let lookup_round_trips = get(&c.lookup_round_trips);
         let read_round_trips = get(&c.read_round_trips);
+        let catalog_statements = get(&c.catalog_statements);
+        let catalog_round_trips = get(&c.catalog_round_trips);
         MongoStats {
-            statements: update_statements + insert_statements,
+            statements: update_statements + insert_statements + catalog_statements,
             round_trips: update_round_trips
                 + insert_round_trips
                 + lookup_round_trips
                 + read_round_trips
+                + catalog_round_trips
                 + get(&c.other_round_trips),
             update_statements,
             update_round_trips,
@@ -1348,6 +1470,8 @@ impl MongoStore {
             insert_round_trips,
             lookup_round_trips,
             read_round_trips,
+            catalog_statements,
+            catalog_round_trips,
             bytes_sent: get(&c.bytes_sent),
             preallocated_documents: get(&c.preallocated_documents),
             first_sighting_documents: get(&c.first_sighting_documents),
@@ -1390,6 +1514,14 @@ impl MongoStore {
             }
             Op::Read => {
                 c.read_round_trips.fetch_add(1, Ordering::Relaxed);
+            }
+            Op::CatalogUpsert => {
+                c.catalog_statements
+                    .fetch_add(statements, Ordering::Relaxed);
+                c.catalog_round_trips.fetch_add(1, Ordering::Relaxed);
+            }
+            Op::CatalogList => {
+                c.catalog_round_trips.fetch_add(1, Ordering::Relaxed);
             }
             _ => {
                 c.other_round_trips.fetch_add(1, Ordering::Relaxed);
@@ -1482,20 +1614,21 @@ impl MongoStore {
     }
 
     async fn ensure_indexes(&self) -> Result<(), StoreError> {
-        for (tier, ttl) in [
-            (Tier::Hour, self.retention.0),
-            (Tier::Day, self.retention.1),
+        for (coll, field, ttl) in [
+            (self.hour.name(), PERIOD_FIELD, self.retention.0),
+            (self.day.name(), PERIOD_FIELD, self.retention.1),
+            (self.series.name(), LAST_SEEN_FIELD, self.retention.1),
         ] {
             // A second round only when a concurrent creation (another daemon
             // starting at the same time) made ours conflict.
-            match self.ensure_ttl_index(tier, ttl).await {
+            match self.ensure_ttl_index(coll, field, ttl).await {
                 Err(f)
                     if matches!(
                         f.code(),
                         Some(INDEX_OPTIONS_CONFLICT | INDEX_KEY_SPECS_CONFLICT)
                     ) =>
                 {
-                    self.ensure_ttl_index(tier, ttl)
+                    self.ensure_ttl_index(coll, field, ttl)
                         .await
                         .map_err(|f| f.into_store(true))?;
                 }
@@ -1505,8 +1638,11 @@ impl MongoStore {
         Ok(())
     }
 
-    async fn ensure_ttl_index(&self, tier: Tier, ttl: u64) -> Result<(), Failure> {
-        let coll = self.collection(tier).name();
+    /// Makes `{<field>: 1}` on `coll` a TTL index of `ttl` seconds. The
+    /// index is found by its key, so one created by hand under another name
+    /// is adopted rather than duplicated; a new one gets the server's
+    /// default name, `<field>_1`.
+    async fn ensure_ttl_index(&self, coll: &str, field: &str, ttl: u64) -> Result<(), Failure> {
         let list = raw_command(&doc! { "listIndexes": coll, "cursor": { "batchSize": 1000 } });
         let specs = match self.send(Op::Indexes, list, 0).await {
             Ok(reply) => reply
@@ -1520,14 +1656,18 @@ impl MongoStore {
         };
         let existing = specs.iter().filter_map(Bson::as_document).find(|s| {
             s.get_document("key")
-                .is_ok_and(|k| k.len() == 1 && k.get("t").and_then(as_i64) == Some(1))
+                .is_ok_and(|k| k.len() == 1 && k.get(field).and_then(as_i64) == Some(1))
         });
         let ttl_i32 = i32::try_from(ttl).unwrap_or(i32::MAX);
         match existing {
             None => {
                 let cmd = raw_command(&doc! {
                     "createIndexes": coll,
-                    "indexes": [{ "key": { "t": 1 }, "name": TTL_INDEX_NAME, "expireAfterSeconds": ttl_i32 }],
+                    "indexes": [{
+                        "key": { field: 1 },
+                        "name": format!("{field}_1"),
+                        "expireAfterSeconds": ttl_i32,
+                    }],
                 });
                 self.send(Op::Indexes, cmd, 0).await?;
                 info!(
@@ -1549,7 +1689,7 @@ impl MongoStore {
                 let old = spec.get("expireAfterSeconds").cloned();
                 let cmd = raw_command(&doc! {
                     "collMod": coll,
-                    "index": { "keyPattern": { "t": 1 }, "expireAfterSeconds": ttl_i32 },
+                    "index": { "keyPattern": { field: 1 }, "expireAfterSeconds": ttl_i32 },
                 });
                 self.send(Op::Indexes, cmd, 0).await?;
                 info!(collection = coll, old = ?old, new = ttl,
@@ -2057,6 +2197,159 @@ impl MongoStore {
         }
     }
 
+    // -- series catalog -----------------------------------------------------
+
+    async fn catalog_upsert_inner(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        check_catalog_entries(entries)?;
+        let stmts = merge_catalog_entries(entries)
+            .into_iter()
+            .map(|(key, e)| {
+                to_raw(&doc! {
+                    "q": { "_id": key },
+                    "u": {
+                        "$min": { "first_seen": bson_date(e.first_seen) },
+                        "$max": { LAST_SEEN_FIELD: bson_date(e.last_seen) },
+                        "$set": { "kind": e.kind.as_str() },
+                        "$setOnInsert": { "source": &*e.series.source, "metric": &*e.series.metric },
+                    },
+                    "upsert": true,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if stmts.is_empty() {
+            return Ok(());
+        }
+        self.ready().await?;
+        // Duplicate keys: concurrent first upserts of the same series; see
+        // the module documentation.
+        let mut pending: Vec<usize> = (0..stmts.len()).collect();
+        for _round in 0..2 {
+            let send: Vec<&RawDocument> = pending.iter().map(|&i| stmts[i].as_ref()).collect();
+            let duplicates = self
+                .write_to(Op::CatalogUpsert, self.series.name(), &send)
+                .await?;
+            pending = duplicates
+                .into_iter()
+                .filter_map(|i| pending.get(i).copied())
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "{} catalog upserts collided with concurrent inserts twice",
+            pending.len()
+        )))
+    }
+
+    /// Sends update statements to one collection in commands of bounded
+    /// size, several at once; returns the indexes (into `stmts`) refused
+    /// with a duplicate key. As in [`Self::write_all`], every command runs
+    /// to its end and the most telling error is reported.
+    async fn write_to(
+        &self,
+        op: Op,
+        collection: &str,
+        stmts: &[&RawDocument],
+    ) -> Result<Vec<usize>, StoreError> {
+        let sizes = stmts.iter().map(|s| s.as_bytes().len());
+        let futures: Vec<_> = chunk_by_size(sizes, self.statements_per_batch)
+            .into_iter()
+            .map(|(from, to)| async move {
+                let chunk = &stmts[from..to];
+                let mut cmd = WriteCommand::new("update", collection, "updates");
+                for s in chunk {
+                    cmd.push(s);
+                }
+                let cmd = cmd.finish(self.write_concern.as_deref())?;
+                let reply = self.command(op, cmd, chunk.len(), true).await?;
+                let reply = parse_write_reply(&reply, chunk.len())?;
+                Ok::<_, StoreError>(reply.duplicates.into_iter().map(move |i| i + from))
+            })
+            .collect();
+        let results: Vec<_> = stream::iter(futures)
+            .buffer_unordered(self.max_concurrent)
+            .collect()
+            .await;
+        let mut worst = None;
+        let mut duplicates = Vec::new();
+        for r in results {
+            match r {
+                Ok(d) => duplicates.extend(d),
+                Err(e) => keep_worst(&mut worst, e),
+            }
+        }
+        match worst {
+            Some(e) => Err(e),
+            None => Ok(duplicates),
+        }
+    }
+
+    async fn catalog_list_inner(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
+        if q.limit == 0 {
+            return Ok(Vec::new());
+        }
+        let prefix = q.key_prefix();
+        let (start, inclusive) = q.scan_start(&prefix);
+        let mut id_range = doc! { if inclusive { "$gte" } else { "$gt" }: start };
+        if let Some(end) = prefix_successor(&prefix) {
+            id_range.insert("$lt", end);
+        }
+        let mut filter = doc! { "_id": id_range };
+        if let Some(metric) = q.metric.iter().find_map(NameMatcher::exact_name) {
+            filter.insert("metric", metric);
+        }
+        if let Some(kind) = q.kind {
+            filter.insert("kind", kind.as_str());
+        }
+        if let Some(since) = q.seen_since {
+            filter.insert(LAST_SEEN_FIELD, doc! { "$gte": bson_date(since) });
+        }
+        let projection = doc! { "kind": 1, "first_seen": 1, LAST_SEEN_FIELD: 1 };
+        self.ready().await?;
+        let bytes = bson_len(&filter) + bson_len(&projection);
+        let batch = q.limit.clamp(CATALOG_MIN_BATCH, CATALOG_MAX_BATCH) as u32;
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, async {
+            let mut cursor = self
+                .series
+                .find(filter)
+                .projection(projection)
+                .sort(doc! { "_id": 1 })
+                .batch_size(batch)
+                .await
+                .map_err(|e| classify(&e, false))?;
+            let mut out = Vec::new();
+            while let Some(raw) = cursor.try_next().await.map_err(|e| classify(&e, false))? {
+                let entry = decode_catalog(&raw).map_err(|e| StoreError::Corrupt {
+                    doc: format!(
+                        "{}.{}/{}",
+                        self.db.name(),
+                        self.series.name(),
+                        raw.get_str("_id").unwrap_or("<no string _id>")
+                    ),
+                    reason: e.to_string(),
+                })?;
+                if q.accepts(&entry) {
+                    out.push(entry);
+                    if out.len() >= q.limit {
+                        break;
+                    }
+                }
+            }
+            Ok::<_, StoreError>(out)
+        })
+        .await;
+        self.record(Op::CatalogList, 0, bytes, started);
+        match result {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "catalog listing: no answer within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
     async fn last_flush_id_inner(&self) -> Result<u64, StoreError> {
         let started = Instant::now();
         let result = tokio::time::timeout(
@@ -2185,19 +2478,18 @@ impl Store for MongoStore {
         }
     }
 
-    async fn catalog_upsert(&self, _entries: &[super::CatalogEntry]) -> Result<(), StoreError> {
-        Err(StoreError::Invalid(
-            "the series catalog is not implemented yet".into(),
-        ))
+    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let r = self.catalog_upsert_inner(entries).await;
+        observe(self.name(), "catalog_upsert", started, &r);
+        r
     }
 
-    async fn catalog_list(
-        &self,
-        _query: &super::CatalogQuery,
-    ) -> Result<Vec<super::CatalogEntry>, StoreError> {
-        Err(StoreError::Invalid(
-            "the series catalog is not implemented yet".into(),
-        ))
+    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
+        let started = Instant::now();
+        let r = self.catalog_list_inner(query).await;
+        observe(self.name(), "catalog_list", started, &r);
+        r
     }
 
     async fn health(&self) -> Result<(), StoreError> {
