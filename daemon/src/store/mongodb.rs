@@ -287,7 +287,9 @@ fn doc_id(series: &SeriesId, tier: Tier, start: i64) -> Result<String, StoreErro
 /// The `|` separator is only unambiguous if names cannot contain it; the
 /// ingest path validates names, this guards every other caller.
 fn check_series(series: &SeriesId) -> Result<(), StoreError> {
-    validate_source(&series.source)
+    // Rollup series (`@<group>`) come from the flush pipeline, not agents.
+    let source = series.source.strip_prefix(crate::rollup::GROUP_PREFIX);
+    validate_source(source.unwrap_or(&series.source))
         .map_err(|e| StoreError::Invalid(format!("source {:?} {e}", series.source)))?;
     validate_metric(&series.metric)
         .map_err(|e| StoreError::Invalid(format!("metric {:?} {e}", series.metric)))?;
