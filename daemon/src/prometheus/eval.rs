@@ -129,7 +129,7 @@ impl<'a> Evaluator<'a> {
                     k,
                     inner,
                 } => {
-                    if let Some(series) = self.from_rollup(*op, grouping, inner).await? {
+                    if let Some(series) = self.try_rollup(*op, grouping, inner).await? {
                         return Ok(Value::Vector(series));
                     }
                     match self.eval_at(inner, true).await? {
@@ -248,7 +248,7 @@ impl<'a> Evaluator<'a> {
 
     /// The aggregation from rollup series, when it can be served so;
     /// None when it has to fan out.
-    async fn from_rollup(
+    async fn try_rollup(
         &mut self,
         op: AggOp,
         grouping: &Grouping,
@@ -649,26 +649,32 @@ fn reduce(op: AggOp, values: impl Iterator<Item = f64>) -> Option<f64> {
 /// topk / bottomk at each time: a member keeps its value at the times it
 /// is among the k, and is left out if it never is.
 fn select_k(top: bool, k: f64, members: Vec<Series>, n: usize) -> Vec<Series> {
-    if !(k >= 1.0) {
+    if k.is_nan() || k < 1.0 {
         return Vec::new();
     }
     let k = k.min(members.len() as f64) as usize;
+    let picks: Vec<Vec<usize>> = (0..n)
+        .map(|i| {
+            let mut order: Vec<usize> = (0..members.len())
+                .filter(|&m| members[m].values[i].is_some())
+                .collect();
+            // NaN ranks last either way, as in Prometheus.
+            let rank = |m: usize| {
+                let v = members[m].values[i].unwrap_or(f64::NAN);
+                match (v.is_nan(), top) {
+                    (true, _) => f64::INFINITY,
+                    (false, true) => -v,
+                    (false, false) => v,
+                }
+            };
+            order.sort_by(|&a, &b| rank(a).total_cmp(&rank(b)));
+            order.truncate(k);
+            order
+        })
+        .collect();
     let mut chosen = vec![vec![false; n]; members.len()];
-    let mut order: Vec<usize> = Vec::with_capacity(members.len());
-    for i in 0..n {
-        order.clear();
-        order.extend((0..members.len()).filter(|&m| members[m].values[i].is_some()));
-        // NaN ranks last either way, as in Prometheus.
-        let rank = |m: usize| {
-            let v = members[m].values[i].unwrap_or(f64::NAN);
-            match (v.is_nan(), top) {
-                (true, _) => f64::INFINITY,
-                (false, true) => -v,
-                (false, false) => v,
-            }
-        };
-        order.sort_by(|&a, &b| rank(a).total_cmp(&rank(b)));
-        for &m in order.iter().take(k) {
+    for (i, ms) in picks.iter().enumerate() {
+        for &m in ms {
             chosen[m][i] = true;
         }
     }

@@ -332,8 +332,9 @@ fn plan_call(call: &ast::Call) -> Result<Plan, PlanError> {
 }
 
 fn display_range(ms: u128) -> String {
-    if ms % 1000 == 0 {
-        format!("{}s", ms / 1000)
+    let (secs, rest) = (ms / 1000, ms % 1000);
+    if rest == 0 {
+        format!("{secs}s")
     } else {
         format!("{ms}ms")
     }
