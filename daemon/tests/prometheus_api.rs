@@ -991,6 +991,23 @@ async fn check_refusals(fx: &Fixture) {
         "start",
     )
     .await;
+    // Valid, but its windows need more minute slots than the engine reads
+    // at once: a limit, so 422 `execution`.
+    let params = [
+        ("query", "avg_over_time(temp[61m])".to_string()),
+        ("start", (fx.t0 - 200 * 86_400).to_string()),
+        ("end", fx.t0.to_string()),
+        ("step", "1d".to_string()),
+    ];
+    let (status, body, _) = fx.call("query_range", &params, true).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["errorType"], "execution", "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("query.max_points")),
+        "{body}"
+    );
 }
 
 // ---------------------------------------------------------------------------

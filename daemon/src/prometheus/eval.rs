@@ -36,7 +36,7 @@ use super::names::{
 };
 use super::plan::{AggOp, ArithOp, Grouping, Op, Plan, RangeFn, Selector};
 use crate::model::{validate_metric, validate_source, SeriesId, Slot, DAY_S, HOUR_S, MINUTE_S};
-use crate::query::{QueryEngine, QueryError, Selection, Step, StepSpec};
+use crate::query::{QueryEngine, QueryError, Selection, Step, StepSpec, Window};
 use crate::rollup::Rollups;
 use crate::selector::{all_match, NameMatcher};
 
@@ -215,11 +215,7 @@ impl<'a> Evaluator<'a> {
             return Ok(Vec::new());
         }
         let grid = Grid::new(&self.times_ms, range_s);
-        let w = self.engine.window(
-            grid.from(),
-            grid.to(),
-            StepSpec::Fixed(Step::fixed(grid.granularity)?),
-        )?;
+        let w = grid.window(self.engine)?;
         let mut out = Vec::new();
         for b in self.engine.many_buckets(&ids, &w).await? {
             if b.buckets.is_empty() {
@@ -289,11 +285,7 @@ impl<'a> Evaluator<'a> {
         }
         let ids: Vec<SeriesId> = metrics.iter().map(|m| Rollups::series(&group, m)).collect();
         let grid = Grid::new(&self.times_ms, *range_s);
-        let w = self.engine.window(
-            grid.from(),
-            grid.to(),
-            StepSpec::Fixed(Step::fixed(grid.granularity)?),
-        )?;
+        let w = grid.window(self.engine)?;
         let keep_metric = grouping.keeps(TALLY_METRIC_LABEL);
         let mut groups: BTreeMap<Labels, Vec<Option<f64>>> = BTreeMap::new();
         for (b, metric) in self
@@ -471,6 +463,24 @@ impl Grid {
     /// End of the latest window.
     fn to(&self) -> i64 {
         self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// The read covering every window, in slots of the grid's granularity.
+    fn window(&self, engine: &QueryEngine) -> Result<Window, EvalError> {
+        let step = Step::fixed(self.granularity)?;
+        engine
+            .window(self.from(), self.to(), StepSpec::Fixed(step))
+            .map_err(|e| match e {
+                // The engine's advice is about its own step parameter.
+                QueryError::Limit(_) => QueryError::Limit(format!(
+                    "the windows span {} slots of {} per series; the limit is {} (query.max_points): use a shorter time range, or ranges and steps in whole hours so that hour slots serve them",
+                    (self.to() - self.from()) / self.granularity,
+                    step.label(),
+                    engine.limits().max_points
+                ))
+                .into(),
+                e => e.into(),
+            })
     }
 
     /// `func` of each window of `buckets` (ascending, non-empty slots).
