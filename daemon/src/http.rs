@@ -57,6 +57,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/api/v1/groups", get(groups))
         .route("/api/v1/aggregate", get(aggregate))
         .route("/api/v1/watch", get(watch_sse))
+        .nest("/prometheus", crate::prometheus::router())
         .with_state(state)
 }
 

@@ -287,6 +287,7 @@ fn doc_id(series: &SeriesId, tier: Tier, start: i64) -> Result<String, StoreErro
 /// The `|` separator is only unambiguous if names cannot contain it; the
 /// ingest path validates names, this guards every other caller.
 fn check_series(series: &SeriesId) -> Result<(), StoreError> {
+    // Rollup series (`@<group>`) come from the flush pipeline, not agents.
     validate_stored_source(&series.source)
         .map_err(|e| StoreError::Invalid(format!("source {:?} {e}", series.source)))?;
     validate_metric(&series.metric)
