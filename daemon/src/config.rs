@@ -1322,13 +1322,11 @@ fn toml_string(s: &str) -> String {
 
 /// Formats in the largest unit that divides evenly, so the defaults print
 /// as "14d" or "90m" rather than humantime's "1year 1month ..." spellings.
-// `is_multiple_of` needs Rust 1.87; the workspace promises 1.85.
-#[allow(clippy::manual_is_multiple_of)]
 fn format_duration(d: Duration) -> String {
     if d.subsec_nanos() == 0 {
         let s = d.as_secs();
         for (unit, size) in [("d", DAY), ("h", HOUR), ("m", MINUTE)] {
-            if s != 0 && s % size == 0 {
+            if s != 0 && s.is_multiple_of(size) {
                 return format!("{}{unit}", s / size);
             }
         }

@@ -873,6 +873,11 @@ impl QueryEngine {
         })
     }
 
+    /// Most catalog entries one distinct-name listing scans.
+    fn scan_cap(&self) -> usize {
+        self.limits.max_page.saturating_mul(100)
+    }
+
     /// One page of a scan for distinct names.
     async fn scan_page(
         &self,
@@ -936,7 +941,7 @@ impl QueryEngine {
             }
             // Continue past the last source seen, skipping its other metrics.
             cursor = page.last().map(|e| skip(&e.series.source));
-            if scanned > self.limits.max_page * 100 {
+            if scanned > self.scan_cap() {
                 break;
             }
         }
@@ -946,7 +951,8 @@ impl QueryEngine {
     }
 
     /// Distinct metrics of the matching sources, in order, after `after`.
-    /// Scans the matching series (bounded by `query.max_fanout`).
+    /// Scans the matching series: at most a hundred pages of
+    /// `query.max_page` (a million entries by default), else an error.
     pub async fn metrics(
         &self,
         source: Vec<NameMatcher>,
@@ -971,10 +977,10 @@ impl QueryEngine {
             if exhausted {
                 break;
             }
-            if scanned >= self.limits.max_fanout {
+            if scanned >= self.scan_cap() {
                 return Err(QueryError::Limit(format!(
-                    "listing metrics scans every matching series and more than {} match (query.max_fanout): select fewer sources",
-                    self.limits.max_fanout
+                    "listing metrics scans every matching series and more than {} match (a hundred pages of query.max_page): select fewer sources",
+                    self.scan_cap()
                 )));
             }
         }

@@ -136,11 +136,9 @@ impl NameCache {
     }
 }
 
-/// Pages through the whole catalog. `QueryEngine::metrics` would give the
-/// names, but refuses to scan more than `query.max_fanout` series, which a
-/// fleet of 1,000 sources with 20 metrics already exceeds; paging with
-/// `series` has no such bound, so the scan is capped here as the engine
-/// caps its source listing (a hundred pages).
+/// Pages through the whole catalog, capped as the engine caps its name
+/// listings (a hundred pages); unlike `QueryEngine::metrics` it also learns
+/// each metric's kinds.
 async fn scan(engine: &QueryEngine) -> Result<MetricNames, QueryError> {
     let page = engine.limits().max_page;
     let cap = page.saturating_mul(100);
