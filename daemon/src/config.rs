@@ -1334,7 +1334,7 @@ fn format_duration(d: Duration) -> String {
     }
     let nanos = d.as_nanos();
     for (unit, size) in [("ms", 1_000_000), ("us", 1_000)] {
-        if nanos % size == 0 {
+        if nanos.is_multiple_of(size) {
             return format!("{}{unit}", nanos / size);
         }
     }
