@@ -24,6 +24,10 @@ struct Recorded {
 
 pub struct CatalogWriter {
     recorded: Mutex<HashMap<SeriesId, Recorded>>,
+    /// Entries the store refused to take; they go with the next write
+    /// whatever series it carries, so a series that never flushes again
+    /// is still catalogued. Bounded by the series that failed.
+    failed: Mutex<HashMap<SeriesId, CatalogEntry>>,
     refresh_s: i64,
 }
 
@@ -31,6 +35,7 @@ impl CatalogWriter {
     pub fn new(refresh: std::time::Duration) -> CatalogWriter {
         CatalogWriter {
             recorded: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
             refresh_s: refresh.as_secs().max(1) as i64,
         }
     }
@@ -39,6 +44,7 @@ impl CatalogWriter {
     /// catalogued: they are listed as groups.
     pub fn due<'a>(&self, batch: impl IntoIterator<Item = &'a SeriesMinutes>) -> Vec<CatalogEntry> {
         let recorded = self.recorded.lock();
+        let mut failed = self.failed.lock();
         let mut due = Vec::new();
         for s in batch {
             if Rollups::is_rollup_source(&s.series.source) {
@@ -53,15 +59,38 @@ impl CatalogWriter {
                 Some(r) => r.kind != s.kind || last >= r.last_seen + self.refresh_s,
             };
             if stale {
-                due.push(CatalogEntry {
+                let mut e = CatalogEntry {
                     series: (*s.series).clone(),
                     kind: s.kind,
                     first_seen: first,
                     last_seen: last,
-                });
+                };
+                if let Some(f) = failed.remove(&*s.series) {
+                    e.first_seen = e.first_seen.min(f.first_seen);
+                    e.last_seen = e.last_seen.max(f.last_seen);
+                }
+                due.push(e);
             }
         }
+        due.extend(failed.drain().map(|(_, e)| e));
         due
+    }
+
+    /// The store did not take `entries`: keep them for the next write.
+    pub fn failed(&self, entries: Vec<CatalogEntry>) {
+        let mut failed = self.failed.lock();
+        for e in entries {
+            match failed.get_mut(&e.series) {
+                Some(f) => {
+                    f.first_seen = f.first_seen.min(e.first_seen);
+                    f.last_seen = f.last_seen.max(e.last_seen);
+                    f.kind = e.kind;
+                }
+                None => {
+                    failed.insert(e.series.clone(), e);
+                }
+            }
+        }
     }
 
     /// The store took `entries`.
@@ -131,5 +160,22 @@ mod tests {
         );
         assert_eq!(c.forget_idle(6061), 1);
         assert!(c.is_empty());
+
+        // A refused write goes with the next one, whatever it carries, with
+        // the earliest first_seen kept.
+        let refused = c.due([&sm("b", g, &[100, 103])]);
+        c.failed(refused);
+        let next = c.due([&sm("c", g, &[200])]);
+        let mut names: Vec<(&str, i64)> = next
+            .iter()
+            .map(|e| (&*e.series.source, e.first_seen))
+            .collect();
+        names.sort();
+        assert_eq!(names, [("b", 6000), ("c", 12000)]);
+        c.failed(next);
+        let again = c.due([&sm("b", g, &[300])]);
+        let b = again.iter().find(|e| &*e.series.source == "b").unwrap();
+        assert_eq!((b.first_seen, b.last_seen), (6000, 18000));
+        assert_eq!(again.len(), 2);
     }
 }

@@ -292,6 +292,8 @@ pub struct QueryConfig {
     pub max_fanout: usize,
     /// Entries per discovery page.
     pub max_page: usize,
+    /// Points of all series of one range read (or watch snapshot) together.
+    pub max_total_points: usize,
 }
 
 /// Group rollups maintained at ingest (see `rollup` in the crate docs).
@@ -476,6 +478,7 @@ impl Default for QueryConfig {
             max_series: 1_000,
             max_fanout: 10_000,
             max_page: 10_000,
+            max_total_points: 10_000_000,
         }
     }
 }
@@ -841,6 +844,7 @@ impl Config {
         c.at_least(self.query.max_series, 1, "query.max_series");
         c.at_least(self.query.max_fanout, 1, "query.max_fanout");
         c.at_least(self.query.max_page, 1, "query.max_page");
+        c.at_least(self.query.max_total_points, 1, "query.max_total_points");
 
         let r = &self.rollup;
         c.require(

@@ -435,7 +435,11 @@ pub fn parse_time(s: &str, now: i64) -> Result<i64, String> {
     }
     if let Some(ago) = s.strip_prefix("now-") {
         let d = humantime::parse_duration(ago).map_err(|e| format!("{s:?}: {e}"))?;
-        return Ok(now - d.as_secs() as i64);
+        return i64::try_from(d.as_secs())
+            .ok()
+            .filter(|secs| *secs <= crate::query::MAX_TIME_S)
+            .map(|secs| now - secs)
+            .ok_or_else(|| format!("{s:?} reaches too far back"));
     }
     if let Ok(secs) = s.parse::<f64>() {
         if secs.is_finite() && secs.abs() < 1e13 {
@@ -461,5 +465,8 @@ mod tests {
         assert_eq!(parse_time("now", 100), Ok(100));
         assert_eq!(parse_time("now-1m", 100), Ok(40));
         assert!(parse_time("yesterday", 0).unwrap_err().contains("RFC 3339"));
+        assert!(parse_time("now-9223372036854775807s", 0)
+            .unwrap_err()
+            .contains("too far back"));
     }
 }

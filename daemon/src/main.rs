@@ -94,6 +94,7 @@ async fn run(config: Config) -> Result<()> {
             max_series: config.query.max_series,
             max_fanout: config.query.max_fanout,
             max_page: config.query.max_page,
+            max_total_points: config.query.max_total_points,
         },
         config.retention.hour.as_secs() as i64,
     ));

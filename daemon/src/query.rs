@@ -151,6 +151,11 @@ impl Step {
     /// A step of `width_s` seconds: a whole number of minutes, read from
     /// the widest slots that divide it.
     pub fn fixed(width_s: i64) -> Result<Step, QueryError> {
+        if width_s > MAX_STEP_S {
+            return Err(QueryError::Invalid(format!(
+                "step {width_s}s is longer than ten years"
+            )));
+        }
         if width_s < MINUTE_S || width_s % MINUTE_S != 0 {
             return Err(QueryError::Invalid(format!(
                 "step {width_s}s is not a whole number of minutes: minute slots are the finest data Tally keeps"
@@ -341,9 +346,10 @@ impl Selection {
         }
     }
 
-    /// The series when the selection names them outright (lists of exact
-    /// names), so no catalog lookup is needed.
-    fn enumerate(&self) -> Option<Vec<SeriesId>> {
+    /// The sources and metrics when the selection names them outright
+    /// (lists of exact names), so no catalog lookup is needed; the series
+    /// are their cross product.
+    fn enumerate(&self) -> Option<(Vec<String>, Vec<String>)> {
         let names = |ms: &[NameMatcher]| -> Option<Vec<String>> {
             let (first, rest) = ms.split_first()?;
             let names = first.names()?;
@@ -356,12 +362,7 @@ impl Selection {
             )
         };
         let (sources, metrics) = (names(&self.source)?, names(&self.metric)?);
-        Some(
-            sources
-                .iter()
-                .flat_map(|s| metrics.iter().map(move |m| SeriesId::new(s, m)))
-                .collect(),
-        )
+        Some((sources, metrics))
     }
 }
 
@@ -496,6 +497,8 @@ pub struct QueryLimits {
     pub max_fanout: usize,
     /// Entries per discovery page.
     pub max_page: usize,
+    /// Points of all series of one range read (or watch snapshot) together.
+    pub max_total_points: usize,
 }
 
 impl Default for QueryLimits {
@@ -506,6 +509,7 @@ impl Default for QueryLimits {
             max_series: 1_000,
             max_fanout: 10_000,
             max_page: 10_000,
+            max_total_points: 10_000_000,
         }
     }
 }
@@ -520,6 +524,13 @@ pub struct QueryEngine {
 /// documents, which carry the same minutes in a twenty-fourth of the
 /// documents.
 const MINUTE_FROM_HOUR_TIER_MAX_S: i64 = 2 * DAY_S;
+
+/// Times a read may name, in Unix seconds (about ±300,000 years): far
+/// beyond any data, small enough that range arithmetic cannot overflow.
+pub const MAX_TIME_S: i64 = 10_000_000_000_000;
+
+/// The widest step: ten years (and arithmetic on it cannot overflow).
+const MAX_STEP_S: i64 = 10 * 366 * DAY_S;
 
 /// Series read at once when a call spans many.
 const READ_CONCURRENCY: usize = 16;
@@ -544,8 +555,29 @@ impl QueryEngine {
         self.pipeline.rollups()
     }
 
+    /// Refuses a read of `series` series over `w` whose points together
+    /// exceed `query.max_total_points`.
+    pub fn check_total(&self, series: usize, w: &Window) -> Result<(), QueryError> {
+        let total = (series as i64).saturating_mul(w.buckets());
+        if total > self.limits.max_total_points as i64 {
+            return Err(QueryError::Limit(format!(
+                "{series} series of {} points each is {total} points; the limit is {} (query.max_total_points): select fewer series, a coarser step or a shorter range",
+                w.buckets(),
+                self.limits.max_total_points
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks a range and settles its step.
     pub fn window(&self, from: i64, to: i64, step: StepSpec) -> Result<Window, QueryError> {
+        for (name, t) in [("from", from), ("to", to)] {
+            if !(-MAX_TIME_S..=MAX_TIME_S).contains(&t) {
+                return Err(QueryError::Invalid(format!(
+                    "`{name}` ({t}) is out of range: times are Unix seconds within ±{MAX_TIME_S}"
+                )));
+            }
+        }
         if to <= from {
             return Err(QueryError::Invalid(format!(
                 "empty range: `to` ({to}) must be after `from` ({from})"
@@ -584,9 +616,12 @@ impl QueryEngine {
         let end = w.from + w.buckets() * step.width_s;
         let now = chrono::Utc::now().timestamp();
         let tier = match step.resolution {
+            // The first hour document starts at or before `from`; it must
+            // still be within the hour tier's retention.
             Resolution::Minute
                 if end - w.from <= MINUTE_FROM_HOUR_TIER_MAX_S
-                    && w.from >= now - self.hour_retention_s =>
+                    && Tier::Hour.period_start(w.from.div_euclid(MINUTE_S))
+                        >= now - self.hour_retention_s + HOUR_S =>
             {
                 Tier::Hour
             }
@@ -637,7 +672,12 @@ impl QueryEngine {
             }
         }
         for (minute, slot) in &unflushed.pending {
-            add(*minute, slot);
+            // A flush cut and applied between the snapshot and the store
+            // read already put these slots in the document.
+            let doc = tier.period_start(*minute);
+            if watermarks.get(&doc).copied().unwrap_or(0) <= unflushed.cut_through {
+                add(*minute, slot);
+            }
         }
         Ok(SeriesBuckets {
             series: id.clone(),
@@ -659,17 +699,23 @@ impl QueryEngine {
                 "the selection matches {n} series; the limit is {limit} ({limit_name}): narrow the source or metric selector"
             ))
         };
-        if let Some(ids) = sel.enumerate() {
-            for id in &ids {
-                validate_source(&id.source)
-                    .map_err(|e| QueryError::Invalid(format!("source {:?} {e}", id.source)))?;
-                validate_metric(&id.metric)
-                    .map_err(|e| QueryError::Invalid(format!("metric {:?} {e}", id.metric)))?;
+        if let Some((sources, metrics)) = sel.enumerate() {
+            // Counted before the product is built: two long lists would
+            // otherwise make a huge one.
+            let n = sources.len().saturating_mul(metrics.len());
+            if n > limit {
+                return Err(too_many(n.to_string()));
             }
-            if ids.len() > limit {
-                return Err(too_many(ids.len().to_string()));
+            for s in &sources {
+                validate_source(s).map_err(|e| QueryError::Invalid(format!("source {s:?} {e}")))?;
             }
-            return Ok(ids);
+            for m in &metrics {
+                validate_metric(m).map_err(|e| QueryError::Invalid(format!("metric {m:?} {e}")))?;
+            }
+            return Ok(sources
+                .iter()
+                .flat_map(|s| metrics.iter().map(move |m| SeriesId::new(s, m)))
+                .collect());
         }
         let found = self
             .catalog(&CatalogQuery {
@@ -722,6 +768,7 @@ impl QueryEngine {
         let ids = self
             .resolve(sel, self.limits.max_series, "query.max_series")
             .await?;
+        self.check_total(ids.len(), &w)?;
         let series = self
             .many_buckets(&ids, &w)
             .await?
@@ -839,8 +886,16 @@ impl QueryEngine {
                     )
                     .await?;
                 result.fanned_out = Some(ids.len());
-                let all = self.many_buckets(&ids, &w).await?;
-                merge_across(&q.metric, all)?
+                // Folded as they arrive: memory follows the buckets of one
+                // series, not of every member.
+                let mut merged = Merged::default();
+                let mut reads = futures::stream::iter(ids)
+                    .map(|id| async move { self.buckets(&id, &w).await })
+                    .buffer_unordered(READ_CONCURRENCY);
+                while let Some(member) = reads.next().await {
+                    merged.add(&q.metric, member?)?;
+                }
+                (merged.kind, merged.buckets.into_iter().collect())
             }
         };
         let counter = kind.is_some_and(SampleKind::is_counter);
@@ -926,6 +981,7 @@ impl QueryEngine {
         let skip = |s: &str| SeriesId::new(s, "~");
         let mut cursor = after.as_deref().map(skip);
         let mut scanned = 0usize;
+        let mut capped = false;
         loop {
             let page = self.scan_page(&source, &metric, cursor.clone()).await?;
             let exhausted = page.len() < SCAN_PAGE;
@@ -942,11 +998,15 @@ impl QueryEngine {
             // Continue past the last source seen, skipping its other metrics.
             cursor = page.last().map(|e| skip(&e.series.source));
             if scanned > self.scan_cap() {
+                // Short of `limit`, but not the end: the page says where to go on.
+                capped = true;
                 break;
             }
         }
         out.truncate(limit);
-        let next = (out.len() == limit).then(|| out.last().cloned()).flatten();
+        let next = (out.len() == limit || capped)
+            .then(|| out.last().cloned())
+            .flatten();
         Ok(Page { items: out, next })
     }
 
@@ -992,16 +1052,17 @@ impl QueryEngine {
     }
 }
 
-/// Merges member series bucket by bucket (the pooled aggregate). Members
+/// Member series merged bucket by bucket (the pooled aggregate). Members
 /// must agree on counter-or-gauge.
-fn merge_across(
-    metric: &str,
-    members: Vec<SeriesBuckets>,
-) -> Result<(Option<SampleKind>, Buckets), QueryError> {
-    let mut kind: Option<SampleKind> = None;
-    let mut merged: BTreeMap<i64, Slot> = BTreeMap::new();
-    for m in members {
-        if let (Some(k), Some(mk)) = (kind, m.kind) {
+#[derive(Default)]
+struct Merged {
+    kind: Option<SampleKind>,
+    buckets: BTreeMap<i64, Slot>,
+}
+
+impl Merged {
+    fn add(&mut self, metric: &str, m: SeriesBuckets) -> Result<(), QueryError> {
+        if let (Some(k), Some(mk)) = (self.kind, m.kind) {
             if k.is_counter() != mk.is_counter() {
                 return Err(QueryError::Invalid(format!(
                     "{metric} is a {} on some sources and a {} on {}: an aggregate across them would mix gauges and counters; select sources of one kind",
@@ -1012,15 +1073,15 @@ fn merge_across(
             }
         }
         // Counters pool as deltas whatever their agents sent.
-        kind = kind.or(m.kind.map(|k| match k {
+        self.kind = self.kind.or(m.kind.map(|k| match k {
             SampleKind::Gauge => SampleKind::Gauge,
             _ => SampleKind::DeltaCounter,
         }));
         for (t, s) in m.buckets {
-            merged.entry(t).or_default().merge(&s);
+            self.buckets.entry(t).or_default().merge(&s);
         }
+        Ok(())
     }
-    Ok((kind, merged.into_iter().collect()))
 }
 
 fn describe_groups(r: &Rollups) -> String {
@@ -1124,7 +1185,10 @@ mod tests {
         };
         assert_eq!(
             sel.enumerate().unwrap(),
-            vec![SeriesId::new("a", "m"), SeriesId::new("b", "m")]
+            (
+                vec!["a".to_string(), "b".to_string()],
+                vec!["m".to_string()]
+            )
         );
         let glob = Selection {
             source: vec![NameMatcher::parse_list("a*").unwrap()],

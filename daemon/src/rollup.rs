@@ -168,7 +168,10 @@ impl Rollups {
         }
         if let Some(d) = self.cfg.prefix_delimiter {
             if let Some((prefix, _)) = source.split_once(d) {
-                if !prefix.is_empty() && !groups.iter().any(|g| &**g == prefix) {
+                // A named group owns its name: its globs alone decide who
+                // is in it, so its rollup and its fan-out agree.
+                let named = self.named.iter().any(|g| g.name == prefix);
+                if !prefix.is_empty() && !named && !groups.iter().any(|g| &**g == prefix) {
                     groups.push(prefix.into());
                 }
             }
@@ -207,7 +210,7 @@ impl Rollups {
             return Some(g.matcher.clone());
         }
         let d = self.cfg.prefix_delimiter?;
-        if group.contains(d) {
+        if group.contains(d) || validate_source(group).is_err() {
             return None;
         }
         let escaped = format!(
@@ -342,6 +345,9 @@ mod tests {
         assert_eq!(names("web-01"), ["all", "web", "edge"]);
         assert_eq!(names("web-11"), ["all", "web"]);
         assert_eq!(names("cdn7"), ["all", "edge"]);
+        // A named group owns its name: no prefix membership in it.
+        assert_eq!(names("edge-1"), ["all"]);
+        assert!(r.member_matcher("").is_none() && r.member_matcher("a b").is_none());
         assert!(r.knows("web") && r.knows("edge") && r.knows("all"));
         assert!(!r.knows("we-b"));
         let web = r.member_matcher("web").unwrap();

@@ -83,6 +83,9 @@ impl Subscription {
 }
 
 struct Subscriber {
+    id: u64,
+    /// Held for the subscription's life: `watch.max_subscribers` permits.
+    _slot: tokio::sync::OwnedSemaphorePermit,
     selection: Selection,
     /// Whether `series` is a catalog lookup worth repeating (globs).
     dynamic: bool,
@@ -100,7 +103,13 @@ pub struct WatchHub {
     engine: Arc<QueryEngine>,
     cfg: WatchConfig,
     subscribers: Mutex<Vec<Subscriber>>,
+    /// Set under the `subscribers` lock, so no subscriber joins after the
+    /// list is cleared at shutdown.
     closed: AtomicBool,
+    /// Taken before a subscription does any work, so concurrent subscribes
+    /// cannot overshoot `watch.max_subscribers`.
+    slots: Arc<tokio::sync::Semaphore>,
+    next_id: std::sync::atomic::AtomicU64,
 }
 
 /// Ticks between catalog lookups of glob subscriptions (new series join).
@@ -110,9 +119,11 @@ impl WatchHub {
     pub fn new(engine: Arc<QueryEngine>, cfg: WatchConfig) -> WatchHub {
         WatchHub {
             engine,
+            slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_subscribers)),
             cfg,
             subscribers: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            next_id: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -130,12 +141,12 @@ impl WatchHub {
         if self.closed.load(Ordering::Relaxed) {
             return Err(QueryError::Busy("the daemon is shutting down".into()));
         }
-        if self.subscriber_count() >= self.cfg.max_subscribers {
+        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
             return Err(QueryError::Busy(format!(
                 "{} watch subscribers already (watch.max_subscribers); try again later",
                 self.cfg.max_subscribers
             )));
-        }
+        };
         let window_s = match window_minutes {
             0 => self.cfg.window.as_secs() as i64,
             m => i64::from(m) * MINUTE_S,
@@ -153,6 +164,7 @@ impl WatchHub {
             current + MINUTE_S,
             StepSpec::Fixed(Step::MINUTE),
         )?;
+        self.engine.check_total(series.len(), &w)?;
         let buckets = self.engine.many_buckets(&series, &w).await?;
         let mut sent = HashMap::new();
         let mut kinds = HashMap::new();
@@ -193,7 +205,13 @@ impl WatchHub {
             .iter()
             .chain(&selection.metric)
             .any(|m| m.names().is_none());
-        self.subscribers.lock().push(Subscriber {
+        let mut subs = self.subscribers.lock();
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(QueryError::Busy("the daemon is shutting down".into()));
+        }
+        subs.push(Subscriber {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            _slot: slot,
             selection,
             dynamic,
             series,
@@ -204,7 +222,8 @@ impl WatchHub {
             behind_since: None,
             dropped: dropped.clone(),
         });
-        metrics::gauge!("tally_watch_subscribers").set(self.subscriber_count() as f64);
+        metrics::gauge!("tally_watch_subscribers").set(subs.len() as f64);
+        drop(subs);
         Ok(Subscription {
             events: rx,
             dropped,
@@ -232,30 +251,36 @@ impl WatchHub {
             metrics::histogram!("tally_watch_tick_duration_seconds")
                 .record(started.elapsed().as_secs_f64());
         }
+        let mut subs = self.subscribers.lock();
         self.closed.store(true, Ordering::Relaxed);
         // Dropping the senders ends every stream.
-        self.subscribers.lock().clear();
+        subs.clear();
+        drop(subs);
         metrics::gauge!("tally_watch_subscribers").set(0.0);
     }
 
     /// Picks up new series of glob subscriptions.
     async fn re_resolve(&self) {
-        let dynamic: Vec<(usize, Selection)> = self
+        let dynamic: Vec<(u64, Selection)> = self
             .subscribers
             .lock()
             .iter()
-            .enumerate()
-            .filter(|(_, s)| s.dynamic)
-            .map(|(i, s)| (i, s.selection.clone()))
+            .filter(|s| s.dynamic)
+            .map(|s| (s.id, s.selection.clone()))
             .collect();
-        for (i, sel) in dynamic {
+        for (id, sel) in dynamic {
             match self
                 .engine
                 .resolve(&sel, self.cfg.max_series, "watch.max_series")
                 .await
             {
                 Ok(series) => {
-                    if let Some(s) = self.subscribers.lock().get_mut(i) {
+                    let mut subs = self.subscribers.lock();
+                    if let Some(s) = subs.iter_mut().find(|s| s.id == id) {
+                        // Forget what was sent for series that left.
+                        let keep: std::collections::HashSet<&SeriesId> = series.iter().collect();
+                        s.sent.retain(|k, _| keep.contains(k));
+                        s.kinds.retain(|k, _| keep.contains(k));
                         s.series = series;
                     }
                 }
@@ -268,8 +293,13 @@ impl WatchHub {
         let union: Vec<SeriesId> = {
             let mut subs = self.subscribers.lock();
             subs.retain(|s| !s.tx.is_closed());
-            let mut all: Vec<SeriesId> =
-                subs.iter().flat_map(|s| s.series.iter().cloned()).collect();
+            // A subscriber whose queue is full cannot take this tick: its
+            // series are not read for it, so a stalled watcher costs nothing.
+            let mut all: Vec<SeriesId> = subs
+                .iter()
+                .filter(|s| s.tx.capacity() > 0)
+                .flat_map(|s| s.series.iter().cloned())
+                .collect();
             all.sort();
             all.dedup();
             all
@@ -294,10 +324,32 @@ impl WatchHub {
             .collect();
         let mut subs = self.subscribers.lock();
         let max_lag = self.cfg.max_lag;
+        // Keeps a subscriber that could not take this tick, or drops it
+        // once it has not read for `max_lag`.
+        let behind = |sub: &mut Subscriber| -> bool {
+            sub.skipped += 1;
+            metrics::counter!("tally_watch_skipped_total").increment(1);
+            let since = *sub.behind_since.get_or_insert_with(Instant::now);
+            if since.elapsed() >= max_lag {
+                sub.dropped.store(true, Ordering::Relaxed);
+                metrics::counter!("tally_watch_dropped_total").increment(1);
+                warn!(lag = ?since.elapsed(), "watch subscriber dropped: it stopped reading");
+                return false;
+            }
+            true
+        };
         subs.retain_mut(|sub| {
+            if sub.tx.is_closed() {
+                return false;
+            }
+            if sub.tx.capacity() == 0 {
+                return behind(sub);
+            }
             let mut changed = Vec::new();
             for id in &sub.series {
-                let Some((kind, now_slots)) = live.get(id) else { continue };
+                let Some((kind, now_slots)) = live.get(id) else {
+                    continue;
+                };
                 let before = sub.sent.get(id).map(Vec::as_slice).unwrap_or(&[]);
                 let diff: Vec<(i64, Slot)> = now_slots
                     .iter()
@@ -347,18 +399,7 @@ impl WatchHub {
                     true
                 }
                 Err(mpsc::error::TrySendError::Closed(_)) => false,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    sub.skipped += 1;
-                    metrics::counter!("tally_watch_skipped_total").increment(1);
-                    let since = *sub.behind_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() >= max_lag {
-                        sub.dropped.store(true, Ordering::Relaxed);
-                        metrics::counter!("tally_watch_dropped_total").increment(1);
-                        warn!(lag = ?since.elapsed(), "watch subscriber dropped: it stopped reading");
-                        return false;
-                    }
-                    true
-                }
+                Err(mpsc::error::TrySendError::Full(_)) => behind(sub),
             }
         });
         // Forget delivered minutes that left the live window.
@@ -366,6 +407,7 @@ impl WatchHub {
             for slots in sub.sent.values_mut() {
                 slots.retain(|(t, _)| *t >= w.from);
             }
+            sub.sent.retain(|_, slots| !slots.is_empty());
         }
         metrics::gauge!("tally_watch_subscribers").set(subs.len() as f64);
         Ok(())
