@@ -942,12 +942,14 @@ async fn a_slow_watcher_does_not_stall_ingest() {
             .env("TALLYD_WATCH_MAX_LAG", "2s"),
     )
     .await;
-    // An hour of history for 1000 series makes the stalled watcher's first
-    // message alone larger than every transport buffer on the way.
-    const SERIES: usize = 1000;
+    // Ten hours of history for 100 series make the stalled watcher's first
+    // message alone (60,000 points) larger than every transport buffer on
+    // the way, while each tick's live reads stay small.
+    const SERIES: usize = 100;
+    const HISTORY_MINUTES: i64 = 600;
     let mut ingest = d.ingest_client().await;
-    let start_ms = now_ms() - 59 * 60_000;
-    for chunk in (0..SERIES).collect::<Vec<_>>().chunks(100) {
+    let start_ms = now_ms() - (HISTORY_MINUTES - 1) * 60_000;
+    for chunk in (0..SERIES).collect::<Vec<_>>().chunks(10) {
         let sources = chunk
             .iter()
             .map(|i| pb::SourceBatch {
@@ -955,7 +957,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
                 series: vec![series(
                     "load",
                     pb::SampleKind::Gauge,
-                    &(0..60)
+                    &(0..HISTORY_MINUTES)
                         .map(|k| (start_ms + k * 60_000, k as f64))
                         .collect::<Vec<_>>(),
                 )],
@@ -974,7 +976,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
         stalled_client.watch(pb::WatchRequest {
             source: selector,
             metric: "load".into(),
-            window_minutes: 60,
+            window_minutes: HISTORY_MINUTES as u32,
         }),
     )
     .await
