@@ -414,30 +414,7 @@ fn label_names(s: &str) -> Vec<String> {
 
 /// Sum of the values of the series named exactly `metric`.
 fn metric_value(text: &str, metric: &str) -> Option<f64> {
-    let mut total = None;
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix(metric) else {
-            continue;
-        };
-        let value = if let Some(r) = rest.strip_prefix('{') {
-            match r.rsplit_once('}') {
-                Some((_, v)) => v,
-                None => continue,
-            }
-        } else if rest.starts_with(' ') {
-            rest
-        } else {
-            continue;
-        };
-        if let Some(v) = value
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
-            *total.get_or_insert(0.0) += v;
-        }
-    }
-    total
+    support::client::metric(text, metric, &[])
 }
 
 // ---------------------------------------------------------------------------

@@ -163,32 +163,7 @@ impl Api {
     /// Waits until everything pushed is flushed (catalog and rollups
     /// included).
     async fn wait_flushed(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut settled = 0;
-        loop {
-            let url = format!("{}/metrics", self.base);
-            let m = self.http.get(&url).send().await.expect("/metrics");
-            let m = m.text().await.expect("metrics text");
-            let v = |name: &str| -> f64 {
-                m.lines()
-                    .filter(|l| l.starts_with(name))
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .sum()
-            };
-            if v("tally_flushes_total") >= 1.0
-                && v("tally_pending_slots") == 0.0
-                && v("tally_flush_inflight_batches") == 0.0
-            {
-                settled += 1;
-                if settled == 3 {
-                    return;
-                }
-            } else {
-                settled = 0;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "no flush:\n{m}");
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        support::client::wait_settled(&self.base).await;
     }
 
     /// Every source's minute buckets of `metric`: source to minute start to

@@ -251,41 +251,7 @@ impl Fixture {
     /// Waits until a flush has applied everything: the catalog and the
     /// rollups are written by flushes.
     async fn wait_flushed(&self) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut settled = 0;
-        loop {
-            let m = self.get_text("/metrics").await;
-            let v = |name: &str| -> f64 {
-                m.lines()
-                    .filter(|l| l.starts_with(name))
-                    .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                    .sum()
-            };
-            if v("tally_flushes_total") >= 1.0
-                && v("tally_pending_slots") == 0.0
-                && v("tally_flush_inflight_batches") == 0.0
-            {
-                settled += 1;
-                if settled == 3 {
-                    return;
-                }
-            } else {
-                settled = 0;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "nothing flushed within 30 s:\n{m}"
-            );
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-
-    async fn get_text(&self, path: &str) -> String {
-        let url = format!("{}{path}", self.d.http_url());
-        let resp = within(&url, self.http.get(&url).send())
-            .await
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        within(&url, resp.text()).await.expect("a body")
+        support::client::wait_settled(&self.d.http_url()).await;
     }
 
     /// GET (or form POST) an API path: (status, body, rollup header).

@@ -58,8 +58,10 @@ pub async fn push_ok(
     );
 }
 
+/// Never through a proxy from the environment: the daemon is on loopback.
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
+        .no_proxy()
         .timeout(CALL_TIMEOUT)
         .build()
         .expect("an HTTP client")
@@ -90,27 +92,87 @@ pub async fn get_ok(d: &Daemon, path: &str, params: &[(&str, &str)]) -> serde_js
     body
 }
 
-/// The daemon's `/metrics` text.
+/// The daemon's `/metrics` text; the scrape must answer 200.
 pub async fn metrics_text(d: &Daemon) -> String {
-    let url = format!("{}/metrics", d.http_url());
+    metrics_text_at(&d.http_url()).await
+}
+
+/// `/metrics` of the HTTP listener at `base` (`http://127.0.0.1:PORT`).
+pub async fn metrics_text_at(base: &str) -> String {
+    let url = format!("{base}/metrics");
     let resp = within("GET /metrics", http_client().get(&url).send())
         .await
         .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    within("metrics body", resp.text())
+    let status = resp.status().as_u16();
+    let body = within("metrics body", resp.text())
         .await
-        .unwrap_or_else(|e| panic!("reading {url}: {e}"))
+        .unwrap_or_else(|e| panic!("reading {url}: {e}"));
+    assert_eq!(status, 200, "/metrics answered {status}: {body}");
+    body
+}
+
+/// Sum of the samples of metric `name` (exact name, any further labels)
+/// whose labels include every `labels` pair; None if no line matches.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut total = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (label_part, value) = if let Some(r) = rest.strip_prefix('{') {
+            match r.split_once('}') {
+                Some(parts) => parts,
+                None => continue,
+            }
+        } else if rest.starts_with(' ') {
+            ("", rest)
+        } else {
+            continue;
+        };
+        if !labels
+            .iter()
+            .all(|(k, v)| label_part.contains(&format!("{k}=\"{v}\"")))
+        {
+            continue;
+        }
+        if let Some(v) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        {
+            *total.get_or_insert(0.0) += v;
+        }
+    }
+    total
 }
 
 /// The sum of every sample of metric `name` (all label sets) in a scrape.
 pub fn metric_sum(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let base = series.split('{').next()?;
-            (base == name).then(|| value.parse::<f64>().ok()).flatten()
-        })
-        .sum()
+    metric(text, name, &[]).unwrap_or(0.0)
+}
+
+/// Waits until the daemon at `base` has applied a flush and holds nothing
+/// unflushed, three scrapes in a row (catalog entries and rollups are
+/// written by flushes).
+pub async fn wait_settled(base: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut settled = 0;
+    loop {
+        let m = metrics_text_at(base).await;
+        if metric_sum(&m, "tally_flushes_total") >= 1.0
+            && metric_sum(&m, "tally_pending_slots") == 0.0
+            && metric_sum(&m, "tally_flush_inflight_batches") == 0.0
+        {
+            settled += 1;
+            if settled == 3 {
+                return;
+            }
+        } else {
+            settled = 0;
+        }
+        assert!(std::time::Instant::now() < deadline, "no flush:\n{m}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
 
 /// Retries `check` every 100 ms until it returns `Ok`, for reads that

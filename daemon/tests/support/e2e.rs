@@ -14,7 +14,8 @@ use std::time::Duration;
 use tally_proto::v1 as pb;
 use tonic::transport::Channel;
 
-use super::client::{now_ms, within, CALL_TIMEOUT};
+use super::client::{http_client, now_ms, within};
+pub use super::client::{metric, metrics_text};
 use super::daemon::Daemon;
 
 /// How long a SIGTERM'ed daemon may take to exit (its own shutdown deadline
@@ -236,25 +237,12 @@ pub async fn restart(d: &mut Daemon) {
     tokio::task::block_in_place(|| d.restart());
 }
 
-/// Like `client::http_client`, but never through a proxy from the
-/// environment: the daemon is on loopback.
-pub fn direct_http_client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .no_proxy()
-        .timeout(CALL_TIMEOUT)
-        .build()
-        .expect("building the HTTP client")
-}
-
 /// GET `path`: (status, body).
 pub async fn http_get(d: &Daemon, path: &str) -> (u16, String) {
     let url = format!("{}{path}", d.http_url());
-    let resp = within(
-        &format!("GET {path}"),
-        direct_http_client().get(&url).send(),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let resp = within(&format!("GET {path}"), http_client().get(&url).send())
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let status = resp.status().as_u16();
     let body = within(&format!("body of GET {path}"), resp.text())
         .await
@@ -267,7 +255,7 @@ pub async fn http_range(d: &Daemon, params: &[(&str, String)]) -> (u16, serde_js
     let url = format!("{}/api/v1/range", d.http_url());
     let resp = within(
         "GET /api/v1/range",
-        direct_http_client().get(&url).query(params).send(),
+        http_client().get(&url).query(params).send(),
     )
     .await
     .unwrap_or_else(|e| panic!("GET {url} {params:?}: {e}"));
@@ -279,48 +267,6 @@ pub async fn http_range(d: &Daemon, params: &[(&str, String)]) -> (u16, serde_js
         panic!("GET {url} {params:?} answered {status} with non-JSON {text:?}: {e}")
     });
     (status, json)
-}
-
-/// The daemon's `/metrics` text; the scrape must answer 200.
-pub async fn metrics_text(d: &Daemon) -> String {
-    let (status, body) = http_get(d, "/metrics").await;
-    assert_eq!(status, 200, "/metrics answered {status}: {body}");
-    body
-}
-
-/// Sum of the samples of metric `name` (exact name, any further labels)
-/// whose labels include every `labels` pair; None if no line matches.
-pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut total = None;
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some(rest) = line.strip_prefix(name) else {
-            continue;
-        };
-        let (label_part, value) = if let Some(r) = rest.strip_prefix('{') {
-            match r.split_once('}') {
-                Some(parts) => parts,
-                None => continue,
-            }
-        } else if rest.starts_with(' ') {
-            ("", rest)
-        } else {
-            continue;
-        };
-        if !labels
-            .iter()
-            .all(|(k, v)| label_part.contains(&format!("{k}=\"{v}\"")))
-        {
-            continue;
-        }
-        if let Some(v) = value
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<f64>().ok())
-        {
-            *total.get_or_insert(0.0) += v;
-        }
-    }
-    total
 }
 
 pub async fn flushes_so_far(d: &Daemon) -> f64 {
