@@ -147,10 +147,6 @@ impl Pipeline {
         &self.rollups
     }
 
-    pub fn catalog(&self) -> Option<&Arc<CatalogWriter>> {
-        self.catalog.as_ref()
-    }
-
     pub fn aggregator(&self) -> &Arc<Aggregator> {
         &self.agg
     }

@@ -159,7 +159,8 @@ impl Rollups {
 
     /// The groups `source` belongs to.
     pub fn groups_of(&self, source: &str) -> Groups {
-        if let Some(g) = self.membership.lock().get(source) {
+        let mut cache = self.membership.lock();
+        if let Some(g) = cache.get(source) {
             return g.clone();
         }
         let mut groups: SmallVec<[Arc<str>; 4]> = SmallVec::new();
@@ -182,23 +183,11 @@ impl Rollups {
             }
         }
         let groups: Groups = groups.into_iter().collect();
-        let mut cache = self.membership.lock();
         if cache.len() >= MEMBERSHIP_CACHE_MAX {
             cache.clear();
         }
         cache.insert(source.into(), groups.clone());
         groups
-    }
-
-    /// Whether `group` is a group this daemon maintains (prefix groups: any
-    /// name that could be a prefix).
-    pub fn knows(&self, group: &str) -> bool {
-        (self.cfg.all && group == ALL_GROUP)
-            || self.named.iter().any(|g| g.name == group)
-            || self
-                .cfg
-                .prefix_delimiter
-                .is_some_and(|d| !group.contains(d) && validate_source(group).is_ok())
     }
 
     /// The members of `group` as a source matcher, for fanning out.
@@ -348,8 +337,10 @@ mod tests {
         // A named group owns its name: no prefix membership in it.
         assert_eq!(names("edge-1"), ["all"]);
         assert!(r.member_matcher("").is_none() && r.member_matcher("a b").is_none());
-        assert!(r.knows("web") && r.knows("edge") && r.knows("all"));
-        assert!(!r.knows("we-b"));
+        for known in ["web", "edge", "all"] {
+            assert!(r.member_matcher(known).is_some(), "{known}");
+        }
+        assert!(r.member_matcher("we-b").is_none());
         let web = r.member_matcher("web").unwrap();
         assert!(web.matches("web-9") && !web.matches("webby-9"));
         assert_eq!(
