@@ -202,6 +202,22 @@ async fn apply_eventually(store: &MongoStore, b: &FlushBatch) -> tally::store::A
     }
 }
 
+/// Applies `b` with the stand-in dropping the reply, so the outcome is
+/// unknown to the store, then retries until it lands.
+async fn lose_reply_then_retry(
+    store: &MongoStore,
+    standin: &support::standin::Standin,
+    b: &FlushBatch,
+) -> tally::store::ApplyStats {
+    standin.drop_after_apply(1).await;
+    let err = store.apply(b).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Ambiguous(_) | StoreError::Unavailable(_)),
+        "{err:?}"
+    );
+    apply_eventually(store, b).await
+}
+
 // ---------------------------------------------------------------------------
 
 /// The fold property of `fold_property.rs`, on MongoDB. Fewer cases: each
@@ -450,13 +466,7 @@ async fn ambiguous_failures_count_once() {
             series("db-02", "m", &[(at(1), 10.0)]),
         ],
     );
-    standin.drop_after_apply(1).await;
-    let err = store.apply(&a).await.unwrap_err();
-    assert!(
-        matches!(err, StoreError::Ambiguous(_) | StoreError::Unavailable(_)),
-        "{err:?}"
-    );
-    let stats = apply_eventually(&store, &a).await;
+    let stats = lose_reply_then_retry(&store, standin, &a).await;
     assert_eq!(stats.documents_written, 4);
     assert_eq!(store.stats().preallocated_documents, 0);
 
@@ -468,13 +478,7 @@ async fn ambiguous_failures_count_once() {
             series("db-02", "m", &[(at(2), 20.0)]),
         ],
     );
-    standin.drop_after_apply(1).await;
-    let err = store.apply(&b).await.unwrap_err();
-    assert!(
-        matches!(err, StoreError::Ambiguous(_) | StoreError::Unavailable(_)),
-        "{err:?}"
-    );
-    let stats = apply_eventually(&store, &b).await;
+    let stats = lose_reply_then_retry(&store, standin, &b).await;
     assert!(stats.documents_skipped >= 1, "{stats:?}");
     assert_eq!(stats.documents_written + stats.documents_skipped, 4);
 
