@@ -31,6 +31,22 @@ pub fn minute_start_ms(minutes_ago: i64) -> i64 {
     now - now.rem_euclid(MINUTE_MS) - minutes_ago * MINUTE_MS
 }
 
+/// Like [`minute_start_ms`], but moved back (by at most `span_minutes`
+/// more) so that the `span_minutes` minutes from it lie in one clock hour.
+/// For tests that count which write commands a flush sends: data crossing an
+/// hour (or day) boundary makes the flush insert new documents first.
+pub fn minute_start_in_one_hour_ms(minutes_ago: i64, span_minutes: i64) -> i64 {
+    const HOUR_MS: i64 = 60 * MINUTE_MS;
+    let t0 = minute_start_ms(minutes_ago);
+    let end = t0 + (span_minutes - 1) * MINUTE_MS;
+    if end.div_euclid(HOUR_MS) == t0.div_euclid(HOUR_MS) {
+        t0
+    } else {
+        // The span would cross an hour boundary: end it just before.
+        end.div_euclid(HOUR_MS) * HOUR_MS - span_minutes * MINUTE_MS
+    }
+}
+
 /// A range around data starting at `t0`: ten minutes before it to two
 /// minutes from now, in ms.
 pub fn range_around(t0: i64) -> (i64, i64) {
