@@ -16,7 +16,7 @@
 //! (by the document's watermark) in the store.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,6 +108,11 @@ pub struct Pipeline {
     cfg: FlushConfig,
     rollups: Arc<Rollups>,
     catalog: Option<Arc<CatalogWriter>>,
+    /// Batches cut and not yet finished by the applier: applied (or given
+    /// up) and recorded in the catalog. A batch leaves `inflight` as soon as
+    /// the store has it, for reads; this also covers its catalog write, so
+    /// `tally_flush_inflight_batches` at zero means the store has it all.
+    unfinished: AtomicUsize,
 }
 
 impl Pipeline {
@@ -128,6 +133,7 @@ impl Pipeline {
             cfg,
             rollups: Arc::new(Rollups::disabled()),
             catalog: None,
+            unfinished: AtomicUsize::new(0),
         }
     }
 
@@ -159,6 +165,15 @@ impl Pipeline {
         self.inflight.lock().len()
     }
 
+    /// Sets the pipeline's gauges from its live state. Flush ticks set them
+    /// too, but only as of the tick; a scrape calls this so `/metrics` shows
+    /// what is pending now, not what was left right after the last drain.
+    pub fn publish_gauges(&self) {
+        metrics::gauge!("tally_pending_slots").set(self.agg.pending_slots() as f64);
+        metrics::gauge!("tally_series").set(self.agg.series_count() as f64);
+        self.publish_unfinished();
+    }
+
     fn next_id(&self) -> FlushId {
         let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
         let prev = self
@@ -187,6 +202,8 @@ impl Pipeline {
         }
         let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
         inflight.push_back(batch.clone());
+        self.unfinished.fetch_add(1, Ordering::SeqCst);
+        self.publish_unfinished();
         self.note_inflight(&inflight);
         Some(batch)
     }
@@ -298,7 +315,6 @@ impl Pipeline {
     }
 
     fn note_inflight(&self, inflight: &VecDeque<Arc<InflightBatch>>) {
-        metrics::gauge!("tally_flush_inflight_batches").set(inflight.len() as f64);
         self.agg
             .set_inflight_slots(inflight.iter().map(|b| b.slot_count()).sum());
     }
@@ -319,6 +335,8 @@ impl Pipeline {
                     if this.apply(&batch, &mut give_up).await {
                         this.record_catalog(&batch).await;
                     }
+                    this.unfinished.fetch_sub(1, Ordering::SeqCst);
+                    this.publish_unfinished();
                 }
             })
         };
@@ -360,6 +378,11 @@ impl Pipeline {
         }
     }
 
+    fn publish_unfinished(&self) {
+        metrics::gauge!("tally_flush_inflight_batches")
+            .set(self.unfinished.load(Ordering::SeqCst) as f64);
+    }
+
     /// Slots not yet confirmed by the store: in the aggregator or in flight.
     pub fn unflushed_slots(&self) -> usize {
         let inflight = self.inflight.lock();
@@ -367,10 +390,17 @@ impl Pipeline {
     }
 
     async fn send_batch(&self, tx: &mpsc::Sender<Arc<InflightBatch>>) -> bool {
-        match self.cut_batch() {
-            Some(batch) => tx.send(batch).await.is_ok(),
-            None => false,
+        let Some(batch) = self.cut_batch() else {
+            return false;
+        };
+        if tx.send(batch).await.is_ok() {
+            return true;
         }
+        // The applier is gone (it only ends after `tx` is dropped, so this
+        // is a failed task); the batch will never be finished.
+        self.unfinished.fetch_sub(1, Ordering::SeqCst);
+        self.publish_unfinished();
+        false
     }
 }
 

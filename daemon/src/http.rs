@@ -20,6 +20,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
 use tokio::net::TcpListener;
 
+use crate::flush::Pipeline;
 use crate::model::{SampleKind, SeriesId};
 use crate::query::{
     Aggregate, AggregateQuery, Names, QueryEngine, QueryError, Selection, Sources, StepSpec,
@@ -31,6 +32,8 @@ use crate::watch::WatchHub;
 #[derive(Clone)]
 pub struct HttpState {
     pub query: Arc<QueryEngine>,
+    /// Read at scrape time for the gauges of what is pending.
+    pub pipeline: Arc<Pipeline>,
     pub watch: Arc<WatchHub>,
     pub store: Arc<dyn Store>,
     pub metrics: Option<PrometheusHandle>,
@@ -74,6 +77,7 @@ pub async fn serve(
 
 async fn metrics(State(s): State<HttpState>) -> Response {
     crate::telemetry::collect_process_metrics();
+    s.pipeline.publish_gauges();
     match &s.metrics {
         Some(h) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -154,6 +154,7 @@ async fn run(config: Config) -> Result<()> {
         http_listener,
         http::HttpState {
             query: engine.clone(),
+            pipeline: pipeline.clone(),
             watch: watch_hub.clone(),
             store: store.clone(),
             metrics: Some(metrics),

@@ -111,7 +111,7 @@ fn describe() {
     describe_gauge!(
         "tally_flush_inflight_batches",
         Unit::Count,
-        "Flush batches drained but not yet applied to the store."
+        "Flush batches drained and not yet finished (applied to the store and recorded in the catalog, or given up)."
     );
     describe_counter!(
         "tally_flush_deferred_total",

@@ -17,9 +17,9 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tally_proto::v1 as pb;
 use tonic::transport::Channel;
@@ -134,6 +134,15 @@ async fn reads_are_exact_right_after_the_ack_before_any_flush() {
     assert_eq!(
         metric(&m, "tally_samples_accepted_total", &[]),
         Some(STANDARD_SAMPLES as f64)
+    );
+    // The gauges of what is held are current at the scrape, not as of the
+    // last flush tick: 4 + 3 + 4 (series, minute) slots in 3 series.
+    assert_eq!(metric(&m, "tally_pending_slots", &[]), Some(11.0), "{m}");
+    assert_eq!(metric(&m, "tally_series", &[]), Some(3.0), "{m}");
+    assert_eq!(
+        metric(&m, "tally_flush_inflight_batches", &[]),
+        Some(0.0),
+        "{m}"
     );
 }
 
@@ -801,10 +810,12 @@ async fn sigterm_under_load_loses_nothing_acknowledged() {
     const WRITERS: usize = 3;
     const BATCH: usize = 50;
     let stop = Arc::new(AtomicBool::new(false));
+    let acks: Arc<[AtomicU64; WRITERS]> = Arc::new(Default::default());
     let mut tasks = Vec::new();
     for w in 0..WRITERS {
         let mut ingest = d.ingest_client().await;
         let stop = stop.clone();
+        let acks = acks.clone();
         tasks.push(tokio::spawn(async move {
             let metric = format!("load.w{w}");
             let (mut acked, mut sent) = (0u64, 0u64);
@@ -814,14 +825,27 @@ async fn sigterm_under_load_loses_nothing_acknowledged() {
                 let req = request(&[Sent::new("load-host", &metric, Kind::Gauge, samples)]);
                 sent += BATCH as u64;
                 match tokio::time::timeout(CALL_TIMEOUT, ingest.push(req)).await {
-                    Ok(Ok(resp)) => acked += resp.into_inner().accepted,
+                    Ok(Ok(resp)) => {
+                        acked += resp.into_inner().accepted;
+                        acks[w].store(acked, Ordering::Relaxed);
+                    }
                     _ => break,
                 }
             }
             (metric, acked, sent)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The signal must land while every writer is mid-stream, however slow
+    // the machine is to get them going.
+    let all_pushing = Instant::now() + Duration::from_secs(20);
+    while acks.iter().any(|a| a.load(Ordering::Relaxed) == 0) {
+        assert!(
+            Instant::now() < all_pushing,
+            "writers never got an ack: {acks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
     d.sigterm();
     let status = d.wait_async(EXIT_TIMEOUT).await;
     stop.store(true, Ordering::Relaxed);

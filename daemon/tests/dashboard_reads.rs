@@ -51,6 +51,9 @@ fn opts(config: &std::path::Path) -> DaemonOpts {
         .arg("--config")
         .arg(config.display().to_string())
         .env("TALLYD_INGEST_LATENESS_WINDOW", "40d")
+        // The fixture is up to a month old: keep its series in memory for
+        // the whole test, or the idle sweep could evict them mid-check.
+        .env("TALLYD_INGEST_SERIES_IDLE_TIMEOUT", "60d")
         .env("TALLYD_QUERY_MAX_TOTAL_POINTS", "20000")
         .env("TALLYD_RETENTION_HOUR", "60d")
         .flush_interval("500ms")
@@ -775,7 +778,9 @@ async fn check_watch_grpc(d: &Daemon, source: &str) -> Vec<Duration> {
     let mut ingest = d.ingest_client().await;
     let mut delays = Vec::new();
     let mut sent = 0u64;
-    for i in 0..4 {
+    for i in 0..6 {
+        // From before the push: the ack is part of the delay a user sees.
+        let pushed = Instant::now();
         let t = now_ms();
         push_ok(
             &mut ingest,
@@ -786,7 +791,6 @@ async fn check_watch_grpc(d: &Daemon, source: &str) -> Vec<Duration> {
         )
         .await;
         sent += 1;
-        let pushed = Instant::now();
         let minute_ms = t.div_euclid(60_000) * 60_000;
         loop {
             let msg = within("a watch update", stream.message())
@@ -806,10 +810,10 @@ async fn check_watch_grpc(d: &Daemon, source: &str) -> Vec<Duration> {
                 "no update for the pushed sample: {msg:?}"
             );
         }
-        // Different phases within the tick.
-        tokio::time::sleep(Duration::from_millis(330)).await;
+        // Pushes land at different phases of the one-second tick.
+        tokio::time::sleep(Duration::from_millis(170 * (i + 1))).await;
     }
-    assert_eq!(sent, 4);
+    assert_eq!(sent, 6);
     for d in &delays {
         assert!(
             *d <= WATCH_BOUND,
@@ -822,7 +826,10 @@ async fn check_watch_grpc(d: &Daemon, source: &str) -> Vec<Duration> {
 /// The same over Server-Sent Events.
 async fn check_watch_sse(d: &Daemon) {
     let url = format!("{}/api/v1/watch", d.http_url());
-    let resp = reqwest::Client::new()
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("HTTP client")
         .get(&url)
         .query(&[("source", "sse-1"), ("metric", "watched"), ("window", "5m")])
         .send()
@@ -847,6 +854,7 @@ async fn check_watch_sse(d: &Daemon) {
         assert!(Instant::now() < deadline, "{text}");
     }
     let mut ingest = d.ingest_client().await;
+    let pushed = Instant::now();
     push_ok(
         &mut ingest,
         vec![pb::SourceBatch {
@@ -859,7 +867,6 @@ async fn check_watch_sse(d: &Daemon) {
         }],
     )
     .await;
-    let pushed = Instant::now();
     loop {
         let chunk = within("an SSE update", body.chunk())
             .await
@@ -983,6 +990,9 @@ async fn a_slow_watcher_does_not_stall_ingest() {
     .expect("Watch");
 
     // Meanwhile ingest runs at full speed and a healthy watcher keeps up.
+    // Updates only flow while samples arrive, so the watcher is told when
+    // the pushing stops rather than outliving it on a clock of its own.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let healthy = tokio::spawn({
         let d_grpc = d.grpc_url();
         async move {
@@ -999,12 +1009,14 @@ async fn a_slow_watcher_does_not_stall_ingest() {
                 .expect("Watch")
                 .into_inner();
             let mut updates = 0;
-            let until = Instant::now() + Duration::from_secs(6);
-            while Instant::now() < until {
-                match tokio::time::timeout(Duration::from_secs(5), s.message()).await {
-                    Ok(Ok(Some(m))) if !m.snapshot => updates += 1,
-                    Ok(Ok(Some(_))) => {}
-                    other => panic!("healthy watcher: {other:?}"),
+            loop {
+                tokio::select! {
+                    _ = stop_rx.changed() => break,
+                    m = tokio::time::timeout(Duration::from_secs(5), s.message()) => match m {
+                        Ok(Ok(Some(m))) if !m.snapshot => updates += 1,
+                        Ok(Ok(Some(_))) => {}
+                        other => panic!("healthy watcher: {other:?}"),
+                    },
                 }
             }
             updates
@@ -1028,6 +1040,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
         pushes += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let _ = stop_tx.send(true);
     let updates = healthy.await.expect("healthy watcher task");
     assert!(
         updates >= 3,

@@ -215,7 +215,11 @@ fn corrupted_store_fails_verification() {
     let at_ms = start_s * 1000 + 30_500;
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let metric = rt.block_on(async {
-        let client = reqwest::Client::new();
+        // Loopback only: never through a proxy from the environment.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .expect("an HTTP client");
         for j in 1..=5 {
             let metric = format!("m_{j:04}");
             let body: Value = client
