@@ -65,10 +65,12 @@ pub enum RejectReason {
     OutOfOrder,
     NegativeDelta,
     SeriesLimit,
+    /// The source declared a bad group list; checked by ingest.
+    InvalidGroup,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 11] = [
+    pub const ALL: [RejectReason; 12] = [
         RejectReason::InvalidSource,
         RejectReason::InvalidMetric,
         RejectReason::InvalidKind,
@@ -80,6 +82,7 @@ impl RejectReason {
         RejectReason::OutOfOrder,
         RejectReason::NegativeDelta,
         RejectReason::SeriesLimit,
+        RejectReason::InvalidGroup,
     ];
 
     /// Label value for `tally_samples_rejected_total{reason=…}`.
@@ -96,6 +99,7 @@ impl RejectReason {
             RejectReason::OutOfOrder => "out_of_order",
             RejectReason::NegativeDelta => "negative_delta",
             RejectReason::SeriesLimit => "series_limit",
+            RejectReason::InvalidGroup => "invalid_group",
         }
     }
 
@@ -142,6 +146,37 @@ pub struct IngestOutcome {
 }
 
 impl IngestOutcome {
+    /// Refuses all of `b`'s samples, for checks made before the aggregator.
+    pub fn reject_series(
+        &mut self,
+        cap: usize,
+        b: &SeriesBatch<'_>,
+        reason: RejectReason,
+        detail: impl FnOnce() -> String,
+    ) {
+        let count = b.values.len().max(b.timestamps_ms.len()) as u64;
+        self.reject(cap, b, None, count, reason, detail);
+    }
+
+    /// Adds `other`'s counts and rejections to these, keeping at most `cap`
+    /// rejections.
+    pub fn merge(&mut self, other: IngestOutcome, cap: usize) {
+        self.accepted += other.accepted;
+        self.rejected += other.rejected;
+        self.counter_resets += other.counter_resets;
+        for (mine, theirs) in self
+            .rejected_by_reason
+            .iter_mut()
+            .zip(other.rejected_by_reason)
+        {
+            *mine += theirs;
+        }
+        let room = cap.saturating_sub(self.rejections.len());
+        self.rejections_truncated |= other.rejections_truncated || other.rejections.len() > room;
+        self.rejections
+            .extend(other.rejections.into_iter().take(room));
+    }
+
     fn reject(
         &mut self,
         cap: usize,

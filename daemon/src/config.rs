@@ -309,6 +309,10 @@ pub struct RollupConfig {
     pub groups: Vec<RollupGroup>,
     /// Most rollup series (groups x metrics) kept.
     pub max_series: usize,
+    /// Keep rollups for the groups agents declare (`SourceBatch.groups`).
+    pub agent_groups: bool,
+    /// Distinct group names agents may declare.
+    pub max_agent_groups: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -351,6 +355,8 @@ impl Default for RollupConfig {
             prefix_delimiter: String::new(),
             groups: Vec::new(),
             max_series: 100_000,
+            agent_groups: true,
+            max_agent_groups: 10_000,
         }
     }
 }
@@ -856,6 +862,7 @@ impl Config {
             c.fail("rollup.groups", e.to_string());
         }
         c.at_least(r.max_series, 1, "rollup.max_series");
+        c.at_least(r.max_agent_groups, 1, "rollup.max_agent_groups");
 
         let w = &self.watch;
         c.at_least(w.max_series, 1, "watch.max_series");
@@ -884,6 +891,8 @@ impl Config {
                 })
                 .collect(),
             max_series: r.max_series,
+            agent_groups: r.agent_groups,
+            max_agent_groups: r.max_agent_groups,
         }
     }
 }

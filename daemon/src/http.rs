@@ -343,8 +343,9 @@ async fn names(s: HttpState, which: Names, q: Result<Query<Params>, QueryRejecti
 async fn groups(State(s): State<HttpState>) -> Response {
     let r = s.query.rollups();
     Json(serde_json::json!({
-        "groups": r.configured().into_iter().map(|g| serde_json::json!({
+        "groups": r.listed().into_iter().map(|g| serde_json::json!({
             "name": g.name, "rule": g.rule, "sources": g.sources,
+            "declared_members": g.declared_members,
         })).collect::<Vec<_>>(),
         "prefix_delimiter": r.prefix_delimiter().map(String::from),
     }))

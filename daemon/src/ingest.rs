@@ -1,7 +1,9 @@
 //! The ingest service (`tally.v1.Ingest`): unary `Push` and client-streaming
 //! `PushStream`. It checks request-level limits, hands the samples to the
 //! aggregator and reports per-sample rejections; a bad sample never spoils
-//! the rest of its batch.
+//! the rest of its batch. The groups a source declares go to the rollups
+//! before its samples go to the aggregator, so the flush that drains the
+//! samples already knows the source's groups.
 //!
 //! Backpressure: when the aggregator has reached its memory bound (the store
 //! is behind), requests are refused whole with `RESOURCE_EXHAUSTED` before
@@ -13,7 +15,8 @@ use tally_proto::v1 as pb;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
-use crate::model::SampleKind;
+use crate::model::{validate_source, SampleKind};
+use crate::rollup::Rollups;
 
 #[derive(Debug, Clone)]
 pub struct IngestLimits {
@@ -39,13 +42,24 @@ impl IngestGate {
 
 pub struct IngestService {
     agg: Arc<Aggregator>,
+    rollups: Arc<Rollups>,
     limits: IngestLimits,
     gate: Arc<IngestGate>,
 }
 
 impl IngestService {
-    pub fn new(agg: Arc<Aggregator>, limits: IngestLimits, gate: Arc<IngestGate>) -> IngestService {
-        IngestService { agg, limits, gate }
+    pub fn new(
+        agg: Arc<Aggregator>,
+        rollups: Arc<Rollups>,
+        limits: IngestLimits,
+        gate: Arc<IngestGate>,
+    ) -> IngestService {
+        IngestService {
+            agg,
+            rollups,
+            limits,
+            gate,
+        }
     }
 
     /// Ingests one message; `message_index` is echoed in rejections.
@@ -76,10 +90,14 @@ impl IngestService {
                 self.agg.config().max_pending_slots
             )));
         }
+        let cap = self.agg.config().max_rejections_reported;
+        let mut refused = IngestOutcome::default();
+        let mut declarations = Vec::new();
         let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
         for (si, src) in req.sources.iter().enumerate() {
+            let bad_groups = Rollups::check_declaration(&src.groups).err();
             for (mi, series) in src.series.iter().enumerate() {
-                batches.push(SeriesBatch {
+                let b = SeriesBatch {
                     source: &src.source,
                     metric: &series.metric,
                     kind: kind_from_proto(series.kind),
@@ -87,7 +105,18 @@ impl IngestService {
                     values: &series.values,
                     source_index: si as u32,
                     series_index: mi as u32,
-                });
+                };
+                match &bad_groups {
+                    Some(why) => {
+                        refused.reject_series(cap, &b, RejectReason::InvalidGroup, || why.clone())
+                    }
+                    None => batches.push(b),
+                }
+            }
+            // An invalid source name is the aggregator's to reject; it
+            // declares nothing.
+            if bad_groups.is_none() && validate_source(&src.source).is_ok() {
+                declarations.push((&src.source, &src.groups));
             }
         }
         let closed = self.gate.closed.read();
@@ -97,10 +126,15 @@ impl IngestService {
             ));
         }
         let now_ms = chrono::Utc::now().timestamp_millis();
+        for (source, groups) in declarations {
+            self.rollups
+                .declare(source, groups, now_ms.div_euclid(1000));
+        }
         let out = self.agg.ingest(&batches, now_ms);
         drop(closed);
-        record(&out, rpc);
-        Ok(out)
+        refused.merge(out, cap);
+        record(&refused, rpc);
+        Ok(refused)
     }
 }
 
@@ -150,6 +184,7 @@ fn reason_to_proto(r: RejectReason) -> pb::RejectReason {
         RejectReason::OutOfOrder => pb::RejectReason::OutOfOrder,
         RejectReason::NegativeDelta => pb::RejectReason::NegativeDelta,
         RejectReason::SeriesLimit => pb::RejectReason::SeriesLimit,
+        RejectReason::InvalidGroup => pb::RejectReason::InvalidGroup,
     }
 }
 

@@ -83,7 +83,7 @@ async fn run(config: Config) -> Result<()> {
             },
             last_flush,
         )
-        .with_rollups(rollups)
+        .with_rollups(rollups.clone())
         .with_catalog(catalog.clone()),
     );
     let engine = Arc::new(QueryEngine::new(
@@ -139,6 +139,7 @@ async fn run(config: Config) -> Result<()> {
         grpc_listener,
         IngestService::new(
             agg.clone(),
+            rollups.clone(),
             IngestLimits {
                 max_batch_samples: config.ingest.max_batch_samples,
             },
@@ -170,6 +171,7 @@ async fn run(config: Config) -> Result<()> {
         agg.clone(),
         store.clone(),
         Some(catalog),
+        rollups.clone(),
         MaintenanceConfig {
             prealloc_enabled: config.prealloc.enabled,
             prealloc_hour_window_s: config.prealloc.hour_window.as_secs() as i64,

@@ -1,7 +1,8 @@
 //! Background upkeep that is neither ingest nor flush: pre-allocating the
 //! next period's documents ahead of the boundary, expiring documents past
 //! their retention where the store has no TTL of its own, and forgetting
-//! idle series so the aggregator's series table stays bounded.
+//! idle series (and the groups their sources declared) so the aggregator's
+//! tables stay bounded.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use tracing::{debug, info, warn};
 use crate::aggregator::Aggregator;
 use crate::catalog::CatalogWriter;
 use crate::model::{Tier, MINUTE_S};
+use crate::rollup::Rollups;
 use crate::store::Store;
 
 #[derive(Debug, Clone)]
@@ -37,6 +39,7 @@ pub async fn run(
     agg: Arc<Aggregator>,
     store: Arc<dyn Store>,
     catalog: Option<Arc<CatalogWriter>>,
+    rollups: Arc<Rollups>,
     cfg: MaintenanceConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -48,7 +51,7 @@ pub async fn run(
         tokio::select! {
             _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
             _ = prealloc_tick.tick(), if cfg.prealloc_enabled => preallocate(&agg, &*store, &cfg).await,
-            _ = sweep_tick.tick() => sweep(&agg, &*store, catalog.as_deref(), &cfg).await,
+            _ = sweep_tick.tick() => sweep(&agg, &*store, catalog.as_deref(), &rollups, &cfg).await,
         }
     }
 }
@@ -94,6 +97,7 @@ async fn sweep(
     agg: &Aggregator,
     store: &dyn Store,
     catalog: Option<&CatalogWriter>,
+    rollups: &Rollups,
     cfg: &MaintenanceConfig,
 ) {
     let now = chrono::Utc::now().timestamp();
@@ -101,6 +105,7 @@ async fn sweep(
     if let Some(c) = catalog {
         c.forget_idle(now - cfg.series_idle_timeout_s);
     }
+    rollups.forget_idle(now - cfg.series_idle_timeout_s);
     metrics::counter!("tally_evicted_series_total").increment(evicted as u64);
     metrics::gauge!("tally_series").set(agg.series_count() as f64);
     match store

@@ -838,15 +838,21 @@ impl QueryEngine {
             .map_err(|e| QueryError::Invalid(format!("metric {:?} {e}", q.metric)))?;
         let w = self.window(q.from, q.to, q.step)?;
         let rollups = self.rollups();
-        let (group, members) = match &q.sources {
+        // A fan-out reads the sources the selection matches, plus those that
+        // declared the group themselves.
+        let (group, members, declared) = match &q.sources {
             Sources::Group(name) => {
-                let Some(members) = rollups.member_matcher(name) else {
+                let Some(members) = rollups.members(name) else {
                     return Err(QueryError::Invalid(format!(
                         "no group {name:?}: groups are {} (see [rollup] in the configuration)",
                         describe_groups(rollups)
                     )));
                 };
-                (Some(name.as_str()), vec![members])
+                (
+                    Some(name.as_str()),
+                    members.rule.map(|m| vec![m]),
+                    members.declared,
+                )
             }
             Sources::Matching(ms) => {
                 let group = match ms.as_slice() {
@@ -854,7 +860,7 @@ impl QueryEngine {
                     [] => rollups.group_for(&NameMatcher::any()),
                     _ => None,
                 };
-                (group, ms.clone())
+                (group, Some(ms.clone()), Vec::new())
             }
         };
         let mut result = AggregateResult {
@@ -875,16 +881,33 @@ impl QueryEngine {
                 (b.kind, b.buckets)
             }
             None => {
-                let ids = self
-                    .resolve(
-                        &Selection {
-                            source: members,
-                            metric: vec![NameMatcher::exact(&q.metric)],
-                        },
-                        self.limits.max_fanout,
-                        "query.max_fanout",
-                    )
-                    .await?;
+                let mut ids = match members {
+                    Some(source) => {
+                        self.resolve(
+                            &Selection {
+                                source,
+                                metric: vec![NameMatcher::exact(&q.metric)],
+                            },
+                            self.limits.max_fanout,
+                            "query.max_fanout",
+                        )
+                        .await?
+                    }
+                    None => Vec::new(),
+                };
+                if !declared.is_empty() {
+                    ids.extend(declared.iter().map(|s| SeriesId::new(s, &q.metric)));
+                    // A source in the rule that also declared the group counts once.
+                    ids.sort_unstable();
+                    ids.dedup();
+                }
+                if ids.len() > self.limits.max_fanout {
+                    return Err(QueryError::Limit(format!(
+                        "the selection matches {} series; the limit is {} (query.max_fanout): narrow the source or metric selector",
+                        ids.len(),
+                        self.limits.max_fanout
+                    )));
+                }
                 result.fanned_out = Some(ids.len());
                 // Folded as they arrive: memory follows the buckets of one
                 // series, not of every member.
@@ -1086,7 +1109,7 @@ impl Merged {
 
 fn describe_groups(r: &Rollups) -> String {
     let mut names: Vec<String> = r
-        .configured()
+        .listed()
         .into_iter()
         .map(|g| format!("{:?}", g.name))
         .collect();

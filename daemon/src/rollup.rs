@@ -2,8 +2,11 @@
 //! graph reads one series instead of fanning out to every source.
 //!
 //! A group is a set of sources: every source (`all`), the sources matching
-//! configured globs, or the sources sharing a prefix up to a delimiter
-//! (`web-042` joins `web` with delimiter `-`). For each group and metric
+//! configured globs, the sources sharing a prefix up to a delimiter
+//! (`web-042` joins `web` with delimiter `-`), or the sources whose agents
+//! declare the group in their pushes (`SourceBatch.groups`). A group's
+//! members are the union of what the configuration and the agents say. For
+//! each group and metric
 //! the daemon keeps the series `@<group>|<metric>`, whose slots are the
 //! slot-wise merge of its members' slots: `n` and `sum` add up, `min` and
 //! `max` are the extremes. `@` is outside the source charset, so no agent
@@ -18,10 +21,11 @@
 //! its group was configured.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use hashbrown::HashMap;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
 use crate::model::{validate_source, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot};
@@ -44,6 +48,11 @@ pub struct RollupConfig {
     /// At most this many rollup series (groups × metrics) are kept; samples
     /// for further ones are left out of the rollups (and counted).
     pub max_series: usize,
+    /// Honour the groups agents declare for their sources.
+    pub agent_groups: bool,
+    /// Distinct group names agents may declare; further names are ignored
+    /// (and counted) until idle sources free some.
+    pub max_agent_groups: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +61,9 @@ pub struct GroupRule {
     /// Source globs (`web-*`); a source in any of them is a member.
     pub sources: Vec<String>,
 }
+
+/// Group names one source may declare at once.
+pub const MAX_DECLARED_PER_SOURCE: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RollupError {
@@ -69,9 +81,53 @@ pub enum RollupError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupInfo {
     pub name: String,
-    /// How membership is decided, for listings: `all`, `prefix` or `globs`.
+    /// How membership is decided, for listings: `all`, `globs` or `agent`
+    /// (declared by agents only).
     pub rule: &'static str,
     pub sources: Vec<String>,
+    /// Sources that declared the group themselves, now.
+    pub declared_members: usize,
+}
+
+/// Who is in a group, for reading its members one by one.
+#[derive(Debug, Clone)]
+pub struct GroupMembers {
+    /// The configured rule (`all`, globs, prefix), if any.
+    pub rule: Option<NameMatcher>,
+    /// Sources that declared the group, sorted.
+    pub declared: Vec<String>,
+}
+
+/// One source's declaration.
+struct Declaration {
+    /// The names as the agent sent them, to tell a repeat from a change.
+    sent: Box<[Box<str>]>,
+    /// The groups it is in: `sent` less names refused by the bound.
+    groups: Groups,
+    /// When the source last pushed (Unix s); set under the read lock.
+    seen: AtomicI64,
+}
+
+/// Group memberships declared by agents.
+#[derive(Default)]
+struct Declared {
+    by_source: HashMap<Box<str>, Declaration>,
+    /// Declaring sources per group name; a name is forgotten with its last
+    /// member, which frees its place under `max_agent_groups`.
+    members: HashMap<Arc<str>, usize>,
+}
+
+impl Declared {
+    fn leave(&mut self, groups: &Groups) {
+        for g in groups.iter() {
+            if let Some(n) = self.members.get_mut(g) {
+                *n -= 1;
+                if *n == 0 {
+                    self.members.remove(g);
+                }
+            }
+        }
+    }
 }
 
 struct Compiled {
@@ -90,6 +146,12 @@ pub struct Rollups {
     /// Memberships of recently seen sources: glob matching per source per
     /// flush would otherwise cost a regex run per group.
     membership: Mutex<HashMap<Box<str>, Groups>>,
+    /// Read-locked on every push of a declaring source (agents repeat
+    /// their groups); write-locked only when a membership changes.
+    declared: RwLock<Declared>,
+    /// Whether any source has declared groups, so pushes that declare none
+    /// skip the lock while no agent uses the feature.
+    any_declared: AtomicBool,
 }
 
 /// The group names of one source.
@@ -131,6 +193,8 @@ impl Rollups {
             named,
             kinds: Mutex::new(HashMap::new()),
             membership: Mutex::new(HashMap::new()),
+            declared: RwLock::new(Declared::default()),
+            any_declared: AtomicBool::new(false),
         })
     }
 
@@ -141,11 +205,111 @@ impl Rollups {
             named: Vec::new(),
             kinds: Mutex::new(HashMap::new()),
             membership: Mutex::new(HashMap::new()),
+            declared: RwLock::new(Declared::default()),
+            any_declared: AtomicBool::new(false),
         }
     }
 
     pub fn is_enabled(&self) -> bool {
-        self.cfg.all || self.cfg.prefix_delimiter.is_some() || !self.named.is_empty()
+        self.cfg.all
+            || self.cfg.prefix_delimiter.is_some()
+            || !self.named.is_empty()
+            || self.cfg.agent_groups
+    }
+
+    /// Checks the groups a source declares, before any of its samples are
+    /// taken; the error says what is wrong, for the agent's operator.
+    pub fn check_declaration(groups: &[String]) -> Result<(), String> {
+        if groups.len() > MAX_DECLARED_PER_SOURCE {
+            return Err(format!(
+                "{} groups declared; at most {MAX_DECLARED_PER_SOURCE} per source",
+                groups.len()
+            ));
+        }
+        for g in groups {
+            validate_source(g).map_err(|e| format!("group name {g:?} {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Records the groups `source` declares (checked by
+    /// [`Rollups::check_declaration`]) as of `now_s`. An empty list keeps
+    /// the source's membership and only marks it as still active.
+    pub fn declare(&self, source: &str, groups: &[String], now_s: i64) {
+        if !self.cfg.agent_groups {
+            return;
+        }
+        if groups.is_empty() && !self.any_declared.load(Ordering::Relaxed) {
+            return;
+        }
+        let same = |sent: &[Box<str>]| {
+            groups.iter().all(|g| sent.iter().any(|s| **s == **g))
+                && sent.iter().all(|s| groups.iter().any(|g| **s == **g))
+        };
+        {
+            let d = self.declared.read();
+            match d.by_source.get(source) {
+                Some(e) if groups.is_empty() || same(&e.sent) => {
+                    e.seen.store(now_s, Ordering::Relaxed);
+                    return;
+                }
+                None if groups.is_empty() => return,
+                _ => {}
+            }
+        }
+        let mut d = self.declared.write();
+        if let Some(old) = d.by_source.remove(source) {
+            d.leave(&old.groups);
+        }
+        let mut kept: SmallVec<[Arc<str>; 4]> = SmallVec::new();
+        let mut refused = 0u64;
+        for g in groups {
+            if kept.iter().any(|k| **k == **g) {
+                continue;
+            }
+            let name: Arc<str> = match d.members.get_key_value(g.as_str()) {
+                Some((k, _)) => k.clone(),
+                None if d.members.len() >= self.cfg.max_agent_groups => {
+                    refused += 1;
+                    continue;
+                }
+                None => g.as_str().into(),
+            };
+            *d.members.entry(name.clone()).or_insert(0) += 1;
+            kept.push(name);
+        }
+        if refused > 0 {
+            metrics::counter!("tally_rollup_groups_refused_total").increment(refused);
+        }
+        // Kept even when every name was refused, so repeats of it stay on
+        // the read path.
+        d.by_source.insert(
+            source.into(),
+            Declaration {
+                sent: groups.iter().map(|g| g.as_str().into()).collect(),
+                groups: kept.into_iter().collect(),
+                seen: AtomicI64::new(now_s),
+            },
+        );
+        self.any_declared.store(true, Ordering::Relaxed);
+    }
+
+    /// Forgets the declarations of sources silent since before `cutoff_s`;
+    /// returns how many.
+    pub fn forget_idle(&self, cutoff_s: i64) -> usize {
+        let mut d = self.declared.write();
+        let idle: Vec<Box<str>> = d
+            .by_source
+            .iter()
+            .filter(|(_, e)| e.seen.load(Ordering::Relaxed) < cutoff_s)
+            .map(|(s, _)| s.clone())
+            .collect();
+        for s in &idle {
+            if let Some(e) = d.by_source.remove(s) {
+                d.leave(&e.groups);
+            }
+        }
+        idle.len()
     }
 
     /// The rollup series of `group` for `metric`.
@@ -157,8 +321,27 @@ impl Rollups {
         source.starts_with(GROUP_PREFIX)
     }
 
-    /// The groups `source` belongs to.
+    /// The groups `source` belongs to: configured and declared.
     pub fn groups_of(&self, source: &str) -> Groups {
+        let configured = self.configured_groups_of(source);
+        let declared = self
+            .declared
+            .read()
+            .by_source
+            .get(source)
+            .map(|e| e.groups.clone());
+        match declared {
+            None => configured,
+            Some(declared) => configured
+                .iter()
+                .chain(declared.iter().filter(|g| !configured.contains(g)))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The groups the configuration puts `source` in.
+    fn configured_groups_of(&self, source: &str) -> Groups {
         let mut cache = self.membership.lock();
         if let Some(g) = cache.get(source) {
             return g.clone();
@@ -190,8 +373,31 @@ impl Rollups {
         groups
     }
 
-    /// The members of `group` as a source matcher, for fanning out.
-    pub fn member_matcher(&self, group: &str) -> Option<NameMatcher> {
+    /// The members of `group`, for fanning out; None for a group neither
+    /// the configuration nor any agent defines.
+    pub fn members(&self, group: &str) -> Option<GroupMembers> {
+        let rule = self.member_matcher(group);
+        let mut declared: Vec<String> = {
+            let d = self.declared.read();
+            if !d.members.contains_key(group) {
+                Vec::new()
+            } else {
+                d.by_source
+                    .iter()
+                    .filter(|(_, e)| e.groups.iter().any(|g| &**g == group))
+                    .map(|(s, _)| s.to_string())
+                    .collect()
+            }
+        };
+        if rule.is_none() && declared.is_empty() {
+            return None;
+        }
+        declared.sort_unstable();
+        Some(GroupMembers { rule, declared })
+    }
+
+    /// The configured members of `group` as a source matcher.
+    fn member_matcher(&self, group: &str) -> Option<NameMatcher> {
         if self.cfg.all && group == ALL_GROUP {
             return Some(NameMatcher::any());
         }
@@ -223,14 +429,24 @@ impl Rollups {
             .map(|g| g.name.as_str())
     }
 
-    /// The configured groups, for listings.
-    pub fn configured(&self) -> Vec<GroupInfo> {
+    /// The configured groups and those agents declare now, for listings
+    /// (prefix groups are implicit: see [`Rollups::prefix_delimiter`]).
+    pub fn listed(&self) -> Vec<GroupInfo> {
+        let declared: BTreeMap<String, usize> = self
+            .declared
+            .read()
+            .members
+            .iter()
+            .map(|(g, n)| (g.to_string(), *n))
+            .collect();
+        let count = |name: &str| declared.get(name).copied().unwrap_or(0);
         let mut out = Vec::new();
         if self.cfg.all {
             out.push(GroupInfo {
                 name: ALL_GROUP.into(),
                 rule: "all",
                 sources: vec!["*".into()],
+                declared_members: count(ALL_GROUP),
             });
         }
         for g in &self.named {
@@ -238,7 +454,18 @@ impl Rollups {
                 name: g.name.clone(),
                 rule: "globs",
                 sources: g.globs.clone(),
+                declared_members: count(&g.name),
             });
+        }
+        for (name, n) in &declared {
+            if !out.iter().any(|g| g.name == *name) {
+                out.push(GroupInfo {
+                    name: name.clone(),
+                    rule: "agent",
+                    sources: Vec::new(),
+                    declared_members: *n,
+                });
+            }
         }
         out
     }
@@ -314,6 +541,8 @@ mod tests {
                 sources: vec!["web-0*".into(), "cdn*".into()],
             }],
             max_series: 100,
+            agent_groups: true,
+            max_agent_groups: 3,
         })
         .unwrap()
     }
@@ -409,11 +638,40 @@ mod tests {
             members in proptest::collection::vec(
                 (0usize..5, 0usize..2, proptest::collection::vec((0i64..4, -50i32..50), 1..4)),
                 0..12,
-            )
+            ),
+            declarations in proptest::collection::vec(
+                (0usize..5, proptest::collection::vec(0usize..3, 0..3)),
+                0..6,
+            ),
         ) {
             const SOURCES: [&str; 5] = ["web-01", "web-11", "db-1", "cdn7", "solo"];
             const METRICS: [&str; 2] = ["cpu", "mem"];
+            // Declared names overlap a prefix group and a named one.
+            const DECLARED: [&str; 3] = ["blue", "web", "edge"];
             let r = rollups();
+            // Each source's declared groups: the latest non-empty list.
+            let mut declared: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for (s, gs) in &declarations {
+                let names: Vec<String> = gs.iter().map(|g| DECLARED[*g].to_string()).collect();
+                r.declare(SOURCES[*s], &names, 0);
+                if !names.is_empty() {
+                    let mut names: Vec<&str> = gs.iter().map(|g| DECLARED[*g]).collect();
+                    names.dedup();
+                    declared.insert(SOURCES[*s], names);
+                }
+            }
+            // Membership as the configuration alone gives it, plus the declarations.
+            let configured = rollups();
+            let groups_of = |source: &str| -> Vec<String> {
+                let mut g: Vec<String> =
+                    configured.groups_of(source).iter().map(|g| g.to_string()).collect();
+                for d in declared.get(source).into_iter().flatten() {
+                    if !g.iter().any(|x| x == d) {
+                        g.push(d.to_string());
+                    }
+                }
+                g
+            };
             let drained: Vec<SeriesMinutes> = members
                 .iter()
                 .map(|(s, m, mins)| {
@@ -432,8 +690,8 @@ mod tests {
             proptest::prop_assert_eq!(&out[..drained.len()], &drained[..], "members pass through");
             let mut want: BTreeMap<SeriesId, BTreeMap<i64, Slot>> = BTreeMap::new();
             for m in &drained {
-                for g in r.groups_of(&m.series.source).iter() {
-                    let slots = want.entry(Rollups::series(g, &m.series.metric)).or_default();
+                for g in groups_of(&m.series.source) {
+                    let slots = want.entry(Rollups::series(&g, &m.series.metric)).or_default();
                     for (t, s) in &m.minutes {
                         slots.entry(*t).or_default().merge(s);
                     }
@@ -445,6 +703,108 @@ mod tests {
                 .collect();
             proptest::prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn agents_declare_groups_within_bounds() {
+        let r = rollups();
+        let names =
+            |s: &str| -> Vec<String> { r.groups_of(s).iter().map(|g| g.to_string()).collect() };
+        let list = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+        r.declare("db-1", &list(&["blue", "edge", "blue"]), 100);
+        assert_eq!(names("db-1"), ["all", "db", "blue", "edge"]);
+        // An empty list keeps the membership.
+        r.declare("db-1", &[], 200);
+        assert_eq!(names("db-1"), ["all", "db", "blue", "edge"]);
+        // A new list replaces it.
+        r.declare("db-1", &list(&["green"]), 200);
+        assert_eq!(names("db-1"), ["all", "db", "green"]);
+        r.declare("web-01", &list(&["green", "red"]), 300);
+        // The cap is 3 distinct names: "blue" left with db-1, so "amber" fits; "pink" does not.
+        r.declare("cdn7", &list(&["amber", "pink"]), 300);
+        assert_eq!(names("cdn7"), ["all", "edge", "amber"]);
+
+        // Members: the configured rule (here the prefix rule, which every
+        // name has) and the declarations together.
+        let green = r.members("green").unwrap();
+        assert!(green
+            .rule
+            .is_some_and(|m| m.matches("green-1") && !m.matches("db-1")));
+        assert_eq!(green.declared, ["db-1", "web-01"]);
+        let edge = r.members("edge").unwrap();
+        assert!(edge.rule.is_some() && edge.declared.is_empty());
+        assert!(r.members("pink").unwrap().declared.is_empty());
+        assert!(r.members("blue").unwrap().declared.is_empty());
+        let listed: Vec<(String, &str, usize)> = r
+            .listed()
+            .into_iter()
+            .map(|g| (g.name, g.rule, g.declared_members))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("all".to_string(), "all", 0),
+                ("edge".to_string(), "globs", 0),
+                ("amber".to_string(), "agent", 1),
+                ("green".to_string(), "agent", 2),
+                ("red".to_string(), "agent", 1),
+            ]
+        );
+
+        // Rollups for declared groups.
+        let out = r.expand(vec![
+            member("db-1", "cpu", SampleKind::Gauge, &[(10, 1.0)]),
+            member("web-01", "cpu", SampleKind::Gauge, &[(10, 4.0)]),
+        ]);
+        let green_cpu = out
+            .iter()
+            .find(|s| *s.series == Rollups::series("green", "cpu"))
+            .unwrap();
+        let mut want = Slot::of(1.0);
+        want.merge(&Slot::of(4.0));
+        assert_eq!(green_cpu.minutes, vec![(10, want)]);
+
+        // Sources silent since before the cutoff are forgotten, with their
+        // groups once no member is left.
+        assert_eq!(r.forget_idle(250), 1);
+        assert_eq!(r.members("green").unwrap().declared, ["web-01"]);
+        assert_eq!(names("db-1"), ["all", "db"]);
+        assert_eq!(r.forget_idle(1_000), 2);
+        assert!(r.listed().iter().all(|g| g.rule != "agent"));
+    }
+
+    #[test]
+    fn declarations_are_checked_and_can_be_turned_off() {
+        let list = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+        assert!(Rollups::check_declaration(&list(&["blue", "eu-west-1", "a.b:c"])).is_ok());
+        for bad in [&["bad name"][..], &[""], &["@all"], &["x/y"]] {
+            let e = Rollups::check_declaration(&list(bad)).unwrap_err();
+            assert!(e.contains("group name"), "{e}");
+        }
+        let nine: Vec<String> = (0..9).map(|i| format!("g{i}")).collect();
+        let e = Rollups::check_declaration(&nine).unwrap_err();
+        assert!(e.contains("at most 8"), "{e}");
+
+        let off = Rollups::new(RollupConfig {
+            all: true,
+            max_series: 10,
+            ..RollupConfig::default()
+        })
+        .unwrap();
+        off.declare("a", &list(&["blue"]), 0);
+        assert_eq!(&*off.groups_of("a"), &[Arc::<str>::from("all")]);
+        // Without a prefix rule, a name no one declared is no group.
+        assert!(off.members("blue").is_none());
+        let on = Rollups::new(RollupConfig {
+            agent_groups: true,
+            max_agent_groups: 10,
+            max_series: 10,
+            ..RollupConfig::default()
+        })
+        .unwrap();
+        on.declare("a", &list(&["blue"]), 0);
+        let blue = on.members("blue").unwrap();
+        assert!(blue.rule.is_none() && blue.declared == ["a"]);
     }
 
     #[test]

@@ -223,6 +223,11 @@ fn describe() {
         Unit::Count,
         "Member series left out of a group rollup (kind conflict or rollup.max_series reached), per flush."
     );
+    describe_counter!(
+        "tally_rollup_groups_refused_total",
+        Unit::Count,
+        "Group names agents declared beyond rollup.max_agent_groups, ignored."
+    );
     describe_gauge!(
         "tally_watch_subscribers",
         Unit::Count,

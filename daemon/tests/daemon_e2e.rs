@@ -385,26 +385,40 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
                         ),
                     ),
                 ],
+                groups: Vec::new(),
             },
             pb::SourceBatch {
                 source: "bad source!".into(),
                 series: vec![g("m", vec![s(1)], vec![1.0])],
+                groups: Vec::new(),
             },
             pb::SourceBatch {
                 source: "h".repeat(129),
                 series: vec![g("m", vec![s(1), s(2)], vec![1.0, 2.0])],
+                groups: Vec::new(),
             },
             pb::SourceBatch {
                 source: String::new(),
                 series: vec![g("m", vec![s(1)], vec![1.0])],
+                groups: Vec::new(),
+            },
+            pb::SourceBatch {
+                source: "grouped-host".into(),
+                series: vec![g("m", vec![s(1), s(2)], vec![1.0, 2.0])],
+                groups: vec!["eu".into(), "bad group".into()],
+            },
+            pb::SourceBatch {
+                source: "grouped-host".into(),
+                series: vec![g("n", vec![s(1)], vec![1.0])],
+                groups: (0..9).map(|i| format!("g{i}")).collect(),
             },
         ],
     };
     let mut ingest = d.ingest_client().await;
     let resp = push_ok(&mut ingest, req).await;
     // Accepted: g.mixed 2, g.window 2, c.delta 2, c.cum 3 (baseline included).
-    // Rejected (samples): 2 + 2 + 1 + 1 + 2 + 3 + 1 + 1 + 1 + 2 + 1.
-    assert_eq!((resp.accepted, resp.rejected), (9, 17), "{resp:#?}");
+    // Rejected (samples): 2 + 2 + 1 + 1 + 2 + 3 + 1 + 1 + 1 + 2 + 1 + 2 + 1.
+    assert_eq!((resp.accepted, resp.rejected), (9, 20), "{resp:#?}");
     check_rejections(
         &resp,
         &[
@@ -463,6 +477,20 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
                 "is 129 bytes long; the limit is 128",
             ),
             want(3, 0, None, R::InvalidSource, "is empty"),
+            want(
+                4,
+                0,
+                None,
+                R::InvalidGroup,
+                "group name \"bad group\" contains ' '",
+            ),
+            want(
+                5,
+                0,
+                None,
+                R::InvalidGroup,
+                "9 groups declared; at most 8 per source",
+            ),
         ],
     );
 
@@ -480,6 +508,7 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
                     g("c.delta", vec![s(4)], vec![10.0]),
                 ),
             ],
+            groups: Vec::new(),
         }],
     };
     let resp = push_ok(&mut ingest, req).await;
@@ -522,6 +551,16 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
         e("g.nokind", None, vec![]),
         e("g.len", None, vec![]),
     ];
+    let refused = |metric: &str| Expect {
+        source: "grouped-host".into(),
+        metric: metric.into(),
+        kind: None,
+        stored: vec![],
+    };
+    let expects: Vec<Expect> = expects
+        .into_iter()
+        .chain([refused("m"), refused("n")])
+        .collect();
     let (from, to) = (b - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS);
     check_reads(&d, &expects, from, to).await;
     wait_flushed(&d, 1.0, FLUSH_TIMEOUT).await;
@@ -543,6 +582,7 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
     assert_eq!(rejected("length_mismatch"), Some(3.0), "{m}");
     assert_eq!(rejected("kind_conflict"), Some(1.0), "{m}");
     assert_eq!(rejected("out_of_order"), Some(1.0), "{m}");
+    assert_eq!(rejected("invalid_group"), Some(3.0), "{m}");
     assert_eq!(rejected("negative_delta"), Some(1.0), "{m}");
     assert!(
         m.contains("tally_flush_duration_seconds"),

@@ -22,6 +22,9 @@ use support::daemon::{Daemon, DaemonOpts};
 use support::standin::{mongo_target, MongoTarget};
 
 const SOURCES: [&str; 3] = ["web-1", "web-2", "db-1"];
+/// The groups each source's agent declares. `db` repeats db-1's prefix
+/// group: it must not count db-1 twice.
+const DECLARED: [&[&str]; 3] = [&["eu"], &["us"], &["eu", "db"]];
 /// How long catalog entries and rollups may take to appear (a few flushes).
 const SETTLE: Duration = Duration::from_secs(20);
 /// The bound on watch delivery.
@@ -96,6 +99,7 @@ async fn push_fixture(d: &Daemon, m: i64) {
                 series("temp", pb::SampleKind::Gauge, &temp(i, m)),
                 series("reqs", pb::SampleKind::DeltaCounter, &reqs(i, m)),
             ],
+            groups: DECLARED[i].iter().map(|g| g.to_string()).collect(),
         })
         .collect();
     push_ok(&mut ingest, sources).await;
@@ -429,6 +433,9 @@ async fn check_aggregates(d: &Daemon, m: i64) {
         ("frontends", vec![0, 1]),
         ("all", vec![0, 1, 2]),
         ("db", vec![2]),
+        // Declared by the agents.
+        ("eu", vec![0, 2]),
+        ("us", vec![1]),
     ] {
         let want = pooled(&members, m, temp, 60);
         eventually(
@@ -548,8 +555,11 @@ async fn check_aggregates(d: &Daemon, m: i64) {
         groups,
         json!({
             "groups": [
-                { "name": "all", "rule": "all", "sources": ["*"] },
-                { "name": "frontends", "rule": "globs", "sources": ["web-*"] },
+                { "name": "all", "rule": "all", "sources": ["*"], "declared_members": 0 },
+                { "name": "frontends", "rule": "globs", "sources": ["web-*"], "declared_members": 0 },
+                { "name": "db", "rule": "agent", "sources": [], "declared_members": 1 },
+                { "name": "eu", "rule": "agent", "sources": [], "declared_members": 2 },
+                { "name": "us", "rule": "agent", "sources": [], "declared_members": 1 },
             ],
             "prefix_delimiter": "-",
         })
@@ -594,6 +604,7 @@ async fn check_latest(d: &Daemon, m: i64) {
         vec![pb::SourceBatch {
             source: "db-1".into(),
             series: vec![series("live", pb::SampleKind::Gauge, &[(t, 7.5)])],
+            groups: Vec::new(),
         }],
     )
     .await;
@@ -787,6 +798,7 @@ async fn check_watch_grpc(d: &Daemon, source: &str) -> Vec<Duration> {
             vec![pb::SourceBatch {
                 source: source.into(),
                 series: vec![series("watched", pb::SampleKind::Gauge, &[(t, i as f64)])],
+                groups: Vec::new(),
             }],
         )
         .await;
@@ -864,6 +876,7 @@ async fn check_watch_sse(d: &Daemon) {
                 pb::SampleKind::Gauge,
                 &[(now_ms(), 3.25)],
             )],
+            groups: Vec::new(),
         }],
     )
     .await;
@@ -968,6 +981,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
                         .map(|k| (start_ms + k * 60_000, k as f64))
                         .collect::<Vec<_>>(),
                 )],
+                groups: Vec::new(),
             })
             .collect();
         push_ok(&mut ingest, sources).await;
@@ -1032,6 +1046,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
             .map(|i| pb::SourceBatch {
                 source: format!("slow-{i:04}"),
                 series: vec![series("load", pb::SampleKind::Gauge, &[(t, pushes as f64)])],
+                groups: Vec::new(),
             })
             .collect();
         let started = Instant::now();

@@ -605,6 +605,7 @@ async fn push_load(client: &mut pb::ingest_client::IngestClient<Channel>, round:
                 series("bad metric!", pb::SampleKind::Gauge, &[(t, 1.0)]),
                 series("mem.free", pb::SampleKind::Gauge, &[(t, f64::NAN)]),
             ],
+            groups: Vec::new(),
         });
     }
     let resp = within("Push", client.push(pb::PushRequest { sources: batch }))

@@ -158,6 +158,7 @@ fn push_request(fleet: &[Series]) -> pb::PushRequest {
             None => sources.push(pb::SourceBatch {
                 source: s.source.into(),
                 series: vec![series],
+                groups: Vec::new(),
             }),
         }
     }

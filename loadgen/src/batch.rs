@@ -131,6 +131,7 @@ impl WorkerSeries {
             sources.push(pb::SourceBatch {
                 source: fleet.source_name(src).to_owned(),
                 series,
+                groups: Vec::new(),
             });
             lin = src_end;
         }

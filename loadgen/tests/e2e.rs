@@ -249,6 +249,7 @@ fn corrupted_store_fails_verification() {
                                 timestamps_ms: vec![at_ms],
                                 values: vec![12345.5],
                             }],
+                            groups: Vec::new(),
                         }],
                     })
                     .await

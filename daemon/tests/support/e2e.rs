@@ -215,6 +215,7 @@ pub fn request(series: &[Sent]) -> pb::PushRequest {
             None => sources.push(pb::SourceBatch {
                 source: s.source.clone(),
                 series: vec![s.proto()],
+                groups: Vec::new(),
             }),
         }
     }
