@@ -540,7 +540,10 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
             Err(status) => panic!("unexpected refusal: {status:?}"),
         }
     }
-    // And more, as usual.
+    // And more, as usual, once the backlog is written: the first push
+    // taken back can land while the retried batches still hold most of the
+    // bound, and the next one would be pushed back again.
+    wait_flushed(&d, 2.0, SETTLE_TIMEOUT).await;
     let after = fleet("steady-after", t0);
     push_all(&mut ingest, &after).await;
     acked.extend(after);
