@@ -165,13 +165,14 @@ impl Pipeline {
         self.inflight.lock().len()
     }
 
-    /// Sets the pipeline's gauges from its live state. Flush ticks set them
-    /// too, but only as of the tick; a scrape calls this so `/metrics` shows
-    /// what is pending now, not what was left right after the last drain.
+    /// Sets the pipeline's gauges from its live state. Only a scrape of
+    /// `/metrics` reads them, so the scrape calls this and they are exactly
+    /// as fresh as it is; nothing else keeps them up to date.
     pub fn publish_gauges(&self) {
         metrics::gauge!("tally_pending_slots").set(self.agg.pending_slots() as f64);
         metrics::gauge!("tally_series").set(self.agg.series_count() as f64);
-        self.publish_unfinished();
+        metrics::gauge!("tally_flush_inflight_batches")
+            .set(self.unfinished.load(Ordering::SeqCst) as f64);
     }
 
     fn next_id(&self) -> FlushId {
@@ -196,14 +197,12 @@ impl Pipeline {
         // Rollups join the batch here, under the same lock, so a reader
         // never sees a member's slots without its group's or the reverse.
         let drained = self.rollups.expand(self.agg.drain());
-        metrics::gauge!("tally_pending_slots").set(self.agg.pending_slots() as f64);
         if drained.is_empty() {
             return None;
         }
         let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
         inflight.push_back(batch.clone());
         self.unfinished.fetch_add(1, Ordering::SeqCst);
-        self.publish_unfinished();
         self.note_inflight(&inflight);
         Some(batch)
     }
@@ -336,7 +335,6 @@ impl Pipeline {
                         this.record_catalog(&batch).await;
                     }
                     this.unfinished.fetch_sub(1, Ordering::SeqCst);
-                    this.publish_unfinished();
                 }
             })
         };
@@ -378,11 +376,6 @@ impl Pipeline {
         }
     }
 
-    fn publish_unfinished(&self) {
-        metrics::gauge!("tally_flush_inflight_batches")
-            .set(self.unfinished.load(Ordering::SeqCst) as f64);
-    }
-
     /// Slots not yet confirmed by the store: in the aggregator or in flight.
     pub fn unflushed_slots(&self) -> usize {
         let inflight = self.inflight.lock();
@@ -399,7 +392,6 @@ impl Pipeline {
         // The applier is gone (it only ends after `tx` is dropped, so this
         // is a failed task); the batch will never be finished.
         self.unfinished.fetch_sub(1, Ordering::SeqCst);
-        self.publish_unfinished();
         false
     }
 }

@@ -15,7 +15,7 @@ use tally_proto::v1 as pb;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
-use crate::model::{validate_source, SampleKind};
+use crate::model::SampleKind;
 use crate::rollup::Rollups;
 
 #[derive(Debug, Clone)]
@@ -91,8 +91,8 @@ impl IngestService {
             )));
         }
         let cap = self.agg.config().max_rejections_reported;
+        let now_ms = chrono::Utc::now().timestamp_millis();
         let mut refused = IngestOutcome::default();
-        let mut declarations = Vec::new();
         let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
         for (si, src) in req.sources.iter().enumerate() {
             let bad_groups = Rollups::check_declaration(&src.groups).err();
@@ -113,10 +113,9 @@ impl IngestService {
                     None => batches.push(b),
                 }
             }
-            // An invalid source name is the aggregator's to reject; it
-            // declares nothing.
-            if bad_groups.is_none() && validate_source(&src.source).is_ok() {
-                declarations.push((&src.source, &src.groups));
+            if bad_groups.is_none() {
+                self.rollups
+                    .declare(&src.source, &src.groups, now_ms.div_euclid(1000));
             }
         }
         let closed = self.gate.closed.read();
@@ -124,11 +123,6 @@ impl IngestService {
             return Err(Status::unavailable(
                 "tallyd is shutting down; send to another instance or retry later",
             ));
-        }
-        let now_ms = chrono::Utc::now().timestamp_millis();
-        for (source, groups) in declarations {
-            self.rollups
-                .declare(source, groups, now_ms.div_euclid(1000));
         }
         let out = self.agg.ingest(&batches, now_ms);
         drop(closed);

@@ -101,13 +101,13 @@ async fn sweep(
     cfg: &MaintenanceConfig,
 ) {
     let now = chrono::Utc::now().timestamp();
-    let evicted = agg.evict_idle((now - cfg.series_idle_timeout_s).div_euclid(MINUTE_S));
+    let idle_before = now - cfg.series_idle_timeout_s;
+    let evicted = agg.evict_idle(idle_before.div_euclid(MINUTE_S));
     if let Some(c) = catalog {
-        c.forget_idle(now - cfg.series_idle_timeout_s);
+        c.forget_idle(idle_before);
     }
-    rollups.forget_idle(now - cfg.series_idle_timeout_s);
+    rollups.forget_idle(idle_before);
     metrics::counter!("tally_evicted_series_total").increment(evicted as u64);
-    metrics::gauge!("tally_series").set(agg.series_count() as f64);
     match store
         .expire(now, cfg.hour_retention_s, cfg.day_retention_s)
         .await

@@ -694,11 +694,7 @@ impl QueryEngine {
         limit: usize,
         limit_name: &str,
     ) -> Result<Vec<SeriesId>, QueryError> {
-        let too_many = |n: String| {
-            QueryError::Limit(format!(
-                "the selection matches {n} series; the limit is {limit} ({limit_name}): narrow the source or metric selector"
-            ))
-        };
+        let too_many = |n: String| too_many_series(&n, limit, limit_name);
         if let Some((sources, metrics)) = sel.enumerate() {
             // Counted before the product is built: two long lists would
             // otherwise make a huge one.
@@ -902,11 +898,11 @@ impl QueryEngine {
                     ids.dedup();
                 }
                 if ids.len() > self.limits.max_fanout {
-                    return Err(QueryError::Limit(format!(
-                        "the selection matches {} series; the limit is {} (query.max_fanout): narrow the source or metric selector",
-                        ids.len(),
-                        self.limits.max_fanout
-                    )));
+                    return Err(too_many_series(
+                        &ids.len().to_string(),
+                        self.limits.max_fanout,
+                        "query.max_fanout",
+                    ));
                 }
                 result.fanned_out = Some(ids.len());
                 // Folded as they arrive: memory follows the buckets of one
@@ -1105,6 +1101,13 @@ impl Merged {
         }
         Ok(())
     }
+}
+
+/// A selection over `limit`; `n` is the count or a bound on it.
+fn too_many_series(n: &str, limit: usize, limit_name: &str) -> QueryError {
+    QueryError::Limit(format!(
+        "the selection matches {n} series; the limit is {limit} ({limit_name}): narrow the source or metric selector"
+    ))
 }
 
 fn describe_groups(r: &Rollups) -> String {

@@ -149,8 +149,8 @@ pub struct Rollups {
     /// Read-locked on every push of a declaring source (agents repeat
     /// their groups); write-locked only when a membership changes.
     declared: RwLock<Declared>,
-    /// Whether any source has declared groups, so pushes that declare none
-    /// skip the lock while no agent uses the feature.
+    /// Whether any source has ever declared groups, so pushes that declare
+    /// none skip the lock while no agent uses the feature.
     any_declared: AtomicBool,
 }
 
@@ -234,7 +234,8 @@ impl Rollups {
 
     /// Records the groups `source` declares (checked by
     /// [`Rollups::check_declaration`]) as of `now_s`. An empty list keeps
-    /// the source's membership and only marks it as still active.
+    /// the source's membership and only marks it as still active. A source
+    /// with an invalid name declares nothing: ingest rejects its samples.
     pub fn declare(&self, source: &str, groups: &[String], now_s: i64) {
         if !self.cfg.agent_groups {
             return;
@@ -256,6 +257,11 @@ impl Rollups {
                 None if groups.is_empty() => return,
                 _ => {}
             }
+        }
+        // Checked here, on the rare path that changes a membership, rather
+        // than on every push.
+        if validate_source(source).is_err() {
+            return;
         }
         let mut d = self.declared.write();
         if let Some(old) = d.by_source.remove(source) {
