@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
+use tally::ingest::IngestConfig;
 use tally::model::{FlushBatch, FlushId, SampleKind, SeriesUpdate};
 use tally::store::embedded::EmbeddedStore;
 use tally::store::Store;
@@ -88,12 +89,14 @@ fn batches<'a>(fleet: &'a Fleet, data: &'a [(Vec<i64>, Vec<f64>)]) -> Vec<Series
 }
 
 fn aggregator() -> Aggregator {
-    Aggregator::new(AggregatorConfig {
-        shards: 8,
-        lateness_ms: i64::MAX / 4,
-        future_skew_ms: i64::MAX / 4,
-        ..AggregatorConfig::default()
-    })
+    Aggregator::new(
+        &AggregatorConfig { shards: 8 },
+        &IngestConfig {
+            lateness_window: std::time::Duration::from_millis((i64::MAX / 4) as u64),
+            max_future_skew: std::time::Duration::from_millis((i64::MAX / 4) as u64),
+            ..IngestConfig::default()
+        },
+    )
 }
 
 fn ingest(c: &mut Criterion) {

@@ -40,6 +40,7 @@ use std::time::{Duration, Instant};
 
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::config::MongoDbConfig;
+use tally::ingest::IngestConfig;
 use tally::model::{DocKey, FlushBatch, FlushId, SampleKind, SeriesId, SeriesUpdate, Tier};
 use tally::store::mongodb::{day_doc_bson_size, hour_doc_bson_size, MongoStats, MongoStore};
 use tally::store::Store;
@@ -222,11 +223,14 @@ async fn run_interval(
     );
 
     // Steady state: one sample per series per simulated second.
-    let agg = Aggregator::new(AggregatorConfig {
-        lateness_ms: i64::MAX / 4,
-        future_skew_ms: i64::MAX / 4,
-        ..AggregatorConfig::default()
-    });
+    let agg = Aggregator::new(
+        &AggregatorConfig::default(),
+        &IngestConfig {
+            lateness_window: std::time::Duration::from_millis((i64::MAX / 4) as u64),
+            max_future_skew: std::time::Duration::from_millis((i64::MAX / 4) as u64),
+            ..IngestConfig::default()
+        },
+    );
     let before = store.stats();
     let mut run = Run {
         interval_s,

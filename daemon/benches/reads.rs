@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::catalog::CatalogWriter;
 use tally::flush::{FlushConfig, Pipeline};
+use tally::ingest::IngestConfig;
 use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot};
 use tally::query::{AggregateQuery, QueryEngine, QueryLimits, Selection, Sources, Step, StepSpec};
 use tally::rollup::{RollupConfig, Rollups};
@@ -143,7 +144,10 @@ async fn run() {
         started.elapsed()
     );
 
-    let agg = Arc::new(Aggregator::new(AggregatorConfig::default()));
+    let agg = Arc::new(Aggregator::new(
+        &AggregatorConfig::default(),
+        &IngestConfig::default(),
+    ));
     let store_dyn: Arc<dyn Store> = store.clone();
     let pipeline = Arc::new(
         Pipeline::new(agg.clone(), store_dyn, FlushConfig::default(), id)

@@ -16,6 +16,29 @@ use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
 use crate::rollup::Rollups;
 use crate::store::CatalogEntry;
 
+/// `[catalog]`: how the series catalog is kept.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CatalogConfig {
+    /// How far a series' `last_seen` may lag before it is written again.
+    #[serde(with = "humantime_serde")]
+    pub refresh: std::time::Duration,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            refresh: std::time::Duration::from_secs(600),
+        }
+    }
+}
+
+impl CatalogConfig {
+    pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
+        p.positive(self.refresh, "catalog.refresh");
+    }
+}
+
 struct Recorded {
     /// `last_seen` as last written to the store.
     last_seen: i64,

@@ -33,12 +33,23 @@ use crate::model::{
 use crate::rollup::Rollups;
 use crate::store::Store;
 
-#[derive(Debug, Clone)]
+/// `[flush]`: how often memory is drained to the store and how failed
+/// flushes are retried.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FlushConfig {
+    #[serde(with = "humantime_serde")]
     pub interval: Duration,
+    /// Flushes that may wait for the store before the aggregator stops
+    /// handing off new ones.
     pub queue_depth: usize,
+    #[serde(with = "humantime_serde")]
     pub retry_initial_backoff: Duration,
+    #[serde(with = "humantime_serde")]
     pub retry_max_backoff: Duration,
+    /// How long shutdown waits for the last flushes to land.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_deadline: Duration,
 }
 
 impl Default for FlushConfig {
@@ -48,7 +59,25 @@ impl Default for FlushConfig {
             queue_depth: 2,
             retry_initial_backoff: Duration::from_millis(100),
             retry_max_backoff: Duration::from_secs(10),
+            shutdown_deadline: Duration::from_secs(30),
         }
+    }
+}
+
+impl FlushConfig {
+    pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
+        p.min_duration(self.interval, Duration::from_millis(10), "flush.interval");
+        p.at_least(self.queue_depth, 1, "flush.queue_depth");
+        p.positive(self.retry_initial_backoff, "flush.retry_initial_backoff");
+        p.require(
+            self.retry_max_backoff >= self.retry_initial_backoff,
+            "flush.retry_max_backoff",
+            format!(
+                "must be at least flush.retry_initial_backoff ({})",
+                crate::validate::format_duration(self.retry_initial_backoff)
+            ),
+        );
+        p.positive(self.shutdown_deadline, "flush.shutdown_deadline");
     }
 }
 
@@ -400,6 +429,7 @@ impl Pipeline {
 mod tests {
     use super::*;
     use crate::aggregator::{AggregatorConfig, SeriesBatch};
+    use crate::ingest::IngestConfig;
     use crate::store::embedded::EmbeddedStore;
 
     fn ingest(agg: &Aggregator, ts_ms: i64, v: f64) {
@@ -421,7 +451,10 @@ mod tests {
     async fn queue_depth_bounds_inflight_and_unflushed_sees_everything_once() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-        let agg = Arc::new(Aggregator::new(AggregatorConfig::default()));
+        let agg = Arc::new(Aggregator::new(
+            &AggregatorConfig::default(),
+            &IngestConfig::default(),
+        ));
         let p = Pipeline::new(
             agg.clone(),
             store,
@@ -460,7 +493,10 @@ mod tests {
         use crate::store::ReadQuery;
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-        let agg = Arc::new(Aggregator::new(AggregatorConfig::default()));
+        let agg = Arc::new(Aggregator::new(
+            &AggregatorConfig::default(),
+            &IngestConfig::default(),
+        ));
         let p = Pipeline::new(agg.clone(), store.clone(), FlushConfig::default(), 0);
         let now = chrono::Utc::now().timestamp_millis();
         let key = SeriesRef {

@@ -14,9 +14,89 @@ use std::sync::Arc;
 use tally_proto::v1 as pb;
 use tonic::{Request, Response, Status, Streaming};
 
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
+use crate::validate::{format_duration, secs, Problems, DAY, HOUR, MINUTE};
+
+/// Protobuf cannot encode a message of 2 GiB or more.
+const PROTOBUF_MAX_MESSAGE: usize = i32::MAX as usize;
+
+/// `[ingest]`: what the daemon accepts, whatever the protocol. The request
+/// limits are checked by the protocol front doors, the sample limits by the
+/// aggregator, the idle timeout by maintenance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Largest gRPC request, in bytes.
+    pub max_message_bytes: usize,
+    /// Most samples in one request.
+    pub max_batch_samples: usize,
+    /// Most per-sample rejection reasons returned in one response.
+    pub max_rejections_reported: usize,
+    /// How far in the past a sample may be and still be accepted.
+    #[serde(with = "humantime_serde")]
+    pub lateness_window: Duration,
+    /// How far ahead of the daemon's clock a sample may be.
+    #[serde(with = "humantime_serde")]
+    pub max_future_skew: Duration,
+    /// Most distinct series held in memory.
+    pub max_series: usize,
+    /// Most in-memory minute accumulators; beyond it ingest answers
+    /// `RESOURCE_EXHAUSTED` so memory stays bounded.
+    pub max_pending_slots: usize,
+    /// A series with no samples for this long has its in-memory state
+    /// dropped.
+    #[serde(with = "humantime_serde")]
+    pub series_idle_timeout: Duration,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            max_message_bytes: 16 * 1024 * 1024,
+            max_batch_samples: 100_000,
+            max_rejections_reported: 100,
+            lateness_window: secs(HOUR),
+            max_future_skew: secs(5 * MINUTE),
+            max_series: 1_000_000,
+            max_pending_slots: 4_000_000,
+            series_idle_timeout: secs(2 * HOUR),
+        }
+    }
+}
+
+impl IngestConfig {
+    /// `hour_retention` is `retention.hour`: a late sample must not land in
+    /// an hour document that has already expired.
+    pub(crate) fn check(&self, hour_retention: Duration, p: &mut Problems) {
+        p.require(
+            (1024..=PROTOBUF_MAX_MESSAGE).contains(&self.max_message_bytes),
+            "ingest.max_message_bytes",
+            format!("must be between 1024 and {PROTOBUF_MAX_MESSAGE} (protobuf's limit)"),
+        );
+        p.at_least(self.max_batch_samples, 1, "ingest.max_batch_samples");
+        p.positive(self.lateness_window, "ingest.lateness_window");
+        p.require(
+            self.lateness_window < hour_retention,
+            "ingest.lateness_window",
+            format!(
+                "{} must be shorter than retention.hour ({}), or late samples would land \
+                 in hour documents that have already expired",
+                format_duration(self.lateness_window),
+                format_duration(hour_retention)
+            ),
+        );
+        p.at_most(self.max_future_skew, secs(DAY), "ingest.max_future_skew");
+        p.at_least(self.max_series, 1, "ingest.max_series");
+        p.at_least(self.max_pending_slots, 1, "ingest.max_pending_slots");
+        p.positive(self.series_idle_timeout, "ingest.series_idle_timeout");
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct IngestLimits {
@@ -87,10 +167,10 @@ impl IngestService {
             return Err(Status::resource_exhausted(format!(
                 "the daemon holds {} unflushed slots (ingest.max_pending_slots = {}): the store is behind; retry this batch with backoff",
                 self.agg.pending_slots(),
-                self.agg.config().max_pending_slots
+                self.agg.limits().max_pending_slots
             )));
         }
-        let cap = self.agg.config().max_rejections_reported;
+        let cap = self.agg.limits().max_rejections_reported;
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut refused = IngestOutcome::default();
         let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
@@ -224,7 +304,7 @@ impl pb::ingest_server::Ingest for IngestService {
         request: Request<pb::PushRequest>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         let out = self.ingest_one(request.get_ref(), "push")?;
-        let mut b = ResponseBuilder::new(self.agg.config().max_rejections_reported);
+        let mut b = ResponseBuilder::new(self.agg.limits().max_rejections_reported);
         b.add(out, 0);
         Ok(Response::new(b.resp))
     }
@@ -234,7 +314,7 @@ impl pb::ingest_server::Ingest for IngestService {
         request: Request<Streaming<pb::PushRequest>>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         let mut stream = request.into_inner();
-        let mut b = ResponseBuilder::new(self.agg.config().max_rejections_reported);
+        let mut b = ResponseBuilder::new(self.agg.limits().max_rejections_reported);
         let mut index = 0u32;
         while let Some(msg) = stream.message().await? {
             match self.ingest_one(&msg, "push_stream") {

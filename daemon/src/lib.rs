@@ -22,4 +22,5 @@ pub mod rollup;
 pub mod selector;
 pub mod store;
 pub mod telemetry;
+pub mod validate;
 pub mod watch;

@@ -12,18 +12,20 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use tally::aggregator::{Aggregator, AggregatorConfig};
+use tokio_util::sync::CancellationToken;
+
+use tally::aggregator::Aggregator;
 use tally::catalog::CatalogWriter;
 use tally::config::{Cli, Config, LogFormat, StoreKind};
-use tally::flush::{FlushConfig, Pipeline};
+use tally::flush::Pipeline;
 use tally::ingest::{IngestGate, IngestLimits, IngestService};
-use tally::maintenance::{self, MaintenanceConfig};
+use tally::maintenance::Maintenance;
 use tally::query::{QueryEngine, QueryLimits};
 use tally::rollup::Rollups;
 use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use tally::store::mongodb::MongoStore;
 use tally::store::Store;
-use tally::watch::{WatchConfig, WatchHub};
+use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
 
 // Ingest decodes many small strings and arrays per request; mimalloc's
@@ -47,18 +49,7 @@ fn main() -> Result<()> {
 async fn run(config: Config) -> Result<()> {
     let metrics = telemetry::init_metrics()?;
     let store = open_store(&config).await?;
-    let shards = match config.aggregator.shards {
-        0 => 4 * std::thread::available_parallelism().map_or(2, |n| n.get()),
-        n => n,
-    };
-    let agg = Arc::new(Aggregator::new(AggregatorConfig {
-        shards,
-        lateness_ms: config.ingest.lateness_window.as_millis() as i64,
-        future_skew_ms: config.ingest.max_future_skew.as_millis() as i64,
-        max_series: config.ingest.max_series,
-        max_pending_slots: config.ingest.max_pending_slots,
-        max_rejections_reported: config.ingest.max_rejections_reported,
-    }));
+    let agg = Arc::new(Aggregator::new(&config.aggregator, &config.ingest));
     let last_flush = match store.last_flush_id().await {
         Ok(id) => id,
         // A store that is down at start must not keep the daemon from
@@ -69,22 +60,12 @@ async fn run(config: Config) -> Result<()> {
         }
         Err(e) => return Err(e).context("reading the store's last flush id"),
     };
-    let rollups = Arc::new(Rollups::new(config.rollup_config()).context("[rollup]")?);
+    let rollups = Arc::new(Rollups::new(config.rollup.clone()).context("[rollup]")?);
     let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
     let pipeline = Arc::new(
-        Pipeline::new(
-            agg.clone(),
-            store.clone(),
-            FlushConfig {
-                interval: config.flush.interval,
-                queue_depth: config.flush.queue_depth,
-                retry_initial_backoff: config.flush.retry_initial_backoff,
-                retry_max_backoff: config.flush.retry_max_backoff,
-            },
-            last_flush,
-        )
-        .with_rollups(rollups.clone())
-        .with_catalog(catalog.clone()),
+        Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
+            .with_rollups(rollups.clone())
+            .with_catalog(catalog.clone()),
     );
     let engine = Arc::new(QueryEngine::new(
         pipeline.clone(),
@@ -98,17 +79,7 @@ async fn run(config: Config) -> Result<()> {
         },
         config.retention.hour.as_secs() as i64,
     ));
-    let watch_hub = Arc::new(WatchHub::new(
-        engine.clone(),
-        WatchConfig {
-            max_subscribers: config.watch.max_subscribers,
-            max_series: config.watch.max_series,
-            window: config.watch.window,
-            buffer: config.watch.buffer,
-            max_lag: config.watch.max_lag,
-            ..WatchConfig::default()
-        },
-    ));
+    let watch_hub = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
 
     let grpc_listener = TcpListener::bind(config.grpc_listen)
         .await
@@ -167,22 +138,19 @@ async fn run(config: Config) -> Result<()> {
     // Watch streams end when the listeners close, or graceful shutdown
     // would wait on them for the whole grace period.
     let watch_task = tokio::spawn(watch_hub.clone().run(close_rx.clone()));
-    let maintenance_task = tokio::spawn(maintenance::run(
-        agg.clone(),
-        store.clone(),
-        Some(catalog),
-        rollups.clone(),
-        MaintenanceConfig {
-            prealloc_enabled: config.prealloc.enabled,
-            prealloc_hour_window_s: config.prealloc.hour_window.as_secs() as i64,
-            prealloc_day_window_s: config.prealloc.day_window.as_secs() as i64,
-            prealloc_max_per_second: config.prealloc.max_per_second as usize,
-            hour_retention_s: config.retention.hour.as_secs() as i64,
-            day_retention_s: config.retention.day.as_secs() as i64,
-            series_idle_timeout_s: config.ingest.series_idle_timeout.as_secs() as i64,
-        },
-        stop_rx.clone(),
-    ));
+    let maintenance_stop = CancellationToken::new();
+    let maintenance_task = tokio::spawn(
+        Maintenance {
+            agg: agg.clone(),
+            store: store.clone(),
+            catalog: Some(catalog),
+            rollups: rollups.clone(),
+            prealloc: config.prealloc.clone(),
+            retention: config.retention.clone(),
+            series_idle_timeout: config.ingest.series_idle_timeout,
+        }
+        .run(maintenance_stop.clone()),
+    );
     let health_task = tokio::spawn(track_store_health(
         store.clone(),
         health.clone(),
@@ -222,6 +190,7 @@ async fn run(config: Config) -> Result<()> {
 
     // 2. Final flush: everything acknowledged is in the aggregator now.
     let _ = stop_tx.send(true);
+    maintenance_stop.cancel();
     let mut flush_task = flush_task;
     if tokio::time::timeout_at(deadline, &mut flush_task)
         .await
@@ -281,7 +250,7 @@ async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
             .await
             .context("configuring the MongoDB store")?;
             info!(
-                uri = %redact_uri(&config.mongodb.uri),
+                uri = %tally::config::redact_uri(&config.mongodb.uri),
                 database = %config.mongodb.database,
                 writer = %writer,
                 "mongodb store configured"
@@ -309,18 +278,6 @@ fn writer_id(config: &Config) -> Result<String> {
     let id = format!("w{:016x}", rand::random::<u64>());
     std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
     Ok(id)
-}
-
-/// The URI without its password, for logs.
-fn redact_uri(uri: &str) -> String {
-    match (uri.find("://"), uri.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &uri[scheme + 3..at];
-            let user = creds.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &uri[..scheme + 3], &uri[at..])
-        }
-        _ => uri.to_string(),
-    }
 }
 
 /// Mirrors the store's health into `grpc.health.v1`, so gRPC load

@@ -7,26 +7,71 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::aggregator::Aggregator;
 use crate::catalog::CatalogWriter;
 use crate::model::{Tier, MINUTE_S};
 use crate::rollup::Rollups;
-use crate::store::Store;
+use crate::store::{RetentionConfig, Store};
+use crate::validate::{secs, Problems, DAY, HOUR, MINUTE};
 
-#[derive(Debug, Clone)]
-pub struct MaintenanceConfig {
-    pub prealloc_enabled: bool,
-    pub prealloc_hour_window_s: i64,
-    pub prealloc_day_window_s: i64,
-    /// Pre-allocation inserts per second at most, to keep them from
+/// `[prealloc]`: inserting the next period's documents ahead of the
+/// boundary, spread over the end of the current period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PreallocConfig {
+    pub enabled: bool,
+    /// Next hour's documents are inserted at random moments within this
+    /// long before the hour starts.
+    #[serde(with = "humantime_serde")]
+    pub hour_window: Duration,
+    /// Same for the next day's documents.
+    #[serde(with = "humantime_serde")]
+    pub day_window: Duration,
+    /// Ceiling on pre-allocation inserts per second, to keep them from
     /// competing with flushes.
-    pub prealloc_max_per_second: usize,
-    pub hour_retention_s: i64,
-    pub day_retention_s: i64,
-    pub series_idle_timeout_s: i64,
+    pub max_per_second: u32,
+}
+
+impl Default for PreallocConfig {
+    fn default() -> Self {
+        PreallocConfig {
+            enabled: true,
+            hour_window: secs(10 * MINUTE),
+            day_window: secs(2 * HOUR),
+            max_per_second: 2000,
+        }
+    }
+}
+
+impl PreallocConfig {
+    pub(crate) fn check(&self, p: &mut Problems) {
+        p.positive(self.hour_window, "prealloc.hour_window");
+        p.shorter_than(
+            self.hour_window,
+            secs(HOUR),
+            "prealloc.hour_window",
+            "an hour",
+        );
+        p.positive(self.day_window, "prealloc.day_window");
+        p.shorter_than(self.day_window, secs(DAY), "prealloc.day_window", "a day");
+        p.at_least(self.max_per_second as usize, 1, "prealloc.max_per_second");
+    }
+}
+
+/// What the upkeep loops work on.
+pub struct Maintenance {
+    pub agg: Arc<Aggregator>,
+    pub store: Arc<dyn Store>,
+    pub catalog: Option<Arc<CatalogWriter>>,
+    pub rollups: Arc<Rollups>,
+    pub prealloc: PreallocConfig,
+    pub retention: RetentionConfig,
+    /// `ingest.series_idle_timeout`.
+    pub series_idle_timeout: Duration,
 }
 
 /// How often the pre-allocation scheduler looks for due documents.
@@ -34,35 +79,46 @@ const PREALLOC_TICK: Duration = Duration::from_secs(1);
 /// How often retention and idle eviction run; both are cheap but not free.
 const SWEEP_TICK: Duration = Duration::from_secs(60);
 
-/// Runs until `stop` turns true.
-pub async fn run(
-    agg: Arc<Aggregator>,
-    store: Arc<dyn Store>,
-    catalog: Option<Arc<CatalogWriter>>,
-    rollups: Arc<Rollups>,
-    cfg: MaintenanceConfig,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut prealloc_tick = tokio::time::interval(PREALLOC_TICK);
-    let mut sweep_tick = tokio::time::interval(SWEEP_TICK);
-    prealloc_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    sweep_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
-            _ = prealloc_tick.tick(), if cfg.prealloc_enabled => preallocate(&agg, &*store, &cfg).await,
-            _ = sweep_tick.tick() => sweep(&agg, &*store, catalog.as_deref(), &rollups, &cfg).await,
+impl Maintenance {
+    /// Runs until `stop` is cancelled.
+    pub async fn run(self, stop: CancellationToken) {
+        let mut prealloc_tick = tokio::time::interval(PREALLOC_TICK);
+        let mut sweep_tick = tokio::time::interval(SWEEP_TICK);
+        prealloc_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        sweep_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = prealloc_tick.tick(), if self.prealloc.enabled => self.preallocate().await,
+                _ = sweep_tick.tick() => self.sweep().await,
+            }
         }
+    }
+
+    async fn preallocate(&self) {
+        preallocate(&self.agg, &*self.store, &self.prealloc).await
+    }
+
+    async fn sweep(&self) {
+        let now = chrono::Utc::now().timestamp();
+        let idle_before = now - self.series_idle_timeout.as_secs() as i64;
+        let evicted = self.agg.evict_idle(idle_before.div_euclid(MINUTE_S));
+        if let Some(c) = &self.catalog {
+            c.forget_idle(idle_before);
+        }
+        self.rollups.forget_idle(idle_before);
+        metrics::counter!("tally_evicted_series_total").increment(evicted as u64);
+        expire(&*self.store, now, &self.retention).await;
     }
 }
 
-async fn preallocate(agg: &Aggregator, store: &dyn Store, cfg: &MaintenanceConfig) {
+async fn preallocate(agg: &Aggregator, store: &dyn Store, cfg: &PreallocConfig) {
     let now = chrono::Utc::now().timestamp();
     let due = agg.due_preallocations(
         now,
-        cfg.prealloc_hour_window_s,
-        cfg.prealloc_day_window_s,
-        cfg.prealloc_max_per_second,
+        cfg.hour_window.as_secs() as i64,
+        cfg.day_window.as_secs() as i64,
+        cfg.max_per_second as usize,
     );
     if due.is_empty() {
         return;
@@ -93,25 +149,9 @@ async fn preallocate(agg: &Aggregator, store: &dyn Store, cfg: &MaintenanceConfi
     }
 }
 
-async fn sweep(
-    agg: &Aggregator,
-    store: &dyn Store,
-    catalog: Option<&CatalogWriter>,
-    rollups: &Rollups,
-    cfg: &MaintenanceConfig,
-) {
-    let now = chrono::Utc::now().timestamp();
-    let idle_before = now - cfg.series_idle_timeout_s;
-    let evicted = agg.evict_idle(idle_before.div_euclid(MINUTE_S));
-    if let Some(c) = catalog {
-        c.forget_idle(idle_before);
-    }
-    rollups.forget_idle(idle_before);
-    metrics::counter!("tally_evicted_series_total").increment(evicted as u64);
-    match store
-        .expire(now, cfg.hour_retention_s, cfg.day_retention_s)
-        .await
-    {
+async fn expire(store: &dyn Store, now: i64, retention: &RetentionConfig) {
+    let (hour_s, day_s) = retention.seconds();
+    match store.expire(now, hour_s, day_s).await {
         Ok(0) => {}
         Ok(n) => {
             metrics::counter!("tally_expired_documents_total").increment(n as u64);

@@ -28,17 +28,24 @@ use crate::query::{
     Buckets, Point, QueryEngine, QueryError, Selection, SeriesRange, Step, StepSpec, Window,
 };
 
-#[derive(Debug, Clone)]
+/// `[watch]`: live subscriptions and how slow subscribers are treated.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct WatchConfig {
     pub max_subscribers: usize,
     /// Series per subscription.
     pub max_series: usize,
-    /// History in the first message, unless the subscriber asks otherwise.
+    /// History sent first, unless the subscriber asks for another.
+    #[serde(with = "humantime_serde")]
     pub window: Duration,
-    /// Messages queued per subscriber before ticks are skipped.
+    /// Updates queued per subscriber before ticks are skipped for it.
     pub buffer: usize,
-    /// A subscriber that cannot take a message for this long is dropped.
+    /// A subscriber that reads nothing for this long is dropped.
+    #[serde(with = "humantime_serde")]
     pub max_lag: Duration,
+    /// How often updates go out; fixed for operators (dashboards expect a
+    /// second), shorter in tests.
+    #[serde(skip)]
     pub tick: Duration,
 }
 
@@ -52,6 +59,15 @@ impl Default for WatchConfig {
             max_lag: Duration::from_secs(30),
             tick: Duration::from_secs(1),
         }
+    }
+}
+
+impl WatchConfig {
+    pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
+        p.at_least(self.max_series, 1, "watch.max_series");
+        p.at_least(self.buffer, 1, "watch.buffer");
+        p.positive(self.window, "watch.window");
+        p.positive(self.max_lag, "watch.max_lag");
     }
 }
 

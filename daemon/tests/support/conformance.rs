@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
+use tally::ingest::IngestConfig;
 use tally::model::{
     minute_of_ms, FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesUpdate, Slot, Tier,
     DAY_S, HOUR_S, MINUTE_S,
@@ -79,13 +80,15 @@ pub fn case() -> impl Strategy<Value = Case> {
 }
 
 fn agg() -> Aggregator {
-    Aggregator::new(AggregatorConfig {
-        shards: 3,
-        // Everything in the generated window is acceptable.
-        lateness_ms: 10 * DAY_S * 1000,
-        future_skew_ms: 10 * DAY_S * 1000,
-        ..AggregatorConfig::default()
-    })
+    Aggregator::new(
+        &AggregatorConfig { shards: 3 },
+        &IngestConfig {
+            // Everything in the generated window is acceptable.
+            lateness_window: std::time::Duration::from_millis((10 * DAY_S * 1000) as u64),
+            max_future_skew: std::time::Duration::from_millis((10 * DAY_S * 1000) as u64),
+            ..IngestConfig::default()
+        },
+    )
 }
 
 /// Ingests the case through a real aggregator and applies its flushes.

@@ -1,0 +1,281 @@
+//! The aggregator: folds accepted samples into per-(series, minute) slots in
+//! memory, so that the number of store statements follows the number of
+//! active series per flush, not the sample rate.
+//!
+//! Series are spread over shards by hash, each behind its own lock, so
+//! concurrent ingest requests on different cores rarely meet.
+//!
+//! The aggregator also validates samples (names, values, time window, kinds)
+//! and turns cumulative counters into deltas per series, with reset
+//! detection. Buckets are additive, so samples may arrive in any order:
+//! late samples within the lateness window land in their own minute.
+
+mod outcome;
+mod prealloc;
+mod series;
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+pub use outcome::{IngestOutcome, RejectReason, Rejection, SeriesBatch};
+use series::{truncate, Shard, ShardCell};
+
+use crate::ingest::IngestConfig;
+use crate::model::{
+    validate_metric, validate_source, EpochMinute, SampleKind, SeriesMinutes, SeriesRef, Slot,
+};
+use crate::validate::Problems;
+
+/// `[aggregator]`: how the in-memory state is laid out. What it accepts is
+/// governed by `[ingest]` ([`IngestConfig`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AggregatorConfig {
+    /// Number of independently locked shards; 0 means four per CPU. Use
+    /// [`AggregatorConfig::effective_shards`] for the number to run.
+    pub shards: usize,
+}
+
+const MAX_SHARDS: usize = 1024;
+
+impl AggregatorConfig {
+    /// The shard count to run: `shards`, or four per available CPU when 0
+    /// (more shards than cores keeps two requests from meeting on one lock
+    /// even when their series hash close together).
+    pub fn effective_shards(&self) -> usize {
+        if self.shards > 0 {
+            return self.shards;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+        (4 * cpus).min(MAX_SHARDS)
+    }
+
+    pub(crate) fn check(&self, p: &mut Problems) {
+        p.require(
+            self.shards <= MAX_SHARDS,
+            "aggregator.shards",
+            format!("must be at most {MAX_SHARDS} (0 means four per CPU)"),
+        );
+    }
+}
+
+/// The `[ingest]` limits in the units the hot path compares against.
+#[derive(Debug, Clone)]
+struct Limits {
+    lateness_ms: i64,
+    future_skew_ms: i64,
+    max_series: usize,
+    max_pending_slots: usize,
+    max_rejections_reported: usize,
+}
+
+impl Limits {
+    fn of(c: &IngestConfig) -> Limits {
+        Limits {
+            lateness_ms: c.lateness_window.as_millis().min(i64::MAX as u128) as i64,
+            future_skew_ms: c.max_future_skew.as_millis().min(i64::MAX as u128) as i64,
+            max_series: c.max_series,
+            max_pending_slots: c.max_pending_slots,
+            max_rejections_reported: c.max_rejections_reported,
+        }
+    }
+}
+
+/// Sharded in-memory accumulators. Cheap to share behind an `Arc`.
+pub struct Aggregator {
+    shards: Box<[ShardCell]>,
+    hasher: ahash::RandomState,
+    series_count: AtomicUsize,
+    /// Slots drained into flush batches the store has not confirmed yet;
+    /// they count against the memory bound too.
+    inflight_slots: AtomicUsize,
+    limits: Limits,
+    ingest: IngestConfig,
+}
+
+impl Aggregator {
+    /// An aggregator with `config`'s shards enforcing `limits`.
+    pub fn new(config: &AggregatorConfig, limits: &IngestConfig) -> Aggregator {
+        let n = config.effective_shards();
+        Aggregator {
+            shards: (0..n).map(|_| ShardCell::default()).collect(),
+            hasher: ahash::RandomState::new(),
+            series_count: AtomicUsize::new(0),
+            inflight_slots: AtomicUsize::new(0),
+            limits: Limits::of(limits),
+            ingest: limits.clone(),
+        }
+    }
+
+    /// The `[ingest]` limits this aggregator enforces.
+    pub fn limits(&self) -> &IngestConfig {
+        &self.ingest
+    }
+
+    /// Pending (series, minute) slots not yet drained.
+    pub fn pending_slots(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|c| c.pending.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    pub fn series_count(&self) -> usize {
+        self.series_count.load(Ordering::Relaxed)
+    }
+
+    /// True when in-memory accumulators have reached the memory bound and
+    /// ingest must push back until a flush drains them.
+    pub fn over_memory_bound(&self) -> bool {
+        self.pending_slots() + self.inflight_slots.load(Ordering::Relaxed)
+            >= self.limits.max_pending_slots
+    }
+
+    /// The flush pipeline reports how many drained slots it still holds.
+    pub fn set_inflight_slots(&self, slots: usize) {
+        self.inflight_slots.store(slots, Ordering::Relaxed);
+    }
+
+    fn shard_of(&self, hash: u64) -> usize {
+        // The high bits: hashbrown uses the low ones inside each table.
+        ((hash >> 32) as usize) % self.shards.len()
+    }
+
+    /// Validates and folds a request's samples. `now_ms` is the wall clock
+    /// used for the lateness and skew windows.
+    pub fn ingest(&self, batches: &[SeriesBatch<'_>], now_ms: i64) -> IngestOutcome {
+        let mut out = IngestOutcome::default();
+        let cap = self.limits.max_rejections_reported;
+        let window = (
+            now_ms - self.limits.lateness_ms,
+            now_ms + self.limits.future_skew_ms,
+        );
+        // Groups are folded in request order, each under its own shard lock
+        // (uncontended, a few nanoseconds): walking the decoded request
+        // sequentially keeps its arrays in cache, which measured faster than
+        // regrouping the series by shard to take each lock once.
+        for b in batches {
+            let count = b.timestamps_ms.len().max(b.values.len()) as u64;
+            if let Err(e) = validate_source(b.source) {
+                out.reject(cap, b, None, count, RejectReason::InvalidSource, || {
+                    format!("source {:?} {e}", truncate(b.source))
+                });
+                continue;
+            }
+            if let Err(e) = validate_metric(b.metric) {
+                out.reject(cap, b, None, count, RejectReason::InvalidMetric, || {
+                    format!("metric {:?} {e}", truncate(b.metric))
+                });
+                continue;
+            }
+            if b.kind.is_none() {
+                out.reject(cap, b, None, count, RejectReason::InvalidKind, || {
+                    "kind must be gauge, delta counter or cumulative counter".into()
+                });
+                continue;
+            }
+            if b.timestamps_ms.len() != b.values.len() {
+                out.reject(cap, b, None, count, RejectReason::LengthMismatch, || {
+                    format!(
+                        "{} timestamps but {} values",
+                        b.timestamps_ms.len(),
+                        b.values.len()
+                    )
+                });
+                continue;
+            }
+            let hash = self.hasher.hash_one(SeriesRef {
+                source: b.source,
+                metric: b.metric,
+            });
+            let cell = &self.shards[self.shard_of(hash)];
+            let mut shard = cell.shard.lock();
+            let created = self.fold_series(&mut shard, b, hash, window, &mut out);
+            if created > 0 {
+                // Counted under the shard lock, so a drain of this shard
+                // (which subtracts under the same lock) never sees the slots
+                // before the count: the counter cannot wrap below zero.
+                cell.pending.fetch_add(created, Ordering::Relaxed);
+            }
+        }
+        out
+    }
+
+    /// Takes every pending slot out of the aggregator, each series' minutes
+    /// sorted ascending.
+    pub fn drain(&self) -> Vec<SeriesMinutes> {
+        let mut all = Vec::new();
+        for cell in self.shards.iter() {
+            let mut guard = cell.shard.lock();
+            let Shard { series, dirty } = &mut *guard;
+            let mut slots = 0;
+            all.reserve(dirty.len());
+            for (hash, id) in dirty.drain(..) {
+                let Some(st) = series.find_mut(hash, |s| Arc::ptr_eq(&s.id, &id)) else {
+                    continue;
+                };
+                let mut minutes: Vec<(EpochMinute, Slot)> = st.pending.drain(..).collect();
+                slots += minutes.len();
+                minutes.sort_unstable_by_key(|(m, _)| *m);
+                all.push(SeriesMinutes {
+                    series: id,
+                    kind: st.kind,
+                    minutes,
+                });
+            }
+            // Under the shard lock, like the additions in `ingest`, so the
+            // counter never wraps below zero.
+            cell.pending.fetch_sub(slots, Ordering::Relaxed);
+        }
+        all
+    }
+
+    /// The pending minutes of one series, for reads that merge in what has
+    /// not been flushed yet. Also returns the series' kind if known.
+    pub fn pending_for(
+        &self,
+        key: SeriesRef<'_>,
+    ) -> (Option<SampleKind>, Vec<(EpochMinute, Slot)>) {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shards[self.shard_of(hash)].shard.lock();
+        match shard.series.find(hash, |s| s.hash == hash && s.is(key)) {
+            None => (None, Vec::new()),
+            Some(s) => {
+                let mut minutes = s.pending.to_vec();
+                minutes.sort_unstable_by_key(|(m, _)| *m);
+                (Some(s.kind), minutes)
+            }
+        }
+    }
+
+    /// The newest sample of one series (timestamp ms, value as sent) and its
+    /// kind, if the series is in memory and has had a sample.
+    pub fn last_sample(&self, key: SeriesRef<'_>) -> Option<(SampleKind, i64, f64)> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shards[self.shard_of(hash)].shard.lock();
+        let s = shard.series.find(hash, |s| s.hash == hash && s.is(key))?;
+        (s.last_sample.0 != i64::MIN).then_some((s.kind, s.last_sample.0, s.last_sample.1))
+    }
+
+    /// Forgets series with nothing pending and no data since `idle_before`
+    /// (a minute), so the series table does not grow without limit. Their
+    /// cumulative counter baselines go with them. Returns how many went.
+    pub fn evict_idle(&self, idle_before: EpochMinute) -> usize {
+        let mut evicted = 0;
+        for cell in self.shards.iter() {
+            let mut s = cell.shard.lock();
+            let before = s.series.len();
+            s.series
+                .retain(|st| !st.pending.is_empty() || st.last_minute >= idle_before);
+            evicted += before - s.series.len();
+        }
+        self.series_count.fetch_sub(evicted, Ordering::Relaxed);
+        evicted
+    }
+}
+
+#[cfg(test)]
+mod tests;

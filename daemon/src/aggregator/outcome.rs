@@ -1,0 +1,157 @@
+//! What ingest reports back about a request: which samples were accepted,
+//! which were refused and why. Every protocol front door turns an
+//! [`IngestOutcome`] into its own answer (per-sample rejections, partial
+//! success, counts).
+
+use crate::model::SampleKind;
+
+/// Why a sample (or a whole series group) was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    InvalidSource,
+    InvalidMetric,
+    InvalidKind,
+    NonFiniteValue,
+    TooOld,
+    TooFarAhead,
+    LengthMismatch,
+    KindConflict,
+    OutOfOrder,
+    NegativeDelta,
+    SeriesLimit,
+    /// The source declared a bad group list; checked by ingest.
+    InvalidGroup,
+}
+
+impl RejectReason {
+    pub const ALL: [RejectReason; 12] = [
+        RejectReason::InvalidSource,
+        RejectReason::InvalidMetric,
+        RejectReason::InvalidKind,
+        RejectReason::NonFiniteValue,
+        RejectReason::TooOld,
+        RejectReason::TooFarAhead,
+        RejectReason::LengthMismatch,
+        RejectReason::KindConflict,
+        RejectReason::OutOfOrder,
+        RejectReason::NegativeDelta,
+        RejectReason::SeriesLimit,
+        RejectReason::InvalidGroup,
+    ];
+
+    /// Label value for `tally_samples_rejected_total{reason=…}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::InvalidSource => "invalid_source",
+            RejectReason::InvalidMetric => "invalid_metric",
+            RejectReason::InvalidKind => "invalid_kind",
+            RejectReason::NonFiniteValue => "non_finite_value",
+            RejectReason::TooOld => "too_old",
+            RejectReason::TooFarAhead => "too_far_ahead",
+            RejectReason::LengthMismatch => "length_mismatch",
+            RejectReason::KindConflict => "kind_conflict",
+            RejectReason::OutOfOrder => "out_of_order",
+            RejectReason::NegativeDelta => "negative_delta",
+            RejectReason::SeriesLimit => "series_limit",
+            RejectReason::InvalidGroup => "invalid_group",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One rejected sample, or a whole series group when `sample_index` is None.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    pub source_index: u32,
+    pub series_index: u32,
+    pub sample_index: Option<u32>,
+    pub reason: RejectReason,
+    pub detail: String,
+}
+
+/// The samples of one series in a request, borrowed from the decoded message.
+#[derive(Debug, Clone, Copy)]
+pub struct SeriesBatch<'a> {
+    pub source: &'a str,
+    pub metric: &'a str,
+    /// None when the client sent an unknown or unspecified kind.
+    pub kind: Option<SampleKind>,
+    pub timestamps_ms: &'a [i64],
+    pub values: &'a [f64],
+    /// Position in the request, echoed in rejections.
+    pub source_index: u32,
+    pub series_index: u32,
+}
+
+/// What happened to one request's samples.
+#[derive(Debug, Clone, Default)]
+pub struct IngestOutcome {
+    pub accepted: u64,
+    pub rejected: u64,
+    pub rejections: Vec<Rejection>,
+    pub rejections_truncated: bool,
+    /// Rejected sample counts, indexed like [`RejectReason::ALL`].
+    pub rejected_by_reason: [u64; RejectReason::ALL.len()],
+    /// Cumulative counters seen going down (a restart of the counted process).
+    pub counter_resets: u64,
+}
+
+impl IngestOutcome {
+    /// Refuses all of `b`'s samples, for checks made before the aggregator.
+    pub fn reject_series(
+        &mut self,
+        cap: usize,
+        b: &SeriesBatch<'_>,
+        reason: RejectReason,
+        detail: impl FnOnce() -> String,
+    ) {
+        let count = b.values.len().max(b.timestamps_ms.len()) as u64;
+        self.reject(cap, b, None, count, reason, detail);
+    }
+
+    /// Adds `other`'s counts and rejections to these, keeping at most `cap`
+    /// rejections.
+    pub fn merge(&mut self, other: IngestOutcome, cap: usize) {
+        self.accepted += other.accepted;
+        self.rejected += other.rejected;
+        self.counter_resets += other.counter_resets;
+        for (mine, theirs) in self
+            .rejected_by_reason
+            .iter_mut()
+            .zip(other.rejected_by_reason)
+        {
+            *mine += theirs;
+        }
+        let room = cap.saturating_sub(self.rejections.len());
+        self.rejections_truncated |= other.rejections_truncated || other.rejections.len() > room;
+        self.rejections
+            .extend(other.rejections.into_iter().take(room));
+    }
+
+    pub(super) fn reject(
+        &mut self,
+        cap: usize,
+        b: &SeriesBatch<'_>,
+        sample_index: Option<u32>,
+        count: u64,
+        reason: RejectReason,
+        detail: impl FnOnce() -> String,
+    ) {
+        self.rejected += count;
+        self.rejected_by_reason[reason.index()] += count;
+        if self.rejections.len() < cap {
+            self.rejections.push(Rejection {
+                source_index: b.source_index,
+                series_index: b.series_index,
+                sample_index,
+                reason,
+                detail: detail(),
+            });
+        } else {
+            self.rejections_truncated = true;
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! One series' in-memory state and the fold of a request's samples into it:
+//! validation against the time window, cumulative-to-delta conversion with
+//! reset detection, and the per-minute slots that wait for the next flush.
+//! This is the ingest hot path; the layout notes below are measured.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use hashbrown::HashTable;
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use super::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
+use crate::model::{minute_of_ms, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot};
+
+// `repr(C)` with cache-line alignment keeps `hash` and the inline key in
+// one line: a lookup's comparison touches a single line. Measured ~15%
+// faster ingest at 20k series, where the series table outgrows the caches.
+#[repr(C, align(64))]
+pub(super) struct SeriesState {
+    pub(super) hash: u64,
+    /// `source|metric`, inline when short (nearly always), so the hot-path
+    /// comparison reads the entry itself instead of chasing pointers. `|` is
+    /// in neither name's charset, so the join is unambiguous.
+    key: SmallVec<[u8; 48]>,
+    pub(super) id: Arc<SeriesId>,
+    pub(super) kind: SampleKind,
+    /// Last (timestamp, value) of a cumulative counter: the base of the next delta.
+    pub(super) last_cumulative: Option<(i64, f64)>,
+    /// The newest sample by timestamp, as sent (a cumulative counter's raw
+    /// value), for latest-value reads. `i64::MIN` before the first.
+    pub(super) last_sample: (i64, f64),
+    /// Latest minute with data, to know whether the series is active in the
+    /// current hour and day (pre-allocation) and when it went idle.
+    pub(super) last_minute: EpochMinute,
+    /// Unflushed minutes, inline: almost always one (the current minute).
+    pub(super) pending: SmallVec<[(EpochMinute, Slot); 1]>,
+    /// Start of the next hour / day whose document was already pre-allocated.
+    pub(super) prealloc_hour: i64,
+    pub(super) prealloc_day: i64,
+}
+
+impl SeriesState {
+    fn new(b: &SeriesBatch<'_>, hash: u64, kind: SampleKind) -> SeriesState {
+        SeriesState {
+            key: [b.source.as_bytes(), b"|", b.metric.as_bytes()]
+                .concat()
+                .into_iter()
+                .collect(),
+            id: Arc::new(SeriesId::new(b.source, b.metric)),
+            hash,
+            kind,
+            last_cumulative: None,
+            last_sample: (i64::MIN, 0.0),
+            last_minute: EpochMinute::MIN,
+            pending: SmallVec::new(),
+            prealloc_hour: i64::MIN,
+            prealloc_day: i64::MIN,
+        }
+    }
+
+    #[inline]
+    pub(super) fn is(&self, key: SeriesRef<'_>) -> bool {
+        let k = self.key.as_slice();
+        let (s, m) = (key.source.as_bytes(), key.metric.as_bytes());
+        k.len() == s.len() + 1 + m.len() && &k[..s.len()] == s && &k[s.len() + 1..] == m
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Shard {
+    pub(super) series: HashTable<SeriesState>,
+    /// Series with pending minutes, so a drain visits only active series.
+    pub(super) dirty: Vec<(u64, Arc<SeriesId>)>,
+}
+
+/// One shard and its pending-slot count, on its own cache lines so cores
+/// working on different shards do not contend.
+#[derive(Default)]
+#[repr(align(128))]
+pub(super) struct ShardCell {
+    pub(super) shard: Mutex<Shard>,
+    /// Pending (series, minute) slots in this shard; changed only under the lock.
+    pub(super) pending: AtomicUsize,
+}
+
+impl Aggregator {
+    /// Folds one series group into its shard; returns the new slots created.
+    pub(super) fn fold_series(
+        &self,
+        shard: &mut Shard,
+        b: &SeriesBatch<'_>,
+        hash: u64,
+        window: (i64, i64),
+        out: &mut IngestOutcome,
+    ) -> usize {
+        let cap = self.limits.max_rejections_reported;
+        let Some(kind) = b.kind else { return 0 };
+        let Shard { series, dirty } = shard;
+        let key = SeriesRef {
+            source: b.source,
+            metric: b.metric,
+        };
+        let state = match series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
+            Some(state) => state,
+            None => match self.insert_series(series, b, hash, kind, out) {
+                Some(state) => state,
+                None => return 0,
+            },
+        };
+        if state.kind != kind {
+            let n = b.values.len() as u64;
+            let was = state.kind;
+            out.reject(cap, b, None, n, RejectReason::KindConflict, || {
+                format!(
+                    "series is a {} but this batch says {}",
+                    was.as_str(),
+                    kind.as_str()
+                )
+            });
+            return 0;
+        }
+        let mut created = 0;
+        for (j, (&ts, &v)) in b.timestamps_ms.iter().zip(b.values).enumerate() {
+            let sample = Sample {
+                index: j as u32,
+                ts,
+                v,
+            };
+            let Some(value) = self.sample_value(state, b, sample, window, out) else {
+                continue;
+            };
+            let minute = minute_of_ms(ts);
+            state.last_minute = state.last_minute.max(minute);
+            if state.pending.is_empty() {
+                dirty.push((hash, state.id.clone()));
+            }
+            // Nearly always the newest minute, so search from the back.
+            match state.pending.iter_mut().rev().find(|(m, _)| *m == minute) {
+                Some((_, slot)) => slot.add(value),
+                None => {
+                    state.pending.push((minute, Slot::of(value)));
+                    created += 1;
+                }
+            }
+            out.accepted += 1;
+        }
+        created
+    }
+
+    /// A new series' state, unless the series limit is reached (then the
+    /// group is rejected and `None` returned).
+    #[cold]
+    fn insert_series<'t>(
+        &self,
+        series: &'t mut HashTable<SeriesState>,
+        b: &SeriesBatch<'_>,
+        hash: u64,
+        kind: SampleKind,
+        out: &mut IngestOutcome,
+    ) -> Option<&'t mut SeriesState> {
+        let max_series = self.limits.max_series;
+        if self.series_count.load(Ordering::Relaxed) >= max_series {
+            let n = b.values.len() as u64;
+            let cap = self.limits.max_rejections_reported;
+            out.reject(cap, b, None, n, RejectReason::SeriesLimit, || {
+                format!("the daemon already tracks {max_series} series (ingest.max_series)")
+            });
+            return None;
+        }
+        self.series_count.fetch_add(1, Ordering::Relaxed);
+        let hasher = &self.hasher;
+        let state = series.insert_unique(hash, SeriesState::new(b, hash, kind), |s| {
+            hasher.hash_one(s.id.series_ref())
+        });
+        Some(state.into_mut())
+    }
+
+    /// Checks one sample against the value rules and the time window and
+    /// returns what its minute slot adds; `None` when it was rejected, or
+    /// accepted only as a cumulative counter's baseline.
+    #[inline]
+    fn sample_value(
+        &self,
+        state: &mut SeriesState,
+        b: &SeriesBatch<'_>,
+        Sample { index, ts, v }: Sample,
+        (oldest_ms, newest_ms): (i64, i64),
+        out: &mut IngestOutcome,
+    ) -> Option<f64> {
+        let cap = self.limits.max_rejections_reported;
+        let mut reject = |reason, detail: &dyn Fn() -> String| {
+            out.reject(cap, b, Some(index), 1, reason, detail);
+            None
+        };
+        if !v.is_finite() {
+            return reject(RejectReason::NonFiniteValue, &|| {
+                format!("value {v} is not a finite number")
+            });
+        }
+        if ts < oldest_ms {
+            return reject(RejectReason::TooOld, &|| {
+                format!(
+                    "timestamp {} is {}s older than the lateness window (ingest.lateness_window = {}s)",
+                    fmt_ms(ts),
+                    (oldest_ms - ts) / 1000,
+                    self.limits.lateness_ms / 1000
+                )
+            });
+        }
+        if ts > newest_ms {
+            return reject(RejectReason::TooFarAhead, &|| {
+                format!(
+                    "timestamp {} is more than ingest.max_future_skew = {}s ahead of the daemon's clock",
+                    fmt_ms(ts),
+                    self.limits.future_skew_ms / 1000
+                )
+            });
+        }
+        if ts >= state.last_sample.0 {
+            state.last_sample = (ts, v);
+        }
+        match state.kind {
+            SampleKind::Gauge => Some(v),
+            SampleKind::DeltaCounter if v < 0.0 => reject(RejectReason::NegativeDelta, &|| {
+                format!("delta counter value {v} is negative")
+            }),
+            SampleKind::DeltaCounter => Some(v),
+            SampleKind::CumulativeCounter => match state.last_cumulative {
+                None => {
+                    // The first value is only the baseline of the next delta.
+                    state.last_cumulative = Some((ts, v));
+                    out.accepted += 1;
+                    None
+                }
+                Some((last_ts, _)) if ts < last_ts => reject(RejectReason::OutOfOrder, &|| {
+                    format!(
+                        "cumulative counter sample at {} is older than the previous one at {}",
+                        fmt_ms(ts),
+                        fmt_ms(last_ts)
+                    )
+                }),
+                Some((_, last_v)) => {
+                    state.last_cumulative = Some((ts, v));
+                    if v >= last_v {
+                        Some(v - last_v)
+                    } else {
+                        // A reset: the counted process restarted from zero,
+                        // so everything it counted since is `v`.
+                        out.counter_resets += 1;
+                        Some(v)
+                    }
+                }
+            },
+        }
+    }
+}
+
+/// One sample of a series group and its position in it.
+#[derive(Clone, Copy)]
+struct Sample {
+    index: u32,
+    ts: i64,
+    v: f64,
+}
+
+pub(super) fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+fn fmt_ms(ts_ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ts_ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| format!("{ts_ms}ms"))
+}

@@ -1,0 +1,271 @@
+use super::*;
+use crate::ingest::IngestConfig;
+use crate::model::{minute_of_ms, Tier, HOUR_S};
+
+const NOW: i64 = 1_780_000_000_000; // 2026-05-28T…, minute-aligned enough for tests
+
+fn agg() -> Aggregator {
+    Aggregator::new(&AggregatorConfig { shards: 4 }, &IngestConfig::default())
+}
+
+fn batch<'a>(
+    source: &'a str,
+    metric: &'a str,
+    kind: SampleKind,
+    ts: &'a [i64],
+    vs: &'a [f64],
+) -> SeriesBatch<'a> {
+    SeriesBatch {
+        source,
+        metric,
+        kind: Some(kind),
+        timestamps_ms: ts,
+        values: vs,
+        source_index: 0,
+        series_index: 0,
+    }
+}
+
+fn slot_sum(agg: &Aggregator) -> (u64, f64) {
+    agg.drain()
+        .iter()
+        .flat_map(|s| s.minutes.iter())
+        .fold((0, 0.0), |(n, sum), (_, s)| (n + s.n, sum + s.sum))
+}
+
+#[test]
+fn gauges_fold_per_minute() {
+    let a = agg();
+    let ts = [NOW, NOW + 1000, NOW + 60_000];
+    let out = a.ingest(
+        &[batch("s", "m", SampleKind::Gauge, &ts, &[1.0, 3.0, 5.0])],
+        NOW,
+    );
+    assert_eq!((out.accepted, out.rejected), (3, 0));
+    assert_eq!(a.pending_slots(), 2);
+    let d = a.drain();
+    assert_eq!(d.len(), 1);
+    let m0 = minute_of_ms(NOW);
+    assert_eq!(
+        d[0].minutes,
+        vec![
+            (
+                m0,
+                Slot {
+                    n: 2,
+                    sum: 4.0,
+                    min: 1.0,
+                    max: 3.0
+                }
+            ),
+            (m0 + 1, Slot::of(5.0))
+        ]
+    );
+    assert_eq!(a.pending_slots(), 0);
+    assert!(a.drain().is_empty());
+}
+
+#[test]
+fn cumulative_counter_deltas_and_reset() {
+    let a = agg();
+    let ts = [NOW, NOW + 1000, NOW + 2000, NOW + 3000];
+    // 100 is the baseline; +10; reset to 4 (counts 4); +6.
+    let out = a.ingest(
+        &[batch(
+            "s",
+            "c",
+            SampleKind::CumulativeCounter,
+            &ts,
+            &[100.0, 110.0, 4.0, 10.0],
+        )],
+        NOW,
+    );
+    assert_eq!(out.accepted, 4);
+    assert_eq!(out.counter_resets, 1);
+    let d = a.drain();
+    assert_eq!(
+        d[0].minutes[0].1,
+        Slot {
+            n: 3,
+            sum: 20.0,
+            min: 4.0,
+            max: 10.0
+        }
+    );
+    // The baseline survives the drain.
+    let out = a.ingest(
+        &[batch(
+            "s",
+            "c",
+            SampleKind::CumulativeCounter,
+            &[NOW + 4000],
+            &[15.0],
+        )],
+        NOW,
+    );
+    assert_eq!(out.accepted, 1);
+    assert_eq!(a.drain()[0].minutes[0].1, Slot::of(5.0));
+    // Going back in time is refused.
+    let out = a.ingest(
+        &[batch(
+            "s",
+            "c",
+            SampleKind::CumulativeCounter,
+            &[NOW],
+            &[20.0],
+        )],
+        NOW,
+    );
+    assert_eq!(out.rejections[0].reason, RejectReason::OutOfOrder);
+}
+
+#[test]
+fn bad_samples_do_not_spoil_the_batch() {
+    let a = agg();
+    let ts = [NOW, NOW - 2 * 3_600_000, NOW + 3_600_000, NOW];
+    let vs = [1.0, 2.0, 3.0, f64::NAN];
+    let good_ts = [NOW];
+    let out = a.ingest(
+        &[
+            batch("s", "m", SampleKind::Gauge, &ts, &vs),
+            batch("bad source", "m", SampleKind::Gauge, &good_ts, &[1.0]),
+            batch("s", "m2", SampleKind::Gauge, &ts[..2], &vs[..1]),
+            batch("s", "d", SampleKind::DeltaCounter, &good_ts, &[-1.0]),
+        ],
+        NOW,
+    );
+    assert_eq!(out.accepted, 1);
+    // Rejections come grouped by shard, so compare them as a set.
+    let reasons: std::collections::HashSet<_> = out
+        .rejections
+        .iter()
+        .map(|r| (r.reason, r.sample_index))
+        .collect();
+    let expected: std::collections::HashSet<_> = [
+        (RejectReason::TooOld, Some(1)),
+        (RejectReason::TooFarAhead, Some(2)),
+        (RejectReason::NonFiniteValue, Some(3)),
+        (RejectReason::InvalidSource, None),
+        (RejectReason::LengthMismatch, None),
+        (RejectReason::NegativeDelta, Some(0)),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(reasons, expected);
+    assert_eq!(out.rejections.len(), 6);
+    assert_eq!(out.rejected, 3 + 1 + 2 + 1);
+    let bad_source = out
+        .rejections
+        .iter()
+        .find(|r| r.reason == RejectReason::InvalidSource);
+    assert!(bad_source.is_some_and(|r| r.detail.contains("' '")));
+    assert_eq!(slot_sum(&a), (1, 1.0));
+}
+
+#[test]
+fn kind_conflict_and_series_limit() {
+    let a = Aggregator::new(
+        &AggregatorConfig::default(),
+        &IngestConfig {
+            max_series: 1,
+            ..IngestConfig::default()
+        },
+    );
+    let t = [NOW];
+    let out = a.ingest(&[batch("s", "m", SampleKind::Gauge, &t, &[1.0])], NOW);
+    assert_eq!(out.accepted, 1);
+    let out = a.ingest(
+        &[batch("s", "m", SampleKind::DeltaCounter, &t, &[1.0])],
+        NOW,
+    );
+    assert_eq!(out.rejections[0].reason, RejectReason::KindConflict);
+    let out = a.ingest(&[batch("s", "other", SampleKind::Gauge, &t, &[1.0])], NOW);
+    assert_eq!(out.rejections[0].reason, RejectReason::SeriesLimit);
+}
+
+#[test]
+fn rejection_list_is_capped() {
+    let a = Aggregator::new(
+        &AggregatorConfig::default(),
+        &IngestConfig {
+            max_rejections_reported: 2,
+            ..IngestConfig::default()
+        },
+    );
+    let t = [NOW; 5];
+    let out = a.ingest(
+        &[batch("s", "m", SampleKind::Gauge, &t, &[f64::INFINITY; 5])],
+        NOW,
+    );
+    assert_eq!(out.rejected, 5);
+    assert_eq!(out.rejections.len(), 2);
+    assert!(out.rejections_truncated);
+}
+
+#[test]
+fn pending_is_visible_and_idle_series_are_evicted() {
+    let a = agg();
+    let t = [NOW];
+    a.ingest(&[batch("s", "m", SampleKind::Gauge, &t, &[2.0])], NOW);
+    let key = SeriesRef {
+        source: "s",
+        metric: "m",
+    };
+    let (kind, mins) = a.pending_for(key);
+    assert_eq!(kind, Some(SampleKind::Gauge));
+    assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::of(2.0))]);
+    assert_eq!(
+        a.evict_idle(minute_of_ms(NOW) + 10),
+        0,
+        "pending series stay"
+    );
+    // An older sample does not replace the newest as the latest value.
+    a.ingest(
+        &[batch("s", "m", SampleKind::Gauge, &[NOW - 5], &[7.0])],
+        NOW,
+    );
+    assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
+    a.drain();
+    assert_eq!(a.pending_for(key).1, vec![]);
+    assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
+    assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
+    assert_eq!(a.evict_idle(minute_of_ms(NOW) + 1), 1);
+    assert_eq!(a.series_count(), 0);
+}
+
+#[test]
+fn preallocation_is_spread_and_once() {
+    let a = agg();
+    // 100 series active at 10:30 of some hour.
+    let hour = (NOW / 1000).div_euclid(HOUR_S) * HOUR_S;
+    let t = [(hour + 30 * 60) * 1000];
+    let names: Vec<String> = (0..100).map(|i| format!("s{i}")).collect();
+    let batches: Vec<_> = names
+        .iter()
+        .map(|n| batch(n, "m", SampleKind::Gauge, &t, &[1.0]))
+        .collect();
+    a.ingest(&batches, t[0]);
+    // Before the window: nothing.
+    assert!(a
+        .due_preallocations(hour + 40 * 60, 600, 600, 1000)
+        .is_empty());
+    // Halfway through the window: some but not all.
+    let half = a.due_preallocations(hour + 55 * 60, 600, 1, 1000);
+    assert!(half.len() > 10 && half.len() < 90, "{}", half.len());
+    assert!(half
+        .iter()
+        .all(|d| d.tier == Tier::Hour && d.period_start == hour + HOUR_S));
+    // At the end of the window: the rest, each once.
+    let rest = a.due_preallocations(hour + HOUR_S - 1, 600, 1, 1000);
+    assert_eq!(half.len() + rest.len(), 100);
+    assert!(a
+        .due_preallocations(hour + HOUR_S - 1, 600, 1, 1000)
+        .is_empty());
+}
+
+#[test]
+fn effective_shards() {
+    assert_eq!(AggregatorConfig { shards: 3 }.effective_shards(), 3);
+    let auto = AggregatorConfig { shards: 0 }.effective_shards();
+    assert!((1..=MAX_SHARDS).contains(&auto));
+}
