@@ -178,7 +178,9 @@ pub fn describe(status: &Status) -> String {
     s
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error and its sources on one line, each source once (transport
+/// errors often repeat their cause in their own text).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(e) = source {

@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::expect::ExpSlot;
 use crate::fleet::Kind;
-use crate::transport::Backoff;
+use crate::transport::{error_chain, Backoff};
 
 /// One series to check.
 #[derive(Debug, Clone)]
@@ -379,20 +379,6 @@ fn compare(check: &Check, body: &RangeBody) -> Found {
         }
     }
     found
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = e.source();
-    }
-    s
 }
 
 #[cfg(test)]
