@@ -77,175 +77,59 @@ pub fn store_operation(store: &'static str, op: &'static str, seconds: f64) {
         .record(seconds);
 }
 
+/// What kind of metric a description is for.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric the daemon exports, with its unit and help text, so
+/// `/metrics` carries `# HELP` for each from the first scrape.
+const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
+    (Kind::Counter, "tally_samples_accepted_total", Unit::Count, "Samples accepted by ingest."),
+    (Kind::Counter, "tally_samples_rejected_total", Unit::Count, "Samples rejected by ingest, by reason."),
+    (Kind::Counter, "tally_ingest_requests_total", Unit::Count, "Ingest messages by RPC and outcome (ok, pushback, too_large)."),
+    (Kind::Counter, "tally_counter_resets_total", Unit::Count, "Cumulative counters seen going down (counted process restarted)."),
+    (Kind::Gauge, "tally_pending_slots", Unit::Count, "Unflushed (series, minute) accumulators in memory."),
+    (Kind::Gauge, "tally_series", Unit::Count, "Series tracked by the aggregator."),
+    (Kind::Gauge, "tally_flush_inflight_batches", Unit::Count, "Flush batches drained and not yet finished (applied to the store and recorded in the catalog, or given up)."),
+    (Kind::Counter, "tally_flush_deferred_total", Unit::Count, "Flush ticks skipped because the store is behind (backpressure)."),
+    (Kind::Counter, "tally_flushes_total", Unit::Count, "Flush batches applied to the store."),
+    (Kind::Counter, "tally_flush_dropped_total", Unit::Count, "Flush batches the store refused permanently."),
+    (Kind::Histogram, "tally_flush_duration_seconds", Unit::Seconds, "Time to apply one flush batch to the store, per attempt."),
+    (Kind::Histogram, "tally_flush_series", Unit::Count, "Active series per applied flush."),
+    (Kind::Counter, "tally_flush_documents_total", Unit::Count, "Documents updated by flushes."),
+    (Kind::Counter, "tally_flush_documents_skipped_total", Unit::Count, "Documents a replayed flush had already updated (exactly-once)."),
+    (Kind::Counter, "tally_store_operations_total", Unit::Count, "Store operations by store and operation."),
+    (Kind::Counter, "tally_store_errors_total", Unit::Count, "Store errors by store, operation and kind."),
+    (Kind::Histogram, "tally_store_operation_duration_seconds", Unit::Seconds, "Store operation latency by store and operation."),
+    (Kind::Counter, "tally_preallocated_documents_total", Unit::Count, "Documents pre-allocated ahead of their period, by tier."),
+    (Kind::Counter, "tally_evicted_series_total", Unit::Count, "Idle series forgotten by the aggregator."),
+    (Kind::Counter, "tally_expired_documents_total", Unit::Count, "Documents removed by retention (embedded store)."),
+    (Kind::Histogram, "tally_query_duration_seconds", Unit::Seconds, "HTTP read latency by endpoint (range, latest, series, sources, metrics, aggregate)."),
+    (Kind::Counter, "tally_mongodb_round_trips_total", Unit::Count, "Commands sent to MongoDB, by operation."),
+    (Kind::Histogram, "tally_mongodb_round_trip_duration_seconds", Unit::Seconds, "MongoDB command round-trip latency, by operation."),
+    (Kind::Counter, "tally_mongodb_bytes_sent_total", Unit::Bytes, "Bytes of commands sent to MongoDB."),
+    (Kind::Counter, "tally_mongodb_statements_total", Unit::Count, "Write statements (updates, inserted documents) sent to MongoDB, by operation."),
+    (Kind::Histogram, "tally_mongodb_batch_statements", Unit::Count, "Write statements per MongoDB command, by operation."),
+    (Kind::Counter, "tally_mongodb_fallback_upserts_total", Unit::Count, "MongoDB documents created by a flush's fallback upsert (not pre-allocated)."),
+    (Kind::Counter, "tally_catalog_writes_total", Unit::Count, "Series catalog entries written (new series, or last_seen refreshed)."),
+    (Kind::Counter, "tally_rollup_skipped_total", Unit::Count, "Member series left out of a group rollup (kind conflict or rollup.max_series reached), per flush."),
+    (Kind::Counter, "tally_rollup_groups_refused_total", Unit::Count, "Group names agents declared beyond rollup.max_agent_groups, ignored."),
+    (Kind::Gauge, "tally_watch_subscribers", Unit::Count, "Live watch subscriptions (gRPC Watch and SSE)."),
+    (Kind::Counter, "tally_watch_skipped_total", Unit::Count, "Watch updates skipped because a subscriber's queue was full."),
+    (Kind::Counter, "tally_watch_dropped_total", Unit::Count, "Watch subscribers dropped for reading nothing for watch.max_lag."),
+    (Kind::Histogram, "tally_watch_tick_duration_seconds", Unit::Seconds, "Time to compute and send one watch tick to every subscriber."),
+];
+
 fn describe() {
-    describe_counter!(
-        "tally_samples_accepted_total",
-        Unit::Count,
-        "Samples accepted by ingest."
-    );
-    describe_counter!(
-        "tally_samples_rejected_total",
-        Unit::Count,
-        "Samples rejected by ingest, by reason."
-    );
-    describe_counter!(
-        "tally_ingest_requests_total",
-        Unit::Count,
-        "Ingest messages by RPC and outcome (ok, pushback, too_large)."
-    );
-    describe_counter!(
-        "tally_counter_resets_total",
-        Unit::Count,
-        "Cumulative counters seen going down (counted process restarted)."
-    );
-    describe_gauge!(
-        "tally_pending_slots",
-        Unit::Count,
-        "Unflushed (series, minute) accumulators in memory."
-    );
-    describe_gauge!(
-        "tally_series",
-        Unit::Count,
-        "Series tracked by the aggregator."
-    );
-    describe_gauge!(
-        "tally_flush_inflight_batches",
-        Unit::Count,
-        "Flush batches drained and not yet finished (applied to the store and recorded in the catalog, or given up)."
-    );
-    describe_counter!(
-        "tally_flush_deferred_total",
-        Unit::Count,
-        "Flush ticks skipped because the store is behind (backpressure)."
-    );
-    describe_counter!(
-        "tally_flushes_total",
-        Unit::Count,
-        "Flush batches applied to the store."
-    );
-    describe_counter!(
-        "tally_flush_dropped_total",
-        Unit::Count,
-        "Flush batches the store refused permanently."
-    );
-    describe_histogram!(
-        "tally_flush_duration_seconds",
-        Unit::Seconds,
-        "Time to apply one flush batch to the store, per attempt."
-    );
-    describe_histogram!(
-        "tally_flush_series",
-        Unit::Count,
-        "Active series per applied flush."
-    );
-    describe_counter!(
-        "tally_flush_documents_total",
-        Unit::Count,
-        "Documents updated by flushes."
-    );
-    describe_counter!(
-        "tally_flush_documents_skipped_total",
-        Unit::Count,
-        "Documents a replayed flush had already updated (exactly-once)."
-    );
-    describe_counter!(
-        "tally_store_operations_total",
-        Unit::Count,
-        "Store operations by store and operation."
-    );
-    describe_counter!(
-        "tally_store_errors_total",
-        Unit::Count,
-        "Store errors by store, operation and kind."
-    );
-    describe_histogram!(
-        "tally_store_operation_duration_seconds",
-        Unit::Seconds,
-        "Store operation latency by store and operation."
-    );
-    describe_counter!(
-        "tally_preallocated_documents_total",
-        Unit::Count,
-        "Documents pre-allocated ahead of their period, by tier."
-    );
-    describe_counter!(
-        "tally_evicted_series_total",
-        Unit::Count,
-        "Idle series forgotten by the aggregator."
-    );
-    describe_counter!(
-        "tally_expired_documents_total",
-        Unit::Count,
-        "Documents removed by retention (embedded store)."
-    );
-    describe_histogram!(
-        "tally_query_duration_seconds",
-        Unit::Seconds,
-        "HTTP read latency by endpoint (range, latest, series, sources, metrics, aggregate)."
-    );
-    describe_counter!(
-        "tally_mongodb_round_trips_total",
-        Unit::Count,
-        "Commands sent to MongoDB, by operation."
-    );
-    describe_histogram!(
-        "tally_mongodb_round_trip_duration_seconds",
-        Unit::Seconds,
-        "MongoDB command round-trip latency, by operation."
-    );
-    describe_counter!(
-        "tally_mongodb_bytes_sent_total",
-        Unit::Bytes,
-        "Bytes of commands sent to MongoDB."
-    );
-    describe_counter!(
-        "tally_mongodb_statements_total",
-        Unit::Count,
-        "Write statements (updates, inserted documents) sent to MongoDB, by operation."
-    );
-    describe_histogram!(
-        "tally_mongodb_batch_statements",
-        Unit::Count,
-        "Write statements per MongoDB command, by operation."
-    );
-    describe_counter!(
-        "tally_mongodb_fallback_upserts_total",
-        Unit::Count,
-        "MongoDB documents created by a flush's fallback upsert (not pre-allocated)."
-    );
-    describe_counter!(
-        "tally_catalog_writes_total",
-        Unit::Count,
-        "Series catalog entries written (new series, or last_seen refreshed)."
-    );
-    describe_counter!(
-        "tally_rollup_skipped_total",
-        Unit::Count,
-        "Member series left out of a group rollup (kind conflict or rollup.max_series reached), per flush."
-    );
-    describe_counter!(
-        "tally_rollup_groups_refused_total",
-        Unit::Count,
-        "Group names agents declared beyond rollup.max_agent_groups, ignored."
-    );
-    describe_gauge!(
-        "tally_watch_subscribers",
-        Unit::Count,
-        "Live watch subscriptions (gRPC Watch and SSE)."
-    );
-    describe_counter!(
-        "tally_watch_skipped_total",
-        Unit::Count,
-        "Watch updates skipped because a subscriber's queue was full."
-    );
-    describe_counter!(
-        "tally_watch_dropped_total",
-        Unit::Count,
-        "Watch subscribers dropped for reading nothing for watch.max_lag."
-    );
-    describe_histogram!(
-        "tally_watch_tick_duration_seconds",
-        Unit::Seconds,
-        "Time to compute and send one watch tick to every subscriber."
-    );
+    for &(kind, name, unit, help) in DESCRIPTIONS {
+        match kind {
+            Kind::Counter => describe_counter!(name, unit, help),
+            Kind::Gauge => describe_gauge!(name, unit, help),
+            Kind::Histogram => describe_histogram!(name, unit, help),
+        }
+    }
 }

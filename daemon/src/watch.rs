@@ -115,6 +115,103 @@ struct Subscriber {
     dropped: Arc<AtomicBool>,
 }
 
+/// The live window of every watched series: kind and minute slots.
+type Live = HashMap<SeriesId, (Option<SampleKind>, Buckets)>;
+
+/// One series' changed minutes for a subscriber.
+type Change<'a> = (&'a SeriesId, Option<SampleKind>, Vec<(i64, Slot)>);
+
+impl Subscriber {
+    /// Sends what changed since the last delivery; false when the
+    /// subscriber is gone or has been dropped for lagging.
+    fn deliver(&mut self, live: &Live, t_ms: i64, max_lag: Duration) -> bool {
+        if self.tx.is_closed() {
+            return false;
+        }
+        if self.tx.capacity() == 0 {
+            return self.fell_behind(max_lag);
+        }
+        let changed = self.changes(live);
+        if changed.is_empty() {
+            self.behind_since = None;
+            return true;
+        }
+        let event = WatchEvent {
+            t_ms,
+            snapshot: false,
+            skipped: self.skipped,
+            series: changed.iter().map(update_range).collect(),
+        };
+        match self.tx.try_send(event) {
+            Ok(()) => {
+                for (id, kind, _) in &changed {
+                    if let Some((_, slots)) = live.get(*id) {
+                        self.sent.insert((*id).clone(), slots.clone());
+                    }
+                    if let Some(k) = kind {
+                        self.kinds.insert((*id).clone(), *k);
+                    }
+                }
+                self.skipped = 0;
+                self.behind_since = None;
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+            Err(mpsc::error::TrySendError::Full(_)) => self.fell_behind(max_lag),
+        }
+    }
+
+    /// The minutes of this subscriber's series that differ from what it
+    /// was last sent.
+    fn changes<'a>(&self, live: &'a Live) -> Vec<Change<'a>> {
+        let mut changed = Vec::new();
+        for id in &self.series {
+            let Some((id, (kind, now_slots))) = live.get_key_value(id) else {
+                continue;
+            };
+            let before = self.sent.get(id).map(Vec::as_slice).unwrap_or(&[]);
+            let diff: Vec<(i64, Slot)> = now_slots
+                .iter()
+                .filter(|(t, s)| !before.iter().any(|(bt, bs)| bt == t && bs == s))
+                .copied()
+                .collect();
+            if !diff.is_empty() {
+                changed.push((id, kind.or(self.kinds.get(id).copied()), diff));
+            }
+        }
+        changed
+    }
+
+    /// Keeps a subscriber that could not take this tick, or drops it once
+    /// it has not read for `max_lag`.
+    fn fell_behind(&mut self, max_lag: Duration) -> bool {
+        self.skipped += 1;
+        metrics::counter!("tally_watch_skipped_total").increment(1);
+        let since = *self.behind_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= max_lag {
+            self.dropped.store(true, Ordering::Relaxed);
+            metrics::counter!("tally_watch_dropped_total").increment(1);
+            warn!(lag = ?since.elapsed(), "watch subscriber dropped: it stopped reading");
+            return false;
+        }
+        true
+    }
+}
+
+/// An update's points for one series: whole slot values so far.
+fn update_range((id, kind, diff): &Change<'_>) -> SeriesRange {
+    let counter = kind.is_some_and(SampleKind::is_counter);
+    SeriesRange {
+        source: id.source.to_string(),
+        metric: id.metric.to_string(),
+        kind: *kind,
+        points: diff
+            .iter()
+            .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
+            .collect(),
+    }
+}
+
 pub struct WatchHub {
     engine: Arc<QueryEngine>,
     cfg: WatchConfig,
@@ -306,20 +403,7 @@ impl WatchHub {
     }
 
     async fn tick(&self) -> Result<(), QueryError> {
-        let union: Vec<SeriesId> = {
-            let mut subs = self.subscribers.lock();
-            subs.retain(|s| !s.tx.is_closed());
-            // A subscriber whose queue is full cannot take this tick: its
-            // series are not read for it, so a stalled watcher costs nothing.
-            let mut all: Vec<SeriesId> = subs
-                .iter()
-                .filter(|s| s.tx.capacity() > 0)
-                .flat_map(|s| s.series.iter().cloned())
-                .collect();
-            all.sort();
-            all.dedup();
-            all
-        };
+        let union = self.watched_now();
         if union.is_empty() {
             metrics::gauge!("tally_watch_subscribers").set(self.subscriber_count() as f64);
             return Ok(());
@@ -331,7 +415,7 @@ impl WatchHub {
             to: current + MINUTE_S,
             step: Step::MINUTE,
         };
-        let live: HashMap<SeriesId, (Option<SampleKind>, Buckets)> = self
+        let live: Live = self
             .engine
             .many_buckets(&union, &w)
             .await?
@@ -340,84 +424,7 @@ impl WatchHub {
             .collect();
         let mut subs = self.subscribers.lock();
         let max_lag = self.cfg.max_lag;
-        // Keeps a subscriber that could not take this tick, or drops it
-        // once it has not read for `max_lag`.
-        let behind = |sub: &mut Subscriber| -> bool {
-            sub.skipped += 1;
-            metrics::counter!("tally_watch_skipped_total").increment(1);
-            let since = *sub.behind_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= max_lag {
-                sub.dropped.store(true, Ordering::Relaxed);
-                metrics::counter!("tally_watch_dropped_total").increment(1);
-                warn!(lag = ?since.elapsed(), "watch subscriber dropped: it stopped reading");
-                return false;
-            }
-            true
-        };
-        subs.retain_mut(|sub| {
-            if sub.tx.is_closed() {
-                return false;
-            }
-            if sub.tx.capacity() == 0 {
-                return behind(sub);
-            }
-            let mut changed = Vec::new();
-            for id in &sub.series {
-                let Some((kind, now_slots)) = live.get(id) else {
-                    continue;
-                };
-                let before = sub.sent.get(id).map(Vec::as_slice).unwrap_or(&[]);
-                let diff: Vec<(i64, Slot)> = now_slots
-                    .iter()
-                    .filter(|(t, s)| !before.iter().any(|(bt, bs)| bt == t && bs == s))
-                    .copied()
-                    .collect();
-                if !diff.is_empty() {
-                    changed.push((id, kind.or(sub.kinds.get(id).copied()), diff));
-                }
-            }
-            if changed.is_empty() {
-                sub.behind_since = None;
-                return true;
-            }
-            let event = WatchEvent {
-                t_ms: now.timestamp_millis(),
-                snapshot: false,
-                skipped: sub.skipped,
-                series: changed
-                    .iter()
-                    .map(|(id, kind, diff)| {
-                        let counter = kind.is_some_and(SampleKind::is_counter);
-                        SeriesRange {
-                            source: id.source.to_string(),
-                            metric: id.metric.to_string(),
-                            kind: *kind,
-                            points: diff
-                                .iter()
-                                .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
-                                .collect(),
-                        }
-                    })
-                    .collect(),
-            };
-            match sub.tx.try_send(event) {
-                Ok(()) => {
-                    for (id, kind, _) in &changed {
-                        if let Some((_, slots)) = live.get(*id) {
-                            sub.sent.insert((*id).clone(), slots.clone());
-                        }
-                        if let Some(k) = kind {
-                            sub.kinds.insert((*id).clone(), *k);
-                        }
-                    }
-                    sub.skipped = 0;
-                    sub.behind_since = None;
-                    true
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-                Err(mpsc::error::TrySendError::Full(_)) => behind(sub),
-            }
-        });
+        subs.retain_mut(|sub| sub.deliver(&live, now.timestamp_millis(), max_lag));
         // Forget delivered minutes that left the live window.
         for sub in subs.iter_mut() {
             for slots in sub.sent.values_mut() {
@@ -427,5 +434,21 @@ impl WatchHub {
         }
         metrics::gauge!("tally_watch_subscribers").set(subs.len() as f64);
         Ok(())
+    }
+
+    /// The series of every subscriber that can take an update now. A
+    /// subscriber whose queue is full cannot take this tick: its series are
+    /// not read for it, so a stalled watcher costs nothing.
+    fn watched_now(&self) -> Vec<SeriesId> {
+        let mut subs = self.subscribers.lock();
+        subs.retain(|s| !s.tx.is_closed());
+        let mut all: Vec<SeriesId> = subs
+            .iter()
+            .filter(|s| s.tx.capacity() > 0)
+            .flat_map(|s| s.series.iter().cloned())
+            .collect();
+        all.sort();
+        all.dedup();
+        all
     }
 }
