@@ -30,6 +30,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use clap::Parser;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::batch::{Timeline, WorkerSeries};
 use crate::cli::{Cli, Pace};
@@ -38,7 +39,7 @@ use crate::fleet::{Fleet, FleetSpec, Kind};
 use crate::progress::{Live, Progress};
 use crate::report::{merge_tally, FleetReport, Latency, RangeReport, Report, Requests, Samples};
 use crate::verify::{Check, VerifyOpts, VerifyReport};
-use crate::worker::{new_histogram, Cancel, Mode, SendOpts, Tally, Worker};
+use crate::worker::{new_histogram, Mode, SendOpts, Tally, Worker, WorkerOutcome};
 
 /// Exit statuses (also in `--help`).
 const EXIT_FAILED: u8 = 1;
@@ -157,22 +158,10 @@ async fn send(
     });
 
     let workers = cli.concurrency.min(fleet.sources());
-    let opts = Arc::new(SendOpts {
-        endpoint,
-        connect_timeout: cli.connect_timeout,
-        mode: cli.mode,
-        batch: cli.batch,
-        span: cli.span,
-        timeout: cli.timeout,
-        retries: cli.retries,
-        max_backoff: cli.max_backoff,
-        stream_messages: cli.stream_messages,
-        realtime_t0: t0,
-        verify: cli.verify,
-    });
+    let opts = Arc::new(send_opts(cli, endpoint, t0));
     let planned = fleet.series() as u64 * tl.ticks;
     let live = Arc::new(Live::default());
-    let cancel = Cancel::default();
+    let cancel = CancellationToken::new();
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let (cancel, interrupted) = (cancel.clone(), interrupted.clone());
@@ -199,83 +188,34 @@ async fn send(
             tokio::spawn(w.run())
         })
         .collect();
-    let mut tally = Tally::default();
-    let mut latency = new_histogram();
-    let mut fatal = None;
-    let mut checks = Vec::new();
-    let mut skipped = Vec::new();
-    for h in handles {
-        let out = h.await.context("a sender task failed")?;
-        merge_tally(&mut tally, &out.tally);
-        // Same bounds on every histogram, so adding cannot fail.
-        let _ = latency.add(&out.latency);
-        if fatal.is_none() {
-            fatal = out.fatal;
-        }
-        if let Some(expect) = out.expect {
-            collect_checks(&fleet, &out.ws, expect, &mut checks, &mut skipped);
-        }
-    }
+    let sent = collect(&fleet, handles).await?;
     // Real time counts from the scheduled start, not the wait for it.
     let elapsed = Instant::now().saturating_duration_since(t0.unwrap_or(started));
     progress.finish();
     let interrupted = interrupted.load(Ordering::Relaxed);
 
-    let verify = if cli.verify && fatal.is_none() && !interrupted {
-        Some(run_verify(cli, &tl, http, checks, skipped).await?)
+    let verify = if cli.verify && sent.fatal.is_none() && !interrupted {
+        Some(run_verify(cli, &tl, http, sent.checks, sent.skipped).await?)
     } else {
         None
     };
-    let samples_per_s = tally.accepted as f64 / elapsed.as_secs_f64().max(1e-9);
-    let outcome = if fatal.is_some() {
-        "aborted"
-    } else if interrupted {
-        "interrupted"
-    } else if verify.as_ref().is_some_and(|v| !v.passed) {
-        "verify_failed"
-    } else if tally.ambiguous > 0 {
-        "ambiguous_failures"
-    } else {
-        "ok"
-    };
-    let report = Report {
-        target: target.to_string(),
-        http: http.to_string(),
-        mode: cli.mode,
-        fleet: fleet_report(&fleet),
-        range: range_report(if t0.is_some() { "real_time" } else { "max" }, &tl),
-        batch: cli.batch,
-        span: cli.span,
+    let outcome = outcome_of(
+        sent.fatal.is_some(),
+        interrupted,
+        verify.as_ref(),
+        &sent.tally,
+    );
+    let run = Run {
+        target,
+        http,
+        fleet: &fleet,
+        tl: &tl,
+        real_time: t0.is_some(),
         concurrency: workers,
-        samples: Samples {
-            planned,
-            sent: tally.sent,
-            accepted: tally.accepted,
-            rejected: tally.rejected,
-            ambiguous: tally.ambiguous,
-            unacknowledged: tally.unacknowledged,
-        },
-        requests: Requests {
-            acknowledged: tally.acks,
-            failed: tally.failed,
-            retries: tally.retries,
-        },
-        elapsed_s: elapsed.as_secs_f64(),
-        samples_per_s,
-        latency: Latency::from_histogram(&latency, cli.mode),
-        errors_by_status: tally.errors_by_code.clone(),
-        error_examples: tally.error_examples.clone(),
-        rejections_by_reason: tally.rejections_by_reason.clone(),
-        rejections_truncated: tally.rejections_truncated,
-        rejection_examples: tally.rejection_examples.clone(),
-        real_time: t0.map(|_| report::RealTime {
-            max_lag_ms: tally.max_lag.as_secs_f64() * 1000.0,
-            late_batches: tally.late_batches,
-        }),
-        verify,
-        outcome,
-        fatal,
+        planned,
+        elapsed,
     };
+    let report = run.report(cli, &sent.tally, &sent.latency, verify, outcome, sent.fatal);
     print_report(cli, &report)?;
     Ok(ExitCode::from(match outcome {
         "aborted" => EXIT_FAILED,
@@ -284,6 +224,143 @@ async fn send(
         "ambiguous_failures" => EXIT_AMBIGUOUS,
         _ => 0,
     }))
+}
+
+fn send_opts(cli: &Cli, endpoint: tonic::transport::Endpoint, t0: Option<Instant>) -> SendOpts {
+    SendOpts {
+        endpoint,
+        connect_timeout: cli.connect_timeout,
+        mode: cli.mode,
+        batch: cli.batch,
+        span: cli.span,
+        timeout: cli.timeout,
+        retries: cli.retries,
+        max_backoff: cli.max_backoff,
+        stream_messages: cli.stream_messages,
+        realtime_t0: t0,
+        verify: cli.verify,
+    }
+}
+
+/// What the workers sent, merged.
+struct Sent {
+    tally: Tally,
+    latency: hdrhistogram::Histogram<u64>,
+    fatal: Option<String>,
+    checks: Vec<Check>,
+    skipped: Vec<String>,
+}
+
+/// Waits for every worker and merges their books.
+async fn collect(
+    fleet: &Fleet,
+    handles: Vec<tokio::task::JoinHandle<WorkerOutcome>>,
+) -> anyhow::Result<Sent> {
+    let mut sent = Sent {
+        tally: Tally::default(),
+        latency: new_histogram(),
+        fatal: None,
+        checks: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for h in handles {
+        let out = h.await.context("a sender task failed")?;
+        merge_tally(&mut sent.tally, &out.tally);
+        // Same bounds on every histogram, so adding cannot fail.
+        let _ = sent.latency.add(&out.latency);
+        if sent.fatal.is_none() {
+            sent.fatal = out.fatal;
+        }
+        if let Some(expect) = out.expect {
+            collect_checks(fleet, &out.ws, expect, &mut sent.checks, &mut sent.skipped);
+        }
+    }
+    Ok(sent)
+}
+
+/// The run's outcome word, worst first.
+fn outcome_of(
+    fatal: bool,
+    interrupted: bool,
+    verify: Option<&VerifyReport>,
+    tally: &Tally,
+) -> &'static str {
+    if fatal {
+        "aborted"
+    } else if interrupted {
+        "interrupted"
+    } else if verify.is_some_and(|v| !v.passed) {
+        "verify_failed"
+    } else if tally.ambiguous > 0 {
+        "ambiguous_failures"
+    } else {
+        "ok"
+    }
+}
+
+/// The shape of a finished send, for its report.
+struct Run<'a> {
+    target: &'a str,
+    http: &'a str,
+    fleet: &'a Fleet,
+    tl: &'a Timeline,
+    real_time: bool,
+    concurrency: usize,
+    planned: u64,
+    elapsed: Duration,
+}
+
+impl Run<'_> {
+    fn report(
+        &self,
+        cli: &Cli,
+        tally: &Tally,
+        latency: &hdrhistogram::Histogram<u64>,
+        verify: Option<VerifyReport>,
+        outcome: &'static str,
+        fatal: Option<String>,
+    ) -> Report {
+        let samples_per_s = tally.accepted as f64 / self.elapsed.as_secs_f64().max(1e-9);
+        let mode = if self.real_time { "real_time" } else { "max" };
+        Report {
+            target: self.target.to_string(),
+            http: self.http.to_string(),
+            mode: cli.mode,
+            fleet: fleet_report(self.fleet),
+            range: range_report(mode, self.tl),
+            batch: cli.batch,
+            span: cli.span,
+            concurrency: self.concurrency,
+            samples: Samples {
+                planned: self.planned,
+                sent: tally.sent,
+                accepted: tally.accepted,
+                rejected: tally.rejected,
+                ambiguous: tally.ambiguous,
+                unacknowledged: tally.unacknowledged,
+            },
+            requests: Requests {
+                acknowledged: tally.acks,
+                failed: tally.failed,
+                retries: tally.retries,
+            },
+            elapsed_s: self.elapsed.as_secs_f64(),
+            samples_per_s,
+            latency: Latency::from_histogram(latency, cli.mode),
+            errors_by_status: tally.errors_by_code.clone(),
+            error_examples: tally.error_examples.clone(),
+            rejections_by_reason: tally.rejections_by_reason.clone(),
+            rejections_truncated: tally.rejections_truncated,
+            rejection_examples: tally.rejection_examples.clone(),
+            real_time: self.real_time.then(|| report::RealTime {
+                max_lag_ms: tally.max_lag.as_secs_f64() * 1000.0,
+                late_batches: tally.late_batches,
+            }),
+            verify,
+            outcome,
+            fatal,
+        }
+    }
 }
 
 async fn verify_only(

@@ -216,6 +216,21 @@ impl Report {
             r.ticks,
         );
         if r.pace != "verify_only" {
+            self.human_send(&mut o);
+            self.human_problems(&mut o);
+        }
+        if let Some(v) = &self.verify {
+            human_verify(&mut o, v);
+        }
+        if let Some(f) = &self.fatal {
+            let _ = writeln!(o, "error: {f}");
+        }
+        o
+    }
+
+    /// Transport, counts, speed and latency of the send phase.
+    fn human_send(&self, o: &mut String) {
+        {
             let s = &self.samples;
             let mode = match self.mode {
                 Mode::Unary => "unary Push",
@@ -262,6 +277,12 @@ impl Report {
                     rt.max_lag_ms, rt.late_batches
                 );
             }
+        }
+    }
+
+    /// Errors and rejections, with an example of each.
+    fn human_problems(&self, o: &mut String) {
+        {
             if self.errors_by_status.is_empty() {
                 let _ = writeln!(o, "  errors    none");
             } else {
@@ -295,43 +316,41 @@ impl Report {
                 }
             }
         }
-        if let Some(v) = &self.verify {
-            let verdict = if v.passed { "PASSED" } else { "FAILED" };
-            let _ = writeln!(
+    }
+}
+
+/// The verdict of `--verify`, with the first mismatches.
+fn human_verify(o: &mut String, v: &VerifyReport) {
+    let verdict = if v.passed { "PASSED" } else { "FAILED" };
+    let _ = writeln!(
+            o,
+            "verify {verdict}: {} series, {} minute slots checked in {:.2} s; {} mismatches ({} missing, {} extra points), {} series unreadable",
+            thousands(v.series_checked),
+            thousands(v.slots_checked),
+            v.elapsed_s,
+            thousands(v.mismatches),
+            v.missing_points,
+            v.extra_points,
+            v.read_errors,
+        );
+    for l in &v.listed {
+        let _ = writeln!(o, "  {l}");
+    }
+    let shown = v.listed.len() as u64;
+    if v.mismatches + v.read_errors > shown {
+        let _ = writeln!(
+            o,
+            "  … and {} more (--max-mismatches)",
+            v.mismatches + v.read_errors - shown
+        );
+    }
+    if v.series_skipped > 0 {
+        let _ = writeln!(
                 o,
-                "verify {verdict}: {} series, {} minute slots checked in {:.2} s; {} mismatches ({} missing, {} extra points), {} series unreadable",
-                thousands(v.series_checked),
-                thousands(v.slots_checked),
-                v.elapsed_s,
-                thousands(v.mismatches),
-                v.missing_points,
-                v.extra_points,
-                v.read_errors,
+                "WARNING: {} series were NOT verified: requests carrying their samples failed ambiguously (the daemon may or may not have applied them), e.g. {}",
+                thousands(v.series_skipped),
+                v.skipped_examples.join(", ")
             );
-            for l in &v.listed {
-                let _ = writeln!(o, "  {l}");
-            }
-            let shown = v.listed.len() as u64;
-            if v.mismatches + v.read_errors > shown {
-                let _ = writeln!(
-                    o,
-                    "  … and {} more (--max-mismatches)",
-                    v.mismatches + v.read_errors - shown
-                );
-            }
-            if v.series_skipped > 0 {
-                let _ = writeln!(
-                    o,
-                    "WARNING: {} series were NOT verified: requests carrying their samples failed ambiguously (the daemon may or may not have applied them), e.g. {}",
-                    thousands(v.series_skipped),
-                    v.skipped_examples.join(", ")
-                );
-            }
-        }
-        if let Some(f) = &self.fatal {
-            let _ = writeln!(o, "error: {f}");
-        }
-        o
     }
 }
 

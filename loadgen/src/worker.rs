@@ -15,8 +15,8 @@ use bytes::Bytes;
 use futures::SinkExt;
 use hdrhistogram::Histogram;
 use tally_proto::v1 as pb;
-use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -66,31 +66,6 @@ const STREAM_MAX_AGE: Duration = Duration::from_secs(5);
 const KEEP_DETAILS: usize = 5;
 /// First backoff after a refusal.
 const INITIAL_BACKOFF: Duration = Duration::from_millis(50);
-
-/// Stops every worker at the next batch boundary (Ctrl-C, a fatal error).
-#[derive(Clone)]
-pub struct Cancel(Arc<watch::Sender<bool>>);
-
-impl Default for Cancel {
-    fn default() -> Self {
-        Cancel(Arc::new(watch::Sender::new(false)))
-    }
-}
-
-impl Cancel {
-    pub fn cancel(&self) {
-        self.0.send_replace(true);
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        *self.0.borrow()
-    }
-
-    pub async fn cancelled(&self) {
-        let mut rx = self.0.subscribe();
-        let _ = rx.wait_for(|c| *c).await;
-    }
-}
 
 /// One worker's exact books, merged into the report at the end.
 #[derive(Debug, Default, Clone)]
@@ -148,7 +123,7 @@ pub struct Worker {
     tl: Timeline,
     opts: Arc<SendOpts>,
     live: Arc<Live>,
-    cancel: Cancel,
+    cancel: CancellationToken,
     ws: WorkerSeries,
     schedule: Schedule,
     tally: Tally,
@@ -165,7 +140,7 @@ impl Worker {
         tl: Timeline,
         opts: Arc<SendOpts>,
         live: Arc<Live>,
-        cancel: Cancel,
+        cancel: CancellationToken,
         ws: WorkerSeries,
     ) -> Worker {
         let schedule = match opts.realtime_t0 {
