@@ -352,7 +352,7 @@ impl Run<'_> {
             rejections_by_reason: tally.rejections_by_reason.clone(),
             rejections_truncated: tally.rejections_truncated,
             rejection_examples: tally.rejection_examples.clone(),
-            real_time: self.real_time.then(|| report::RealTime {
+            real_time: self.real_time.then_some(report::RealTime {
                 max_lag_ms: tally.max_lag.as_secs_f64() * 1000.0,
                 late_batches: tally.late_batches,
             }),
