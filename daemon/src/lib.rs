@@ -1,11 +1,49 @@
-//! Tally: a time-series ingestion daemon.
+//! Tally: a time-series ingestion daemon that folds pushed samples into
+//! pre-allocated per-hour and per-day documents with a slot per minute, and
+//! serves graphs from them in O(1) documents per series and range.
 //!
-//! Agents push samples over gRPC ([`ingest`]); the [`aggregator`] folds them
-//! per (series, minute) in memory; the [`flush`] pipeline turns the folded
-//! minutes into hour- and day-document updates and hands them to a
-//! [`store::Store`]; [`query`] answers range reads from the store merged with
-//! what is still in memory; [`http`] serves the JSON API and operations
-//! endpoints. [`config`] holds every setting; `main.rs` only wires these.
+//! # Data path
+//!
+//! ```text
+//!  agents ─▶ grpc::ingest ─▶ aggregator ──drain──▶ flush ──apply──▶ store
+//!            (tally.v1)      per (series,          numbered        ├ embedded
+//!              │             minute) slots         batches,        └ mongodb
+//!              ▼                  ▲                 rollup,           ▲
+//!            ingest               │                 catalog           │
+//!            (limits, gate)       │                    ▲              │
+//!                                 └──── query ─────────┴──────────────┘
+//!  dashboards ◀── grpc::query / http::api / http::prometheus / watch
+//! ```
+//!
+//! Samples are acknowledged once they are in the aggregator; every
+//! `flush.interval` the flush pipeline drains the aggregator into a batch
+//! with its own id, merges group rollups into it and applies it to the
+//! store, whose per-document watermarks make a retried batch count once.
+//! Reads merge what the store has with the batches in flight and the slots
+//! still in memory, so a graph is fresh to the second.
+//!
+//! # Layout
+//!
+//! | module | role |
+//! |---|---|
+//! | [`model`] | series ids, slots, kinds, periods: the document model's vocabulary |
+//! | [`ingest`] | `[ingest]` limits and the gate every protocol's ingest passes |
+//! | [`aggregator`] | the in-memory fold per (series, minute), counter deltas, sample checks |
+//! | [`flush`] | drains the aggregator into batches, applies them, retries, backpressure |
+//! | [`rollup`] | group rollups merged into each drained batch |
+//! | [`catalog`] | which series exist, recorded after each applied batch |
+//! | [`store`] | the [`store::Store`] trait; [`store::embedded`] and [`store::mongodb`] behind it |
+//! | [`query`] | ranges, latest values, cross-source aggregates, discovery |
+//! | [`watch`] | live subscriptions fed once a second from the query engine |
+//! | [`maintenance`] | pre-allocation, retention sweep, idle-series eviction |
+//! | [`grpc`] | the gRPC server: ingest and query services, health, reflection |
+//! | [`http`] | the HTTP server: native API, operations endpoints, Prometheus-compatible API |
+//! | [`selector`] | source and metric name matchers (names, lists, globs) |
+//! | [`config`] | command line, layered loading and composition of every section |
+//! | [`validate`] | the checks each section's config type runs |
+//! | [`telemetry`] | logging and the daemon's own metrics |
+//!
+//! `main.rs` only wires these together and runs the shutdown sequence.
 
 pub mod aggregator;
 pub mod catalog;

@@ -557,8 +557,8 @@ mod tests {
     }
 
     #[test]
-    fn seed_example_lands_in_minute_37_of_hour_23() {
-        // 2015-05-29T23:06:37Z is the seed's sample; its hour doc starts 23:00.
+    fn example_sample_lands_in_minute_6_of_hour_23() {
+        // A sample at 2015-05-29T23:06:37Z: its hour doc starts 23:00.
         let m = minute_at(2015, 5, 29, 23, 6, 37);
         let hs = hour_slot(m);
         assert_eq!(hs.hour_start, ts(2015, 5, 29, 23));
