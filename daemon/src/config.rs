@@ -23,6 +23,9 @@ use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::{Deserialize, Serialize};
 
+use crate::duration_text::{as_text as duration, format_duration};
+use crate::store::mongodb::redact_uri;
+
 /// Prefix shared by every environment variable the daemon reads.
 pub const ENV_PREFIX: &str = "TALLYD_";
 
@@ -50,8 +53,6 @@ const FLAG_KEYS: &[(&str, &str)] = &[
 const ENV_SOURCE: &str = "environment";
 const FLAG_SOURCE: &str = "command line";
 
-/// MongoDB refuses larger write batches (`maxWriteBatchSize`).
-const MONGODB_MAX_BATCH: usize = 100_000;
 /// MongoDB stores a TTL index's `expireAfterSeconds` as a 32-bit integer.
 const TTL_MAX: Duration = Duration::from_secs(i32::MAX as u64);
 /// Protobuf cannot encode a message of 2 GiB or more.
@@ -240,24 +241,8 @@ pub struct RetentionConfig {
     pub day: Duration,
 }
 
-/// The MongoDB store; read only when `store = "mongodb"`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MongoDbConfig {
-    pub uri: String,
-    pub database: String,
-    pub hour_collection: String,
-    pub day_collection: String,
-    /// The series catalog (discovery): one small document per series.
-    pub series_collection: String,
-    /// Update statements per bulk write.
-    pub statements_per_batch: usize,
-    /// Bulk writes in flight at once.
-    pub max_concurrent_batches: usize,
-    /// Deadline for each database operation.
-    #[serde(with = "duration")]
-    pub timeout: Duration,
-}
+/// The MongoDB store's settings, defined and checked by the store.
+pub use crate::store::mongodb::MongoDbConfig;
 
 /// The embedded store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -457,21 +442,6 @@ impl Default for RetentionConfig {
         RetentionConfig {
             hour: secs(14 * DAY),
             day: secs(400 * DAY),
-        }
-    }
-}
-
-impl Default for MongoDbConfig {
-    fn default() -> Self {
-        MongoDbConfig {
-            uri: "mongodb://127.0.0.1:27017".to_string(),
-            database: "tally".to_string(),
-            hour_collection: "metrics_by_hour".to_string(),
-            day_collection: "metrics_by_day".to_string(),
-            series_collection: "tally_series".to_string(),
-            statements_per_batch: 1000,
-            max_concurrent_batches: 4,
-            timeout: secs(10),
         }
     }
 }
@@ -801,49 +771,7 @@ impl Config {
         c.min_duration(r.day, secs(DAY), "retention.day");
         c.at_most(r.day, TTL_MAX, "retention.day");
 
-        let m = &self.mongodb;
-        c.require(
-            m.uri.starts_with("mongodb://") || m.uri.starts_with("mongodb+srv://"),
-            "mongodb.uri",
-            "must start with mongodb:// or mongodb+srv://",
-        );
-        if let Err(why) = check_database_name(&m.database) {
-            c.fail("mongodb.database", why);
-        }
-        if let Err(why) = check_collection_name(&m.hour_collection) {
-            c.fail("mongodb.hour_collection", why);
-        }
-        if let Err(why) = check_collection_name(&m.day_collection) {
-            c.fail("mongodb.day_collection", why);
-        }
-        c.require(
-            m.hour_collection != m.day_collection,
-            "mongodb.day_collection",
-            "must differ from mongodb.hour_collection: the two document shapes cannot share a collection",
-        );
-        if let Err(why) = check_collection_name(&m.series_collection) {
-            c.fail("mongodb.series_collection", why);
-        }
-        c.require(
-            ![&m.hour_collection, &m.day_collection].contains(&&m.series_collection)
-                && m.series_collection != crate::store::mongodb::WRITERS_COLLECTION,
-            "mongodb.series_collection",
-            format!(
-                "must differ from mongodb.hour_collection, mongodb.day_collection and {}: catalog entries cannot share a collection",
-                crate::store::mongodb::WRITERS_COLLECTION
-            ),
-        );
-        c.require(
-            (1..=MONGODB_MAX_BATCH).contains(&m.statements_per_batch),
-            "mongodb.statements_per_batch",
-            format!("must be between 1 and {MONGODB_MAX_BATCH} (MongoDB's write batch limit)"),
-        );
-        c.at_least(
-            m.max_concurrent_batches,
-            1,
-            "mongodb.max_concurrent_batches",
-        );
-        c.positive(m.timeout, "mongodb.timeout");
+        c.0.extend(self.mongodb.problems());
 
         c.at_least(self.query.max_points, 1, "query.max_points");
         c.at_least(self.query.default_points, 1, "query.default_points");
@@ -953,34 +881,6 @@ fn listeners_clash(a: SocketAddr, b: SocketAddr) -> bool {
     a.port() != 0
         && a.port() == b.port()
         && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
-}
-
-// MongoDB's own naming rules; checking them here turns a failure on the
-// first write into a startup error that names the setting.
-fn check_database_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if name.len() >= 64 {
-        return Err("must be shorter than 64 bytes".into());
-    }
-    match name.chars().find(|c| "/\\. \"$*<>:|?\0".contains(*c)) {
-        Some(c) => Err(format!("must not contain {c:?}")),
-        None => Ok(()),
-    }
-}
-
-fn check_collection_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("must not be empty".into());
-    }
-    if name.starts_with("system.") {
-        return Err("must not start with \"system.\" (reserved by MongoDB)".into());
-    }
-    match name.chars().find(|c| "$\0".contains(*c)) {
-        Some(c) => Err(format!("must not contain {c:?}")),
-        None => Ok(()),
-    }
 }
 
 impl Cli {
@@ -1244,29 +1144,6 @@ fn one_of(names: &[&str]) -> String {
     }
 }
 
-/// Masks the password in a MongoDB connection string. Anything that looks
-/// like `user:secret@` is masked, erring towards hiding too much.
-fn redact_uri(uri: &str) -> String {
-    let Some(scheme_end) = uri.find("://") else {
-        return uri.to_string();
-    };
-    let rest_start = scheme_end + 3;
-    let rest = &uri[rest_start..];
-    let Some(at) = rest.rfind('@') else {
-        return uri.to_string();
-    };
-    let userinfo = &rest[..at];
-    match userinfo.find(':') {
-        Some(colon) => format!(
-            "{}{}:***{}",
-            &uri[..rest_start],
-            &userinfo[..colon],
-            &rest[at..]
-        ),
-        None => uri.to_string(),
-    }
-}
-
 fn render_table(out: &mut String, header: &str, dict: &Dict) {
     for (name, value) in dict {
         if !matches!(value, Value::Dict(..)) {
@@ -1331,58 +1208,6 @@ fn toml_string(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-/// Formats in the largest unit that divides evenly, so the defaults print
-/// as "14d" or "90m" rather than humantime's "1year 1month ..." spellings.
-fn format_duration(d: Duration) -> String {
-    if d.subsec_nanos() == 0 {
-        let s = d.as_secs();
-        for (unit, size) in [("d", DAY), ("h", HOUR), ("m", MINUTE)] {
-            if s != 0 && s.is_multiple_of(size) {
-                return format!("{}{unit}", s / size);
-            }
-        }
-        return format!("{s}s");
-    }
-    let nanos = d.as_nanos();
-    for (unit, size) in [("ms", 1_000_000), ("us", 1_000)] {
-        if nanos.is_multiple_of(size) {
-            return format!("{}{unit}", nanos / size);
-        }
-    }
-    format!("{nanos}ns")
-}
-
-/// Durations as humantime strings ("500ms", "2h", "14d").
-mod duration {
-    use std::fmt;
-    use std::time::Duration;
-
-    use serde::{de, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&super::format_duration(*value))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        deserializer.deserialize_str(Visitor)
-    }
-
-    struct Visitor;
-
-    impl de::Visitor<'_> for Visitor {
-        type Value = Duration;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a duration string such as \"500ms\", \"30s\", \"90m\" or \"14d\"")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Duration, E> {
-            humantime::parse_duration(v)
-                .map_err(|e| E::custom(format!("invalid duration {v:?}: {e}")))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1942,18 +1767,6 @@ mod tests {
             plain.contains("uri = \"mongodb://127.0.0.1:27017\""),
             "{plain}"
         );
-    }
-
-    #[test]
-    fn redaction() {
-        assert_eq!(redact_uri("mongodb://h:1"), "mongodb://h:1");
-        assert_eq!(redact_uri("mongodb://u@h"), "mongodb://u@h");
-        assert_eq!(redact_uri("mongodb://u:p@h"), "mongodb://u:***@h");
-        assert_eq!(
-            redact_uri("mongodb+srv://u:p%40x@h/db"),
-            "mongodb+srv://u:***@h/db"
-        );
-        assert_eq!(redact_uri("not a uri"), "not a uri");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod aggregator;
 pub mod catalog;
 pub mod config;
+mod duration_text;
 pub mod flush;
 pub mod grpc;
 pub mod http;

@@ -21,7 +21,7 @@ use tally::maintenance::{self, MaintenanceConfig};
 use tally::query::{QueryEngine, QueryLimits};
 use tally::rollup::Rollups;
 use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
-use tally::store::mongodb::MongoStore;
+use tally::store::mongodb::{redact_uri, MongoStore};
 use tally::store::Store;
 use tally::watch::{WatchConfig, WatchHub};
 use tally::{grpc, http, telemetry};
@@ -309,18 +309,6 @@ fn writer_id(config: &Config) -> Result<String> {
     let id = format!("w{:016x}", rand::random::<u64>());
     std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
     Ok(id)
-}
-
-/// The URI without its password, for logs.
-fn redact_uri(uri: &str) -> String {
-    match (uri.find("://"), uri.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &uri[scheme + 3..at];
-            let user = creds.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &uri[..scheme + 3], &uri[at..])
-        }
-        _ => uri.to_string(),
-    }
 }
 
 /// Mirrors the store's health into `grpc.health.v1`, so gRPC load
