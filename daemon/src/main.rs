@@ -23,7 +23,7 @@ use tally::maintenance::Maintenance;
 use tally::query::{QueryEngine, QueryLimits};
 use tally::rollup::Rollups;
 use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
-use tally::store::mongodb::MongoStore;
+use tally::store::mongodb::{redact_uri, MongoStore};
 use tally::store::Store;
 use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
@@ -250,7 +250,7 @@ async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
             .await
             .context("configuring the MongoDB store")?;
             info!(
-                uri = %tally::config::redact_uri(&config.mongodb.uri),
+                uri = %redact_uri(&config.mongodb.uri),
                 database = %config.mongodb.database,
                 writer = %writer,
                 "mongodb store configured"

@@ -28,10 +28,11 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+pub use crate::store::mongodb::MongoDbConfig;
 pub use cli::Cli;
 pub use error::{ConfigError, SettingError, UnknownEnvVar};
 pub use load::{env_var_names, CONFIG_ENV, ENV_PREFIX};
-pub use pending::{redact_uri, EmbeddedConfig, MongoDbConfig, QueryConfig};
+pub use pending::{EmbeddedConfig, QueryConfig};
 
 use crate::aggregator::AggregatorConfig;
 use crate::catalog::CatalogConfig;

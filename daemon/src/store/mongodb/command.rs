@@ -1,0 +1,265 @@
+//! Commands and the one way they reach the server. Write commands are built
+//! byte by byte and cut to the server's size limits; every command, and
+//! every driver call, runs under the store's deadline and is counted, so
+//! the statistics and metrics cover all traffic.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use bson::raw::{RawDocument, RawDocumentBuf};
+use bson::spec::ElementType;
+use bson::Document;
+use futures::stream::{self, StreamExt};
+
+use super::errors::{all_or_worst, parse_write_reply, Failure, WriteReply};
+use super::stats::Op;
+use super::MongoStore;
+use crate::model::Tier;
+use crate::store::StoreError;
+
+/// A command stays below this many bytes of BSON: well under the 16 MiB
+/// (+16 KiB) a server accepts, with room for the envelope.
+pub(super) const MAX_COMMAND_BYTES: usize = 12 * 1024 * 1024;
+
+/// Builds `{<verb>: <collection>, <field>: [...], ordered: false,
+/// writeConcern: ...}` byte by byte, so each statement is copied once, into
+/// the command (the bson crate can only append owned documents to an
+/// array).
+pub(super) struct WriteCommand {
+    buf: Vec<u8>,
+    array_at: usize,
+    count: usize,
+}
+
+impl WriteCommand {
+    pub(super) fn new(verb: &str, collection: &str, field: &str) -> WriteCommand {
+        let mut buf = Vec::with_capacity(64 * 1024);
+        buf.extend_from_slice(&[0; 4]);
+        buf.push(ElementType::String as u8);
+        push_cstring(&mut buf, verb);
+        let len = i32::try_from(collection.len() + 1).unwrap_or(i32::MAX);
+        buf.extend_from_slice(&len.to_le_bytes());
+        buf.extend_from_slice(collection.as_bytes());
+        buf.push(0);
+        buf.push(ElementType::Array as u8);
+        push_cstring(&mut buf, field);
+        let array_at = buf.len();
+        buf.extend_from_slice(&[0; 4]);
+        WriteCommand {
+            buf,
+            array_at,
+            count: 0,
+        }
+    }
+
+    pub(super) fn push(&mut self, doc: &RawDocument) {
+        self.buf.push(ElementType::EmbeddedDocument as u8);
+        // Writing to a Vec cannot fail.
+        let _ = write!(self.buf, "{}", self.count);
+        self.buf.push(0);
+        self.buf.extend_from_slice(doc.as_bytes());
+        self.count += 1;
+    }
+
+    pub(super) fn finish(
+        mut self,
+        write_concern: Option<&RawDocument>,
+    ) -> Result<RawDocumentBuf, StoreError> {
+        self.buf.push(0);
+        let array_len = self.buf.len() - self.array_at;
+        put_len(&mut self.buf, self.array_at, array_len)?;
+        self.buf.push(ElementType::Boolean as u8);
+        push_cstring(&mut self.buf, "ordered");
+        self.buf.push(0);
+        if let Some(wc) = write_concern {
+            self.buf.push(ElementType::EmbeddedDocument as u8);
+            push_cstring(&mut self.buf, "writeConcern");
+            self.buf.extend_from_slice(wc.as_bytes());
+        }
+        self.buf.push(0);
+        let total = self.buf.len();
+        put_len(&mut self.buf, 0, total)?;
+        RawDocumentBuf::from_bytes(self.buf)
+            .map_err(|e| StoreError::Invalid(format!("building a write command: {e}")))
+    }
+}
+
+fn push_cstring(buf: &mut Vec<u8>, s: &str) {
+    buf.extend_from_slice(s.as_bytes());
+    buf.push(0);
+}
+
+fn put_len(buf: &mut [u8], at: usize, len: usize) -> Result<(), StoreError> {
+    let len = i32::try_from(len)
+        .map_err(|_| StoreError::Invalid(format!("a write command of {len} bytes")))?;
+    if let Some(dst) = buf.get_mut(at..at + 4) {
+        dst.copy_from_slice(&len.to_le_bytes());
+    }
+    Ok(())
+}
+
+/// Splits statements into commands of at most `per_command` statements and
+/// [`MAX_COMMAND_BYTES`] bytes (never empty: one oversized statement still
+/// gets a command, and the server judges it).
+pub(super) fn chunk_by_size(
+    sizes: impl Iterator<Item = usize>,
+    per_command: usize,
+) -> Vec<(usize, usize)> {
+    let mut chunks = Vec::new();
+    let (mut start, mut count, mut bytes) = (0usize, 0usize, 0usize);
+    for (i, size) in sizes.enumerate() {
+        if count > 0 && (count >= per_command || bytes + size > MAX_COMMAND_BYTES) {
+            chunks.push((start, i));
+            start = i;
+            count = 0;
+            bytes = 0;
+        }
+        count += 1;
+        bytes += size + 16;
+    }
+    if count > 0 {
+        chunks.push((start, start + count));
+    }
+    chunks
+}
+
+pub(super) fn to_raw(d: &Document) -> Result<RawDocumentBuf, StoreError> {
+    RawDocumentBuf::from_document(d).map_err(|e| StoreError::Invalid(format!("BSON: {e}")))
+}
+
+/// A command made of constants and names: it always converts, and if it did
+/// not, the server would refuse the empty command.
+pub(super) fn raw_command(d: &Document) -> RawDocumentBuf {
+    RawDocumentBuf::from_document(d).unwrap_or_default()
+}
+
+pub(super) fn bson_len(d: &Document) -> usize {
+    RawDocumentBuf::from_document(d).map_or(0, |r| r.as_bytes().len())
+}
+
+/// Statements and round trips of one call, for [`crate::store::ApplyStats`].
+#[derive(Debug, Default)]
+pub(super) struct Work {
+    pub(super) statements: usize,
+    pub(super) round_trips: usize,
+}
+
+/// `items` split by tier, hour first, leaving out a tier with none: one
+/// group per collection.
+pub(super) fn by_tier<T: Copy>(items: &[T], tier_of: impl Fn(T) -> Tier) -> Vec<(Tier, Vec<T>)> {
+    [Tier::Hour, Tier::Day]
+        .into_iter()
+        .map(|tier| {
+            let of_tier = items.iter().copied().filter(|&x| tier_of(x) == tier);
+            (tier, of_tier.collect::<Vec<_>>())
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
+}
+
+impl MongoStore {
+    /// Runs a command with the store's deadline, counting and timing it.
+    pub(super) async fn send(
+        &self,
+        op: Op,
+        cmd: RawDocumentBuf,
+        statements: usize,
+    ) -> Result<Document, Failure> {
+        let bytes = cmd.as_bytes().len();
+        let started = Instant::now();
+        let result = tokio::time::timeout(self.timeout, self.db.run_raw_command(cmd)).await;
+        self.record(op, statements, bytes, started);
+        match result {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(Failure::Driver(e)),
+            Err(_) => Err(Failure::Timeout(self.timeout)),
+        }
+    }
+
+    /// [`Self::send`] with the failure mapped; `write` says whether the
+    /// command may change data (so a lost reply is ambiguous).
+    pub(super) async fn command(
+        &self,
+        op: Op,
+        cmd: RawDocumentBuf,
+        statements: usize,
+        write: bool,
+    ) -> Result<Document, StoreError> {
+        self.send(op, cmd, statements)
+            .await
+            .map_err(|f| f.into_store(write))
+    }
+
+    /// Runs a driver call that changes nothing (a `find`, a ping) within
+    /// `limit`, counting and timing it as one round trip of `op` that sent
+    /// about `bytes`. Running out of time is `Unavailable`, with the message
+    /// `<what>no answer within <limit>`.
+    pub(super) async fn timed<T>(
+        &self,
+        op: Op,
+        bytes: usize,
+        limit: Duration,
+        what: &str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let started = Instant::now();
+        let result = tokio::time::timeout(limit, call).await;
+        self.record(op, 0, bytes, started);
+        result.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(format!(
+                "{what}no answer within {limit:?}"
+            )))
+        })
+    }
+
+    /// Sends write statements, grouped by collection, in commands of
+    /// bounded size, several at once. Returns each command's reply with the
+    /// index of its group, duplicate indexes counted within the group.
+    /// Every command runs to its end even when another fails, so that the
+    /// error reported is the most telling one.
+    pub(super) async fn write_all(
+        &self,
+        op: Op,
+        groups: &[(&str, Vec<&RawDocument>)],
+        work: &mut Work,
+    ) -> Result<Vec<(usize, WriteReply)>, StoreError> {
+        let (verb, field) = match op {
+            Op::Insert => ("insert", "documents"),
+            _ => ("update", "updates"),
+        };
+        let mut jobs = Vec::new();
+        for (group, (collection, stmts)) in groups.iter().enumerate() {
+            let sizes = stmts.iter().map(|s| s.as_bytes().len());
+            for (from, to) in chunk_by_size(sizes, self.statements_per_batch) {
+                jobs.push((group, *collection, from, &stmts[from..to]));
+                work.statements += to - from;
+                work.round_trips += 1;
+            }
+        }
+        // The futures are built before the stream: a stream over a mapping
+        // closure with borrowed arguments trips the `Send` check of the
+        // trait's boxed futures ("FnOnce is not general enough").
+        let futures: Vec<_> = jobs
+            .into_iter()
+            .map(|(group, collection, offset, chunk)| async move {
+                let mut cmd = WriteCommand::new(verb, collection, field);
+                for s in chunk {
+                    cmd.push(s);
+                }
+                let cmd = cmd.finish(self.write_concern.as_deref())?;
+                let reply = self.command(op, cmd, chunk.len(), true).await?;
+                let mut reply = parse_write_reply(&reply, chunk.len())?;
+                for i in &mut reply.duplicates {
+                    *i += offset;
+                }
+                Ok::<_, StoreError>((group, reply))
+            })
+            .collect();
+        let results: Vec<_> = stream::iter(futures)
+            .buffer_unordered(self.max_concurrent)
+            .collect()
+            .await;
+        all_or_worst(results)
+    }
+}

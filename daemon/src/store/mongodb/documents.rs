@@ -1,0 +1,102 @@
+//! Pre-allocated documents: every slot present and empty, so later updates
+//! only change numbers that are already there and a document never grows.
+//! The constant parts are serialised once, because a day document is about
+//! 86 KB and pre-allocation makes many of them.
+
+use bson::raw::RawDocumentBuf;
+
+use super::ids::{bson_date, doc_id};
+use crate::model::{SeriesId, Tier};
+
+/// Minute slots of an hour, hour slots of a day.
+pub(super) const MINUTES: usize = 60;
+pub(super) const HOURS: usize = 24;
+
+fn empty_slot() -> RawDocumentBuf {
+    let mut s = RawDocumentBuf::new();
+    s.append("n", 0_i64);
+    s.append("sum", 0.0_f64);
+    s.append("min", f64::INFINITY);
+    s.append("max", f64::NEG_INFINITY);
+    s
+}
+
+/// The constant parts of pre-allocated documents, serialised once, so a
+/// pre-allocated document costs a few memory copies.
+pub(super) struct Templates {
+    slot: RawDocumentBuf,
+    empty: RawDocumentBuf,
+    hour_values: RawDocumentBuf,
+    day_values: RawDocumentBuf,
+}
+
+impl Templates {
+    pub(super) fn new() -> Templates {
+        let slot = empty_slot();
+        let mut hour_values = RawDocumentBuf::new();
+        for m in 0..MINUTES {
+            hour_values.append_ref(m.to_string(), &slot);
+        }
+        // `total` first: an hourly read of a day document finds it at once.
+        let mut day_hour = RawDocumentBuf::new();
+        day_hour.append_ref("total", &slot);
+        for m in 0..MINUTES {
+            day_hour.append_ref(m.to_string(), &slot);
+        }
+        let mut day_values = RawDocumentBuf::new();
+        for h in 0..HOURS {
+            day_values.append_ref(h.to_string(), &day_hour);
+        }
+        Templates {
+            slot,
+            empty: RawDocumentBuf::new(),
+            hour_values,
+            day_values,
+        }
+    }
+
+    /// The full empty document: every slot present, `w: {}`, no `k`.
+    pub(super) fn document(
+        &self,
+        id: &str,
+        series: &SeriesId,
+        tier: Tier,
+        start: i64,
+    ) -> RawDocumentBuf {
+        let mut d = RawDocumentBuf::new();
+        d.append_ref("_id", id);
+        d.append_ref("s", &*series.source);
+        d.append_ref("m", &*series.metric);
+        d.append_ref("t", bson_date(start));
+        d.append_ref("w", &self.empty);
+        d.append_ref("total", &self.slot);
+        match tier {
+            Tier::Hour => d.append_ref("values", &self.hour_values),
+            Tier::Day => d.append_ref("values", &self.day_values),
+        }
+        d
+    }
+}
+
+fn reference_size(tier: Tier) -> usize {
+    let series = SeriesId::new("db-00001", "op_counter");
+    let start = 1_773_446_400; // 2026-03-14T00:00Z
+    let id = doc_id(&series, tier, start).unwrap_or_default();
+    Templates::new()
+        .document(&id, &series, tier, start)
+        .as_bytes()
+        .len()
+}
+
+/// BSON bytes of a pre-allocated hour document of the series
+/// `db-00001/op_counter`; every byte of a longer source or metric name adds
+/// two (it is in `_id` and in `s` or `m`).
+pub fn hour_doc_bson_size() -> usize {
+    reference_size(Tier::Hour)
+}
+
+/// BSON bytes of a pre-allocated day document of `db-00001/op_counter`; see
+/// [`hour_doc_bson_size`].
+pub fn day_doc_bson_size() -> usize {
+    reference_size(Tier::Day)
+}

@@ -1,0 +1,263 @@
+//! What a reply or a failure means for the flush pipeline: write errors in
+//! a reply, driver errors and timeouts become [`StoreError`] kinds. This
+//! decides between retrying (the data is held) and refusing (it is
+//! dropped), so all of it sits together.
+
+use std::time::Duration;
+
+use bson::{Bson, Document};
+use mongodb::error::{Error as DriverError, ErrorKind, RETRYABLE_WRITE_ERROR};
+
+use crate::store::StoreError;
+
+const DUPLICATE_KEY: i32 = 11_000;
+
+/// What one write command did.
+#[derive(Debug, Default)]
+pub(super) struct WriteReply {
+    /// Statements the server reports as matched, upserted or inserted.
+    pub(super) n: u64,
+    /// Indexes (within the command) of statements refused with 11000.
+    pub(super) duplicates: Vec<usize>,
+    /// Documents an upsert created: the fallback, when neither
+    /// pre-allocation nor the first-sighting insert made them.
+    pub(super) upserted: usize,
+}
+
+/// Server error codes worth retrying: the server is stepping down, shutting
+/// down, interrupted, overloaded or timed out, or not a writable primary.
+const TRANSIENT_CODES: &[i32] = &[
+    6,     // HostUnreachable
+    7,     // HostNotFound
+    50,    // MaxTimeMSExpired
+    64,    // WriteConcernFailed
+    89,    // NetworkTimeout
+    91,    // ShutdownInProgress
+    112,   // WriteConflict
+    134,   // ReadConcernMajorityNotAvailableYet
+    189,   // PrimarySteppedDown
+    202,   // NetworkInterfaceExceededTimeLimit
+    262,   // ExceededTimeLimit
+    9001,  // SocketException
+    10058, // LegacyNotPrimary
+    10107, // NotWritablePrimary
+    11600, // InterruptedAtShutdown
+    11601, // Interrupted
+    11602, // InterruptedDueToReplStateChange
+    13435, // NotPrimaryNoSecondaryOk
+    13436, // NotPrimaryOrSecondary
+];
+
+/// Refusals that are about the deployment, not the request: wrong
+/// credentials or roles. Retrying keeps the data in memory (with
+/// backpressure) until an operator fixes them, instead of dropping flushes.
+const ACCESS_CODES: &[i32] = &[
+    13, // Unauthorized
+    18, // AuthenticationFailed
+];
+
+/// Commands that were refused before doing anything.
+const NOTHING_DONE_CODES: &[i32] = &[91, 10058, 10107, 13435, 13436, 13, 18];
+
+pub(super) fn as_i64(v: &Bson) -> Option<i64> {
+    match *v {
+        Bson::Int32(n) => Some(i64::from(n)),
+        Bson::Int64(n) => Some(n),
+        Bson::Double(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => Some(f as i64),
+        _ => None,
+    }
+}
+
+/// Reads the reply of an `update` or `insert` command.
+pub(super) fn parse_write_reply(
+    reply: &Document,
+    statements: usize,
+) -> Result<WriteReply, StoreError> {
+    let mut out = WriteReply {
+        n: reply
+            .get("n")
+            .and_then(as_i64)
+            .and_then(|n| u64::try_from(n).ok())
+            .unwrap_or(0),
+        duplicates: Vec::new(),
+        upserted: match reply.get("upserted") {
+            Some(Bson::Array(a)) => a.len(),
+            _ => 0,
+        },
+    };
+    let mut refused: Option<String> = None;
+    let mut transient: Option<String> = None;
+    let mut refused_count = 0usize;
+    if let Some(errors) = reply.get("writeErrors") {
+        let Bson::Array(errors) = errors else {
+            return Err(StoreError::Ambiguous(format!(
+                "unexpected writeErrors in reply: {errors}"
+            )));
+        };
+        for e in errors {
+            let Bson::Document(e) = e else {
+                return Err(StoreError::Ambiguous(format!(
+                    "unexpected write error in reply: {e}"
+                )));
+            };
+            let index = e
+                .get("index")
+                .and_then(as_i64)
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < statements);
+            let code = e
+                .get("code")
+                .and_then(as_i64)
+                .and_then(|c| i32::try_from(c).ok());
+            let (Some(index), Some(code)) = (index, code) else {
+                return Err(StoreError::Ambiguous(format!(
+                    "unexpected write error in reply: {e}"
+                )));
+            };
+            let msg = e.get_str("errmsg").unwrap_or("");
+            if code == DUPLICATE_KEY {
+                out.duplicates.push(index);
+            } else if TRANSIENT_CODES.contains(&code) || ACCESS_CODES.contains(&code) {
+                transient.get_or_insert_with(|| format!("statement {index}: code {code}: {msg}"));
+            } else {
+                refused_count += 1;
+                refused.get_or_insert_with(|| format!("statement {index}: code {code}: {msg}"));
+            }
+        }
+    }
+    if let Some(first) = refused {
+        return Err(StoreError::Invalid(format!(
+            "the server refused {refused_count} statement(s); first: {first}"
+        )));
+    }
+    if let Some(wce) = reply.get("writeConcernError") {
+        // Applied on the primary, not (yet) acknowledged by the write concern.
+        return Err(StoreError::Ambiguous(format!("write concern error: {wce}")));
+    }
+    if let Some(first) = transient {
+        return Err(StoreError::Unavailable(format!(
+            "statements failed transiently; first: {first}"
+        )));
+    }
+    Ok(out)
+}
+
+/// Maps a driver error onto the store's kinds. `sent_write` says whether the
+/// operation was a write that may have reached the server.
+pub(super) fn classify(e: &DriverError, sent_write: bool) -> StoreError {
+    let msg = e.to_string();
+    let maybe_applied = |msg: String| {
+        if sent_write {
+            StoreError::Ambiguous(msg)
+        } else {
+            StoreError::Unavailable(msg)
+        }
+    };
+    match &*e.kind {
+        // The deployment, not the request, is at fault: retrying keeps the
+        // data (under backpressure) until it is fixed, where a refusal
+        // would make the pipeline drop every flush.
+        ErrorKind::ServerSelection { .. }
+        | ErrorKind::DnsResolve { .. }
+        | ErrorKind::Authentication { .. }
+        | ErrorKind::IncompatibleServer { .. }
+        | ErrorKind::InvalidTlsConfig { .. }
+        | ErrorKind::Shutdown => StoreError::Unavailable(msg),
+        ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
+            if e.contains_label("NoWritesPerformed") {
+                StoreError::Unavailable(msg)
+            } else {
+                maybe_applied(msg)
+            }
+        }
+        ErrorKind::Command(c) => {
+            if NOTHING_DONE_CODES.contains(&c.code) {
+                StoreError::Unavailable(msg)
+            } else if TRANSIENT_CODES.contains(&c.code)
+                || ACCESS_CODES.contains(&c.code)
+                || e.contains_label(RETRYABLE_WRITE_ERROR)
+                || e.contains_label("RetryableError")
+                || e.contains_label("SystemOverloadedError")
+            {
+                maybe_applied(msg)
+            } else {
+                StoreError::Invalid(msg)
+            }
+        }
+        ErrorKind::InvalidResponse { .. } | ErrorKind::Internal { .. } => maybe_applied(msg),
+        ErrorKind::BsonDeserialization(_) => StoreError::Corrupt {
+            doc: "reply".into(),
+            reason: msg,
+        },
+        _ => StoreError::Invalid(msg),
+    }
+}
+
+/// Orders errors of concurrent commands: the one to report first. A refusal
+/// is reported over a transient failure because retrying cannot fix it.
+fn severity(e: &StoreError) -> u8 {
+    match e {
+        StoreError::Corrupt { .. } => 4,
+        StoreError::Invalid(_) => 3,
+        StoreError::Ambiguous(_) => 2,
+        StoreError::Io(_) => 1,
+        StoreError::Unavailable(_) => 0,
+    }
+}
+
+fn keep_worst(slot: &mut Option<StoreError>, e: StoreError) {
+    match slot {
+        Some(old) if severity(old) >= severity(&e) => {}
+        _ => *slot = Some(e),
+    }
+}
+
+/// Every result of concurrent commands, or the worst of their errors: all
+/// of them ran, so the caller learns the most telling failure, not the first.
+pub(super) fn all_or_worst<T>(results: Vec<Result<T, StoreError>>) -> Result<Vec<T>, StoreError> {
+    let mut worst = None;
+    let mut out = Vec::with_capacity(results.len());
+    for r in results {
+        match r {
+            Ok(v) => out.push(v),
+            Err(e) => keep_worst(&mut worst, e),
+        }
+    }
+    match worst {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// A command that did not come back with a reply.
+pub(super) enum Failure {
+    Driver(DriverError),
+    Timeout(Duration),
+}
+
+impl Failure {
+    /// The server's error code, when the server refused the command.
+    pub(super) fn code(&self) -> Option<i32> {
+        match self {
+            Failure::Driver(e) => match &*e.kind {
+                ErrorKind::Command(c) => Some(c.code),
+                _ => None,
+            },
+            Failure::Timeout(_) => None,
+        }
+    }
+
+    pub(super) fn into_store(self, write: bool) -> StoreError {
+        match self {
+            Failure::Driver(e) => classify(&e, write),
+            Failure::Timeout(limit) => {
+                let msg = format!("no answer within {limit:?}");
+                if write {
+                    StoreError::Ambiguous(msg)
+                } else {
+                    StoreError::Unavailable(msg)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! Flush-id reservations: the one small document per writer that lets a
+//! restarted daemon continue above every watermark it wrote, even if the
+//! clock went back (see "Flush ids" in the module documentation).
+
+use std::sync::atomic::Ordering;
+
+use bson::doc;
+use tracing::debug;
+
+use super::command::{to_raw, WriteCommand};
+use super::errors::{as_i64, classify, parse_write_reply};
+use super::stats::Op;
+use super::MongoStore;
+use crate::store::StoreError;
+
+/// Where each writer's flush-id reservation lives (one tiny document per
+/// writer, in [`super::MongoDbConfig::database`]).
+pub(super) const WRITERS_COLLECTION: &str = "tally_writers";
+
+/// How far ahead of a flush id the store reserves ids: 60 s of the
+/// wall-clock microseconds flush ids are made of, so about one reservation a
+/// minute.
+const ID_RESERVATION: u64 = 60_000_000;
+
+impl MongoStore {
+    /// Records, ahead of the writes, that this writer may use flush ids up
+    /// to `flush_id` + [`ID_RESERVATION`]; see the module documentation.
+    pub(super) async fn reserve_ids(&self, flush_id: u64) -> Result<bool, StoreError> {
+        if flush_id <= self.reserved_id.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let next = flush_id.saturating_add(ID_RESERVATION).min(i64::MAX as u64);
+        let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
+        let stmt = to_raw(&doc! {
+            "q": { "_id": self.writer.as_str() },
+            "u": { "$max": { "next": next as i64 }, "$currentDate": { "updated": true } },
+            "upsert": true,
+        })?;
+        cmd.push(&stmt);
+        let cmd = cmd.finish(self.write_concern.as_deref())?;
+        let reply = self.command(Op::ReserveIds, cmd, 0, true).await?;
+        let reply = parse_write_reply(&reply, 1)?;
+        if !reply.duplicates.is_empty() {
+            // Two first reservations raced; the next attempt updates.
+            return Err(StoreError::Unavailable(
+                "flush id reservation raced with another; retrying".into(),
+            ));
+        }
+        self.reserved_id.fetch_max(next, Ordering::AcqRel);
+        debug!(writer = %self.writer, next, "reserved flush ids");
+        Ok(true)
+    }
+
+    /// The reservation on record, 0 when this writer has none.
+    pub(super) async fn last_flush_id_inner(&self) -> Result<u64, StoreError> {
+        let find = async {
+            let filter = doc! { "_id": self.writer.as_str() };
+            self.writers
+                .find_one(filter)
+                .await
+                .map_err(|e| classify(&e, false))
+        };
+        let found = self
+            .timed(Op::LastFlushId, 0, self.timeout, "", find)
+            .await?;
+        let Some(doc) = found else { return Ok(0) };
+        match doc.get("next").and_then(as_i64) {
+            Some(n) if n >= 0 => Ok(n as u64),
+            _ => Err(StoreError::Corrupt {
+                doc: format!("{}.{WRITERS_COLLECTION}/{}", self.db.name(), self.writer),
+                reason: format!("`next` is {:?}; expected a flush id", doc.get("next")),
+            }),
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! The TTL indexes that expire documents after the retention: made (or
+//! altered when the retention changed) lazily, before the first operation
+//! that reaches the server, and retried until that works, so the daemon
+//! starts and ingests while MongoDB is down.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson};
+use tracing::{debug, error, info};
+
+use super::command::raw_command;
+use super::errors::{as_i64, Failure};
+use super::stats::Op;
+use super::MongoStore;
+use crate::store::StoreError;
+
+/// Field of the hour and day documents' TTL index.
+const PERIOD_FIELD: &str = "t";
+
+/// Field of the series catalog's TTL index.
+pub(super) const LAST_SEEN_FIELD: &str = "last_seen";
+
+/// After index creation failed for a reason retrying cannot fix (say, the
+/// user may not run `collMod`), writes go on without it and the next attempt
+/// waits this long, so the log is not flooded.
+const INDEX_RETRY_AFTER_FAILURE: Duration = Duration::from_secs(300);
+
+const NAMESPACE_NOT_FOUND: i32 = 26;
+const INDEX_OPTIONS_CONFLICT: i32 = 85;
+const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
+
+impl MongoStore {
+    /// Makes sure the TTL indexes exist, before the first operation that
+    /// reaches the server. A retryable failure fails the operation (it
+    /// would fail anyway); any other is logged and retried later, without
+    /// holding up writes.
+    pub(super) async fn ready(&self) -> Result<(), StoreError> {
+        if self.indexes_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut next_attempt = self.index_attempt.lock().await;
+        if self.indexes_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        if next_attempt.is_some_and(|t| Instant::now() < t) {
+            return Ok(());
+        }
+        match self.ensure_indexes().await {
+            Ok(()) => {
+                self.indexes_ready.store(true, Ordering::Release);
+                *next_attempt = None;
+                Ok(())
+            }
+            Err(e) if e.is_retryable() => Err(e),
+            Err(e) => {
+                self.count_error(Op::Indexes, &e);
+                error!(error = %e, retry_in = ?INDEX_RETRY_AFTER_FAILURE,
+                    "cannot create the TTL indexes; documents will not expire until this is fixed");
+                *next_attempt = Some(Instant::now() + INDEX_RETRY_AFTER_FAILURE);
+                Ok(())
+            }
+        }
+    }
+
+    async fn ensure_indexes(&self) -> Result<(), StoreError> {
+        for (coll, field, ttl) in [
+            (self.hour.name(), PERIOD_FIELD, self.retention.0),
+            (self.day.name(), PERIOD_FIELD, self.retention.1),
+            (self.series.name(), LAST_SEEN_FIELD, self.retention.1),
+        ] {
+            // A second round only when a concurrent creation (another daemon
+            // starting at the same time) made ours conflict.
+            match self.ensure_ttl_index(coll, field, ttl).await {
+                Err(f)
+                    if matches!(
+                        f.code(),
+                        Some(INDEX_OPTIONS_CONFLICT | INDEX_KEY_SPECS_CONFLICT)
+                    ) =>
+                {
+                    self.ensure_ttl_index(coll, field, ttl)
+                        .await
+                        .map_err(|f| f.into_store(true))?;
+                }
+                other => other.map_err(|f| f.into_store(true))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `{<field>: 1}` on `coll` a TTL index of `ttl` seconds. The
+    /// index is found by its key, so one created by hand under another name
+    /// is adopted rather than duplicated; a new one gets the server's
+    /// default name, `<field>_1`.
+    async fn ensure_ttl_index(&self, coll: &str, field: &str, ttl: u64) -> Result<(), Failure> {
+        let list = raw_command(&doc! { "listIndexes": coll, "cursor": { "batchSize": 1000 } });
+        let specs = match self.send(Op::Indexes, list, 0).await {
+            Ok(reply) => reply
+                .get_document("cursor")
+                .and_then(|c| c.get_array("firstBatch"))
+                .cloned()
+                .unwrap_or_default(),
+            // The collection does not exist yet.
+            Err(f) if f.code() == Some(NAMESPACE_NOT_FOUND) => Vec::new(),
+            Err(f) => return Err(f),
+        };
+        let existing = specs.iter().filter_map(Bson::as_document).find(|s| {
+            s.get_document("key")
+                .is_ok_and(|k| k.len() == 1 && k.get(field).and_then(as_i64) == Some(1))
+        });
+        let ttl_i32 = i32::try_from(ttl).unwrap_or(i32::MAX);
+        match existing {
+            None => {
+                let cmd = raw_command(&doc! {
+                    "createIndexes": coll,
+                    "indexes": [{
+                        "key": { field: 1 },
+                        "name": format!("{field}_1"),
+                        "expireAfterSeconds": ttl_i32,
+                    }],
+                });
+                self.send(Op::Indexes, cmd, 0).await?;
+                info!(
+                    collection = coll,
+                    expire_after_s = ttl,
+                    "created the TTL index"
+                );
+            }
+            Some(spec)
+                if spec.get("expireAfterSeconds").and_then(as_i64) == Some(i64::from(ttl_i32)) =>
+            {
+                debug!(
+                    collection = coll,
+                    expire_after_s = ttl,
+                    "TTL index in place"
+                );
+            }
+            Some(spec) => {
+                let old = spec.get("expireAfterSeconds").cloned();
+                let cmd = raw_command(&doc! {
+                    "collMod": coll,
+                    "index": { "keyPattern": { field: 1 }, "expireAfterSeconds": ttl_i32 },
+                });
+                self.send(Op::Indexes, cmd, 0).await?;
+                info!(collection = coll, old = ?old, new = ttl,
+                    "changed the TTL index's expireAfterSeconds (the retention changed)");
+            }
+        }
+        Ok(())
+    }
+}

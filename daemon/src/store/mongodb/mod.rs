@@ -1,0 +1,430 @@
+//! The MongoDB store: Tally's hour and day documents on a MongoDB server or
+//! sharded cluster, written through the official `mongodb` driver.
+//!
+//! # Documents
+//!
+//! Two collections, [`MongoDbConfig::hour_collection`] and
+//! [`MongoDbConfig::day_collection`], in [`MongoDbConfig::database`]. A
+//! slot is `{n: Int64, sum: Double, min: Double, max: Double}`; the empty slot
+//! is `{n: 0, sum: 0.0, min: +Infinity, max: -Infinity}`, because `$min` and
+//! `$max` on a real server replace an infinity with any finite value, while a
+//! null would win every `$min` (null sorts below all numbers).
+//!
+//! ```text
+//! hour: { _id: "db-01|op_counter|2026031410",           // <source>|<metric>|<YYYYMMDDHH> UTC
+//!         s: "db-01", m: "op_counter", t: Date(2026-03-14T10:00Z),
+//!         k: "gauge",                                    // absent until the first write
+//!         w: { <writer id>: Int64(flush id) },           // per-writer watermark
+//!         total: <slot>,                                 // the hour's running slot
+//!         values: { "0": <slot>, ..., "59": <slot> } }   // values.<MINUTE>
+//! day:  { _id: "db-01|op_counter|20260314", s, m, t, k, w,
+//!         total: <slot>,                                 // the day's running slot
+//!         values: { "0": { total: <slot>, "0": <slot>, ..., "59": <slot> },
+//!                   ...,
+//!                   "23": { ... } } }                    // values.<HOUR>.<MINUTE>
+//! ```
+//!
+//! A pre-allocated document has every slot present and empty, `w: {}` and no
+//! `k`; it is [`hour_doc_bson_size`] (about 3.7 KB) or [`day_doc_bson_size`]
+//! (about 86 KB) bytes of BSON, and it never grows afterwards, since every
+//! update only changes numbers that are already there.
+//!
+//! # Ids, indexes and the shard key
+//!
+//! `_id` is a string, `"<source>|<metric>|<period key>"`, with the period key
+//! `YYYYMMDDHH` (hour documents) or `YYYYMMDD` (day documents) in UTC. Source
+//! and metric names cannot contain `|`, so the id is unambiguous, and because
+//! the key is fixed-width, one series' documents sort by time. A range read of
+//! one series is therefore an `_id` index range scan,
+//! `{_id: {$gte: "<s>|<m>|<from key>", $lt: "<s>|<m>|<to key>"}}` sorted by
+//! `_id`, and every write filters on `_id` alone: no secondary index is
+//! needed for reads or writes.
+//!
+//! The only other index is the TTL index `{t: 1}` with `expireAfterSeconds`
+//! set to the tier's retention, so a document is deleted `retention` after
+//! its period starts. It is created (or, when the retention changed, altered
+//! with `collMod`) lazily before the first operation that reaches the server,
+//! and retried until that works: the daemon starts, and keeps ingesting within
+//! its memory bound, while MongoDB is down. The series catalog's TTL index
+//! (below) is made the same way.
+//!
+//! **Recommended shard key: `{_id: 1}` (ranged)** for both collections. The
+//! id starts with the source, so one source's documents are contiguous in the
+//! key space and live together on one shard (a source's range reads stay on
+//! one shard), while
+//! different sources spread over chunks. Every statement Tally sends carries
+//! an `_id` equality (writes) or an `_id` range inside one series (reads), so
+//! mongos sends each one to exactly one shard. A hashed key would scatter a
+//! series' range read over every shard. And with `_id` as the shard key, the
+//! uniqueness of `_id`, which the exactly-once scheme below relies on, holds
+//! across the whole cluster; with any other shard key it holds per shard
+//! only.
+//!
+//! # Writes
+//!
+//! One upsert per touched document per flush:
+//!
+//! ```text
+//! q: { _id: X, "w.<writer>": { $not: { $gte: Int64(flush id) } } }
+//! u: { $inc: { "values.M.n", "values.M.sum", ..., "total.n", "total.sum" },
+//!      $min: { "values.M.min", ..., "total.min" },  $max: { ... },
+//!      $set: { "w.<writer>": Int64(flush id), k: "<kind>" },
+//!      $setOnInsert: { s, m, t } },  upsert: true
+//! ```
+//!
+//! Day documents get the same at the minute (`values.H.M`), hour
+//! (`values.H.total`) and day (`total`) levels. No path appears twice across
+//! the operators, which a real server would reject.
+//!
+//! Statements go out as the `update` command with many statements,
+//! `ordered: false`, in commands of at most
+//! [`MongoDbConfig::statements_per_batch`] statements and about 12 MiB, with
+//! at most [`MongoDbConfig::max_concurrent_batches`] commands in flight. The
+//! `update` command is used rather than `bulkWrite` because `bulkWrite` needs
+//! MongoDB 8.0, while a multi-statement `update` works on every server the
+//! driver supports. **Supported servers: MongoDB 4.4 and later** (the `mongodb`
+//! 3.x driver's floor, wire version 9), standalone, replica set or sharded.
+//!
+//! First sighting: the store remembers (bounded, in memory) which documents
+//! it knows to exist. Before the first update of a document it does not know,
+//! it looks the id up (an `_id`-only, index-covered `find`) and inserts the
+//! full pre-allocated document if it is missing; so updates fill slots that
+//! are already there, and the upsert stays only as the fallback (e.g. after
+//! the memory is full, or if a document vanished). The look-up comes first
+//! because a blind insert would resend 86 KB per day document after every
+//! restart, or when another daemon already pre-allocated.
+//!
+//! # The series catalog
+//!
+//! [`MongoDbConfig::series_collection`] holds one small document per series,
+//! for discovery ([`Store::catalog_list`]):
+//!
+//! ```text
+//! { _id: "db-01|op_counter",                 // SeriesId::key: <source>|<metric>
+//!   source: "db-01", metric: "op_counter",
+//!   kind: "gauge",                           // SampleKind::as_str
+//!   first_seen: Date(...), last_seen: Date(...) }   // minute starts
+//! ```
+//!
+//! [`Store::catalog_upsert`] sends one statement per series,
+//! `{q: {_id}, u: {$min: {first_seen}, $max: {last_seen}, $set: {kind},
+//! $setOnInsert: {source, metric}}, upsert: true}`, in multi-statement
+//! `update` commands as above. The daemon calls it for new series and when
+//! a series' `last_seen` moved on by a coarse step, not per flush, so it
+//! costs little next to the document writes. Two daemons upserting the same
+//! new series at once can get a duplicate key error; those statements are
+//! sent once more (the document exists by then), as for documents.
+//!
+//! A listing is one `find` over an `_id` range sorted by `_id`, which is the
+//! key order listings and their pagination are defined in: from the larger
+//! of the cursor (`after`, exclusive) and the literal prefix the source
+//! matchers impose (with an exact source, `<source>|` plus the metric
+//! matchers' prefix), up to the end of that prefix. Equalities (an exact
+//! metric, the kind, `last_seen >= seen_since`) are sent along, since they
+//! mean the same on every server; regular expressions and globs never are:
+//! the store filters with
+//! [`NameMatcher::matches`](crate::selector::NameMatcher::matches) itself,
+//! so every store speaks the same regex dialect (Rust's `regex`, as PromQL's RE2) whatever
+//! the server's own engine would accept. The cursor is read in batches and
+//! dropped (the driver kills it) as soon as `limit` entries passed, so a
+//! call's work is bounded by what it returns plus what the matchers refuse
+//! on the way; there is no cap on the documents one call may scan, so it
+//! never returns fewer entries than exist.
+//!
+//! Its TTL index is `{last_seen: 1}` with `expireAfterSeconds` = the day
+//! retention: an entry goes when the series' last day document would have
+//! gone too (give or take the daemon's refresh step).
+//!
+//! # Exactly once
+//!
+//! Every document keeps, per writer, the highest flush id applied to it
+//! (`w.<writer>`). The filter above matches only while that watermark is
+//! below the flush's id, so a replayed flush (after an ambiguous failure, or
+//! later from a write-ahead log) does not match a document it already
+//! updated. The upsert then tries to insert `_id: X` and fails with a
+//! duplicate key error (11000): "already applied", counted as skipped. A
+//! duplicate key can also be a genuine race (the document was inserted by
+//! pre-allocation between the match and the insert), so statements that got
+//! 11000 are sent once more; the document exists by then, so a second 11000
+//! can only mean the watermark is already there.
+//!
+//! Failures: a network error once a write was sent is
+//! [`StoreError::Ambiguous`]; no server, a server that is not a writable
+//! primary, other transient server errors, and a deployment problem
+//! (credentials, roles, a server older than 4.4) are
+//! [`StoreError::Unavailable`], so the daemon holds its data under
+//! backpressure rather than dropping flushes; a statement the server refuses
+//! for good (for example code 40, a path conflict, which would be a bug here)
+//! is [`StoreError::Invalid`]. The flush pipeline retries the retryable ones
+//! with the whole batch, and the watermark filter makes that replay safe.
+//!
+//! Flush ids: before the first write of a flush whose id is above what it
+//! reserved, the store records `{_id: <writer>, next: id + 60 s}` in the
+//! small collection `tally_writers` with `$max`, and
+//! [`Store::last_flush_id`] returns that reservation. It is an upper bound of
+//! every watermark this writer has written, so a restarted daemon continues
+//! above all of them even if the clock went back, at the cost of one small
+//! write per minute.
+//!
+//! # Where things are
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `mod.rs` | [`MongoStore`], `connect`, the [`Store`] impl |
+//! | `config.rs` | [`MongoDbConfig`], its checks, driver options, [`redact_uri`] |
+//! | `ids.rs` | `_id` format, name and writer-id checks |
+//! | `documents.rs` | pre-allocated documents and their sizes |
+//! | `statements.rs` | the update statement of one document |
+//! | `command.rs` | building write commands, sending every command |
+//! | `errors.rs` | replies and driver errors as [`StoreError`] kinds |
+//! | `writes.rs` | `apply`: a flush's statements, update rounds |
+//! | `prealloc.rs` | pre-allocation and first-sighting inserts |
+//! | `known_docs.rs` | the first-sighting memory |
+//! | `flush_ids.rs` | flush-id reservations |
+//! | `reads.rs`, `decode.rs` | range reads, decoding stored documents |
+//! | `catalog.rs` | the series catalog |
+//! | `indexes.rs` | TTL indexes |
+//! | `stats.rs` | [`MongoStats`], metrics |
+
+mod catalog;
+mod command;
+mod config;
+mod decode;
+mod documents;
+mod errors;
+mod flush_ids;
+mod ids;
+mod indexes;
+mod known_docs;
+mod prealloc;
+mod reads;
+mod statements;
+mod stats;
+#[cfg(test)]
+mod tests;
+mod writes;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bson::doc;
+use bson::raw::RawDocumentBuf;
+use bson::Document;
+use mongodb::{Client, Collection, Database};
+use parking_lot::Mutex;
+use tracing::{info, warn};
+
+pub use self::config::{redact_uri, MongoDbConfig};
+pub use self::documents::{day_doc_bson_size, hour_doc_bson_size};
+pub use self::stats::MongoStats;
+
+use self::config::{check_retention, MAX_WRITE_BATCH};
+use self::documents::Templates;
+use self::errors::classify;
+use self::flush_ids::WRITERS_COLLECTION;
+use self::ids::check_writer_id;
+use self::known_docs::{KnownDocs, KNOWN_DOCS_CAP};
+use self::stats::{Counters, Op};
+use super::{
+    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
+    StoreError,
+};
+use crate::model::{DocKey, FlushBatch, Tier};
+
+/// Upper bound of `health()`: it backs a readiness probe polled every 2 s.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A [`Store`] on MongoDB; see the module documentation.
+pub struct MongoStore {
+    client: Client,
+    db: Database,
+    hour: Collection<RawDocumentBuf>,
+    day: Collection<RawDocumentBuf>,
+    series: Collection<RawDocumentBuf>,
+    writers: Collection<Document>,
+    writer: String,
+    /// `w.<writer>`.
+    watermark_path: String,
+    retention: (u64, u64),
+    statements_per_batch: usize,
+    max_concurrent: usize,
+    timeout: Duration,
+    /// The client's write concern: `run_command` does not add it by itself.
+    write_concern: Option<RawDocumentBuf>,
+    templates: Templates,
+    indexes_ready: AtomicBool,
+    /// Serialises index attempts; holds when the next one may run after a
+    /// failure retrying could not fix.
+    index_attempt: tokio::sync::Mutex<Option<Instant>>,
+    /// Flush ids up to here are covered by the reservation in
+    /// `tally_writers`.
+    reserved_id: AtomicU64,
+    known: Mutex<KnownDocs>,
+    hasher: ahash::RandomState,
+    counters: Counters,
+}
+
+impl fmt::Debug for MongoStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URI is left out: it may hold a password.
+        f.debug_struct("MongoStore")
+            .field("database", &self.db.name())
+            .field("hour_collection", &self.hour.name())
+            .field("day_collection", &self.day.name())
+            .field("series_collection", &self.series.name())
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MongoStore {
+    /// Prepares a store on `cfg.uri`. Does not need the server: the driver
+    /// connects in the background, indexes are made before the first
+    /// operation that reaches it, and every operation fails retryably until
+    /// it is up. `retention` is (hour documents, day documents) in seconds.
+    pub async fn connect(
+        cfg: &MongoDbConfig,
+        retention: (u64, u64),
+        writer_id: &str,
+    ) -> Result<MongoStore, StoreError> {
+        check_writer_id(writer_id)?;
+        check_retention(retention)?;
+        cfg.check_names()?;
+        let (options, write_concern) = cfg.client_options().await?;
+        let client = Client::with_options(options)
+            .map_err(|e| StoreError::Invalid(format!("mongodb client: {e}")))?;
+        let db = client.database(&cfg.database);
+        info!(
+            database = %cfg.database,
+            hour_collection = %cfg.hour_collection,
+            day_collection = %cfg.day_collection,
+            series_collection = %cfg.series_collection,
+            writer = writer_id,
+            "MongoDB store configured"
+        );
+        Ok(MongoStore {
+            hour: db.collection(&cfg.hour_collection),
+            day: db.collection(&cfg.day_collection),
+            series: db.collection(&cfg.series_collection),
+            writers: db.collection(WRITERS_COLLECTION),
+            db,
+            client,
+            writer: writer_id.to_string(),
+            watermark_path: format!("w.{writer_id}"),
+            retention,
+            statements_per_batch: cfg.statements_per_batch.clamp(1, MAX_WRITE_BATCH),
+            max_concurrent: cfg.max_concurrent_batches.max(1),
+            timeout: cfg.timeout.max(Duration::from_millis(1)),
+            write_concern,
+            templates: Templates::new(),
+            indexes_ready: AtomicBool::new(false),
+            index_attempt: tokio::sync::Mutex::new(None),
+            reserved_id: AtomicU64::new(0),
+            known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
+            hasher: ahash::RandomState::new(),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The driver client, e.g. for tests and tools in the same process.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn collection(&self, tier: Tier) -> &Collection<RawDocumentBuf> {
+        match tier {
+            Tier::Hour => &self.hour,
+            Tier::Day => &self.day,
+        }
+    }
+
+    fn doc_name(&self, tier: Tier, id: &str) -> String {
+        format!("{}.{}/{id}", self.db.name(), self.collection(tier).name())
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MongoStore {
+    fn name(&self) -> &'static str {
+        "mongodb"
+    }
+
+    async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
+        self.apply_inner(batch).await
+    }
+
+    async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
+        self.preallocate_inner(docs).await
+    }
+
+    async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
+        let r = self.read_inner(query).await;
+        if let Err(e) = &r {
+            self.count_error(Op::Read, e);
+        }
+        r
+    }
+
+    /// The writer's reservation (see the module documentation): at or above
+    /// every watermark it wrote, not a promise that those flushes are
+    /// complete. MongoDB applies a flush document by document, so whether
+    /// a flush landed is in the watermarks, not here.
+    ///
+    /// When the server cannot be reached this answers 0 with a warning, so
+    /// that the daemon starts and ingests while MongoDB is down; flush ids
+    /// then rest on the wall clock alone.
+    async fn last_flush_id(&self) -> Result<u64, StoreError> {
+        match self.last_flush_id_inner().await {
+            Ok(id) => {
+                self.reserved_id.fetch_max(id, Ordering::AcqRel);
+                Ok(id)
+            }
+            Err(e) if e.is_retryable() => {
+                self.count_error(Op::LastFlushId, &e);
+                warn!(error = %e, "cannot read this writer's last flush id; continuing from the wall clock");
+                Ok(0)
+            }
+            Err(e) => {
+                self.count_error(Op::LastFlushId, &e);
+                Err(e)
+            }
+        }
+    }
+
+    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let r = self.catalog_upsert_inner(entries).await;
+        observe(self.name(), "catalog_upsert", started, &r);
+        r
+    }
+
+    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
+        let started = Instant::now();
+        let r = self.catalog_list_inner(query).await;
+        observe(self.name(), "catalog_list", started, &r);
+        r
+    }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        let limit = self.timeout.min(HEALTH_TIMEOUT);
+        let ping = async {
+            let admin = self.client.database("admin");
+            match admin.run_command(doc! { "ping": 1 }).await {
+                Ok(_) => Ok(()),
+                Err(e) => Err(classify(&e, false)),
+            }
+        };
+        let r = self.timed(Op::Ping, 0, limit, "ping: ", ping).await;
+        if let Err(e) = &r {
+            self.count_error(Op::Ping, e);
+        }
+        r
+    }
+
+    /// Every write was acknowledged when `apply` returned, so there is
+    /// nothing to make durable; the client stays usable.
+    async fn close(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

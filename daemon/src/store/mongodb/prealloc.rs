@@ -1,0 +1,212 @@
+//! Making documents exist before their first update: pre-allocation ahead
+//! of time, and the first-sighting insert when a flush reaches a document
+//! the store does not know. Both insert the full empty document, so updates
+//! fill slots that are already there; the look-up comes first because a
+//! blind insert would resend 86 KB per day document after every restart.
+
+use std::sync::atomic::Ordering;
+
+use bson::doc;
+use bson::raw::RawDocument;
+use futures::stream::{self, StreamExt, TryStreamExt};
+use mongodb::error::Error as DriverError;
+
+use super::command::{by_tier, Work};
+use super::errors::{all_or_worst, classify};
+use super::ids::{check_series, doc_id};
+use super::stats::Op;
+use super::MongoStore;
+use crate::model::{DocKey, SeriesId, Tier};
+use crate::store::{PreallocStats, StoreError};
+
+/// Ids per existence look-up: ~70 bytes each, so well under a megabyte.
+const IDS_PER_LOOKUP: usize = 10_000;
+
+/// One document a flush touches.
+pub(super) struct PlannedDoc<'a> {
+    pub(super) tier: Tier,
+    pub(super) start: i64,
+    pub(super) id: String,
+    /// Of `id`, for the first-sighting memory.
+    pub(super) hash: u64,
+    pub(super) series: &'a SeriesId,
+}
+
+impl MongoStore {
+    pub(super) fn planned<'a>(
+        &self,
+        tier: Tier,
+        start: i64,
+        id: String,
+        series: &'a SeriesId,
+    ) -> PlannedDoc<'a> {
+        PlannedDoc {
+            tier,
+            start,
+            hash: self.hasher.hash_one(&id),
+            id,
+            series,
+        }
+    }
+
+    /// The documents of `docs` the first-sighting memory does not hold.
+    pub(super) fn unknown<'d, 's>(&self, docs: &'d [PlannedDoc<'s>]) -> Vec<&'d PlannedDoc<'s>> {
+        let known = self.known.lock();
+        docs.iter()
+            .filter(|d| !known.contains(d.tier, d.start, d.hash))
+            .collect()
+    }
+
+    /// Adds documents known to exist to the first-sighting memory.
+    pub(super) fn remember<'d, 's: 'd>(&self, docs: impl IntoIterator<Item = &'d PlannedDoc<'s>>) {
+        let mut known = self.known.lock();
+        for d in docs {
+            known.insert(d.tier, d.start, d.hash);
+        }
+    }
+
+    pub(super) async fn preallocate_inner(
+        &self,
+        keys: &[DocKey],
+    ) -> Result<PreallocStats, StoreError> {
+        let mut docs: Vec<PlannedDoc<'_>> = Vec::with_capacity(keys.len());
+        let mut seen = hashbrown::HashSet::new();
+        let mut stats = PreallocStats::default();
+        for k in keys {
+            check_series(&k.series)?;
+            let id = doc_id(&k.series, k.tier, k.period_start)?;
+            if !seen.insert((k.tier, id.clone())) {
+                stats.already_present += 1;
+                continue;
+            }
+            docs.push(self.planned(k.tier, k.period_start, id, &k.series));
+        }
+        let unknown = self.unknown(&docs);
+        stats.already_present += docs.len() - unknown.len();
+        if unknown.is_empty() {
+            return Ok(stats);
+        }
+        self.ready().await?;
+        let (created, present) = self.ensure_exist(&unknown, &mut Work::default()).await?;
+        self.counters
+            .preallocated_documents
+            .fetch_add(created as u64, Ordering::Relaxed);
+        stats.created = created;
+        stats.already_present += present;
+        Ok(stats)
+    }
+
+    /// Makes sure every document of `docs` exists, inserting the missing
+    /// ones pre-allocated. Returns (created, already present).
+    pub(super) async fn ensure_exist(
+        &self,
+        docs: &[&PlannedDoc<'_>],
+        work: &mut Work,
+    ) -> Result<(usize, usize), StoreError> {
+        if docs.is_empty() {
+            return Ok((0, 0));
+        }
+        let existing = self.existing(docs, work).await?;
+        let (present, missing): (Vec<&PlannedDoc<'_>>, Vec<&PlannedDoc<'_>>) = docs
+            .iter()
+            .partition(|d| existing.contains(&(d.tier, d.id.clone())));
+        self.remember(present.iter().copied());
+        if missing.is_empty() {
+            return Ok((0, present.len()));
+        }
+        let (created, duplicates) = self.insert_empty(&missing, work).await?;
+        self.remember(missing.iter().copied());
+        Ok((created, present.len() + duplicates))
+    }
+
+    /// Which of `docs` exist: an index-covered look-up of ids, far cheaper
+    /// than sending 86 KB day documents to have them refused.
+    async fn existing(
+        &self,
+        docs: &[&PlannedDoc<'_>],
+        work: &mut Work,
+    ) -> Result<hashbrown::HashSet<(Tier, String)>, StoreError> {
+        let mut lookups = Vec::new();
+        for (tier, of_tier) in by_tier(docs, |d| d.tier) {
+            let ids: Vec<&str> = of_tier.iter().map(|d| d.id.as_str()).collect();
+            for chunk in ids.chunks(IDS_PER_LOOKUP) {
+                lookups.push((tier, chunk.to_vec()));
+                work.round_trips += 1;
+            }
+        }
+        let futures: Vec<_> = lookups
+            .into_iter()
+            .map(|(tier, ids)| self.existing_ids(tier, ids))
+            .collect();
+        let found: Vec<Result<Vec<(Tier, String)>, StoreError>> = stream::iter(futures)
+            .buffer_unordered(self.max_concurrent)
+            .collect()
+            .await;
+        Ok(all_or_worst(found)?.into_iter().flatten().collect())
+    }
+
+    async fn existing_ids(
+        &self,
+        tier: Tier,
+        ids: Vec<&str>,
+    ) -> Result<Vec<(Tier, String)>, StoreError> {
+        let n = ids.len();
+        // Approximately: each id is a string element of the `$in` array.
+        let bytes = 64 + ids.iter().map(|id| id.len() + 12).sum::<usize>();
+        let filter = doc! { "_id": { "$in": ids } };
+        let coll = self.collection(tier);
+        let lookup = async {
+            let mut cursor = coll
+                .find(filter)
+                .projection(doc! { "_id": 1 })
+                .batch_size(u32::try_from(n).unwrap_or(u32::MAX))
+                .await?;
+            let mut out = Vec::with_capacity(n);
+            while let Some(d) = cursor.try_next().await? {
+                if let Ok(id) = d.get_str("_id") {
+                    out.push((tier, id.to_string()));
+                }
+            }
+            Ok::<_, DriverError>(out)
+        };
+        let lookup = async { lookup.await.map_err(|e| classify(&e, false)) };
+        self.timed(
+            Op::Lookup,
+            bytes,
+            self.timeout,
+            "existence look-up: ",
+            lookup,
+        )
+        .await
+    }
+
+    /// Inserts the pre-allocated `missing` documents. Returns (created,
+    /// refused as duplicates): a duplicate means someone else inserted it
+    /// meanwhile.
+    async fn insert_empty(
+        &self,
+        missing: &[&PlannedDoc<'_>],
+        work: &mut Work,
+    ) -> Result<(usize, usize), StoreError> {
+        let built: Vec<(Tier, Vec<_>)> = by_tier(missing, |d| d.tier)
+            .into_iter()
+            .map(|(tier, docs)| {
+                let docs = docs
+                    .iter()
+                    .map(|d| self.templates.document(&d.id, d.series, d.tier, d.start));
+                (tier, docs.collect())
+            })
+            .collect();
+        let groups: Vec<(&str, Vec<&RawDocument>)> = built
+            .iter()
+            .map(|(tier, docs)| {
+                let docs = docs.iter().map(|d| d.as_ref()).collect();
+                (self.collection(*tier).name(), docs)
+            })
+            .collect();
+        let replies = self.write_all(Op::Insert, &groups, work).await?;
+        let duplicates: usize = replies.iter().map(|(_, r)| r.duplicates.len()).sum();
+        let created: u64 = replies.iter().map(|(_, r)| r.n).sum();
+        Ok((created as usize, duplicates))
+    }
+}

@@ -1,0 +1,178 @@
+//! Applying a flush: one upsert per touched document, filtered on this
+//! writer's watermark, sent after the flush's ids are reserved and its new
+//! documents exist. Duplicate keys get one more round to tell races from
+//! documents that already hold the flush (see "Exactly once" in the module
+//! documentation).
+
+use std::sync::atomic::Ordering;
+
+use bson::raw::{RawDocument, RawDocumentBuf};
+use tracing::debug;
+
+use super::command::{by_tier, Work};
+use super::ids::{check_series, doc_id};
+use super::prealloc::PlannedDoc;
+use super::statements::{day_ops, hour_ops, StatementCtx};
+use super::stats::Op;
+use super::MongoStore;
+use crate::model::{FlushBatch, Tier};
+use crate::store::{ApplyStats, StoreError};
+
+impl MongoStore {
+    pub(super) async fn apply_inner(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
+        let flush_id = batch.id.0;
+        let ctx = StatementCtx {
+            watermark_path: &self.watermark_path,
+            flush_id: watermark_value(flush_id)?,
+        };
+        // Everything is built and checked before anything is sent, so a bad
+        // batch changes nothing.
+        let (docs, stmts) = self.plan_flush(batch, &ctx)?;
+        if docs.is_empty() {
+            return Ok(ApplyStats::default());
+        }
+        let mut work = Work::default();
+        self.ready().await?;
+        if self.reserve_ids(flush_id).await? {
+            work.round_trips += 1;
+        }
+        let (created, _) = self.ensure_exist(&self.unknown(&docs), &mut work).await?;
+        self.counters
+            .first_sighting_documents
+            .fetch_add(created as u64, Ordering::Relaxed);
+        let skipped = self
+            .send_updates(flush_id, &docs, &stmts, &mut work)
+            .await?;
+        // Documents whose update was refused as "already applied" exist.
+        self.remember(&docs);
+        let stats = ApplyStats {
+            documents_written: stmts.len() - skipped,
+            documents_skipped: skipped,
+            statements: work.statements,
+            round_trips: work.round_trips,
+        };
+        debug!(
+            flush_id,
+            documents = stmts.len(),
+            written = stats.documents_written,
+            skipped = stats.documents_skipped,
+            first_sighting = created,
+            round_trips = stats.round_trips,
+            "MongoDB flush applied"
+        );
+        Ok(stats)
+    }
+
+    /// The documents of a flush and their statements, in the same order.
+    fn plan_flush<'b>(
+        &self,
+        batch: &'b FlushBatch,
+        ctx: &StatementCtx<'_>,
+    ) -> Result<(Vec<PlannedDoc<'b>>, Vec<RawDocumentBuf>), StoreError> {
+        let mut docs = Vec::with_capacity(batch.document_count());
+        let mut stmts = Vec::with_capacity(batch.document_count());
+        for su in &batch.series {
+            let series = &*su.series;
+            check_series(series)?;
+            for h in &su.hours {
+                let id = doc_id(series, Tier::Hour, h.hour_start)?;
+                let ops = hour_ops(series, h)?;
+                stmts.push(ctx.statement(&id, series, su.kind, h.hour_start, ops));
+                docs.push(self.planned(Tier::Hour, h.hour_start, id, series));
+            }
+            for d in &su.days {
+                let id = doc_id(series, Tier::Day, d.day_start)?;
+                let ops = day_ops(series, d)?;
+                stmts.push(ctx.statement(&id, series, su.kind, d.day_start, ops));
+                docs.push(self.planned(Tier::Day, d.day_start, id, series));
+            }
+        }
+        Ok((docs, stmts))
+    }
+
+    /// First round: every statement. Second round: the duplicates of the
+    /// first, in case they were races. Returns how many statements were
+    /// refused in both: documents that already held this flush.
+    async fn send_updates(
+        &self,
+        flush_id: u64,
+        docs: &[PlannedDoc<'_>],
+        stmts: &[RawDocumentBuf],
+        work: &mut Work,
+    ) -> Result<usize, StoreError> {
+        let mut pending: Vec<usize> = (0..stmts.len()).collect();
+        let mut upserted = 0usize;
+        for round in 0..2 {
+            let (duplicates, created) = self.update_round(docs, stmts, &pending, work).await?;
+            upserted += created;
+            if round == 0 && !duplicates.is_empty() {
+                debug!(
+                    flush_id,
+                    documents = duplicates.len(),
+                    "duplicate keys: re-sending once to tell races from documents already applied"
+                );
+            }
+            pending = duplicates;
+            if pending.is_empty() {
+                break;
+            }
+        }
+        if upserted > 0 {
+            // Harmless (reads treat a missing slot as empty) but worth
+            // knowing: pre-allocation is not keeping up, or documents were
+            // removed behind the store's back.
+            self.counters
+                .fallback_upserts
+                .fetch_add(upserted as u64, Ordering::Relaxed);
+            metrics::counter!("tally_mongodb_fallback_upserts_total").increment(upserted as u64);
+            debug!(
+                flush_id,
+                documents = upserted,
+                "documents created by the fallback upsert"
+            );
+        }
+        Ok(pending.len())
+    }
+
+    /// Sends the statements `pending` (indexes into `stmts`). Returns the
+    /// ones refused with a duplicate key, and how many documents the upsert
+    /// created.
+    async fn update_round(
+        &self,
+        docs: &[PlannedDoc<'_>],
+        stmts: &[RawDocumentBuf],
+        pending: &[usize],
+        work: &mut Work,
+    ) -> Result<(Vec<usize>, usize), StoreError> {
+        let groups = by_tier(pending, |i| docs[i].tier);
+        let send: Vec<(&str, Vec<&RawDocument>)> = groups
+            .iter()
+            .map(|(tier, idx)| {
+                let stmts = idx.iter().map(|&i| stmts[i].as_ref()).collect();
+                (self.collection(*tier).name(), stmts)
+            })
+            .collect();
+        let replies = self.write_all(Op::Update, &send, work).await?;
+        let mut duplicates = Vec::new();
+        let mut upserted = 0;
+        for (group, reply) in replies {
+            upserted += reply.upserted;
+            if let Some((_, idx)) = groups.get(group) {
+                duplicates.extend(reply.duplicates.iter().filter_map(|&i| idx.get(i)));
+            }
+        }
+        Ok((duplicates, upserted))
+    }
+}
+
+/// A flush id as the watermark value documents keep.
+fn watermark_value(flush_id: u64) -> Result<i64, StoreError> {
+    if flush_id == 0 {
+        return Err(StoreError::Invalid(
+            "flush id 0 is reserved (it is the watermark of a document no flush has touched)"
+                .into(),
+        ));
+    }
+    i64::try_from(flush_id)
+        .map_err(|_| StoreError::Invalid(format!("flush id {flush_id} does not fit an Int64")))
+}
