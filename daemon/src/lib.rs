@@ -1,6 +1,6 @@
 //! Tally: a time-series ingestion daemon.
 //!
-//! Agents push samples over gRPC ([`ingest`]); the [`aggregator`] folds them
+//! Agents push samples over gRPC ([`grpc`]); the [`aggregator`] folds them
 //! per (series, minute) in memory; the [`flush`] pipeline turns the folded
 //! minutes into hour- and day-document updates and hands them to a
 //! [`store::Store`]; [`query`] answers range reads from the store merged with
@@ -16,7 +16,6 @@ pub mod http;
 pub mod ingest;
 pub mod maintenance;
 pub mod model;
-pub mod prometheus;
 pub mod query;
 pub mod rollup;
 pub mod selector;
