@@ -54,7 +54,6 @@ pub mod http;
 pub mod ingest;
 pub mod maintenance;
 pub mod model;
-pub mod prometheus;
 pub mod query;
 pub mod rollup;
 pub mod selector;

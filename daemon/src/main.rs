@@ -18,7 +18,8 @@ use tally::aggregator::Aggregator;
 use tally::catalog::CatalogWriter;
 use tally::config::{Cli, Config, LogFormat, StoreKind};
 use tally::flush::Pipeline;
-use tally::ingest::{IngestGate, IngestLimits, IngestService};
+use tally::grpc::IngestService;
+use tally::ingest::IngestGate;
 use tally::maintenance::Maintenance;
 use tally::query::{QueryEngine, QueryLimits};
 use tally::rollup::Rollups;
@@ -108,14 +109,7 @@ async fn run(config: Config) -> Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     let mut grpc_task = tokio::spawn(grpc::serve(
         grpc_listener,
-        IngestService::new(
-            agg.clone(),
-            rollups.clone(),
-            IngestLimits {
-                max_batch_samples: config.ingest.max_batch_samples,
-            },
-            gate.clone(),
-        ),
+        IngestService::new(agg.clone(), rollups.clone(), gate.clone()),
         grpc::QueryService::new(engine.clone(), watch_hub.clone()),
         health.clone(),
         health_service,

@@ -19,19 +19,19 @@ use crate::query::{QueryEngine, QueryError};
 use crate::store::CatalogQuery;
 
 /// The label holding a series' metric name.
-pub const NAME_LABEL: &str = "__name__";
+pub(crate) const NAME_LABEL: &str = "__name__";
 /// The label holding a series' source.
-pub const SOURCE_LABEL: &str = "source";
+pub(crate) const SOURCE_LABEL: &str = "source";
 /// The label holding the exact Tally metric name.
-pub const TALLY_METRIC_LABEL: &str = "tally_metric";
+pub(crate) const TALLY_METRIC_LABEL: &str = "tally_metric";
 
 /// How long the catalog's metric names are reused: long enough that a
 /// dashboard refreshing many panels scans the catalog once, short enough
 /// that a new metric shows up within seconds of its first flush.
-pub const NAMES_TTL: Duration = Duration::from_secs(15);
+pub(crate) const NAMES_TTL: Duration = Duration::from_secs(15);
 
 /// The Prometheus name of a Tally metric.
-pub fn prom_name(metric: &str) -> String {
+pub(crate) fn prom_name(metric: &str) -> String {
     let mut out = String::with_capacity(metric.len() + 1);
     if metric.starts_with(|c: char| c.is_ascii_digit()) {
         out.push('_');
@@ -47,13 +47,13 @@ pub fn prom_name(metric: &str) -> String {
 /// can: a name without `_` is its own preimage (only `_` is ever
 /// introduced by the mapping). None when several Tally names could map to
 /// it, or none can.
-pub fn unambiguous_metric(prom: &str) -> Option<&str> {
+pub(crate) fn unambiguous_metric(prom: &str) -> Option<&str> {
     (!prom.contains('_') && validate_metric(prom).is_ok()).then_some(prom)
 }
 
 /// Whether some Tally metric could map to `prom`: a name in the image of
 /// [`prom_name`].
-pub fn is_mapped_name(prom: &str) -> bool {
+pub(crate) fn is_mapped_name(prom: &str) -> bool {
     let mut chars = prom.chars();
     match chars.next() {
         None => false,
@@ -66,7 +66,7 @@ pub fn is_mapped_name(prom: &str) -> bool {
 
 /// What the catalog knows of one metric across its sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetricKind {
+pub(crate) enum MetricKind {
     Gauge,
     Counter,
     /// Gauge on some sources, counter on others.
@@ -83,7 +83,7 @@ impl MetricKind {
     }
 
     /// The Prometheus metadata type.
-    pub fn prom_type(self) -> &'static str {
+    pub(crate) fn prom_type(self) -> &'static str {
         match self {
             MetricKind::Gauge => "gauge",
             MetricKind::Counter => "counter",
@@ -94,14 +94,14 @@ impl MetricKind {
 
 /// Every metric in the catalog with its kind, as of `at`.
 #[derive(Debug)]
-pub struct MetricNames {
-    pub at: Instant,
-    pub metrics: BTreeMap<String, MetricKind>,
+pub(crate) struct MetricNames {
+    pub(crate) at: Instant,
+    pub(crate) metrics: BTreeMap<String, MetricKind>,
 }
 
 impl MetricNames {
     /// The Tally metrics whose Prometheus name is `prom`.
-    pub fn named(&self, prom: &str) -> Vec<String> {
+    pub(crate) fn named(&self, prom: &str) -> Vec<String> {
         self.metrics
             .keys()
             .filter(|m| prom_name(m) == prom)
@@ -113,17 +113,17 @@ impl MetricNames {
 /// The cache of the catalog's metric names. One refresh at a time: callers
 /// arriving during a refresh wait for it rather than scanning again.
 #[derive(Default)]
-pub struct NameCache {
+pub(crate) struct NameCache {
     current: tokio::sync::Mutex<Option<Arc<MetricNames>>>,
 }
 
 impl NameCache {
-    pub fn new() -> NameCache {
+    pub(crate) fn new() -> NameCache {
         NameCache::default()
     }
 
     /// The catalog's metrics, at most [`NAMES_TTL`] old.
-    pub async fn get(&self, engine: &QueryEngine) -> Result<Arc<MetricNames>, QueryError> {
+    pub(crate) async fn get(&self, engine: &QueryEngine) -> Result<Arc<MetricNames>, QueryError> {
         let mut current = self.current.lock().await;
         if let Some(names) = current.as_ref() {
             if names.at.elapsed() < NAMES_TTL {

@@ -1,105 +1,53 @@
-//! The HTTP listener: the JSON query API under `/api/v1/` (range, latest,
+//! The native JSON API, mounted under `/api/v1/`: range, latest,
 //! series/sources/metrics discovery, groups, aggregate, and the `watch`
-//! Server-Sent Events stream), Prometheus
-//! `/metrics` for the daemon's own metrics, and the `/healthz` (process is
-//! alive) and `/readyz` (store reachable, not shutting down) probes.
+//! Server-Sent Events stream. Its parameters are Tally's own (`source`,
+//! `metric`, `step`, times as `now-6h`), unlike the Prometheus API next to
+//! it, which speaks PromQL.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
-use tokio::net::TcpListener;
 
-use crate::flush::Pipeline;
 use crate::model::{SampleKind, SeriesId};
 use crate::query::{
     Aggregate, AggregateQuery, Names, QueryEngine, QueryError, Selection, Sources, StepSpec,
 };
 use crate::selector::NameMatcher;
-use crate::store::{CatalogQuery, Store};
+use crate::store::CatalogQuery;
 use crate::watch::WatchHub;
 
+/// What the JSON API reads.
 #[derive(Clone)]
-pub struct HttpState {
-    pub query: Arc<QueryEngine>,
-    /// Read at scrape time for the gauges of what is pending.
-    pub pipeline: Arc<Pipeline>,
-    pub watch: Arc<WatchHub>,
-    pub store: Arc<dyn Store>,
-    pub metrics: Option<PrometheusHandle>,
-    /// Set when shutdown begins, so load balancers stop sending traffic.
-    pub draining: Arc<AtomicBool>,
+pub(crate) struct ApiState {
+    pub(crate) query: Arc<QueryEngine>,
+    pub(crate) watch: Arc<WatchHub>,
 }
 
-pub fn router(state: HttpState) -> Router {
+/// The routes, relative to `/api/v1`.
+pub(crate) fn router() -> Router<ApiState> {
     Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/api/v1/range", get(range))
-        .route("/api/v1/latest", get(latest))
-        .route("/api/v1/series", get(series))
+        .route("/range", get(range))
+        .route("/latest", get(latest))
+        .route("/series", get(series))
         .route(
-            "/api/v1/sources",
-            get(|State(s): State<HttpState>, q| names(s, Names::Sources, q)),
+            "/sources",
+            get(|State(s): State<ApiState>, q| names(s, Names::Sources, q)),
         )
         .route(
-            "/api/v1/metrics",
-            get(|State(s): State<HttpState>, q| names(s, Names::Metrics, q)),
+            "/metrics",
+            get(|State(s): State<ApiState>, q| names(s, Names::Metrics, q)),
         )
-        .route("/api/v1/groups", get(groups))
-        .route("/api/v1/aggregate", get(aggregate))
-        .route("/api/v1/watch", get(watch_sse))
-        .nest("/prometheus", crate::prometheus::router())
-        .with_state(state)
-}
-
-/// Serves HTTP on `listener` until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    state: HttpState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-async fn metrics(State(s): State<HttpState>) -> Response {
-    crate::telemetry::collect_process_metrics();
-    s.pipeline.publish_gauges();
-    match &s.metrics {
-        Some(h) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-            h.render(),
-        )
-            .into_response(),
-        None => (StatusCode::NOT_FOUND, "metrics are disabled\n").into_response(),
-    }
-}
-
-async fn readyz(State(s): State<HttpState>) -> Response {
-    if s.draining.load(Ordering::Relaxed) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
-    }
-    match s.store.health().await {
-        Ok(()) => "ready\n".into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{} store not ready: {e}\n", s.store.name()),
-        )
-            .into_response(),
-    }
+        .route("/groups", get(groups))
+        .route("/aggregate", get(aggregate))
+        .route("/watch", get(watch_sse))
 }
 
 /// A JSON error body with a specific, actionable message.
@@ -237,7 +185,7 @@ macro_rules! tri {
     };
 }
 
-async fn range(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+async fn range(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
     let now = chrono::Utc::now().timestamp();
     tri!(p.refuse(&[
@@ -254,7 +202,7 @@ async fn range(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejecti
     timed("range", started, r)
 }
 
-async fn latest(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+async fn latest(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
     let sel = tri!(p.selection());
     let started = Instant::now();
@@ -279,7 +227,7 @@ fn parse_kind(k: &Option<String>) -> Result<Option<SampleKind>, QueryError> {
     }
 }
 
-async fn series(State(s): State<HttpState>, q: Result<Query<Params>, QueryRejection>) -> Response {
+async fn series(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
     let now = chrono::Utc::now().timestamp();
     let kind = tri!(parse_kind(&p.kind));
@@ -319,7 +267,7 @@ async fn series(State(s): State<HttpState>, q: Result<Query<Params>, QueryReject
 }
 
 /// `/api/v1/sources` and `/api/v1/metrics`: distinct names, paginated.
-async fn names(s: HttpState, which: Names, q: Result<Query<Params>, QueryRejection>) -> Response {
+async fn names(s: ApiState, which: Names, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
     let (src, met) = (
         tri!(Params::matcher(&p.source, "source")),
@@ -340,7 +288,7 @@ async fn names(s: HttpState, which: Names, q: Result<Query<Params>, QueryRejecti
     timed(which.as_str(), started, r)
 }
 
-async fn groups(State(s): State<HttpState>) -> Response {
+async fn groups(State(s): State<ApiState>) -> Response {
     let r = s.query.rollups();
     Json(serde_json::json!({
         "groups": r.listed().into_iter().map(|g| serde_json::json!({
@@ -353,7 +301,7 @@ async fn groups(State(s): State<HttpState>) -> Response {
 }
 
 async fn aggregate(
-    State(s): State<HttpState>,
+    State(s): State<ApiState>,
     q: Result<Query<Params>, QueryRejection>,
 ) -> Response {
     let p = params!(q);
@@ -384,7 +332,7 @@ async fn aggregate(
 /// Server-Sent Events: a `snapshot` event, then `update` events; `error`
 /// and the end of the stream if the hub drops a subscriber that fell behind.
 async fn watch_sse(
-    State(s): State<HttpState>,
+    State(s): State<ApiState>,
     q: Result<Query<Params>, QueryRejection>,
 ) -> Response {
     let p = params!(q);
@@ -433,7 +381,7 @@ async fn watch_sse(
 
 /// Accepts Unix seconds (`1764000000`, `1764000000.5`), RFC 3339
 /// (`2026-11-22T10:00:00Z`), `now`, and `now-<duration>` (`now-6h`).
-pub fn parse_time(s: &str, now: i64) -> Result<i64, String> {
+fn parse_time(s: &str, now: i64) -> Result<i64, String> {
     let s = s.trim();
     if s == "now" {
         return Ok(now);

@@ -18,7 +18,7 @@ use crate::selector::{MatchOp, NameMatcher};
 
 /// A function of the slots in a window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RangeFn {
+pub(crate) enum RangeFn {
     Avg,
     Min,
     Max,
@@ -44,7 +44,7 @@ impl RangeFn {
         })
     }
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             RangeFn::Avg => "avg_over_time",
             RangeFn::Min => "min_over_time",
@@ -56,14 +56,14 @@ impl RangeFn {
         }
     }
 
-    pub fn needs_counter(self) -> bool {
+    pub(crate) fn needs_counter(self) -> bool {
         matches!(self, RangeFn::Rate | RangeFn::Increase)
     }
 }
 
 /// An aggregation across series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AggOp {
+pub(crate) enum AggOp {
     Sum,
     Avg,
     Min,
@@ -74,7 +74,7 @@ pub enum AggOp {
 }
 
 impl AggOp {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             AggOp::Sum => "sum",
             AggOp::Avg => "avg",
@@ -89,14 +89,14 @@ impl AggOp {
 
 /// Which labels an aggregation keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Grouping {
+pub(crate) enum Grouping {
     By(Vec<String>),
     Without(Vec<String>),
 }
 
 impl Grouping {
     /// Whether the group of a series keeps `label`.
-    pub fn keeps(&self, label: &str) -> bool {
+    pub(crate) fn keeps(&self, label: &str) -> bool {
         match self {
             Grouping::By(ls) => ls.iter().any(|l| l == label),
             // `without` drops the metric name as well, as in Prometheus.
@@ -108,7 +108,7 @@ impl Grouping {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ArithOp {
+pub(crate) enum ArithOp {
     Add,
     Sub,
     Mul,
@@ -118,7 +118,7 @@ pub enum ArithOp {
 }
 
 impl ArithOp {
-    pub fn apply(self, a: f64, b: f64) -> f64 {
+    pub(crate) fn apply(self, a: f64, b: f64) -> f64 {
         match self {
             ArithOp::Add => a + b,
             ArithOp::Sub => a - b,
@@ -133,7 +133,7 @@ impl ArithOp {
 
 /// A label matcher's comparison, with its pattern for the regex ops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     Equal,
     NotEqual,
     Regex,
@@ -142,15 +142,15 @@ pub enum Op {
 
 /// One label matcher as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LabelMatch {
-    pub label: String,
-    pub op: Op,
-    pub value: String,
+pub(crate) struct LabelMatch {
+    pub(crate) label: String,
+    pub(crate) op: Op,
+    pub(crate) value: String,
 }
 
 impl LabelMatch {
     /// The matcher, with PromQL's anchored regular expressions.
-    pub fn matcher(&self) -> Result<NameMatcher, PlanError> {
+    pub(crate) fn matcher(&self) -> Result<NameMatcher, PlanError> {
         let op = match self.op {
             Op::Equal => MatchOp::Equal,
             Op::NotEqual => MatchOp::NotEqual,
@@ -164,15 +164,15 @@ impl LabelMatch {
 
 /// A series selector: every matcher must accept a series.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Selector {
+pub(crate) struct Selector {
     /// As written, for messages.
-    pub text: String,
-    pub matchers: Vec<LabelMatch>,
+    pub(crate) text: String,
+    pub(crate) matchers: Vec<LabelMatch>,
 }
 
 /// What to evaluate.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub(crate) enum Plan {
     Number(f64),
     /// A range function of each selected series; `range_s` is a whole
     /// number of minutes.
@@ -200,7 +200,7 @@ pub enum Plan {
 
 impl Plan {
     /// Whether this evaluates to a number rather than to series.
-    pub fn is_scalar(&self) -> bool {
+    pub(crate) fn is_scalar(&self) -> bool {
         match self {
             Plan::Number(_) => true,
             Plan::Range { .. } | Plan::Aggregate { .. } => false,
@@ -211,7 +211,7 @@ impl Plan {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
+pub(crate) enum PlanError {
     /// PromQL that does not parse.
     #[error("{0}")]
     Parse(String),
@@ -226,7 +226,7 @@ const SUPPORTED_FUNCTIONS: &str =
     "avg_over_time, min_over_time, max_over_time, sum_over_time, count_over_time, rate, increase";
 
 /// Parses and plans `query`.
-pub fn plan(query: &str) -> Result<Plan, PlanError> {
+pub(crate) fn plan(query: &str) -> Result<Plan, PlanError> {
     if query.trim().is_empty() {
         return Err(PlanError::Parse("the query is empty".into()));
     }
@@ -340,7 +340,7 @@ fn display_range(ms: u128) -> String {
     }
 }
 
-pub fn selector(vs: &ast::VectorSelector) -> Result<Selector, PlanError> {
+pub(crate) fn selector(vs: &ast::VectorSelector) -> Result<Selector, PlanError> {
     if !vs.matchers.or_matchers.is_empty() {
         return Err(unsupported(format!(
             "`or` between label matchers (`{vs}`) is not supported: use a regular expression, e.g. source=~\"a|b\""

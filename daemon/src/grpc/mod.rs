@@ -1,0 +1,64 @@
+//! The gRPC listener: the ingest service (`ingest`), the query service
+//! (`query`), `grpc.health.v1` (tracking the store's health) and server
+//! reflection, on one port. Conversions between the wire messages and the
+//! daemon's types are in `convert`, shared by both services.
+
+mod convert;
+mod ingest;
+mod query;
+
+use std::future::Future;
+
+use tally_proto::v1 as pb;
+use tokio::net::TcpListener;
+
+pub use ingest::IngestService;
+pub use query::QueryService;
+
+/// Serves gRPC on `listener` until `shutdown` resolves; in-progress calls
+/// finish first.
+pub async fn serve(
+    listener: TcpListener,
+    ingest: IngestService,
+    query: QueryService,
+    health: tonic_health::server::HealthReporter,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    max_message_bytes: usize,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), GrpcError> {
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(tally_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| GrpcError::Reflection(e.to_string()))?;
+    let ingest =
+        pb::ingest_server::IngestServer::new(ingest).max_decoding_message_size(max_message_bytes);
+    let query = pb::query_server::QueryServer::new(query);
+    health
+        .set_serving::<pb::ingest_server::IngestServer<IngestService>>()
+        .await;
+    health
+        .set_serving::<pb::query_server::QueryServer<QueryService>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(ingest)
+        .add_service(query)
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await
+        .map_err(|e| GrpcError::Transport(e.to_string()))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GrpcError {
+    #[error("building the reflection service: {0}")]
+    Reflection(String),
+    #[error("gRPC server: {0}")]
+    Transport(String),
+}

@@ -1,0 +1,195 @@
+//! The query service (`tally.v1.Query`): range reads, latest values,
+//! discovery listings, cross-source aggregates and the `Watch` stream, all
+//! answered by the query engine. Request and response conversions are in
+//! [`super::convert`], so each call here reads as what it asks the engine.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Stream;
+use tally_proto::v1 as pb;
+use tonic::{Request, Response, Status};
+
+use super::convert::{
+    aggregates, kind_from_proto, kind_to_proto, latest_series, matcher, page_size, point, seconds,
+    selection, series_after, series_info, series_points, step_spec, token,
+};
+use crate::query::{AggregateQuery, Names, QueryEngine, Sources};
+use crate::store::CatalogQuery;
+use crate::watch::{Subscription, WatchHub};
+
+pub struct QueryService {
+    engine: Arc<QueryEngine>,
+    watch: Arc<WatchHub>,
+}
+
+impl QueryService {
+    pub fn new(engine: Arc<QueryEngine>, watch: Arc<WatchHub>) -> Self {
+        QueryService { engine, watch }
+    }
+
+    async fn list_names(
+        &self,
+        which: Names,
+        r: pb::ListNamesRequest,
+    ) -> Result<Response<pb::ListNamesResponse>, Status> {
+        let page = self
+            .engine
+            .names(
+                which,
+                matcher(&r.source, "source")?,
+                matcher(&r.metric, "metric")?,
+                (!r.page_token.is_empty()).then_some(r.page_token),
+                page_size(r.page_size),
+            )
+            .await?;
+        Ok(Response::new(pb::ListNamesResponse {
+            names: page.items,
+            next_page_token: token(page.next),
+        }))
+    }
+}
+
+type WatchUpdates = Pin<Box<dyn Stream<Item = Result<pb::WatchUpdate, Status>> + Send>>;
+
+/// A subscription's events as `WatchUpdate`s; a subscriber the hub dropped
+/// for lagging gets `RESOURCE_EXHAUSTED` before the stream ends.
+fn watch_updates(sub: Subscription) -> WatchUpdates {
+    Box::pin(futures::stream::unfold(Some(sub), |sub| async move {
+        let mut sub = sub?;
+        match sub.events.recv().await {
+            Some(ev) => Some((
+                Ok(pb::WatchUpdate {
+                    t_ms: ev.t_ms,
+                    snapshot: ev.snapshot,
+                    skipped: ev.skipped,
+                    series: ev.series.iter().map(series_points).collect(),
+                }),
+                Some(sub),
+            )),
+            None if sub.was_dropped_for_lag() => Some((
+                Err(Status::resource_exhausted(
+                    "dropped: this subscriber stopped reading for longer than watch.max_lag",
+                )),
+                None,
+            )),
+            None => None,
+        }
+    }))
+}
+
+#[tonic::async_trait]
+impl pb::query_server::Query for QueryService {
+    async fn range(
+        &self,
+        request: Request<pb::RangeRequest>,
+    ) -> Result<Response<pb::RangeResponse>, Status> {
+        let r = request.into_inner();
+        let sel = selection(&r.source, &r.metric)?;
+        let step = step_spec(r.step, r.step_ms, r.max_points)?;
+        let aggs = aggregates(&r.aggregates)?;
+        let (from, to) = seconds(r.from_ms, r.to_ms);
+        let result = self.engine.range(&sel, from, to, step, &aggs).await?;
+        Ok(Response::new(pb::RangeResponse {
+            step_ms: result.step_s * 1000,
+            series: result.series.iter().map(series_points).collect(),
+        }))
+    }
+
+    async fn latest(
+        &self,
+        request: Request<pb::LatestRequest>,
+    ) -> Result<Response<pb::LatestResponse>, Status> {
+        let r = request.into_inner();
+        let sel = selection(&r.source, &r.metric)?;
+        let now = chrono::Utc::now().timestamp();
+        let latest = self.engine.latest(&sel, now).await?;
+        Ok(Response::new(pb::LatestResponse {
+            series: latest.into_iter().map(latest_series).collect(),
+        }))
+    }
+
+    async fn list_series(
+        &self,
+        request: Request<pb::ListSeriesRequest>,
+    ) -> Result<Response<pb::ListSeriesResponse>, Status> {
+        let r = request.into_inner();
+        let after = series_after(&r.page_token)?;
+        let page = self
+            .engine
+            .series(CatalogQuery {
+                source: matcher(&r.source, "source")?,
+                metric: matcher(&r.metric, "metric")?,
+                kind: kind_from_proto(r.kind),
+                seen_since: (r.seen_since_ms != 0).then(|| r.seen_since_ms.div_euclid(1000)),
+                after,
+                limit: page_size(r.page_size),
+            })
+            .await?;
+        Ok(Response::new(pb::ListSeriesResponse {
+            series: page.items.into_iter().map(series_info).collect(),
+            next_page_token: token(page.next),
+        }))
+    }
+
+    async fn list_sources(
+        &self,
+        request: Request<pb::ListNamesRequest>,
+    ) -> Result<Response<pb::ListNamesResponse>, Status> {
+        self.list_names(Names::Sources, request.into_inner()).await
+    }
+
+    async fn list_metrics(
+        &self,
+        request: Request<pb::ListNamesRequest>,
+    ) -> Result<Response<pb::ListNamesResponse>, Status> {
+        self.list_names(Names::Metrics, request.into_inner()).await
+    }
+
+    async fn aggregate(
+        &self,
+        request: Request<pb::AggregateRequest>,
+    ) -> Result<Response<pb::AggregateResponse>, Status> {
+        let r = request.into_inner();
+        let sources = match r.sources {
+            Some(pb::aggregate_request::Sources::Group(g)) => Sources::Group(g),
+            Some(pb::aggregate_request::Sources::Source(s)) => {
+                Sources::Matching(matcher(&s, "source")?)
+            }
+            None => Sources::Matching(Vec::new()),
+        };
+        let (from, to) = seconds(r.from_ms, r.to_ms);
+        let result = self
+            .engine
+            .aggregate(&AggregateQuery {
+                metric: r.metric,
+                sources,
+                from,
+                to,
+                step: step_spec(r.step, r.step_ms, r.max_points)?,
+                aggregates: aggregates(&r.aggregates)?,
+                use_rollup: !r.fan_out,
+            })
+            .await?;
+        Ok(Response::new(pb::AggregateResponse {
+            kind: kind_to_proto(result.kind) as i32,
+            step_ms: result.step_s * 1000,
+            fanned_out: result.fanned_out.map(|n| n.min(u32::MAX as usize) as u32),
+            points: result.points.iter().map(point).collect(),
+            rollup: result.rollup,
+            metric: result.metric,
+        }))
+    }
+
+    type WatchStream = WatchUpdates;
+
+    async fn watch(
+        &self,
+        request: Request<pb::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let r = request.into_inner();
+        let sel = selection(&r.source, &r.metric)?;
+        let sub = self.watch.subscribe(sel, r.window_minutes).await?;
+        Ok(Response::new(watch_updates(sub)))
+    }
+}
