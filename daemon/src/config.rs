@@ -276,25 +276,8 @@ impl Default for EmbeddedConfig {
     }
 }
 
-/// Limits on queries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct QueryConfig {
-    /// Most points per series one query may return.
-    pub max_points: usize,
-    /// Point budget of `step=auto` when the reader gives none (capped by
-    /// `max_points`).
-    pub default_points: usize,
-    /// Series per range or latest call.
-    pub max_series: usize,
-    /// Member series one cross-source aggregate may read when no rollup
-    /// serves it.
-    pub max_fanout: usize,
-    /// Entries per discovery page.
-    pub max_page: usize,
-    /// Points of all series of one range read (or watch snapshot) together.
-    pub max_total_points: usize,
-}
+/// Limits on queries, defined and checked by the query engine.
+pub use crate::query::QueryConfig;
 
 /// Group rollups maintained at ingest (see `rollup` in the crate docs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -472,19 +455,6 @@ impl Default for MongoDbConfig {
             statements_per_batch: 1000,
             max_concurrent_batches: 4,
             timeout: secs(10),
-        }
-    }
-}
-
-impl Default for QueryConfig {
-    fn default() -> Self {
-        QueryConfig {
-            max_points: 100_000,
-            default_points: 1_440,
-            max_series: 1_000,
-            max_fanout: 10_000,
-            max_page: 10_000,
-            max_total_points: 10_000_000,
         }
     }
 }
@@ -845,12 +815,7 @@ impl Config {
         );
         c.positive(m.timeout, "mongodb.timeout");
 
-        c.at_least(self.query.max_points, 1, "query.max_points");
-        c.at_least(self.query.default_points, 1, "query.default_points");
-        c.at_least(self.query.max_series, 1, "query.max_series");
-        c.at_least(self.query.max_fanout, 1, "query.max_fanout");
-        c.at_least(self.query.max_page, 1, "query.max_page");
-        c.at_least(self.query.max_total_points, 1, "query.max_total_points");
+        c.0.extend(self.query.problems());
 
         let r = &self.rollup;
         c.require(

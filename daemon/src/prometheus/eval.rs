@@ -36,7 +36,7 @@ use super::names::{
 };
 use super::plan::{AggOp, ArithOp, Grouping, Op, Plan, RangeFn, Selector};
 use crate::model::{validate_metric, validate_source, SeriesId, Slot, DAY_S, HOUR_S, MINUTE_S};
-use crate::query::{QueryEngine, QueryError, Selection, Step, StepSpec, Window};
+use crate::query::{Aggregate, QueryEngine, QueryError, Selection, Step, StepSpec, Window};
 use crate::rollup::Rollups;
 use crate::selector::{all_match, NameMatcher};
 
@@ -230,7 +230,7 @@ impl<'a> Evaluator<'a> {
                     b.series.metric
                 )));
             }
-            let values = grid.values(func, &b.buckets);
+            let values = grid.values(func.aggregate(), &b.buckets);
             if values.iter().all(Option::is_none) {
                 continue;
             }
@@ -253,13 +253,15 @@ impl<'a> Evaluator<'a> {
         let Plan::Range { func, sel, range_s } = inner else {
             return Ok(None);
         };
+        // The rollup pools its members' slots, so it serves a sum of
+        // additive aggregates, and the extremes of the extremes.
         let servable = matches!(
-            (op, func),
+            (op, func.aggregate()),
             (
                 AggOp::Sum,
-                RangeFn::Sum | RangeFn::Count | RangeFn::Rate | RangeFn::Increase
-            ) | (AggOp::Min, RangeFn::Min)
-                | (AggOp::Max, RangeFn::Max)
+                Aggregate::Sum | Aggregate::Count | Aggregate::Rate
+            ) | (AggOp::Min, Aggregate::Min)
+                | (AggOp::Max, Aggregate::Max)
         );
         if !servable || grouping.keeps(SOURCE_LABEL) {
             return Ok(None);
@@ -305,7 +307,7 @@ impl<'a> Evaluator<'a> {
                     prom_name(metric),
                 )));
             }
-            let values = grid.values(*func, &b.buckets);
+            let values = grid.values(func.aggregate(), &b.buckets);
             let mut labels = Labels::new();
             if keep_metric {
                 labels.insert(TALLY_METRIC_LABEL.into(), metric.clone());
@@ -483,34 +485,20 @@ impl Grid {
             })
     }
 
-    /// `func` of each window of `buckets` (ascending, non-empty slots).
-    fn values(&self, func: RangeFn, buckets: &[(i64, Slot)]) -> Vec<Option<f64>> {
+    /// `aggregate` of each window of `buckets` (ascending, non-empty slots).
+    fn values(&self, aggregate: Aggregate, buckets: &[(i64, Slot)]) -> Vec<Option<f64>> {
         let tree = SlotTree::new(buckets.iter().map(|(_, s)| *s).collect());
         self.ends
             .iter()
             .map(|&end| {
                 let lo = buckets.partition_point(|(t, _)| *t < end - self.range_s);
                 let hi = buckets.partition_point(|(t, _)| *t < end);
-                let slot = tree.merged(lo, hi);
-                window_value(func, &slot, self.range_s)
+                // Callers refuse a rate of a gauge first: what reaches here
+                // is a counter, or a series of unknown kind read as one.
+                aggregate.of(&tree.merged(lo, hi), self.range_s, true)
             })
             .collect()
     }
-}
-
-/// A range function of a window's merged slot.
-fn window_value(func: RangeFn, slot: &Slot, range_s: i64) -> Option<f64> {
-    if slot.is_empty() {
-        return None;
-    }
-    Some(match func {
-        RangeFn::Avg => slot.sum / slot.n as f64,
-        RangeFn::Min => slot.min,
-        RangeFn::Max => slot.max,
-        RangeFn::Sum | RangeFn::Increase => slot.sum,
-        RangeFn::Count => slot.n as f64,
-        RangeFn::Rate => slot.sum / range_s as f64,
-    })
 }
 
 /// Merges of any run of slots in logarithmic time, so long windows at
@@ -738,20 +726,20 @@ mod tests {
         assert_eq!(grid.granularity, MINUTE_S);
         assert_eq!((grid.from(), grid.to()), (11 * 60, 15 * 60));
         assert_eq!(
-            grid.values(RangeFn::Sum, &buckets),
+            grid.values(Aggregate::Sum, &buckets),
             vec![Some(6.0), Some(6.0), Some(24.0)]
         );
         assert_eq!(
-            grid.values(RangeFn::Rate, &buckets),
+            grid.values(Aggregate::Rate, &buckets),
             vec![Some(0.05), Some(0.05), Some(0.2)]
         );
         assert_eq!(
-            grid.values(RangeFn::Count, &buckets),
+            grid.values(Aggregate::Count, &buckets),
             vec![Some(2.0), Some(2.0), Some(2.0)]
         );
         // Nothing before minute 10.
         let early = Grid::new(&[10 * 60_000], 60);
-        assert_eq!(early.values(RangeFn::Avg, &buckets), vec![None]);
+        assert_eq!(early.values(Aggregate::Avg, &buckets), vec![None]);
     }
 
     #[test]
