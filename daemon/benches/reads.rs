@@ -15,7 +15,7 @@ use tally::catalog::CatalogWriter;
 use tally::flush::{FlushConfig, Pipeline};
 use tally::ingest::IngestConfig;
 use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot};
-use tally::query::{AggregateQuery, QueryEngine, QueryLimits, Selection, Sources, Step, StepSpec};
+use tally::query::{AggregateQuery, QueryConfig, QueryEngine, Selection, Sources, Step, StepSpec};
 use tally::rollup::{RollupConfig, Rollups};
 use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use tally::store::Store;
@@ -149,14 +149,18 @@ async fn run() {
         &IngestConfig::default(),
     ));
     let store_dyn: Arc<dyn Store> = store.clone();
+    let rollups = Arc::new(rollups);
     let pipeline = Arc::new(
-        Pipeline::new(agg.clone(), store_dyn, FlushConfig::default(), id)
-            .with_rollups(Arc::new(rollups))
+        Pipeline::new(agg.clone(), store_dyn.clone(), FlushConfig::default(), id)
+            .with_rollups(rollups.clone())
             .with_catalog(Arc::new(CatalogWriter::new(Duration::from_secs(600)))),
     );
     let engine = Arc::new(QueryEngine::new(
-        pipeline.clone(),
-        QueryLimits::default(),
+        store_dyn,
+        agg.clone(),
+        rollups,
+        pipeline.inflight().clone(),
+        QueryConfig::default(),
         14 * 86_400,
     ));
     let now = now_minute * 60 + 30;

@@ -21,7 +21,7 @@ use tally::flush::Pipeline;
 use tally::grpc::IngestService;
 use tally::ingest::IngestGate;
 use tally::maintenance::Maintenance;
-use tally::query::{QueryEngine, QueryLimits};
+use tally::query::QueryEngine;
 use tally::rollup::Rollups;
 use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
 use tally::store::mongodb::{redact_uri, MongoStore};
@@ -69,15 +69,11 @@ async fn run(config: Config) -> Result<()> {
             .with_catalog(catalog.clone()),
     );
     let engine = Arc::new(QueryEngine::new(
-        pipeline.clone(),
-        QueryLimits {
-            max_points: config.query.max_points,
-            default_points: config.query.default_points,
-            max_series: config.query.max_series,
-            max_fanout: config.query.max_fanout,
-            max_page: config.query.max_page,
-            max_total_points: config.query.max_total_points,
-        },
+        store.clone(),
+        agg.clone(),
+        rollups.clone(),
+        pipeline.inflight().clone(),
+        config.query.clone(),
         config.retention.hour.as_secs() as i64,
     ));
     let watch_hub = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));

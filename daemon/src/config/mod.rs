@@ -28,11 +28,12 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+pub use crate::query::QueryConfig;
 pub use crate::store::mongodb::MongoDbConfig;
 pub use cli::Cli;
 pub use error::{ConfigError, SettingError, UnknownEnvVar};
 pub use load::{env_var_names, CONFIG_ENV, ENV_PREFIX};
-pub use pending::{EmbeddedConfig, QueryConfig};
+pub use pending::EmbeddedConfig;
 
 use crate::aggregator::AggregatorConfig;
 use crate::catalog::CatalogConfig;

@@ -14,50 +14,54 @@ use promql_parser::label::{MatchOp as PromOp, Matcher};
 use promql_parser::parser::{self as ast, Expr, LabelModifier};
 
 use crate::model::MINUTE_S;
+use crate::query::Aggregate;
 use crate::selector::{MatchOp, NameMatcher};
 
-/// A function of the slots in a window.
+/// The range functions: each reads one slot aggregate of its window, and
+/// `rate` and `increase` only of counters.
+const RANGE_FNS: [(&str, Aggregate, bool); 7] = [
+    ("avg_over_time", Aggregate::Avg, false),
+    ("min_over_time", Aggregate::Min, false),
+    ("max_over_time", Aggregate::Max, false),
+    ("sum_over_time", Aggregate::Sum, false),
+    ("count_over_time", Aggregate::Count, false),
+    // The sum of the deltas in the window over its seconds.
+    ("rate", Aggregate::Rate, true),
+    // The sum of the deltas in the window.
+    ("increase", Aggregate::Sum, true),
+];
+
+/// A function of the slots in a window: the slot aggregate it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RangeFn {
-    Avg,
-    Min,
-    Max,
-    Sum,
-    Count,
-    /// Counters: the sum of the deltas in the window over its seconds.
-    Rate,
-    /// Counters: the sum of the deltas in the window.
-    Increase,
+pub(crate) struct RangeFn {
+    name: &'static str,
+    aggregate: Aggregate,
+    counter_only: bool,
 }
 
 impl RangeFn {
     fn parse(name: &str) -> Option<RangeFn> {
-        Some(match name {
-            "avg_over_time" => RangeFn::Avg,
-            "min_over_time" => RangeFn::Min,
-            "max_over_time" => RangeFn::Max,
-            "sum_over_time" => RangeFn::Sum,
-            "count_over_time" => RangeFn::Count,
-            "rate" => RangeFn::Rate,
-            "increase" => RangeFn::Increase,
-            _ => return None,
-        })
+        RANGE_FNS
+            .iter()
+            .find(|(n, ..)| *n == name)
+            .map(|&(name, aggregate, counter_only)| RangeFn {
+                name,
+                aggregate,
+                counter_only,
+            })
     }
 
     pub(crate) fn name(self) -> &'static str {
-        match self {
-            RangeFn::Avg => "avg_over_time",
-            RangeFn::Min => "min_over_time",
-            RangeFn::Max => "max_over_time",
-            RangeFn::Sum => "sum_over_time",
-            RangeFn::Count => "count_over_time",
-            RangeFn::Rate => "rate",
-            RangeFn::Increase => "increase",
-        }
+        self.name
+    }
+
+    /// What the function reads from its window's merged slot.
+    pub(crate) fn aggregate(self) -> Aggregate {
+        self.aggregate
     }
 
     pub(crate) fn needs_counter(self) -> bool {
-        matches!(self, RangeFn::Rate | RangeFn::Increase)
+        self.counter_only
     }
 }
 
@@ -222,8 +226,9 @@ pub(crate) enum PlanError {
 }
 
 /// Range functions, for messages.
-const SUPPORTED_FUNCTIONS: &str =
-    "avg_over_time, min_over_time, max_over_time, sum_over_time, count_over_time, rate, increase";
+fn supported_functions() -> String {
+    RANGE_FNS.map(|(name, ..)| name).join(", ")
+}
 
 /// Parses and plans `query`.
 pub(crate) fn plan(query: &str) -> Result<Plan, PlanError> {
@@ -250,7 +255,8 @@ fn plan_expr(expr: &Expr) -> Result<Plan, PlanError> {
             "a bare selector (`{vs}`) asks for raw samples, which Tally does not keep (it keeps per-minute count, sum, min and max): wrap it in a range function, e.g. avg_over_time({vs}[1m]), or rate({vs}[5m]) for a counter"
         ))),
         Expr::MatrixSelector(ms) => Err(unsupported(format!(
-            "a range selector (`{ms}`) on its own returns raw samples, which Tally does not keep: wrap it in one of {SUPPORTED_FUNCTIONS}"
+            "a range selector (`{ms}`) on its own returns raw samples, which Tally does not keep: wrap it in one of {}",
+            supported_functions()
         ))),
         Expr::Subquery(sq) => Err(unsupported(format!(
             "subqueries (`{sq}`) are not supported: use a range function over a selector, e.g. max_over_time(cpu[1h])"
@@ -282,7 +288,8 @@ fn plan_call(call: &ast::Call) -> Result<Plan, PlanError> {
             _ => "",
         };
         return Err(unsupported(format!(
-            "function {name}() is not supported{hint}; supported functions are {SUPPORTED_FUNCTIONS}"
+            "function {name}() is not supported{hint}; supported functions are {}",
+            supported_functions()
         )));
     };
     let [arg] = call.args.args.as_slice() else {
@@ -471,7 +478,10 @@ mod tests {
         let Plan::Range { func, sel, range_s } = p else {
             panic!("{p:?}")
         };
-        assert_eq!((func, range_s), (RangeFn::Avg, 300));
+        assert_eq!(
+            (func.name(), func.aggregate(), range_s),
+            ("avg_over_time", Aggregate::Avg, 300)
+        );
         assert_eq!(
             sel.matchers,
             vec![
@@ -492,14 +502,19 @@ mod tests {
                 },
             ]
         );
-        assert!(matches!(
-            plan("rate(x[1h])").unwrap(),
-            Plan::Range {
-                func: RangeFn::Rate,
-                range_s: 3600,
-                ..
-            }
-        ));
+        let Plan::Range { func, range_s, .. } = plan("rate(x[1h])").unwrap() else {
+            panic!("rate")
+        };
+        assert_eq!((func.aggregate(), range_s), (Aggregate::Rate, 3600));
+        assert!(func.needs_counter());
+        let Plan::Range { func, .. } = plan("increase(x[5m])").unwrap() else {
+            panic!("increase")
+        };
+        assert_eq!(
+            (func.name(), func.aggregate()),
+            ("increase", Aggregate::Sum)
+        );
+        assert!(func.needs_counter());
     }
 
     #[test]

@@ -4,9 +4,8 @@
 //! time per window.
 
 use super::value::EvalError;
-use crate::http::prometheus::plan::RangeFn;
 use crate::model::{Slot, DAY_S, HOUR_S, MINUTE_S};
-use crate::query::{QueryEngine, QueryError, Step, StepSpec, Window};
+use crate::query::{Aggregate, QueryEngine, QueryError, Step, StepSpec, Window};
 
 /// The windows of one range function at every evaluation time.
 pub(super) struct Grid {
@@ -64,34 +63,20 @@ impl Grid {
             })
     }
 
-    /// `func` of each window of `buckets` (ascending, non-empty slots).
-    pub(super) fn values(&self, func: RangeFn, buckets: &[(i64, Slot)]) -> Vec<Option<f64>> {
+    /// `aggregate` of each window of `buckets` (ascending, non-empty slots).
+    pub(super) fn values(&self, aggregate: Aggregate, buckets: &[(i64, Slot)]) -> Vec<Option<f64>> {
         let tree = SlotTree::new(buckets.iter().map(|(_, s)| *s).collect());
         self.ends
             .iter()
             .map(|&end| {
                 let lo = buckets.partition_point(|(t, _)| *t < end - self.range_s);
                 let hi = buckets.partition_point(|(t, _)| *t < end);
-                let slot = tree.merged(lo, hi);
-                window_value(func, &slot, self.range_s)
+                // Callers refuse a rate of a gauge first: what reaches here
+                // is a counter, or a series of unknown kind read as one.
+                aggregate.of(&tree.merged(lo, hi), self.range_s, true)
             })
             .collect()
     }
-}
-
-/// A range function of a window's merged slot.
-fn window_value(func: RangeFn, slot: &Slot, range_s: i64) -> Option<f64> {
-    if slot.is_empty() {
-        return None;
-    }
-    Some(match func {
-        RangeFn::Avg => slot.sum / slot.n as f64,
-        RangeFn::Min => slot.min,
-        RangeFn::Max => slot.max,
-        RangeFn::Sum | RangeFn::Increase => slot.sum,
-        RangeFn::Count => slot.n as f64,
-        RangeFn::Rate => slot.sum / range_s as f64,
-    })
 }
 
 /// Merges of any run of slots in logarithmic time, so long windows at
@@ -158,20 +143,20 @@ mod tests {
         assert_eq!(grid.granularity, MINUTE_S);
         assert_eq!((grid.from(), grid.to()), (11 * 60, 15 * 60));
         assert_eq!(
-            grid.values(RangeFn::Sum, &buckets),
+            grid.values(Aggregate::Sum, &buckets),
             vec![Some(6.0), Some(6.0), Some(24.0)]
         );
         assert_eq!(
-            grid.values(RangeFn::Rate, &buckets),
+            grid.values(Aggregate::Rate, &buckets),
             vec![Some(0.05), Some(0.05), Some(0.2)]
         );
         assert_eq!(
-            grid.values(RangeFn::Count, &buckets),
+            grid.values(Aggregate::Count, &buckets),
             vec![Some(2.0), Some(2.0), Some(2.0)]
         );
         // Nothing before minute 10.
         let early = Grid::new(&[10 * 60_000], 60);
-        assert_eq!(early.values(RangeFn::Avg, &buckets), vec![None]);
+        assert_eq!(early.values(Aggregate::Avg, &buckets), vec![None]);
     }
 
     #[test]

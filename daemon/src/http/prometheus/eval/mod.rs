@@ -44,7 +44,7 @@ use super::names::{
 };
 use super::plan::{AggOp, ArithOp, Grouping, Op, Plan, RangeFn, Selector};
 use crate::model::{validate_metric, validate_source, SampleKind, SeriesId};
-use crate::query::{QueryEngine, Selection};
+use crate::query::{Aggregate, QueryEngine, Selection};
 use crate::rollup::Rollups;
 use crate::selector::{all_match, NameMatcher};
 
@@ -213,7 +213,7 @@ impl<'a> Evaluator<'a> {
                     b.series.metric
                 )
             })?;
-            let values = grid.values(func, &b.buckets);
+            let values = grid.values(func.aggregate(), &b.buckets);
             if values.iter().all(Option::is_none) {
                 continue;
             }
@@ -236,13 +236,15 @@ impl<'a> Evaluator<'a> {
         let Plan::Range { func, sel, range_s } = inner else {
             return Ok(None);
         };
+        // The rollup pools its members' slots, so it serves a sum of
+        // additive aggregates, and the extremes of the extremes.
         let servable = matches!(
-            (op, func),
+            (op, func.aggregate()),
             (
                 AggOp::Sum,
-                RangeFn::Sum | RangeFn::Count | RangeFn::Rate | RangeFn::Increase
-            ) | (AggOp::Min, RangeFn::Min)
-                | (AggOp::Max, RangeFn::Max)
+                Aggregate::Sum | Aggregate::Count | Aggregate::Rate
+            ) | (AggOp::Min, Aggregate::Min)
+                | (AggOp::Max, Aggregate::Max)
         );
         if !servable || grouping.keeps(SOURCE_LABEL) {
             return Ok(None);
@@ -301,7 +303,7 @@ impl<'a> Evaluator<'a> {
             counters_only(func, b.kind, || {
                 format!("{} (Tally metric {metric:?})", prom_name(metric))
             })?;
-            let values = grid.values(func, &b.buckets);
+            let values = grid.values(func.aggregate(), &b.buckets);
             let mut labels = Labels::new();
             if keep_metric {
                 labels.insert(TALLY_METRIC_LABEL.into(), metric.clone());

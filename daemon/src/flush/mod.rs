@@ -9,29 +9,26 @@
 //! reaches its memory bound ingest answers `RESOURCE_EXHAUSTED`. Nothing
 //! grows without limit.
 //!
-//! Fresh reads: a batch stays registered as in flight until the store has
-//! applied it, so the query engine can merge it in. Draining and registering
-//! happen under one lock, and readers take the same lock, so a reader sees
-//! each sample exactly once: in the aggregator, in an in-flight batch, or
-//! (by the document's watermark) in the store.
+//! Fresh reads: batches stay registered as in flight until the store has
+//! applied them, so the query engine can merge them in; [`Inflight`] holds
+//! them and is all of the pipeline the engine sees.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+mod inflight;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::aggregator::Aggregator;
 use crate::catalog::CatalogWriter;
-use crate::model::{
-    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate,
-    Slot,
-};
 use crate::rollup::Rollups;
 use crate::store::Store;
+
+pub(crate) use inflight::Unflushed;
+pub use inflight::{Inflight, InflightBatch};
 
 /// `[flush]`: how often memory is drained to the store and how failed
 /// flushes are retried.
@@ -81,59 +78,10 @@ impl FlushConfig {
     }
 }
 
-/// A drained batch that the store has not confirmed yet.
-pub struct InflightBatch {
-    pub id: FlushId,
-    series: Vec<SeriesMinutes>,
-    index: hashbrown::HashMap<Arc<SeriesId>, usize>,
-}
-
-impl InflightBatch {
-    fn new(id: FlushId, series: Vec<SeriesMinutes>) -> InflightBatch {
-        let index = series
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (s.series.clone(), i))
-            .collect();
-        InflightBatch { id, series, index }
-    }
-
-    fn get(&self, key: SeriesRef<'_>) -> Option<&SeriesMinutes> {
-        self.index.get(&key).map(|&i| &self.series[i])
-    }
-
-    pub fn slot_count(&self) -> usize {
-        self.series.iter().map(|s| s.minutes.len()).sum()
-    }
-
-    fn to_flush_batch(&self) -> FlushBatch {
-        FlushBatch {
-            id: self.id,
-            series: self.series.iter().map(SeriesUpdate::from_minutes).collect(),
-        }
-    }
-}
-
-/// Everything about one series that is not in the store yet.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Unflushed {
-    pub kind: Option<SampleKind>,
-    /// In-flight batches touching the series, oldest first.
-    pub inflight: Vec<(FlushId, Vec<(EpochMinute, Slot)>)>,
-    /// Still in the aggregator.
-    pub pending: Vec<(EpochMinute, Slot)>,
-    /// The newest flush id cut when the snapshot was taken. A document whose
-    /// watermark is above it already holds `pending` (the first batch cut
-    /// later drained all of it, and batches apply in order), so a reader
-    /// that meets such a document must not add `pending` again.
-    pub cut_through: u64,
-}
-
 pub struct Pipeline {
     agg: Arc<Aggregator>,
     store: Arc<dyn Store>,
-    inflight: Mutex<VecDeque<Arc<InflightBatch>>>,
-    last_id: AtomicU64,
+    inflight: Arc<Inflight>,
     cfg: FlushConfig,
     rollups: Arc<Rollups>,
     catalog: Option<Arc<CatalogWriter>>,
@@ -155,10 +103,9 @@ impl Pipeline {
         last_applied: u64,
     ) -> Pipeline {
         Pipeline {
+            inflight: Arc::new(Inflight::new(agg.clone(), last_applied)),
             agg,
             store,
-            inflight: Mutex::new(VecDeque::new()),
-            last_id: AtomicU64::new(last_applied),
             cfg,
             rollups: Arc::new(Rollups::disabled()),
             catalog: None,
@@ -178,20 +125,13 @@ impl Pipeline {
         self
     }
 
-    pub fn rollups(&self) -> &Arc<Rollups> {
-        &self.rollups
-    }
-
-    pub fn aggregator(&self) -> &Arc<Aggregator> {
-        &self.agg
-    }
-
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The batches cut and not yet in the store, for the query engine.
+    pub fn inflight(&self) -> &Arc<Inflight> {
+        &self.inflight
     }
 
     pub fn inflight_batches(&self) -> usize {
-        self.inflight.lock().len()
+        self.inflight.len()
     }
 
     /// Sets the pipeline's gauges from its live state. Only a scrape of
@@ -204,55 +144,16 @@ impl Pipeline {
             .set(self.unfinished.load(Ordering::SeqCst) as f64);
     }
 
-    fn next_id(&self) -> FlushId {
-        let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
-        let prev = self
-            .last_id
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
-                Some(now_us.max(last + 1))
-            })
-            .unwrap_or_else(|last| last);
-        FlushId(now_us.max(prev + 1))
-    }
-
     /// Drains the aggregator into a new in-flight batch, unless the queue is
     /// full (backpressure) or there is nothing to flush.
     pub fn cut_batch(&self) -> Option<Arc<InflightBatch>> {
-        let mut inflight = self.inflight.lock();
-        if inflight.len() >= self.cfg.queue_depth {
-            metrics::counter!("tally_flush_deferred_total").increment(1);
-            return None;
-        }
-        // Rollups join the batch here, under the same lock, so a reader
-        // never sees a member's slots without its group's or the reverse.
-        let drained = self.rollups.expand(self.agg.drain());
-        if drained.is_empty() {
-            return None;
-        }
-        let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
-        inflight.push_back(batch.clone());
+        // Rollups join the batch under the in-flight lock, so a reader never
+        // sees a member's slots without its group's or the reverse.
+        let batch = self
+            .inflight
+            .cut(self.cfg.queue_depth, |drained| self.rollups.expand(drained))?;
         self.unfinished.fetch_add(1, Ordering::SeqCst);
-        self.note_inflight(&inflight);
         Some(batch)
-    }
-
-    /// What the store does not have yet for one series: a consistent
-    /// snapshot of the in-flight batches and the aggregator.
-    pub fn unflushed(&self, key: SeriesRef<'_>) -> Unflushed {
-        let inflight = self.inflight.lock();
-        let mut u = Unflushed::default();
-        for b in inflight.iter() {
-            if let Some(sm) = b.get(key) {
-                u.kind = Some(sm.kind);
-                u.inflight.push((b.id, sm.minutes.clone()));
-            }
-        }
-        let (kind, pending) = self.agg.pending_for(key);
-        u.kind = kind.or(u.kind);
-        u.pending = pending;
-        // Ids are taken under the same lock, in `cut_batch`.
-        u.cut_through = self.last_id.load(Ordering::SeqCst);
-        u
     }
 
     /// Applies one batch, retrying retryable failures with exponential
@@ -284,7 +185,7 @@ impl Pipeline {
                         seconds = elapsed,
                         "flush applied"
                     );
-                    self.retire(batch.id);
+                    self.inflight.retire(batch.id);
                     return true;
                 }
                 Err(e) => {
@@ -297,7 +198,7 @@ impl Pipeline {
                         error!(flush_id = batch.id.0, error = %e, slots = batch.slot_count(), "flush dropped: the store refused it");
                         metrics::counter!("tally_flush_dropped_total", "store" => store)
                             .increment(1);
-                        self.retire(batch.id);
+                        self.inflight.retire(batch.id);
                         return false;
                     }
                     warn!(flush_id = batch.id.0, error = %e, retry_in = ?backoff, "flush failed; retrying");
@@ -334,17 +235,6 @@ impl Pipeline {
                 catalog.failed(due);
             }
         }
-    }
-
-    fn retire(&self, id: FlushId) {
-        let mut inflight = self.inflight.lock();
-        inflight.retain(|b| b.id != id);
-        self.note_inflight(&inflight);
-    }
-
-    fn note_inflight(&self, inflight: &VecDeque<Arc<InflightBatch>>) {
-        self.agg
-            .set_inflight_slots(inflight.iter().map(|b| b.slot_count()).sum());
     }
 
     /// Runs the pipeline until `stop` turns true, then flushes everything
@@ -407,8 +297,7 @@ impl Pipeline {
 
     /// Slots not yet confirmed by the store: in the aggregator or in flight.
     pub fn unflushed_slots(&self) -> usize {
-        let inflight = self.inflight.lock();
-        self.agg.pending_slots() + inflight.iter().map(|b| b.slot_count()).sum::<usize>()
+        self.inflight.unflushed_slots()
     }
 
     async fn send_batch(&self, tx: &mpsc::Sender<Arc<InflightBatch>>) -> bool {
@@ -430,6 +319,7 @@ mod tests {
     use super::*;
     use crate::aggregator::{AggregatorConfig, SeriesBatch};
     use crate::ingest::IngestConfig;
+    use crate::model::{SampleKind, SeriesRef, Slot};
     use crate::store::embedded::EmbeddedStore;
 
     fn ingest(agg: &Aggregator, ts_ms: i64, v: f64) {
@@ -473,7 +363,7 @@ mod tests {
             source: "s",
             metric: "m",
         };
-        let u = p.unflushed(key);
+        let u = p.inflight().unflushed(key);
         assert_eq!(u.inflight.len(), 1);
         assert_eq!(u.inflight[0].1[0].1, Slot::of(1.0));
         assert_eq!(u.pending[0].1, Slot::of(2.0));
@@ -508,7 +398,7 @@ mod tests {
         let b1 = p.cut_batch().unwrap();
         assert!(p.apply(&b1, &mut rx).await);
         ingest(&agg, now, 2.0);
-        let snapshot = p.unflushed(key);
+        let snapshot = p.inflight().unflushed(key);
         assert_eq!(snapshot.cut_through, b1.id.0);
         assert_eq!(snapshot.pending.len(), 1);
         let read = || async {

@@ -1,0 +1,171 @@
+//! What is cut but not yet durable in the store: the flush pipeline's
+//! in-flight batches, and the one lock under which the aggregator is
+//! drained into them.
+//!
+//! Separate from the pipeline because it is the only part of it the query
+//! engine needs: a read merges the store with [`Inflight::unflushed`], and
+//! nothing else about flushing (retries, the catalog, the applier task)
+//! concerns it.
+//!
+//! Fresh reads: a batch stays registered as in flight until the store has
+//! applied it, so the query engine can merge it in. Draining and
+//! registering happen under one lock, and readers take the same lock, so a
+//! reader sees each sample exactly once: in the aggregator, in an in-flight
+//! batch, or (by the document's watermark) in the store.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::aggregator::Aggregator;
+use crate::model::{
+    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate,
+    Slot,
+};
+
+/// A drained batch that the store has not confirmed yet.
+pub struct InflightBatch {
+    pub id: FlushId,
+    pub(super) series: Vec<SeriesMinutes>,
+    index: hashbrown::HashMap<Arc<SeriesId>, usize>,
+}
+
+impl InflightBatch {
+    fn new(id: FlushId, series: Vec<SeriesMinutes>) -> InflightBatch {
+        let index = series
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.series.clone(), i))
+            .collect();
+        InflightBatch { id, series, index }
+    }
+
+    fn get(&self, key: SeriesRef<'_>) -> Option<&SeriesMinutes> {
+        self.index.get(&key).map(|&i| &self.series[i])
+    }
+
+    pub fn slot_count(&self) -> usize {
+        self.series.iter().map(|s| s.minutes.len()).sum()
+    }
+
+    pub(super) fn to_flush_batch(&self) -> FlushBatch {
+        FlushBatch {
+            id: self.id,
+            series: self.series.iter().map(SeriesUpdate::from_minutes).collect(),
+        }
+    }
+}
+
+/// Everything about one series that is not in the store yet.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Unflushed {
+    pub kind: Option<SampleKind>,
+    /// In-flight batches touching the series, oldest first.
+    pub inflight: Vec<(FlushId, Vec<(EpochMinute, Slot)>)>,
+    /// Still in the aggregator.
+    pub pending: Vec<(EpochMinute, Slot)>,
+    /// The newest flush id cut when the snapshot was taken. A document whose
+    /// watermark is above it already holds `pending` (the first batch cut
+    /// later drained all of it, and batches apply in order), so a reader
+    /// that meets such a document must not add `pending` again.
+    pub cut_through: u64,
+}
+
+/// The batches cut from the aggregator and not yet applied by the store,
+/// shared by the flush pipeline (which cuts and retires them) and the
+/// query engine (which reads them).
+pub struct Inflight {
+    agg: Arc<Aggregator>,
+    batches: Mutex<VecDeque<Arc<InflightBatch>>>,
+    last_id: AtomicU64,
+}
+
+impl Inflight {
+    /// `last_applied`: see [`Pipeline::new`](super::Pipeline::new).
+    pub(super) fn new(agg: Arc<Aggregator>, last_applied: u64) -> Inflight {
+        Inflight {
+            agg,
+            batches: Mutex::new(VecDeque::new()),
+            last_id: AtomicU64::new(last_applied),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.batches.lock().len()
+    }
+
+    fn next_id(&self) -> FlushId {
+        let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
+        let prev = self
+            .last_id
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+                Some(now_us.max(last + 1))
+            })
+            .unwrap_or_else(|last| last);
+        FlushId(now_us.max(prev + 1))
+    }
+
+    /// Drains the aggregator into a new batch, unless `max_batches` are
+    /// already in flight (backpressure) or there is nothing to flush.
+    /// `expand` runs on the drained series under the lock, so whatever it
+    /// adds (the group rollups) is never seen apart from what it came from.
+    pub(super) fn cut(
+        &self,
+        max_batches: usize,
+        expand: impl FnOnce(Vec<SeriesMinutes>) -> Vec<SeriesMinutes>,
+    ) -> Option<Arc<InflightBatch>> {
+        let mut batches = self.batches.lock();
+        if batches.len() >= max_batches {
+            metrics::counter!("tally_flush_deferred_total").increment(1);
+            return None;
+        }
+        let drained = expand(self.agg.drain());
+        if drained.is_empty() {
+            return None;
+        }
+        let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
+        batches.push_back(batch.clone());
+        self.note(&batches);
+        Some(batch)
+    }
+
+    /// Forgets a batch the store has applied (or that was given up).
+    pub(super) fn retire(&self, id: FlushId) {
+        let mut batches = self.batches.lock();
+        batches.retain(|b| b.id != id);
+        self.note(&batches);
+    }
+
+    /// Drained slots count against the aggregator's memory bound too.
+    fn note(&self, batches: &VecDeque<Arc<InflightBatch>>) {
+        self.agg
+            .set_inflight_slots(batches.iter().map(|b| b.slot_count()).sum());
+    }
+
+    /// What the store does not have yet for one series: a consistent
+    /// snapshot of the in-flight batches and the aggregator.
+    pub(crate) fn unflushed(&self, key: SeriesRef<'_>) -> Unflushed {
+        let batches = self.batches.lock();
+        let mut u = Unflushed::default();
+        for b in batches.iter() {
+            if let Some(sm) = b.get(key) {
+                u.kind = Some(sm.kind);
+                u.inflight.push((b.id, sm.minutes.clone()));
+            }
+        }
+        let (kind, pending) = self.agg.pending_for(key);
+        u.kind = kind.or(u.kind);
+        u.pending = pending;
+        // Ids are taken under the same lock, in `cut`.
+        u.cut_through = self.last_id.load(Ordering::SeqCst);
+        u
+    }
+
+    /// Slots not yet confirmed by the store: in the aggregator or in flight.
+    pub(super) fn unflushed_slots(&self) -> usize {
+        let batches = self.batches.lock();
+        self.agg.pending_slots() + batches.iter().map(|b| b.slot_count()).sum::<usize>()
+    }
+}

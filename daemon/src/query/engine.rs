@@ -1,0 +1,393 @@
+//! The engine: which series a selection covers, and their buckets in a
+//! window, fresh to the second; range and latest reads built on them.
+//!
+//! The engine holds what it reads directly: the store, the aggregator (for
+//! the newest sample), the rollups, and the flush pipeline's in-flight
+//! batches. Cross-source aggregates and discovery extend it in their own
+//! modules.
+
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::error::too_many_series;
+use super::merge::merge_unflushed;
+use super::{Aggregate, Point, QueryConfig, QueryError, Step, StepSpec, Window};
+use crate::aggregator::Aggregator;
+use crate::flush::Inflight;
+use crate::model::{
+    validate_metric, validate_source, Resolution, SampleKind, SeriesId, SeriesRef, Slot, Tier,
+    DAY_S, HOUR_S, MINUTE_S,
+};
+use crate::rollup::Rollups;
+use crate::selector::{all_match, NameMatcher};
+use crate::store::{CatalogEntry, CatalogQuery, ReadQuery, Store};
+
+/// Non-empty buckets: (bucket start, merged slot), ascending.
+pub type Buckets = Vec<(i64, Slot)>;
+
+/// A series' non-empty buckets in a window, before choosing aggregates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesBuckets {
+    pub series: SeriesId,
+    /// None when the series is unknown (no data in the range, nothing in memory).
+    pub kind: Option<SampleKind>,
+    /// Ascending bucket starts with their merged slots, none empty.
+    pub buckets: Buckets,
+}
+
+impl SeriesBuckets {
+    pub fn is_counter(&self) -> bool {
+        self.kind.is_some_and(SampleKind::is_counter)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SeriesRange {
+    pub source: String,
+    pub metric: String,
+    pub kind: Option<SampleKind>,
+    pub points: Vec<Point>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RangeResult {
+    pub step: String,
+    pub step_s: i64,
+    pub from: i64,
+    pub to: i64,
+    pub series: Vec<SeriesRange>,
+}
+
+/// Which series a call is about: every matcher on a name must accept it.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub source: Vec<NameMatcher>,
+    pub metric: Vec<NameMatcher>,
+}
+
+impl Selection {
+    pub fn exact(source: &str, metric: &str) -> Selection {
+        Selection {
+            source: vec![NameMatcher::exact(source)],
+            metric: vec![NameMatcher::exact(metric)],
+        }
+    }
+
+    /// The sources and metrics when the selection names them outright
+    /// (lists of exact names), so no catalog lookup is needed; the series
+    /// are their cross product.
+    fn enumerate(&self) -> Option<(Vec<String>, Vec<String>)> {
+        let names = |ms: &[NameMatcher]| -> Option<Vec<String>> {
+            let (first, rest) = ms.split_first()?;
+            let names = first.names()?;
+            Some(
+                names
+                    .iter()
+                    .filter(|n| all_match(rest, n))
+                    .cloned()
+                    .collect(),
+            )
+        };
+        let (sources, metrics) = (names(&self.source)?, names(&self.metric)?);
+        Some((sources, metrics))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct LatestValue {
+    /// Sample time, Unix milliseconds.
+    pub t_ms: i64,
+    pub value: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Latest {
+    pub source: String,
+    pub metric: String,
+    pub kind: Option<SampleKind>,
+    /// The newest sample this daemon has seen (a cumulative counter's value
+    /// as sent). Absent when the series is not in this daemon's memory
+    /// (idle, restarted, or fed through another daemon).
+    pub last: Option<LatestValue>,
+    /// The current minute's slot so far, store and memory merged.
+    pub minute: Option<Point>,
+}
+
+pub struct QueryEngine {
+    store: Arc<dyn Store>,
+    agg: Arc<Aggregator>,
+    rollups: Arc<Rollups>,
+    inflight: Arc<Inflight>,
+    limits: QueryConfig,
+    hour_retention_s: i64,
+}
+
+/// Minute ranges up to this long read hour documents; longer ones read day
+/// documents, which carry the same minutes in a twenty-fourth of the
+/// documents.
+const MINUTE_FROM_HOUR_TIER_MAX_S: i64 = 2 * DAY_S;
+
+/// Series read at once when a call spans many.
+pub(super) const READ_CONCURRENCY: usize = 16;
+
+impl QueryEngine {
+    /// `inflight` is the flush pipeline's view of what it has cut and the
+    /// store does not have yet ([`crate::flush::Pipeline::inflight`]);
+    /// `hour_retention_s` is how long hour documents are kept.
+    pub fn new(
+        store: Arc<dyn Store>,
+        agg: Arc<Aggregator>,
+        rollups: Arc<Rollups>,
+        inflight: Arc<Inflight>,
+        limits: QueryConfig,
+        hour_retention_s: i64,
+    ) -> QueryEngine {
+        QueryEngine {
+            store,
+            agg,
+            rollups,
+            inflight,
+            limits,
+            hour_retention_s,
+        }
+    }
+
+    pub fn limits(&self) -> &QueryConfig {
+        &self.limits
+    }
+
+    pub fn rollups(&self) -> &Arc<Rollups> {
+        &self.rollups
+    }
+
+    /// Refuses a read of `series` series over `w` whose points together
+    /// exceed `query.max_total_points`.
+    pub fn check_total(&self, series: usize, w: &Window) -> Result<(), QueryError> {
+        let total = (series as i64).saturating_mul(w.buckets());
+        if total > self.limits.max_total_points as i64 {
+            return Err(QueryError::Limit(format!(
+                "{series} series of {} points each is {total} points; the limit is {} (query.max_total_points): select fewer series, a coarser step or a shorter range",
+                w.buckets(),
+                self.limits.max_total_points
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks a range and settles its step.
+    pub fn window(&self, from: i64, to: i64, step: StepSpec) -> Result<Window, QueryError> {
+        Window::settle(from, to, step, &self.limits)
+    }
+
+    /// Which documents serve `w`'s slots.
+    fn tier(&self, w: &Window) -> Tier {
+        let now = chrono::Utc::now().timestamp();
+        match w.step.resolution {
+            // The first hour document starts at or before `from`; it must
+            // still be within the hour tier's retention.
+            Resolution::Minute
+                if w.end() - w.from <= MINUTE_FROM_HOUR_TIER_MAX_S
+                    && Tier::Hour.period_start(w.from.div_euclid(MINUTE_S))
+                        >= now - self.hour_retention_s + HOUR_S =>
+            {
+                Tier::Hour
+            }
+            _ => Tier::Day,
+        }
+    }
+
+    /// One series' non-empty buckets: the store merged with what is not in
+    /// it yet.
+    pub async fn buckets(&self, id: &SeriesId, w: &Window) -> Result<SeriesBuckets, QueryError> {
+        let tier = self.tier(w);
+        let key = SeriesRef {
+            source: &id.source,
+            metric: &id.metric,
+        };
+        // Unflushed first, then the store: see `flush::Inflight`.
+        let unflushed = self.inflight.unflushed(key);
+        let started = std::time::Instant::now();
+        let docs = self
+            .store
+            .read(&ReadQuery {
+                series: id.clone(),
+                tier,
+                resolution: w.step.resolution,
+                from: w.from,
+                to: w.end(),
+            })
+            .await;
+        crate::telemetry::store_operation(
+            self.store.name(),
+            "read",
+            started.elapsed().as_secs_f64(),
+        );
+        // Stores count their own read errors in `tally_store_errors_total`.
+        let (kind, buckets) = merge_unflushed(docs?, &unflushed, tier, w);
+        Ok(SeriesBuckets {
+            series: id.clone(),
+            kind,
+            buckets,
+        })
+    }
+
+    /// The series a selection covers: named outright, or looked up in the
+    /// catalog. More than `limit` is an error naming the limit.
+    pub async fn resolve(
+        &self,
+        sel: &Selection,
+        limit: usize,
+        limit_name: &str,
+    ) -> Result<Vec<SeriesId>, QueryError> {
+        let too_many = |n: String| too_many_series(&n, limit, limit_name);
+        if let Some((sources, metrics)) = sel.enumerate() {
+            // Counted before the product is built: two long lists would
+            // otherwise make a huge one.
+            let n = sources.len().saturating_mul(metrics.len());
+            if n > limit {
+                return Err(too_many(n.to_string()));
+            }
+            for s in &sources {
+                validate_source(s).map_err(|e| QueryError::Invalid(format!("source {s:?} {e}")))?;
+            }
+            for m in &metrics {
+                validate_metric(m).map_err(|e| QueryError::Invalid(format!("metric {m:?} {e}")))?;
+            }
+            return Ok(sources
+                .iter()
+                .flat_map(|s| metrics.iter().map(move |m| SeriesId::new(s, m)))
+                .collect());
+        }
+        let found = self
+            .catalog(&CatalogQuery {
+                source: sel.source.clone(),
+                metric: sel.metric.clone(),
+                kind: None,
+                seen_since: None,
+                after: None,
+                limit: limit + 1,
+            })
+            .await?;
+        if found.len() > limit {
+            return Err(too_many(format!("more than {limit}")));
+        }
+        Ok(found.into_iter().map(|e| e.series).collect())
+    }
+
+    pub(super) async fn catalog(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, QueryError> {
+        // The store counts the operation, its latency and its errors.
+        Ok(self.store.catalog_list(q).await?)
+    }
+
+    /// Buckets of many series, read concurrently, in the given order.
+    pub async fn many_buckets(
+        &self,
+        ids: &[SeriesId],
+        w: &Window,
+    ) -> Result<Vec<SeriesBuckets>, QueryError> {
+        let w = *w;
+        // Owned ids: a borrowing closure trips the compiler's higher-ranked
+        // lifetime check on `Send` futures.
+        futures::stream::iter(ids.to_vec())
+            .map(move |id| async move { self.buckets(&id, &w).await })
+            .buffered(READ_CONCURRENCY)
+            .try_collect()
+            .await
+    }
+
+    /// Points of every selected series with bucket start in
+    /// `[floor(from), to)`.
+    pub async fn range(
+        &self,
+        sel: &Selection,
+        from: i64,
+        to: i64,
+        step: StepSpec,
+        aggregates: &[Aggregate],
+    ) -> Result<RangeResult, QueryError> {
+        let w = self.window(from, to, step)?;
+        let ids = self
+            .resolve(sel, self.limits.max_series, "query.max_series")
+            .await?;
+        self.check_total(ids.len(), &w)?;
+        let series = self
+            .many_buckets(&ids, &w)
+            .await?
+            .into_iter()
+            .map(|b| SeriesRange {
+                points: Point::all(&b.buckets, w.step.width_s, b.is_counter(), aggregates),
+                source: b.series.source.into(),
+                metric: b.series.metric.into(),
+                kind: b.kind,
+            })
+            .collect();
+        Ok(RangeResult {
+            step: w.step.label(),
+            step_s: w.step.width_s,
+            from: w.from,
+            to: w.to,
+            series,
+        })
+    }
+
+    /// The latest sample and current minute of every selected series.
+    pub async fn latest(&self, sel: &Selection, now_s: i64) -> Result<Vec<Latest>, QueryError> {
+        let ids = self
+            .resolve(sel, self.limits.max_series, "query.max_series")
+            .await?;
+        let minute = Step::MINUTE.floor(now_s);
+        let w = Window {
+            from: minute,
+            to: minute + MINUTE_S,
+            step: Step::MINUTE,
+        };
+        Ok(self
+            .many_buckets(&ids, &w)
+            .await?
+            .into_iter()
+            .map(|b| {
+                let last = self.agg.last_sample(SeriesRef {
+                    source: &b.series.source,
+                    metric: &b.series.metric,
+                });
+                let counter = b.is_counter();
+                Latest {
+                    minute: b
+                        .buckets
+                        .first()
+                        .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[])),
+                    kind: b.kind.or(last.map(|l| l.0)),
+                    last: last.map(|(_, t_ms, value)| LatestValue { t_ms, value }),
+                    source: b.series.source.into(),
+                    metric: b.series.metric.into(),
+                }
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selections_of_exact_names_need_no_catalog() {
+        let sel = Selection {
+            source: vec![NameMatcher::parse_list("a,b").unwrap()],
+            metric: vec![NameMatcher::exact("m")],
+        };
+        assert_eq!(
+            sel.enumerate().unwrap(),
+            (
+                vec!["a".to_string(), "b".to_string()],
+                vec!["m".to_string()]
+            )
+        );
+        let glob = Selection {
+            source: vec![NameMatcher::parse_list("a*").unwrap()],
+            metric: vec![NameMatcher::exact("m")],
+        };
+        assert!(glob.enumerate().is_none());
+    }
+}
