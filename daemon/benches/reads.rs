@@ -259,8 +259,8 @@ async fn run() {
 
     // Watch delivery: a sample into the aggregator, until the subscriber has it.
     let hub = Arc::new(WatchHub::new(engine.clone(), WatchConfig::default()));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let hub_task = tokio::spawn(hub.clone().run(stop_rx));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let hub_task = tokio::spawn(hub.clone().run(stop.clone()));
     let mut sub = hub
         .subscribe(Selection::exact("live-1", "m_live"), 5)
         .await
@@ -298,11 +298,11 @@ async fn run() {
         t.push(s.elapsed());
         // Keep the aggregator small: flush what is pending.
         if let Some(b) = pipeline.cut_batch() {
-            let (_tx, mut give_up) = tokio::sync::watch::channel(false);
-            pipeline.apply(&b, &mut give_up).await;
+            let give_up = tokio_util::sync::CancellationToken::new();
+            pipeline.apply(&b, &give_up).await;
         }
     }
     report("watch delivery delay (sample ingested -> subscriber)", t);
-    let _ = stop_tx.send(true);
+    stop.cancel();
     let _ = hub_task.await;
 }

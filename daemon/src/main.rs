@@ -3,13 +3,13 @@
 //! sequence: stop accepting, flush everything, close the store, exit within
 //! the deadline.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use tokio_util::sync::CancellationToken;
@@ -50,34 +50,7 @@ fn main() -> Result<()> {
 async fn run(config: Config) -> Result<()> {
     let metrics = telemetry::init_metrics()?;
     let store = open_store(&config).await?;
-    let agg = Arc::new(Aggregator::new(&config.aggregator, &config.ingest));
-    let last_flush = match store.last_flush_id().await {
-        Ok(id) => id,
-        // A store that is down at start must not keep the daemon from
-        // ingesting; flush ids also follow the wall clock, so 0 is safe.
-        Err(e) if e.is_retryable() => {
-            warn!(error = %e, "store unavailable at start; flushes will retry");
-            0
-        }
-        Err(e) => return Err(e).context("reading the store's last flush id"),
-    };
-    let rollups = Arc::new(Rollups::new(config.rollup.clone()).context("[rollup]")?);
-    let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
-    let pipeline = Arc::new(
-        Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
-            .with_rollups(rollups.clone())
-            .with_catalog(catalog.clone()),
-    );
-    let engine = Arc::new(QueryEngine::new(
-        store.clone(),
-        agg.clone(),
-        rollups.clone(),
-        pipeline.inflight().clone(),
-        config.query.clone(),
-        config.retention.hour.as_secs() as i64,
-    ));
-    let watch_hub = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
-
+    let parts = Parts::build(&config, store).await?;
     let grpc_listener = TcpListener::bind(config.grpc_listen)
         .await
         .with_context(|| format!("binding grpc_listen {}", config.grpc_listen))?;
@@ -88,128 +61,214 @@ async fn run(config: Config) -> Result<()> {
     info!(
         grpc = %grpc_listener.local_addr()?,
         http = %http_listener.local_addr()?,
-        store = %store.name(),
+        store = %parts.store.name(),
         "tallyd listening"
     );
+    let shutdown = Shutdown::default();
+    let tasks = parts.start(
+        &config,
+        shutdown.clone(),
+        (grpc_listener, http_listener),
+        metrics,
+    );
+    shutdown_signal().await;
+    tasks
+        .shut_down(&parts, &shutdown, config.flush.shutdown_deadline)
+        .await
+}
 
-    // Shutdown runs in three steps, each with its own signal: listeners stop
-    // accepting (`close_listeners`), then the pipeline makes its final flush
-    // and background loops end (`stop`), and if the deadline passes, retries
-    // are abandoned (`give_up`).
-    let (close_tx, close_rx) = watch::channel(false);
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (give_up_tx, give_up_rx) = watch::channel(false);
-    let draining = Arc::new(AtomicBool::new(false));
+/// The daemon's components, wired together.
+struct Parts {
+    store: Arc<dyn Store>,
+    agg: Arc<Aggregator>,
+    rollups: Arc<Rollups>,
+    catalog: Arc<CatalogWriter>,
+    pipeline: Arc<Pipeline>,
+    engine: Arc<QueryEngine>,
+    watch: Arc<WatchHub>,
+    gate: Arc<IngestGate>,
+}
 
-    let gate = Arc::new(IngestGate::default());
-    let (health, health_service) = tonic_health::server::health_reporter();
-    let mut grpc_task = tokio::spawn(grpc::serve(
-        grpc_listener,
-        IngestService::new(agg.clone(), rollups.clone(), gate.clone()),
-        grpc::QueryService::new(engine.clone(), watch_hub.clone()),
-        health.clone(),
-        health_service,
-        config.ingest.max_message_bytes,
-        wait_for(close_rx.clone()),
-    ));
-    let mut http_task = tokio::spawn(http::serve(
-        http_listener,
-        http::HttpState {
-            query: engine.clone(),
-            pipeline: pipeline.clone(),
-            watch: watch_hub.clone(),
-            store: store.clone(),
+impl Parts {
+    async fn build(config: &Config, store: Arc<dyn Store>) -> Result<Parts> {
+        let agg = Arc::new(Aggregator::new(&config.aggregator, &config.ingest));
+        let last_flush = match store.last_flush_id().await {
+            Ok(id) => id,
+            // A store that is down at start must not keep the daemon from
+            // ingesting; flush ids also follow the wall clock, so 0 is safe.
+            Err(e) if e.is_retryable() => {
+                warn!(error = %e, "store unavailable at start; flushes will retry");
+                0
+            }
+            Err(e) => return Err(e).context("reading the store's last flush id"),
+        };
+        let rollups = Arc::new(Rollups::new(config.rollup.clone()).context("[rollup]")?);
+        let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
+        let pipeline = Arc::new(
+            Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
+                .with_rollups(rollups.clone())
+                .with_catalog(catalog.clone()),
+        );
+        let engine = Arc::new(QueryEngine::new(
+            store.clone(),
+            agg.clone(),
+            rollups.clone(),
+            pipeline.inflight().clone(),
+            config.query.clone(),
+            config.retention.hour.as_secs() as i64,
+        ));
+        let watch = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
+        Ok(Parts {
+            store,
+            agg,
+            rollups,
+            catalog,
+            pipeline,
+            engine,
+            watch,
+            gate: Arc::new(IngestGate::default()),
+        })
+    }
+
+    /// Starts the listeners and the background loops.
+    fn start(
+        &self,
+        config: &Config,
+        shutdown: Shutdown,
+        (grpc_listener, http_listener): (TcpListener, TcpListener),
+        metrics: metrics_exporter_prometheus::PrometheusHandle,
+    ) -> Tasks {
+        let (health, health_service) = tonic_health::server::health_reporter();
+        let grpc = tokio::spawn(grpc::serve(
+            grpc_listener,
+            IngestService::new(self.agg.clone(), self.rollups.clone(), self.gate.clone()),
+            grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
+            health.clone(),
+            health_service,
+            config.ingest.max_message_bytes,
+            shutdown.close.clone().cancelled_owned(),
+        ));
+        let state = http::HttpState {
+            query: self.engine.clone(),
+            pipeline: self.pipeline.clone(),
+            watch: self.watch.clone(),
+            store: self.store.clone(),
             metrics: Some(metrics),
-            draining: draining.clone(),
-        },
-        wait_for(close_rx.clone()),
-    ));
-    let flush_task = tokio::spawn(pipeline.clone().run(stop_rx.clone(), give_up_rx));
-    // Watch streams end when the listeners close, or graceful shutdown
-    // would wait on them for the whole grace period.
-    let watch_task = tokio::spawn(watch_hub.clone().run(close_rx.clone()));
-    let maintenance_stop = CancellationToken::new();
-    let maintenance_task = tokio::spawn(
-        Maintenance {
-            agg: agg.clone(),
-            store: store.clone(),
-            catalog: Some(catalog),
-            rollups: rollups.clone(),
+            draining: shutdown.close.clone(),
+        };
+        let http = tokio::spawn(http::serve(
+            http_listener,
+            state,
+            shutdown.close.clone().cancelled_owned(),
+        ));
+        let maintenance = Maintenance {
+            agg: self.agg.clone(),
+            store: self.store.clone(),
+            catalog: Some(self.catalog.clone()),
+            rollups: self.rollups.clone(),
             prealloc: config.prealloc.clone(),
             retention: config.retention.clone(),
             series_idle_timeout: config.ingest.series_idle_timeout,
-        }
-        .run(maintenance_stop.clone()),
-    );
-    let health_task = tokio::spawn(track_store_health(
-        store.clone(),
-        health.clone(),
-        stop_rx.clone(),
-    ));
-
-    shutdown_signal().await;
-    let deadline = tokio::time::Instant::now() + config.flush.shutdown_deadline;
-    info!(deadline = ?config.flush.shutdown_deadline, "shutting down: no new samples, flushing");
-    draining.store(true, Ordering::Relaxed);
-    health
-        .set_service_status("", tonic_health::ServingStatus::NotServing)
-        .await;
-    let _ = close_tx.send(true);
-
-    // 1. Listeners: in-progress calls finish; connections get a bounded
-    //    grace, because a client that never closes its connection would
-    //    otherwise hold graceful shutdown for the whole deadline.
-    let grace =
-        tokio::time::Instant::now() + LISTENER_GRACE.min(config.flush.shutdown_deadline / 2);
-    match tokio::time::timeout_at(grace, &mut grpc_task).await {
-        Ok(Ok(Err(e))) => error!(error = %e, "gRPC server failed"),
-        Ok(Err(e)) => error!(error = %e, "gRPC task failed"),
-        Ok(Ok(Ok(()))) => {}
-        Err(_) => {
-            warn!("gRPC connections still open after the grace period; closing them");
-            grpc_task.abort();
+        };
+        let stop = shutdown.stop.clone();
+        Tasks {
+            grpc,
+            http,
+            flush: tokio::spawn(self.pipeline.clone().run(stop.clone(), shutdown.give_up)),
+            // Watch streams end when the listeners close, or graceful
+            // shutdown would wait on them for the whole grace period.
+            watch: tokio::spawn(self.watch.clone().run(shutdown.close.clone())),
+            maintenance: tokio::spawn(maintenance.run(stop.clone())),
+            health: tokio::spawn(grpc::track_store_health(
+                self.store.clone(),
+                health.clone(),
+                stop,
+            )),
+            health_reporter: health,
         }
     }
-    gate.close();
-    match tokio::time::timeout_at(grace, &mut http_task).await {
-        Ok(Ok(Err(e))) => error!(error = %e, "HTTP server failed"),
-        Ok(Err(e)) => error!(error = %e, "HTTP task failed"),
-        Ok(Ok(Ok(()))) => {}
-        Err(_) => http_task.abort(),
-    }
+}
 
-    // 2. Final flush: everything acknowledged is in the aggregator now.
-    let _ = stop_tx.send(true);
-    maintenance_stop.cancel();
-    let mut flush_task = flush_task;
-    if tokio::time::timeout_at(deadline, &mut flush_task)
-        .await
-        .is_err()
-    {
-        let _ = give_up_tx.send(true);
-        // The applier notices `give_up` at its next retry wait.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), &mut flush_task).await;
+/// Shutdown runs in three steps, each with its own token: listeners stop
+/// accepting (`close`), then the pipeline makes its final flush and the
+/// background loops end (`stop`), and if the deadline passes, retries are
+/// abandoned (`give_up`).
+#[derive(Clone, Default)]
+struct Shutdown {
+    close: CancellationToken,
+    stop: CancellationToken,
+    give_up: CancellationToken,
+}
+
+/// The running listeners and loops.
+struct Tasks {
+    grpc: JoinHandle<Result<(), grpc::GrpcError>>,
+    http: JoinHandle<std::io::Result<()>>,
+    flush: JoinHandle<()>,
+    watch: JoinHandle<()>,
+    maintenance: JoinHandle<()>,
+    health: JoinHandle<()>,
+    health_reporter: tonic_health::server::HealthReporter,
+}
+
+impl Tasks {
+    /// Stops accepting, flushes everything acknowledged, closes the store;
+    /// an error if the deadline left slots unwritten.
+    async fn shut_down(mut self, parts: &Parts, s: &Shutdown, deadline_in: Duration) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + deadline_in;
+        info!(deadline = ?deadline_in, "shutting down: no new samples, flushing");
+        self.health_reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+        s.close.cancel();
+        // 1. Listeners: in-progress calls finish; connections get a bounded
+        //    grace, because a client that never closes its connection would
+        //    otherwise hold graceful shutdown for the whole deadline.
+        let grace = tokio::time::Instant::now() + LISTENER_GRACE.min(deadline_in / 2);
+        match tokio::time::timeout_at(grace, &mut self.grpc).await {
+            Ok(Ok(Err(e))) => error!(error = %e, "gRPC server failed"),
+            Ok(Err(e)) => error!(error = %e, "gRPC task failed"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => {
+                warn!("gRPC connections still open after the grace period; closing them");
+                self.grpc.abort();
+            }
+        }
+        parts.gate.close();
+        match tokio::time::timeout_at(grace, &mut self.http).await {
+            Ok(Ok(Err(e))) => error!(error = %e, "HTTP server failed"),
+            Ok(Err(e)) => error!(error = %e, "HTTP task failed"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => self.http.abort(),
+        }
+        // 2. Final flush: everything acknowledged is in the aggregator now.
+        s.stop.cancel();
+        if tokio::time::timeout_at(deadline, &mut self.flush)
+            .await
+            .is_err()
+        {
+            s.give_up.cancel();
+            // The applier notices `give_up` at its next retry wait.
+            let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.flush).await;
+        }
+        let _ = self.maintenance.await;
+        let _ = self.watch.await;
+        let _ = self.health.await;
+        if let Err(e) = parts.store.close().await {
+            error!(error = %e, "closing the store");
+        }
+        let left = parts.pipeline.unflushed_slots();
+        if left > 0 {
+            bail!("shutdown deadline ({deadline_in:?}) passed with {left} minute slots not written to the store");
+        }
+        info!("tallyd stopped cleanly");
+        Ok(())
     }
-    let _ = maintenance_task.await;
-    let _ = watch_task.await;
-    let _ = health_task.await;
-    if let Err(e) = store.close().await {
-        error!(error = %e, "closing the store");
-    }
-    let left = pipeline.unflushed_slots();
-    if left > 0 {
-        bail!(
-            "shutdown deadline ({:?}) passed with {left} minute slots not written to the store",
-            config.flush.shutdown_deadline,
-        );
-    }
-    info!("tallyd stopped cleanly");
-    Ok(())
 }
 
 /// How long open connections may take to finish at shutdown (at most half
 /// the shutdown deadline).
-const LISTENER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+const LISTENER_GRACE: Duration = Duration::from_secs(5);
 
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
     match config.store {
@@ -268,42 +327,6 @@ fn writer_id(config: &Config) -> Result<String> {
     let id = format!("w{:016x}", rand::random::<u64>());
     std::fs::write(&path, &id).with_context(|| format!("writing {}", path.display()))?;
     Ok(id)
-}
-
-/// Mirrors the store's health into `grpc.health.v1`, so gRPC load
-/// balancers route around a daemon whose store is down.
-async fn track_store_health(
-    store: Arc<dyn Store>,
-    health: tonic_health::server::HealthReporter,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
-    let mut healthy = true;
-    loop {
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            _ = tick.tick() => {}
-        }
-        let ok = store.health().await;
-        let now_healthy = ok.is_ok();
-        if now_healthy != healthy {
-            match &ok {
-                Ok(()) => info!(store = store.name(), "store healthy again"),
-                Err(e) => warn!(store = store.name(), error = %e, "store unhealthy"),
-            }
-            let status = if now_healthy {
-                tonic_health::ServingStatus::Serving
-            } else {
-                tonic_health::ServingStatus::NotServing
-            };
-            health.set_service_status("", status).await;
-            healthy = now_healthy;
-        }
-    }
-}
-
-async fn wait_for(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }
 
 async fn shutdown_signal() {

@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::model::{SampleKind, SeriesId, Slot, MINUTE_S};
@@ -343,14 +344,14 @@ impl WatchHub {
         })
     }
 
-    /// Ticks until `stop` turns true, then ends every subscription.
-    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+    /// Ticks until `stop` is cancelled, then ends every subscription.
+    pub async fn run(self: Arc<Self>, stop: CancellationToken) {
         let mut tick = tokio::time::interval(self.cfg.tick);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut n: u64 = 0;
         loop {
             tokio::select! {
-                _ = stop.wait_for(|s| *s) => break,
+                _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
             n += 1;

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::aggregator::Aggregator;
@@ -158,7 +159,7 @@ impl Pipeline {
 
     /// Applies one batch, retrying retryable failures with exponential
     /// backoff until it lands or `give_up` fires. Returns whether it landed.
-    pub async fn apply(&self, batch: &InflightBatch, give_up: &mut watch::Receiver<bool>) -> bool {
+    pub async fn apply(&self, batch: &InflightBatch, give_up: &CancellationToken) -> bool {
         let update = batch.to_flush_batch();
         let mut backoff = self.cfg.retry_initial_backoff;
         let store = self.store.name();
@@ -204,7 +205,7 @@ impl Pipeline {
                     warn!(flush_id = batch.id.0, error = %e, retry_in = ?backoff, "flush failed; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
-                        _ = give_up.wait_for(|g| *g) => {
+                        _ = give_up.cancelled() => {
                             error!(flush_id = batch.id.0, slots = batch.slot_count(), "shutdown deadline reached with a flush unapplied");
                             return false;
                         }
@@ -237,20 +238,16 @@ impl Pipeline {
         }
     }
 
-    /// Runs the pipeline until `stop` turns true, then flushes everything
-    /// left. `give_up` turning true abandons retries (the shutdown deadline).
-    pub async fn run(
-        self: Arc<Self>,
-        mut stop: watch::Receiver<bool>,
-        give_up: watch::Receiver<bool>,
-    ) {
+    /// Runs the pipeline until `stop` is cancelled, then flushes everything
+    /// left. Cancelling `give_up` abandons retries (the shutdown deadline).
+    pub async fn run(self: Arc<Self>, stop: CancellationToken, give_up: CancellationToken) {
         let (tx, mut rx) = mpsc::channel::<Arc<InflightBatch>>(self.cfg.queue_depth.max(1));
         let applier = {
             let this = self.clone();
-            let mut give_up = give_up.clone();
+            let give_up = give_up.clone();
             tokio::spawn(async move {
                 while let Some(batch) = rx.recv().await {
-                    if this.apply(&batch, &mut give_up).await {
+                    if this.apply(&batch, &give_up).await {
                         this.record_catalog(&batch).await;
                     }
                     this.unfinished.fetch_sub(1, Ordering::SeqCst);
@@ -266,7 +263,7 @@ impl Pipeline {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = stop.wait_for(|s| *s) => break,
+                _ = stop.cancelled() => break,
             }
             self.send_batch(&tx).await;
         }
@@ -275,13 +272,12 @@ impl Pipeline {
             pending_slots = self.agg.pending_slots(),
             "flushing before exit"
         );
-        let mut give_up_rx = give_up.clone();
-        while self.agg.pending_slots() > 0 && !*give_up_rx.borrow() {
+        while self.agg.pending_slots() > 0 && !give_up.is_cancelled() {
             if !self.send_batch(&tx).await {
                 // Queue full: wait for the applier to make room.
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(5)) => {}
-                    _ = give_up_rx.wait_for(|g| *g) => break,
+                    _ = give_up.cancelled() => break,
                 }
             }
         }
@@ -367,8 +363,8 @@ mod tests {
         assert_eq!(u.inflight.len(), 1);
         assert_eq!(u.inflight[0].1[0].1, Slot::of(1.0));
         assert_eq!(u.pending[0].1, Slot::of(2.0));
-        let (_tx, mut rx) = watch::channel(false);
-        assert!(p.apply(&b1, &mut rx).await);
+        let give_up = CancellationToken::new();
+        assert!(p.apply(&b1, &give_up).await);
         assert_eq!(p.inflight_batches(), 0);
         let b2 = p.cut_batch().unwrap();
         assert!(b2.id > b1.id);
@@ -393,10 +389,10 @@ mod tests {
             source: "s",
             metric: "m",
         };
-        let (_tx, mut rx) = watch::channel(false);
+        let give_up = CancellationToken::new();
         ingest(&agg, now, 1.0);
         let b1 = p.cut_batch().unwrap();
-        assert!(p.apply(&b1, &mut rx).await);
+        assert!(p.apply(&b1, &give_up).await);
         ingest(&agg, now, 2.0);
         let snapshot = p.inflight().unflushed(key);
         assert_eq!(snapshot.cut_through, b1.id.0);
@@ -420,7 +416,7 @@ mod tests {
             "pending not yet stored"
         );
         let b2 = p.cut_batch().unwrap();
-        assert!(p.apply(&b2, &mut rx).await);
+        assert!(p.apply(&b2, &give_up).await);
         assert!(read().await > snapshot.cut_through, "pending now stored");
     }
 }

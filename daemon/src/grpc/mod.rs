@@ -4,6 +4,7 @@
 //! daemon's types are in `convert`, shared by both services.
 
 mod convert;
+mod health;
 mod ingest;
 mod query;
 
@@ -12,6 +13,7 @@ use std::future::Future;
 use tally_proto::v1 as pb;
 use tokio::net::TcpListener;
 
+pub use health::track_store_health;
 pub use ingest::IngestService;
 pub use query::QueryService;
 

@@ -11,7 +11,6 @@ mod ops;
 pub(crate) mod prometheus;
 
 use std::future::Future;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use axum::Router;
@@ -36,7 +35,7 @@ pub struct HttpState {
     pub store: Arc<dyn Store>,
     pub metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins, so load balancers stop sending traffic.
-    pub draining: Arc<AtomicBool>,
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 fn router(state: HttpState) -> Router {

@@ -4,7 +4,6 @@
 //! query engine, and answer in plain text for scrapers and load balancers,
 //! so they keep apart from the JSON API.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -25,7 +24,7 @@ pub(crate) struct OpsState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins, so load balancers stop sending traffic.
-    pub(crate) draining: Arc<AtomicBool>,
+    pub(crate) draining: tokio_util::sync::CancellationToken,
 }
 
 pub(crate) fn router() -> Router<OpsState> {
@@ -49,7 +48,7 @@ async fn metrics(State(s): State<OpsState>) -> Response {
 }
 
 async fn readyz(State(s): State<OpsState>) -> Response {
-    if s.draining.load(Ordering::Relaxed) {
+    if s.draining.is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
     match s.store.health().await {
