@@ -31,8 +31,8 @@
 //! `TALLY_BENCH_SECONDS` simulated seconds per interval (default 60),
 //! `TALLY_BENCH_INTERVALS` flush intervals in seconds (default `1,5,10`).
 
-#[path = "../tests/support/standin.rs"]
-mod standin;
+// A benchmark that cannot set up panics: there is nothing to measure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -44,6 +44,7 @@ use tally::ingest::IngestConfig;
 use tally::model::{DocKey, FlushBatch, FlushId, SampleKind, SeriesId, SeriesUpdate, Tier};
 use tally::store::mongodb::{day_doc_bson_size, hour_doc_bson_size, MongoStats, MongoStore};
 use tally::store::Store;
+use tally_testkit::mongo as standin;
 
 /// 2026-11-22T10:10:00Z, in ms: a steady-state run of up to 49 minutes
 /// stays inside one hour and one day document per series.

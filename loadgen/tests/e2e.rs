@@ -1,20 +1,35 @@
-//! End-to-end: the real `tally-loadgen` against a real `tallyd` (see
-//! `support` for how the daemon binary is found and started).
+//! End-to-end: the real `tally-loadgen` against a real `tallyd`, started
+//! by `tally_testkit` (which also builds `tallyd`, another package's
+//! binary, when it is missing or stale: see `tally_testkit::bins`).
 //!
 //! Small fleets keep these quick; what they prove is that the books close:
 //! everything sent is accepted, and `--verify` finds every minute slot
 //! exactly as acknowledged — and that it does not when the store holds
 //! something else.
 
-mod support;
-
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{loadgen, Daemon};
 use tally_proto::v1 as pb;
+use tally_testkit::bins::Bin;
+use tally_testkit::client::http_client;
+use tally_testkit::process::{self, Run};
+use tally_testkit::{Daemon, DaemonOpts};
 
 const RUN_TIMEOUT: Duration = Duration::from_secs(180);
+const LOADGEN: &str = env!("CARGO_BIN_EXE_tally-loadgen");
+
+/// Starts `tallyd` with extra `TALLYD_*` settings on a new data directory.
+fn start_tallyd(env: &[(&str, &str)]) -> Daemon {
+    let opts = DaemonOpts::new(Bin::Tallyd.beside(LOADGEN));
+    Daemon::start(env.iter().fold(opts, |opts, (k, v)| opts.env(*k, *v)))
+}
+
+/// Runs `tally-loadgen` with `args`, killing it after `timeout`.
+fn loadgen(args: &[&str], timeout: Duration) -> Run {
+    process::run(Path::new(LOADGEN), args, timeout)
+}
 
 fn u(v: &Value, path: &str) -> u64 {
     v.pointer(path)
@@ -48,7 +63,7 @@ fn assert_exact_run(d: &Daemon, extra: &[&str], planned: u64) -> Value {
 
 #[test]
 fn unary_max_run_verifies_exactly() {
-    let d = Daemon::start(&[]);
+    let d = start_tallyd(&[]);
     let r = assert_exact_run(
         &d,
         &[
@@ -78,7 +93,7 @@ fn unary_max_run_verifies_exactly() {
 
 #[test]
 fn stream_max_run_verifies_exactly() {
-    let d = Daemon::start(&[]);
+    let d = start_tallyd(&[]);
     let r = assert_exact_run(
         &d,
         &[
@@ -108,7 +123,7 @@ fn stream_max_run_verifies_exactly() {
 
 #[test]
 fn real_time_run_verifies_exactly() {
-    let d = Daemon::start(&[]);
+    let d = start_tallyd(&[]);
     let r = assert_exact_run(
         &d,
         &[
@@ -134,7 +149,7 @@ fn real_time_run_verifies_exactly() {
 /// time; the loadgen must retry those batches and still lose nothing.
 #[test]
 fn pushback_is_retried_and_nothing_is_lost() {
-    let d = Daemon::start(&[
+    let d = start_tallyd(&[
         ("TALLYD_INGEST_MAX_PENDING_SLOTS", "40"),
         ("TALLYD_FLUSH_INTERVAL", "50ms"),
     ]);
@@ -179,7 +194,7 @@ fn pushback_is_retried_and_nothing_is_lost() {
 /// verification must name that series and minute.
 #[test]
 fn corrupted_store_fails_verification() {
-    let mut d = Daemon::start(&[]);
+    let mut d = start_tallyd(&[]);
     let start_s = chrono::Utc::now().timestamp() - 150;
     let start = start_s.to_string();
     let fleet = [
@@ -197,7 +212,7 @@ fn corrupted_store_fails_verification() {
     assert_exact_run(&d, &args, 20 * 5 * 120);
 
     d.restart();
-    let (grpc, http) = (d.grpc_url(), d.http_url());
+    let http = d.http_url();
     let verify_only = || {
         let mut args = vec!["--verify-only", "--http", &http];
         args.extend_from_slice(&fleet);
@@ -215,11 +230,7 @@ fn corrupted_store_fails_verification() {
     let at_ms = start_s * 1000 + 30_500;
     let rt = tokio::runtime::Runtime::new().expect("a tokio runtime");
     let metric = rt.block_on(async {
-        // Loopback only: never through a proxy from the environment.
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .build()
-            .expect("an HTTP client");
+        let client = http_client();
         for j in 1..=5 {
             let metric = format!("m_{j:04}");
             let body: Value = client
@@ -236,9 +247,7 @@ fn corrupted_store_fails_verification() {
                 .await
                 .expect("a JSON range");
             if body["series"][0]["kind"] == "gauge" {
-                let mut ingest = pb::ingest_client::IngestClient::connect(grpc.clone())
-                    .await
-                    .expect("connecting to tallyd");
+                let mut ingest = d.ingest_client().await;
                 let resp = ingest
                     .push(pb::PushRequest {
                         sources: vec![pb::SourceBatch {

@@ -1,0 +1,382 @@
+//! What the MongoDB store writes: pre-allocated documents with every slot
+//! and the right empty values, updates that never add a slot, statements
+//! that follow active series rather than samples, and documents it cannot
+//! read reported as corrupt rather than a panic.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use mongodb::bson::{doc, Bson, Document};
+use tally::model::{DocKey, Resolution, SeriesId, SeriesMinutes, Slot, Tier, HOUR_S};
+use tally::store::mongodb::MongoStore;
+use tally::store::{ReadQuery, Store, StoreError};
+use tally_testkit::mongo::mongo_target;
+
+use super::{
+    assert_empty_slot, at, batch, config, connect, points, raw_doc, read, series, slot, slot_paths,
+    DAYS, HOURS, LONG_RETENTION, WRITER,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preallocated_documents_have_every_slot_and_updates_add_none() {
+    let target = mongo_target().await;
+    let store = connect(&target).await;
+    let hour = at(0);
+    let day = hour - 10 * HOUR_S;
+    let s = SeriesId::new("db-01", "m");
+    let keys = vec![
+        DocKey {
+            series: s.clone(),
+            tier: Tier::Hour,
+            period_start: hour,
+        },
+        DocKey {
+            series: s.clone(),
+            tier: Tier::Day,
+            period_start: day,
+        },
+    ];
+    let stats = store.preallocate(&keys).await.unwrap();
+    assert_eq!((stats.created, stats.already_present), (2, 0));
+
+    let h = raw_doc(&target, HOURS, "db-01|m|2026110210").await.unwrap();
+    assert_eq!(h.get_str("s").unwrap(), "db-01");
+    assert_eq!(h.get_str("m").unwrap(), "m");
+    assert_eq!(h.get_datetime("t").unwrap().timestamp_millis(), hour * 1000);
+    assert!(h.get_document("w").unwrap().is_empty());
+    assert!(!h.contains_key("k"), "no kind before the first write");
+    assert_empty_slot(h.get("total").unwrap(), "hour total");
+    let values = h.get_document("values").unwrap();
+    let keys_found: Vec<&str> = values.keys().map(String::as_str).collect();
+    let expected: Vec<String> = (0..60).map(|m| m.to_string()).collect();
+    assert_eq!(
+        keys_found,
+        expected.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    for (m, v) in values {
+        assert_empty_slot(v, &format!("values.{m}"));
+    }
+
+    let d = raw_doc(&target, DAYS, "db-01|m|20261102").await.unwrap();
+    assert_eq!(d.get_datetime("t").unwrap().timestamp_millis(), day * 1000);
+    assert_empty_slot(d.get("total").unwrap(), "day total");
+    let hours = d.get_document("values").unwrap();
+    assert_eq!(hours.len(), 24);
+    for (hk, entry) in hours {
+        let entry = entry.as_document().unwrap();
+        assert_eq!(entry.len(), 61, "values.{hk}");
+        assert_empty_slot(entry.get("total").unwrap(), &format!("values.{hk}.total"));
+        for m in 0..60 {
+            assert_empty_slot(
+                entry.get(m.to_string()).unwrap(),
+                &format!("values.{hk}.{m}"),
+            );
+        }
+    }
+    let mut hour_paths = BTreeSet::new();
+    slot_paths(&h, "", &mut hour_paths);
+    let mut day_paths = BTreeSet::new();
+    slot_paths(&d, "", &mut day_paths);
+    assert_eq!(hour_paths.len(), 6 + 60);
+    assert_eq!(day_paths.len(), 6 + 24 * 61);
+
+    // Updates fill slots that are there: the only new paths are the
+    // writer's watermark and the kind.
+    let b = batch(
+        7,
+        &[series(
+            "db-01",
+            "m",
+            &[(hour + 5, 2.0), (hour + 65, -3.0), (hour + 3599, 8.0)],
+        )],
+    );
+    let stats = store.apply(&b).await.unwrap();
+    assert_eq!((stats.documents_written, stats.documents_skipped), (2, 0));
+    assert_eq!(
+        store.stats().first_sighting_documents,
+        0,
+        "already pre-allocated"
+    );
+    for (coll, id, before) in [
+        (HOURS, "db-01|m|2026110210", &hour_paths),
+        (DAYS, "db-01|m|20261102", &day_paths),
+    ] {
+        let after = raw_doc(&target, coll, id).await.unwrap();
+        let mut paths = BTreeSet::new();
+        slot_paths(&after, "", &mut paths);
+        let added: Vec<_> = paths.difference(before).cloned().collect();
+        let removed: Vec<_> = before.difference(&paths).cloned().collect();
+        assert_eq!(
+            added,
+            vec!["k".to_string(), format!("w.{WRITER}")],
+            "{coll}"
+        );
+        assert_eq!(
+            removed,
+            vec!["w".to_string()],
+            "{coll}: w is no longer empty"
+        );
+        assert_eq!(after.get_str("k").unwrap(), "gauge");
+        assert_eq!(
+            after.get_document("w").unwrap().get(WRITER),
+            Some(&Bson::Int64(7))
+        );
+    }
+    let after = raw_doc(&target, HOURS, "db-01|m|2026110210").await.unwrap();
+    let m1 = after
+        .get_document("values")
+        .unwrap()
+        .get_document("1")
+        .unwrap();
+    assert_eq!(m1.get("n"), Some(&Bson::Int64(1)));
+    assert_eq!(m1.get("min"), Some(&Bson::Double(-3.0)));
+    let want_minutes = vec![
+        (hour, Slot::of(2.0)),
+        (hour + 60, Slot::of(-3.0)),
+        (hour + 3540, Slot::of(8.0)),
+    ];
+    assert_eq!(
+        points(&store, "db-01", Tier::Hour, Resolution::Minute).await,
+        want_minutes
+    );
+    assert_eq!(
+        points(&store, "db-01", Tier::Day, Resolution::Minute).await,
+        want_minutes
+    );
+    let total = slot(3, 7.0, -3.0, 8.0);
+    assert_eq!(
+        points(&store, "db-01", Tier::Hour, Resolution::Hour).await,
+        vec![(hour, total)]
+    );
+    assert_eq!(
+        points(&store, "db-01", Tier::Day, Resolution::Hour).await,
+        vec![(hour, total)]
+    );
+    assert_eq!(
+        points(&store, "db-01", Tier::Day, Resolution::Day).await,
+        vec![(day, total)]
+    );
+
+    // Pre-allocating again changes nothing, from this store or a new one
+    // that does not remember the documents.
+    let before = raw_doc(&target, DAYS, "db-01|m|20261102").await.unwrap();
+    let stats = store.preallocate(&keys).await.unwrap();
+    assert_eq!((stats.created, stats.already_present), (0, 2));
+    let fresh = connect(&target).await;
+    let stats = fresh.preallocate(&keys).await.unwrap();
+    assert_eq!((stats.created, stats.already_present), (0, 2));
+    assert_eq!(fresh.stats().insert_statements, 0, "looked up, not re-sent");
+    assert_eq!(
+        raw_doc(&target, DAYS, "db-01|m|20261102").await.unwrap(),
+        before
+    );
+    assert_eq!(
+        points(&fresh, "db-01", Tier::Day, Resolution::Minute).await,
+        want_minutes
+    );
+
+    // A document that is not there (here: deleted behind the store's back
+    // after it was known) is created by the fallback upsert with only the
+    // written slots, and reads the same.
+    let coll = target.db().await.collection::<Document>(HOURS);
+    coll.delete_one(doc! { "_id": "db-01|m|2026110210" })
+        .await
+        .unwrap();
+    let b = batch(8, &[series("db-01", "m", &[(hour + 125, 4.0)])]);
+    store.apply(&b).await.unwrap();
+    assert_eq!(store.stats().fallback_upserts, 1);
+    let sparse = raw_doc(&target, HOURS, "db-01|m|2026110210").await.unwrap();
+    assert_eq!(sparse.get_document("values").unwrap().len(), 1, "{sparse}");
+    assert_eq!(sparse.get_str("s").unwrap(), "db-01");
+    assert_eq!(
+        points(&store, "db-01", Tier::Hour, Resolution::Minute).await,
+        vec![(hour + 120, Slot::of(4.0))]
+    );
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_follow_active_series_not_samples() {
+    const SERIES: usize = 2_500;
+    const PER_BATCH: usize = 500;
+    let target = mongo_target().await;
+    let mut cfg = config(&target, &target.database);
+    cfg.statements_per_batch = PER_BATCH;
+    cfg.timeout = Duration::from_secs(120);
+    let store = MongoStore::connect(&cfg, LONG_RETENTION, WRITER)
+        .await
+        .unwrap();
+    let make = |id: u64, minute: i64| {
+        let all: Vec<SeriesMinutes> = (0..SERIES)
+            .map(|i| {
+                // Several samples per series: the statement count must not
+                // follow them.
+                let t = at(minute);
+                series(
+                    &format!("db-{:04}", i / 10),
+                    &format!("metric_{}", i % 10),
+                    &[(t, i as f64), (t + 20, 1.0), (t + 40, 2.0)],
+                )
+            })
+            .collect();
+        batch(id, &all)
+    };
+
+    let started = Instant::now();
+    let before = store.stats();
+    let stats = store.apply(&make(1, 0)).await.unwrap();
+    let first = store.stats();
+    println!(
+        "first flush, {SERIES} series into fresh documents: {:.1?}",
+        started.elapsed()
+    );
+    assert_eq!(stats.documents_written, 2 * SERIES);
+    let updates = first.update_statements - before.update_statements;
+    assert_eq!(
+        updates,
+        2 * SERIES as u64,
+        "one upsert per hour and day document"
+    );
+    assert_eq!(
+        first.update_round_trips - before.update_round_trips,
+        (2 * SERIES).div_ceil(PER_BATCH) as u64
+    );
+    assert_eq!(first.first_sighting_documents, 2 * SERIES as u64);
+    assert_eq!(first.insert_statements, 2 * SERIES as u64);
+    // Hour documents go 500 to a command; day documents (~86 KB) are cut
+    // by the 12 MiB bound.
+    assert!(
+        first.insert_round_trips >= (SERIES / PER_BATCH) as u64 + 2,
+        "{first:?}"
+    );
+    assert_eq!(
+        first.lookup_round_trips, 2,
+        "one existence look-up per tier"
+    );
+    assert_eq!(first.fallback_upserts, 0, "every update found its document");
+
+    let started = Instant::now();
+    let stats = store.apply(&make(2, 1)).await.unwrap();
+    let second = store.stats();
+    println!(
+        "second flush, {SERIES} series into known documents: {:.1?}",
+        started.elapsed()
+    );
+    assert_eq!(stats.documents_written, 2 * SERIES);
+    assert_eq!(
+        second.update_statements - first.update_statements,
+        2 * SERIES as u64
+    );
+    assert_eq!(
+        second.update_round_trips - first.update_round_trips,
+        (2 * SERIES).div_ceil(PER_BATCH) as u64
+    );
+    assert_eq!(
+        second.insert_statements, first.insert_statements,
+        "no inserts"
+    );
+    assert_eq!(
+        second.lookup_round_trips, first.lookup_round_trips,
+        "no look-ups"
+    );
+    assert_eq!(stats.statements, 2 * SERIES);
+    assert_eq!(stats.round_trips, (2 * SERIES).div_ceil(PER_BATCH));
+    println!("stats: {second:?}");
+
+    let docs = read(
+        &store,
+        "db-0249",
+        "metric_9",
+        Tier::Hour,
+        Resolution::Minute,
+        at(0),
+        at(60),
+    )
+    .await;
+    assert_eq!(
+        docs[0].slots,
+        vec![
+            (at(0), slot(3, 2499.0 + 3.0, 1.0, 2499.0)),
+            (at(1), slot(3, 2499.0 + 3.0, 1.0, 2499.0)),
+        ]
+    );
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_documents_read_as_corrupt_not_a_panic() {
+    let target = mongo_target().await;
+    let store = connect(&target).await;
+    let hour = at(0);
+    store
+        .apply(&batch(1, &[series("db-01", "m", &[(hour, 1.0)])]))
+        .await
+        .unwrap();
+    let coll = target.db().await.collection::<Document>(HOURS);
+    coll.update_one(
+        doc! { "_id": "db-01|m|2026110210" },
+        doc! { "$set": { "values.0.n": "many" } },
+    )
+    .await
+    .unwrap();
+    let q = ReadQuery {
+        series: SeriesId::new("db-01", "m"),
+        tier: Tier::Hour,
+        resolution: Resolution::Minute,
+        from: hour,
+        to: hour + HOUR_S,
+    };
+    match store.read(&q).await {
+        Err(StoreError::Corrupt { doc, reason }) => {
+            assert!(doc.contains("db-01|m|2026110210"), "{doc}");
+            assert!(reason.contains("values.0.n"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // The hourly read does not look at minute slots.
+    let mut hourly = q.clone();
+    hourly.resolution = Resolution::Hour;
+    assert_eq!(
+        store.read(&hourly).await.unwrap()[0].slots,
+        vec![(hour, Slot::of(1.0))]
+    );
+
+    // Reads never reach into a neighbouring series: `db-01/m` is a prefix
+    // of neither `db-01/m2` nor `db-01.x/m` in the id space.
+    store
+        .apply(&batch(
+            2,
+            &[
+                series("db-01", "m2", &[(hour, 5.0)]),
+                series("db-01.x", "m", &[(hour, 6.0)]),
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(store.read(&hourly).await.unwrap().len(), 1);
+
+    // Requests the store refuses.
+    let mut daily = q.clone();
+    daily.resolution = Resolution::Day;
+    assert!(matches!(
+        store.read(&daily).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store
+            .apply(&batch(0, &[series("db-01", "m", &[(hour, 1.0)])]))
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store
+            .apply(&batch(9, &[series("db|01", "m", &[(hour, 1.0)])]))
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        MongoStore::connect(&config(&target, &target.database), LONG_RETENTION, "a.b").await,
+        Err(StoreError::Invalid(_))
+    ));
+    target.cleanup().await;
+}

@@ -1,0 +1,199 @@
+//! Expiry: the TTL indexes follow the configured retention, and the series
+//! catalog's documents, commands and TTL index.
+
+use mongodb::bson::{doc, Document};
+use tally::model::{Resolution, SampleKind, SeriesId, Tier, DAY_S, HOUR_S, MINUTE_S};
+use tally::store::mongodb::MongoStore;
+use tally::store::{CatalogEntry, ReadQuery, Store, StoreError};
+use tally_testkit::mongo::mongo_target;
+
+use super::{batch, config, raw_doc, series, ttl_of, ttl_of_field, DAYS, HOURS, SERIES, WRITER};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_indexes_follow_the_configured_retention() {
+    let target = mongo_target().await;
+    let cfg = config(&target, &target.database);
+    let store = MongoStore::connect(&cfg, (3 * 3600, 40 * 86_400), WRITER)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let old = (now - 5 * HOUR_S).div_euclid(HOUR_S) * HOUR_S;
+    let recent = now.div_euclid(HOUR_S) * HOUR_S;
+    store
+        .apply(&batch(
+            1,
+            &[series("db-01", "m", &[(old, 1.0), (recent, 2.0)])],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(ttl_of(&target, HOURS).await, Some(3 * 3600));
+    assert_eq!(ttl_of(&target, DAYS).await, Some(40 * 86_400));
+
+    // A daemon restarted with another retention changes the index in place.
+    let store = MongoStore::connect(&cfg, (2 * 3600, 400 * 86_400), WRITER)
+        .await
+        .unwrap();
+    let q = ReadQuery {
+        series: SeriesId::new("db-01", "m"),
+        tier: Tier::Hour,
+        resolution: Resolution::Minute,
+        from: old,
+        to: recent + HOUR_S,
+    };
+    assert_eq!(store.read(&q).await.unwrap().len(), 2);
+    assert_eq!(ttl_of(&target, HOURS).await, Some(2 * 3600));
+    assert_eq!(ttl_of(&target, DAYS).await, Some(400 * 86_400));
+    let names: Vec<String> = target
+        .db()
+        .await
+        .collection::<Document>(HOURS)
+        .list_index_names()
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 2, "{names:?}: _id and the TTL index only");
+
+    // The hour document of five hours ago is past its retention.
+    if let Some(standin) = target.standin() {
+        let deleted = standin.ttl_pass();
+        assert!(deleted >= 1, "{deleted}");
+        let docs = store.read(&q).await.unwrap();
+        assert_eq!(
+            docs.iter().map(|d| d.period_start).collect::<Vec<_>>(),
+            vec![recent]
+        );
+    }
+    target.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_documents_commands_and_ttl_index() {
+    const ENTRIES: usize = 250;
+    const PER_BATCH: usize = 100;
+    let target = mongo_target().await;
+    let mut cfg = config(&target, &target.database);
+    cfg.statements_per_batch = PER_BATCH;
+    let store = MongoStore::connect(&cfg, (3 * 3600, 40 * 86_400), WRITER)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().timestamp().div_euclid(MINUTE_S) * MINUTE_S;
+    let entries: Vec<CatalogEntry> = (0..ENTRIES)
+        .map(|i| CatalogEntry {
+            series: SeriesId::new(&format!("db-{:03}", i / 10), &format!("m{}", i % 10)),
+            kind: SampleKind::DeltaCounter,
+            first_seen: now - 60 * DAY_S,
+            // The first one was last seen past the day retention.
+            last_seen: if i == 0 { now - 50 * DAY_S } else { now },
+        })
+        .collect();
+
+    // One statement per series, in commands of at most PER_BATCH.
+    let before = store.stats();
+    store.catalog_upsert(&entries).await.unwrap();
+    let after = store.stats();
+    assert_eq!(
+        after.catalog_statements - before.catalog_statements,
+        ENTRIES as u64
+    );
+    assert_eq!(
+        after.catalog_round_trips - before.catalog_round_trips,
+        ENTRIES.div_ceil(PER_BATCH) as u64
+    );
+    assert_eq!(after.update_statements, 0, "no document writes");
+
+    // The document.
+    let d = raw_doc(&target, SERIES, "db-001|m2").await.unwrap();
+    assert_eq!(d.get_str("source").unwrap(), "db-001");
+    assert_eq!(d.get_str("metric").unwrap(), "m2");
+    assert_eq!(d.get_str("kind").unwrap(), "delta_counter");
+    assert_eq!(
+        d.get_datetime("first_seen").unwrap().timestamp_millis(),
+        (now - 60 * DAY_S) * 1000
+    );
+    assert_eq!(
+        d.get_datetime("last_seen").unwrap().timestamp_millis(),
+        now * 1000
+    );
+    assert_eq!(d.len(), 6, "{d}");
+    // $min / $max on dates, $set of the kind, $setOnInsert left alone.
+    store
+        .catalog_upsert(&[CatalogEntry {
+            series: SeriesId::new("db-001", "m2"),
+            kind: SampleKind::Gauge,
+            first_seen: now - 70 * DAY_S,
+            last_seen: now - DAY_S,
+        }])
+        .await
+        .unwrap();
+    let d = raw_doc(&target, SERIES, "db-001|m2").await.unwrap();
+    assert_eq!(d.get_str("kind").unwrap(), "gauge");
+    assert_eq!(
+        d.get_datetime("first_seen").unwrap().timestamp_millis(),
+        (now - 70 * DAY_S) * 1000
+    );
+    assert_eq!(
+        d.get_datetime("last_seen").unwrap().timestamp_millis(),
+        now * 1000
+    );
+    assert_eq!(d.get_str("source").unwrap(), "db-001");
+
+    // The TTL index: on last_seen, with the day retention.
+    assert_eq!(
+        ttl_of_field(&target, SERIES, "last_seen").await,
+        Some(40 * 86_400)
+    );
+    // A daemon restarted with another retention changes it in place.
+    let store = MongoStore::connect(&cfg, (3 * 3600, 30 * 86_400), WRITER)
+        .await
+        .unwrap();
+    let mut q = crate::catalog_conformance::query();
+    q.limit = 5;
+    assert_eq!(store.catalog_list(&q).await.unwrap().len(), 5);
+    assert_eq!(
+        ttl_of_field(&target, SERIES, "last_seen").await,
+        Some(30 * 86_400)
+    );
+    let names: Vec<String> = target
+        .db()
+        .await
+        .collection::<Document>(SERIES)
+        .list_index_names()
+        .await
+        .unwrap();
+    assert_eq!(names.len(), 2, "{names:?}: _id and the TTL index only");
+
+    let Some(standin) = target.standin() else {
+        target.cleanup().await;
+        return;
+    };
+    // The entry last seen 50 days ago is past the retention.
+    standin.ttl_pass();
+    q.limit = 1000;
+    let left = store.catalog_list(&q).await.unwrap();
+    assert_eq!(left.len(), ENTRIES - 1);
+    assert_eq!(left[0].series, SeriesId::new("db-000", "m1"));
+
+    // A document that is not what Tally writes is Corrupt, not a panic.
+    target
+        .db()
+        .await
+        .collection::<Document>(SERIES)
+        .update_one(doc! { "_id": "db-003|m3" }, doc! { "$set": { "kind": 5 } })
+        .await
+        .unwrap();
+    match store.catalog_list(&q).await {
+        Err(StoreError::Corrupt { doc, reason }) => {
+            assert!(doc.contains("db-003|m3"), "{doc}");
+            assert!(reason.contains("kind"), "{reason}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Listings that stop before it do not see it.
+    q.limit = 10;
+    assert_eq!(store.catalog_list(&q).await.unwrap().len(), 10);
+
+    // MongoDB down: listings fail retryably (upserts go through the same
+    // command path as every other write).
+    standin.set_down(true);
+    assert!(store.catalog_list(&q).await.unwrap_err().is_retryable());
+    standin.set_down(false);
+}

@@ -1,0 +1,249 @@
+//! The MongoDB store end to end, through the real `mongodb` driver: against
+//! the stand-in (`tests/mongo-standin`) by default, or against the real
+//! server in `MONGODB_URI` (each test in a fresh database; the
+//! fault-injection tests then print a note and return early).
+//!
+//! * Here: the same fold property as the embedded store (`conformance`),
+//!   and the series catalog's contract shared with the embedded store
+//!   (`catalog_conformance`).
+//! * `documents`: pre-allocated documents (every slot, the right empty
+//!   values, updates that never add a slot), statement counts, and corrupt
+//!   documents.
+//! * `faults`: exactly once across ambiguous failures (the reply lost after
+//!   the write); MongoDB down at start and in the middle.
+//! * `expiry`: TTL indexes, and the catalog's documents, commands and TTL
+//!   index.
+
+mod documents;
+mod expiry;
+mod faults;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use mongodb::bson::{doc, Bson, Document};
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use tally_testkit::mongo::{mongo_target, MongoTarget};
+
+use crate::catalog_conformance;
+use crate::conformance;
+use tally::config::MongoDbConfig;
+use tally::model::{
+    FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier,
+    DAY_S, HOUR_S, MINUTE_S,
+};
+use tally::store::mongodb::MongoStore;
+use tally::store::{DocRead, ReadQuery, Store};
+
+/// Long enough that no test document expires while a test runs (the
+/// conformance data is from March 2026), and below a TTL index's limit.
+const LONG_RETENTION: (u64, u64) = (50 * 365 * 86_400, 50 * 365 * 86_400);
+const WRITER: &str = "test-writer";
+const HOURS: &str = "metrics_by_hour";
+const DAYS: &str = "metrics_by_day";
+const SERIES: &str = "tally_series";
+
+fn config(target: &MongoTarget, database: &str) -> MongoDbConfig {
+    MongoDbConfig {
+        uri: target.uri.clone(),
+        database: database.to_string(),
+        timeout: Duration::from_secs(10),
+        ..MongoDbConfig::default()
+    }
+}
+
+async fn connect(target: &MongoTarget) -> MongoStore {
+    MongoStore::connect(&config(target, &target.database), LONG_RETENTION, WRITER)
+        .await
+        .unwrap()
+}
+
+/// 2026-11-02 10:00 UTC plus `minutes`.
+fn at(minutes: i64) -> i64 {
+    1_793_613_600 + minutes * MINUTE_S
+}
+
+fn series(source: &str, metric: &str, samples: &[(i64, f64)]) -> SeriesMinutes {
+    let mut minutes: std::collections::BTreeMap<i64, Slot> = Default::default();
+    for &(t, v) in samples {
+        minutes.entry(t.div_euclid(MINUTE_S)).or_default().add(v);
+    }
+    SeriesMinutes {
+        series: Arc::new(SeriesId::new(source, metric)),
+        kind: SampleKind::Gauge,
+        minutes: minutes.into_iter().collect(),
+    }
+}
+
+fn batch(id: u64, series: &[SeriesMinutes]) -> FlushBatch {
+    FlushBatch {
+        id: FlushId(id),
+        series: series.iter().map(SeriesUpdate::from_minutes).collect(),
+    }
+}
+
+async fn read(
+    store: &dyn Store,
+    source: &str,
+    metric: &str,
+    tier: Tier,
+    resolution: Resolution,
+    from: i64,
+    to: i64,
+) -> Vec<DocRead> {
+    store
+        .read(&ReadQuery {
+            series: SeriesId::new(source, metric),
+            tier,
+            resolution,
+            from,
+            to,
+        })
+        .await
+        .unwrap()
+}
+
+/// Every non-empty slot of a series at one tier and resolution, over a day
+/// around [`at`].
+async fn points(store: &dyn Store, source: &str, tier: Tier, res: Resolution) -> Vec<(i64, Slot)> {
+    let from = at(0) - 10 * HOUR_S;
+    read(store, source, "m", tier, res, from, from + 2 * DAY_S)
+        .await
+        .into_iter()
+        .flat_map(|d| d.slots)
+        .collect()
+}
+
+fn slot(n: u64, sum: f64, min: f64, max: f64) -> Slot {
+    Slot { n, sum, min, max }
+}
+
+async fn raw_doc(target: &MongoTarget, coll: &str, id: &str) -> Option<Document> {
+    target
+        .db()
+        .await
+        .collection::<Document>(coll)
+        .find_one(doc! { "_id": id })
+        .await
+        .unwrap()
+}
+
+/// Dotted paths of every leaf (a slot counts as a leaf) of a document.
+fn slot_paths(d: &Document, prefix: &str, out: &mut BTreeSet<String>) {
+    for (k, v) in d {
+        let p = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            Bson::Document(sub) if !sub.is_empty() && !sub.contains_key("n") => {
+                slot_paths(sub, &p, out)
+            }
+            _ => {
+                out.insert(p);
+            }
+        }
+    }
+}
+
+fn assert_empty_slot(v: &Bson, what: &str) {
+    let s = v.as_document().unwrap_or_else(|| panic!("{what}: {v:?}"));
+    assert_eq!(s.get("n"), Some(&Bson::Int64(0)), "{what}: {s}");
+    assert_eq!(s.get("sum"), Some(&Bson::Double(0.0)), "{what}: {s}");
+    assert_eq!(
+        s.get("min"),
+        Some(&Bson::Double(f64::INFINITY)),
+        "{what}: {s}"
+    );
+    assert_eq!(
+        s.get("max"),
+        Some(&Bson::Double(f64::NEG_INFINITY)),
+        "{what}: {s}"
+    );
+    assert_eq!(s.len(), 4, "{what}: {s}");
+}
+
+// ---------------------------------------------------------------------------
+
+/// The fold property of `fold_property`, on MongoDB. Fewer cases: each
+/// runs dozens of flushes through the stand-in.
+#[test]
+fn mongodb_store_equals_reference() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let target = rt.block_on(mongo_target());
+    let cases = AtomicUsize::new(0);
+    let started = Instant::now();
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 8,
+        max_shrink_iters: 64,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&conformance::case(), |case| {
+        // A fresh database per case: the property starts from an empty store.
+        let n = cases.fetch_add(1, Ordering::Relaxed);
+        let database = format!("{}_case{n}", target.database);
+        rt.block_on(async {
+            let store = MongoStore::connect(&config(&target, &database), LONG_RETENTION, WRITER)
+                .await
+                .unwrap();
+            let client = store.client().clone();
+            let store: Arc<dyn Store> = Arc::new(store);
+            conformance::check(store, &case).await;
+            if target.is_real_server() {
+                let _ = client.database(&database).drop().await;
+            }
+        });
+        Ok(())
+    });
+    println!(
+        "conformance: {} cases (incl. shrinking) in {:.1?}",
+        cases.load(Ordering::Relaxed),
+        started.elapsed()
+    );
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_conformance() {
+    let target = mongo_target().await;
+    let store = connect(&target).await;
+    catalog_conformance::check(Arc::new(store)).await;
+    target.cleanup().await;
+}
+
+/// The TTL of the `{t: 1}` index; `None` without one (or without the
+/// collection).
+async fn ttl_of(target: &MongoTarget, coll: &str) -> Option<i64> {
+    ttl_of_field(target, coll, "t").await
+}
+
+/// The TTL of the `{<field>: 1}` index.
+async fn ttl_of_field(target: &MongoTarget, coll: &str, field: &str) -> Option<i64> {
+    let mut cursor = target
+        .db()
+        .await
+        .collection::<Document>(coll)
+        .list_indexes()
+        .await
+        .ok()?;
+    while let Some(ix) = cursor.try_next().await.unwrap() {
+        if ix.keys == doc! { field: 1 } {
+            return ix
+                .options
+                .and_then(|o| o.expire_after)
+                .map(|d| d.as_secs() as i64);
+        }
+    }
+    None
+}
