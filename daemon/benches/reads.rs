@@ -20,7 +20,7 @@ use tally::ingest::IngestConfig;
 use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot};
 use tally::query::{AggregateQuery, QueryConfig, QueryEngine, Selection, Sources, Step, StepSpec};
 use tally::rollup::{RollupConfig, Rollups};
-use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
+use tally::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use tally::store::Store;
 use tally::watch::{WatchConfig, WatchHub};
 
@@ -101,7 +101,7 @@ fn main() {
 async fn run() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Arc::new(
-        EmbeddedStore::open_with(dir.path(), EmbeddedOptions::default()).expect("open store"),
+        EmbeddedStore::open_with(dir.path(), EmbeddedConfig::default()).expect("open store"),
     );
     let rollups = Rollups::new(RollupConfig {
         all: true,

@@ -23,7 +23,7 @@ use tally::ingest::IngestGate;
 use tally::maintenance::Maintenance;
 use tally::query::QueryEngine;
 use tally::rollup::Rollups;
-use tally::store::embedded::{EmbeddedOptions, EmbeddedStore};
+use tally::store::embedded::EmbeddedStore;
 use tally::store::mongodb::{redact_uri, MongoStore};
 use tally::store::Store;
 use tally::watch::WatchHub;
@@ -273,16 +273,13 @@ const LISTENER_GRACE: Duration = Duration::from_secs(5);
 async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
     match config.store {
         StoreKind::Embedded => {
-            let options = EmbeddedOptions {
-                cache_size_bytes: config.embedded.cache_size_bytes,
-                ..EmbeddedOptions::default()
-            };
-            let store = EmbeddedStore::open_with(&config.data_dir, options).with_context(|| {
-                format!(
-                    "opening the embedded store in {}",
-                    config.data_dir.display()
-                )
-            })?;
+            let store = EmbeddedStore::open_with(&config.data_dir, config.embedded.clone())
+                .with_context(|| {
+                    format!(
+                        "opening the embedded store in {}",
+                        config.data_dir.display()
+                    )
+                })?;
             info!(data_dir = %config.data_dir.display(), "embedded store open");
             Ok(Arc::new(store))
         }

@@ -18,7 +18,6 @@
 mod cli;
 mod error;
 mod load;
-mod pending;
 #[cfg(test)]
 mod tests;
 
@@ -29,11 +28,11 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 pub use crate::query::QueryConfig;
+pub use crate::store::embedded::EmbeddedConfig;
 pub use crate::store::mongodb::MongoDbConfig;
 pub use cli::Cli;
 pub use error::{ConfigError, SettingError, UnknownEnvVar};
 pub use load::{env_var_names, CONFIG_ENV, ENV_PREFIX};
-pub use pending::EmbeddedConfig;
 
 use crate::aggregator::AggregatorConfig;
 use crate::catalog::CatalogConfig;
@@ -155,7 +154,6 @@ impl Config {
         self.prealloc.check(&mut p);
         self.retention.check(&mut p);
         self.mongodb.check(&mut p);
-        self.embedded.check(&mut p);
         self.query.check(&mut p);
         self.rollup.check(&mut p);
         self.watch.check(&mut p);

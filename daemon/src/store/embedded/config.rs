@@ -1,0 +1,36 @@
+//! The embedded store's settings: the `[embedded]` section of the
+//! configuration, plus the commit cadence, which is not a setting. One type
+//! for both, so that opening the store takes exactly what the configuration
+//! holds and nothing is copied field by field on the way.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// The embedded store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedConfig {
+    /// Bytes of B-tree pages kept in memory. The storage engine's own default
+    /// (1 GiB) would dominate the daemon's memory.
+    pub cache_size_bytes: usize,
+    /// A commit is made durable (fsync) when at least this long has passed
+    /// since the last durable commit. Not a setting: the default is the
+    /// trade-off described in the store's `db.rs`; tests set their own.
+    #[serde(skip)]
+    pub(crate) durable_interval: Duration,
+    /// ... or when this many commits have been made since it. 1 makes every
+    /// commit durable. Not a setting, as above.
+    #[serde(skip)]
+    pub(crate) durable_every_flushes: u32,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            cache_size_bytes: 64 * 1024 * 1024,
+            durable_interval: Duration::from_secs(5),
+            durable_every_flushes: 8,
+        }
+    }
+}

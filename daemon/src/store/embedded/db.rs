@@ -1,0 +1,212 @@
+//! The open database: creating or opening the file, the commit that decides
+//! durability, and how redb's errors become [`StoreError`]s. Separate
+//! because every operation (writes, reads, catalog, sweep) goes through it,
+//! while none of them needs to know when an `fsync` happens.
+//!
+//! # Durability
+//!
+//! Ordinary flushes commit with [`Durability::None`]: redb makes the commit
+//! visible to readers at once but does not `fsync`. Every
+//! [`EmbeddedConfig::durable_interval`] or every
+//! [`EmbeddedConfig::durable_every_flushes`] commits (whichever comes
+//! first), and always in [`Store::close`](crate::store::Store::close), a
+//! commit is made with [`Durability::Immediate`], which persists it *and
+//! every non-durable commit before it*. This is safe: redb's crash recovery
+//! always lands on the last durable commit, a consistent snapshot (whole
+//! flushes, documents and watermarks and `last_flush_id` together). A crash
+//! therefore loses only the flushes committed since then, which hold only
+//! data that was in the daemon's memory anyway; nothing is ever
+//! half-applied. Once the write-ahead log exists, it must keep every flush
+//! above the durable flush id (`Db::durable_flush_id`) for replay; the
+//! watermarks make that replay exactly-once.
+//!
+//! The cadence is a trade-off. A non-durable commit skips only the `fsync`;
+//! its pages are still written. Leaves it copied can be reused only after
+//! the next durable commit, so every non-durable commit in a row grows the
+//! file by the pages it touched (about 100 MB per flush at 20,000 active
+//! series), until a durable commit frees them for reuse. The defaults (5 s or
+//! 8 commits) make one `fsync` cover several 1-second flushes while bounding
+//! that growth.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use parking_lot::Mutex;
+use redb::{Database, Durability, ReadableTable, WriteTransaction};
+
+use super::config::EmbeddedConfig;
+use super::layout::{
+    DAY_MINUTES, DAY_SUMMARY, FILE_NAME, HOUR_DOCS, LAYOUT_VERSION, META, META_LAST_FLUSH_ID,
+    META_LAYOUT_VERSION, SERIES_CATALOG,
+};
+use crate::store::StoreError;
+
+/// When the last durable commit was, and how many commits followed it.
+#[derive(Debug)]
+struct SyncState {
+    last_durable: Instant,
+    commits_since_durable: u32,
+}
+
+/// The database and its commit bookkeeping; shared by every clone of the
+/// store. Writes, reads, the catalog and the sweep add their methods to it
+/// in their own modules.
+pub(super) struct Db {
+    pub(super) db: Database,
+    pub(super) path: PathBuf,
+    pub(super) config: EmbeddedConfig,
+    sync: Mutex<SyncState>,
+    /// Highest flush id committed (durably or not) in this process.
+    committed_flush_id: AtomicU64,
+    /// Highest flush id known to be on disk.
+    durable_flush_id: AtomicU64,
+}
+
+impl Db {
+    /// Opens (creating if needed) `dir` and `dir/tally.redb`.
+    pub(super) fn open(dir: &Path, config: EmbeddedConfig) -> Result<Db, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Io(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let path = dir.join(FILE_NAME);
+        let db = redb::Builder::new()
+            .set_cache_size(config.cache_size_bytes)
+            .create(&path)
+            .map_err(|e| match db_err(e) {
+                StoreError::Io(msg) => {
+                    StoreError::Io(format!("cannot open {}: {msg}", path.display()))
+                }
+                other => other,
+            })?;
+        let last_flush_id = prepare_tables(&db, &path)?;
+        Ok(Db {
+            db,
+            path,
+            config,
+            sync: Mutex::new(SyncState {
+                last_durable: Instant::now(),
+                commits_since_durable: 0,
+            }),
+            committed_flush_id: AtomicU64::new(last_flush_id),
+            durable_flush_id: AtomicU64::new(last_flush_id),
+        })
+    }
+
+    /// The highest flush id known to be on disk: a crash now would lose
+    /// nothing at or below it. A write-ahead log may drop flushes up to here;
+    /// until one exists, only tests ask.
+    #[cfg(test)]
+    pub(super) fn durable_flush_id(&self) -> u64 {
+        self.durable_flush_id.load(Ordering::Acquire)
+    }
+
+    /// Commits `txn`, durably if `force_durable` or if the policy says one is
+    /// due (see the module documentation), and records `flush_id`.
+    ///
+    /// Writers are serialised by redb (one write transaction at a time), and
+    /// `txn` is still open here, so no other commit can interleave.
+    pub(super) fn commit(
+        &self,
+        mut txn: WriteTransaction,
+        flush_id: Option<u64>,
+        force_durable: bool,
+    ) -> Result<(), StoreError> {
+        let durable = force_durable || {
+            let st = self.sync.lock();
+            st.commits_since_durable.saturating_add(1) >= self.config.durable_every_flushes
+                || st.last_durable.elapsed() >= self.config.durable_interval
+        };
+        if !durable {
+            txn.set_durability(Durability::None).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)?;
+        if let Some(id) = flush_id {
+            self.committed_flush_id.fetch_max(id, Ordering::AcqRel);
+        }
+        let mut st = self.sync.lock();
+        if durable {
+            st.last_durable = Instant::now();
+            st.commits_since_durable = 0;
+            // A durable commit persists every commit before it as well.
+            let committed = self.committed_flush_id.load(Ordering::Acquire);
+            self.durable_flush_id.fetch_max(committed, Ordering::AcqRel);
+        } else {
+            st.commits_since_durable = st.commits_since_durable.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Makes every commit so far durable now, with an empty durable commit.
+    pub(super) fn sync_now(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write().map_err(db_err)?;
+        self.commit(txn, None, true)
+    }
+}
+
+/// Creates every table, so that read transactions always find them, and
+/// checks the layout version. Returns the last flush id on file.
+fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
+    let txn = db.begin_write().map_err(db_err)?;
+    let last_flush_id = {
+        txn.open_table(HOUR_DOCS).map_err(db_err)?;
+        txn.open_table(DAY_SUMMARY).map_err(db_err)?;
+        txn.open_table(DAY_MINUTES).map_err(db_err)?;
+        txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+        let mut meta = txn.open_table(META).map_err(db_err)?;
+        match meta_value(&meta, META_LAYOUT_VERSION)? {
+            None => {
+                meta.insert(META_LAYOUT_VERSION, LAYOUT_VERSION)
+                    .map_err(db_err)?;
+            }
+            Some(LAYOUT_VERSION) => {}
+            Some(v) => {
+                return Err(StoreError::Corrupt {
+                    doc: path.display().to_string(),
+                    reason: format!(
+                        "layout version {v}; this version of Tally reads {LAYOUT_VERSION}"
+                    ),
+                })
+            }
+        }
+        meta_value(&meta, META_LAST_FLUSH_ID)?.unwrap_or(0)
+    };
+    txn.commit().map_err(db_err)?;
+    Ok(last_flush_id)
+}
+
+/// One entry of the `meta` table, from a read or a write transaction.
+pub(super) fn meta_value(
+    meta: &impl ReadableTable<&'static str, u64>,
+    key: &str,
+) -> Result<Option<u64>, StoreError> {
+    Ok(meta.get(key).map_err(db_err)?.map(|g| g.value()))
+}
+
+/// Maps a redb error onto the store's error kinds.
+pub(super) fn db_err(e: impl Into<redb::Error>) -> StoreError {
+    match e.into() {
+        redb::Error::Corrupted(reason) => StoreError::Corrupt {
+            doc: FILE_NAME.to_string(),
+            reason,
+        },
+        e @ (redb::Error::TableTypeMismatch { .. }
+        | redb::Error::TypeDefinitionChanged { .. }
+        | redb::Error::TableIsMultimap(_)
+        | redb::Error::UpgradeRequired(_)) => StoreError::Corrupt {
+            doc: FILE_NAME.to_string(),
+            reason: e.to_string(),
+        },
+        redb::Error::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
+            "{FILE_NAME} is already open (is another tallyd using the same --data-dir?)"
+        )),
+        e => StoreError::Io(e.to_string()),
+    }
+}
+
+pub(super) fn invalid(msg: String) -> StoreError {
+    StoreError::Invalid(msg)
+}

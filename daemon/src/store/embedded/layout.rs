@@ -1,0 +1,150 @@
+//! How the document model maps onto redb: the tables, their keys, the
+//! sizes of their values, and the names errors give to single values. It
+//! is separate because every other part (writes, reads, the catalog, the
+//! retention sweep) must agree on it, and because changing it means a new
+//! [`LAYOUT_VERSION`].
+//!
+//! redb is an ordered key-value store with copy-on-write B-trees and
+//! serialisable transactions (one writer, many readers).
+//!
+//! # Slots and headers
+//!
+//! A document value is a fixed-size byte array of slots, updated in place by
+//! read-modify-write inside *one* write transaction per flush. A slot is 32
+//! bytes: `n` u64 LE, `sum` f64 LE, `min` f64 LE, `max` f64 LE. The empty slot
+//! is `n = 0, sum = 0, min = +inf, max = -inf` ([`Slot::EMPTY`]), so merging
+//! is plain addition and `min`/`max` with no special case, exactly as `$inc`,
+//! `$min` and `$max` behave on a pre-allocated MongoDB document.
+//!
+//! Why fixed-size values: a document never grows, so the pre-allocated and the
+//! updated document have the same size and a B-tree leaf never has to split
+//! because a document filled up (the "document growth" problem that
+//! pre-allocation avoids on MongoDB); and the length alone tells a
+//! well-formed value from a damaged or foreign one, so decoding can refuse
+//! anything unexpected with [`StoreError::Corrupt`] instead of misreading it.
+//!
+//! Every document value that carries a header starts with 16 bytes: the kind
+//! code (u8, [`SampleKind::code`], 0 = not known yet, e.g. pre-allocated), 7
+//! reserved zero bytes, and the watermark (u64 LE): the highest
+//! [`FlushId`](crate::model::FlushId) applied to the document. `apply` skips
+//! a document whose watermark is already at or past the batch's id, which is
+//! what makes a replayed flush count once (see the exactly-once notes in
+//! [`crate::store`]).
+//!
+//! # Tables
+//!
+//! | table         | key                                           | value                        | bytes |
+//! |---------------|-----------------------------------------------|------------------------------|-------|
+//! | `hour_docs`   | `(source, metric, hour_start: i64)`           | header + 61 slots            | 1,968 |
+//! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            |   816 |
+//! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 1,920 |
+//! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
+//! | `meta`        | `&str`                                        | `u64`                        |       |
+//!
+//! * Hour document: slot 0 is the hour's running slot, slots 1..=60 are
+//!   minutes 0..59 (the document model's `values.<MINUTE>`).
+//! * Day document (the document model's `values.<HOUR>.<MINUTE>`), split in
+//!   two tables: the summary holds slot 0 = the day's running slot and slots
+//!   1..=24 = each hour's running slot; `day_minutes` holds one 60-slot block
+//!   per hour. The day's kind and watermark live in the summary only; both
+//!   parts are always written in the same transaction, so they cannot
+//!   disagree.
+//!
+//!   Why split: it is the embedded equivalent of a MongoDB projection. An
+//!   hourly or daily graph over a month reads 30 summaries of 816 bytes
+//!   instead of 30 whole day documents of 47 KB. It matters even more for
+//!   writes: redb stores and rewrites values whole, so a single 47 KB day
+//!   value would be copied on every flush for every active series, while the
+//!   split rewrites only the 816-byte summary and the touched hour's 1,920-byte
+//!   block.
+//!
+//!   `preallocate` creates the summary and all 24 blocks. `apply` on a day
+//!   nobody pre-allocated creates the summary and only the blocks it touches;
+//!   an absent block reads as 60 empty slots, so the two are indistinguishable
+//!   to readers, and the flush hot path does not write 23 empty blocks.
+//! * `series_catalog`: one entry per series for discovery
+//!   ([`Store::catalog_list`](crate::store::Store::catalog_list)). The value
+//!   is the kind code (u8), `first_seen` (i64 LE) and `last_seen` (i64 LE),
+//!   Unix seconds. The key is the joined string rather than a
+//!   `(source, metric)` tuple because listings and their pagination go in
+//!   the byte order of `source|metric`, which is not tuple order (`a-b|m`
+//!   sorts before `a|m`, while `("a", "m")` sorts before `("a-b", "m")`);
+//!   how a listing scans it is in [`super::catalog`]. The table was added
+//!   without a new layout version: opening creates it empty, older files
+//!   gain it and nothing else changes.
+//! * `meta`: `last_flush_id` (highest flush id ever applied, so a restarted
+//!   daemon continues above it) and `layout_version` (this layout is 1).
+//!
+//! Why this key order: keys sort by source, then metric, then period start
+//! (redb compares `i64` numerically, so periods before 1970 sort correctly
+//! too). One series' documents are therefore adjacent and in time order, and
+//! a range read is one B-tree seek plus a sequential scan, the equivalent of
+//! MongoDB's `(source, metric, period)` index; and one source's documents sit
+//! together, as a shard key by source does on a MongoDB cluster.
+
+use redb::TableDefinition;
+
+#[cfg(doc)]
+use crate::model::{SampleKind, SeriesId, Slot};
+#[cfg(doc)]
+use crate::store::StoreError;
+
+/// The database file inside the data directory.
+pub(super) const FILE_NAME: &str = "tally.redb";
+
+/// Version of the layout described in the module documentation.
+pub(super) const LAYOUT_VERSION: u64 = 1;
+
+pub(super) const META_LAST_FLUSH_ID: &str = "last_flush_id";
+pub(super) const META_LAYOUT_VERSION: &str = "layout_version";
+
+pub(super) type HourKey<'a> = (&'a str, &'a str, i64);
+pub(super) type DayKey<'a> = (&'a str, &'a str, i64);
+pub(super) type MinutesKey<'a> = (&'a str, &'a str, i64, u8);
+
+pub(super) const HOUR_DOCS: TableDefinition<HourKey, &[u8]> = TableDefinition::new("hour_docs");
+pub(super) const DAY_SUMMARY: TableDefinition<DayKey, &[u8]> = TableDefinition::new("day_summary");
+pub(super) const DAY_MINUTES: TableDefinition<MinutesKey, &[u8]> =
+    TableDefinition::new("day_minutes");
+pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(super) const SERIES_CATALOG: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("series_catalog");
+
+pub(super) const HEADER_LEN: usize = 16;
+pub(super) const SLOT_LEN: usize = 32;
+pub(super) const MINUTES_PER_HOUR: usize = 60;
+pub(super) const HOURS_PER_DAY: usize = 24;
+const HOUR_DOC_SLOTS: usize = 1 + MINUTES_PER_HOUR;
+const DAY_SUMMARY_SLOTS: usize = 1 + HOURS_PER_DAY;
+
+/// Bytes of an `hour_docs` value: header + 61 slots.
+pub(super) const HOUR_DOC_LEN: usize = HEADER_LEN + HOUR_DOC_SLOTS * SLOT_LEN;
+/// Bytes of a `day_summary` value: header + 25 slots.
+pub(super) const DAY_SUMMARY_LEN: usize = HEADER_LEN + DAY_SUMMARY_SLOTS * SLOT_LEN;
+/// Bytes of a `day_minutes` value: 60 slots.
+pub(super) const DAY_MINUTES_LEN: usize = MINUTES_PER_HOUR * SLOT_LEN;
+
+/// Bytes of a `series_catalog` value: kind, first seen, last seen.
+pub(super) const CATALOG_ENTRY_LEN: usize = 1 + 8 + 8;
+
+pub(super) type HourDoc = [u8; HOUR_DOC_LEN];
+pub(super) type DaySummary = [u8; DAY_SUMMARY_LEN];
+pub(super) type MinuteBlock = [u8; DAY_MINUTES_LEN];
+
+// Names of single values, for errors that must say which value is damaged.
+
+pub(super) fn catalog_name(key: &str) -> String {
+    format!("series_catalog[{key}]")
+}
+
+pub(super) fn hour_doc_name(source: &str, metric: &str, start: i64) -> String {
+    format!("hour_docs[{source}/{metric}@{start}]")
+}
+
+pub(super) fn day_summary_name(source: &str, metric: &str, start: i64) -> String {
+    format!("day_summary[{source}/{metric}@{start}]")
+}
+
+pub(super) fn day_minutes_name(source: &str, metric: &str, start: i64, hour: u8) -> String {
+    format!("day_minutes[{source}/{metric}@{start} hour {hour}]")
+}

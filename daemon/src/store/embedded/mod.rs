@@ -1,0 +1,181 @@
+//! The embedded store: the default, zero-setup store. Hour and day documents
+//! live in one [redb](https://docs.rs/redb) file, `tally.redb` in
+//! `--data-dir`, and survive restarts.
+//!
+//! This file is the [`Store`] face of it: opening, and handing each
+//! operation to a blocking thread. The rest is split by what a reader comes
+//! looking for:
+//!
+//! | file           | holds                                                        |
+//! |----------------|--------------------------------------------------------------|
+//! | `config.rs`    | [`EmbeddedConfig`], the `[embedded]` settings                |
+//! | `layout.rs`    | tables, keys, value sizes: how documents map onto redb       |
+//! | `codec.rs`     | slots, headers and catalog values to and from bytes          |
+//! | `db.rs`        | opening the file, commits and their durability, redb errors  |
+//! | `write.rs`     | `apply` (flushes) and `preallocate`                          |
+//! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
+//! | `catalog.rs`   | catalog upserts and listings                                 |
+//! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
+//!
+//! Unit tests sit in the sibling `tests*.rs` files: `tests.rs` holds the
+//! fixtures, the others one concern each.
+
+mod catalog;
+mod codec;
+mod config;
+mod db;
+mod layout;
+mod read;
+mod retention;
+mod write;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_bench;
+#[cfg(test)]
+mod tests_corrupt;
+#[cfg(test)]
+mod tests_durability;
+#[cfg(test)]
+mod tests_read;
+#[cfg(test)]
+mod tests_retention;
+#[cfg(test)]
+mod tests_write;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use self::config::EmbeddedConfig;
+use self::db::Db;
+use self::retention::Retention;
+use super::{
+    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
+    StoreError,
+};
+use crate::model::{DocKey, FlushBatch};
+
+/// The embedded store. Cheap to clone; clones share the database.
+#[derive(Clone)]
+pub struct EmbeddedStore {
+    inner: Arc<Db>,
+}
+
+impl fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedStore")
+            .field("path", &self.inner.path)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) `dir` and `dir/tally.redb` with the default
+    /// [`EmbeddedConfig`].
+    pub fn open(dir: &Path) -> Result<EmbeddedStore, StoreError> {
+        Self::open_with(dir, EmbeddedConfig::default())
+    }
+
+    /// Opens (creating if needed) `dir` and `dir/tally.redb`.
+    pub fn open_with(dir: &Path, config: EmbeddedConfig) -> Result<EmbeddedStore, StoreError> {
+        Ok(EmbeddedStore {
+            inner: Arc::new(Db::open(dir, config)?),
+        })
+    }
+
+    /// Deletes expired documents; see [`retention`]. Returns how many
+    /// documents were deleted. Blocking: call it from a blocking context.
+    fn sweep_expired(&self, now_s: i64, retention: Retention) -> Result<usize, StoreError> {
+        self.inner.sweep_expired(now_s, retention)
+    }
+
+    async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Db) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| StoreError::Io(format!("embedded store task failed: {e}")))?
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for EmbeddedStore {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
+        // spawn_blocking needs an owned batch.
+        let batch = batch.clone();
+        self.blocking(move |inner| inner.apply(&batch)).await
+    }
+
+    async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
+        let docs = docs.to_vec();
+        self.blocking(move |inner| inner.preallocate(&docs)).await
+    }
+
+    async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
+        let query = query.clone();
+        self.blocking(move |inner| inner.read(&query)).await
+    }
+
+    async fn last_flush_id(&self) -> Result<u64, StoreError> {
+        self.blocking(|inner| inner.last_flush_id()).await
+    }
+
+    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+        let entries = entries.to_vec();
+        let started = Instant::now();
+        let r = self
+            .blocking(move |inner| inner.catalog_upsert(&entries))
+            .await;
+        observe(self.name(), "catalog_upsert", started, &r);
+        r
+    }
+
+    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
+        let query = query.clone();
+        let started = Instant::now();
+        let r = self.blocking(move |inner| inner.catalog_list(&query)).await;
+        observe(self.name(), "catalog_list", started, &r);
+        r
+    }
+
+    async fn health(&self) -> Result<(), StoreError> {
+        self.blocking(|inner| inner.health()).await
+    }
+
+    /// The embedded equivalent of MongoDB's TTL index: documents go once
+    /// their period started more than the tier's retention ago.
+    async fn expire(
+        &self,
+        now_s: i64,
+        hour_retention_s: i64,
+        day_retention_s: i64,
+    ) -> Result<usize, StoreError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || {
+            store.sweep_expired(
+                now_s,
+                Retention {
+                    hour_s: hour_retention_s,
+                    day_s: day_retention_s,
+                },
+            )
+        })
+        .await
+        .map_err(|e| StoreError::Io(format!("retention sweep task failed: {e}")))?
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        self.blocking(|inner| inner.sync_now()).await
+    }
+}

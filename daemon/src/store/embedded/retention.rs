@@ -1,0 +1,173 @@
+//! The retention sweep, the embedded equivalent of MongoDB's TTL index: it
+//! deletes hour documents whose period starts before `now - retention.hour_s`,
+//! and day documents (summary and minute blocks) whose period starts before
+//! `now - retention.day_s`. Separate because it is the only deleter, and it
+//! runs on the daemon's schedule, not on the flush or query path.
+//!
+//! It skip-scans: for each series it seeks to the series' first document and
+//! deletes the expired prefix, so it reads one key per series plus what it
+//! deletes, not the whole table. In the same transaction it drops catalog
+//! entries whose `last_seen` is before `now - retention.day_s` (by then the
+//! series has no day document left), as the MongoDB store's TTL index on
+//! `last_seen` does.
+
+use std::ops::Bound;
+
+use redb::{ReadableTable, Table};
+
+use super::codec::decode_catalog;
+use super::db::{db_err, Db};
+use super::layout::{CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG};
+use crate::store::StoreError;
+
+/// How long hour and day documents are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retention {
+    /// Hour documents whose period starts more than this many seconds before
+    /// now are deleted.
+    pub(super) hour_s: i64,
+    /// Day documents whose period starts more than this many seconds before
+    /// now are deleted.
+    pub(super) day_s: i64,
+}
+
+impl Db {
+    /// Deletes expired documents; returns how many documents (hour documents
+    /// plus day documents, each day counted once) were deleted.
+    ///
+    /// An hour document expires when its period starts before
+    /// `now_s - retention.hour_s`, a day document (summary and minute blocks)
+    /// when its period starts before `now_s - retention.day_s`, as a MongoDB
+    /// TTL index on the period start with `expireAfterSeconds` = retention
+    /// would do. Catalog entries whose `last_seen` is before
+    /// `now_s - retention.day_s` go too; they are not in the count, which is
+    /// about documents (a MongoDB TTL index counts nothing at all).
+    /// Blocking: call it from a blocking context.
+    pub(super) fn sweep_expired(
+        &self,
+        now_s: i64,
+        retention: Retention,
+    ) -> Result<usize, StoreError> {
+        let hour_cutoff = now_s.saturating_sub(retention.hour_s);
+        let day_cutoff = now_s.saturating_sub(retention.day_s);
+        let txn = self.db.begin_write().map_err(db_err)?;
+        let (hours, days, blocks, series) = {
+            let mut t = txn.open_table(HOUR_DOCS).map_err(db_err)?;
+            let hours = sweep_periods(&mut t, hour_cutoff)?;
+            let mut t = txn.open_table(DAY_SUMMARY).map_err(db_err)?;
+            let days = sweep_periods(&mut t, day_cutoff)?;
+            let mut t = txn.open_table(DAY_MINUTES).map_err(db_err)?;
+            let blocks = sweep_periods(&mut t, day_cutoff)?;
+            let mut t = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+            let series = sweep_catalog(&mut t, day_cutoff)?;
+            (hours, days, blocks, series)
+        };
+        self.commit(txn, None, true)?;
+        tracing::debug!(
+            hour_docs = hours,
+            day_docs = days,
+            minute_blocks = blocks,
+            catalog_entries = series,
+            "embedded store: swept expired documents"
+        );
+        Ok(hours + days)
+    }
+}
+
+/// A key that sorts by series, then period start: what [`sweep_periods`]
+/// needs to find each series and the expired prefix of its documents.
+trait PeriodKey: redb::Key + 'static {
+    /// The first key of period `start` of a series.
+    fn at<'a>(source: &'a str, metric: &'a str, start: i64) -> Self::SelfType<'a>;
+    /// The last key a series can have.
+    fn series_end<'a>(source: &'a str, metric: &'a str) -> Self::SelfType<'a>;
+    /// `(source, metric, period start)` of a key.
+    fn split<'a>(key: &Self::SelfType<'a>) -> (&'a str, &'a str, i64);
+}
+
+/// `hour_docs` and `day_summary`.
+impl PeriodKey for (&'static str, &'static str, i64) {
+    fn at<'a>(source: &'a str, metric: &'a str, start: i64) -> Self::SelfType<'a> {
+        (source, metric, start)
+    }
+    fn series_end<'a>(source: &'a str, metric: &'a str) -> Self::SelfType<'a> {
+        (source, metric, i64::MAX)
+    }
+    fn split<'a>(key: &Self::SelfType<'a>) -> (&'a str, &'a str, i64) {
+        (key.0, key.1, key.2)
+    }
+}
+
+/// `day_minutes`.
+impl PeriodKey for (&'static str, &'static str, i64, u8) {
+    fn at<'a>(source: &'a str, metric: &'a str, start: i64) -> Self::SelfType<'a> {
+        (source, metric, start, 0)
+    }
+    fn series_end<'a>(source: &'a str, metric: &'a str) -> Self::SelfType<'a> {
+        (source, metric, i64::MAX, u8::MAX)
+    }
+    fn split<'a>(key: &Self::SelfType<'a>) -> (&'a str, &'a str, i64) {
+        (key.0, key.1, key.2)
+    }
+}
+
+/// Deletes, per series, the values whose period starts before `cutoff`.
+fn sweep_periods<K: PeriodKey>(
+    table: &mut Table<K, &'static [u8]>,
+    cutoff: i64,
+) -> Result<usize, StoreError> {
+    let mut deleted = 0usize;
+    let mut after: Option<(String, String)> = None;
+    loop {
+        // The first value of the next series, if any.
+        let next = {
+            let mut it = match &after {
+                None => table.range::<K::SelfType<'_>>(..),
+                Some((s, m)) => {
+                    table.range((Bound::Excluded(K::series_end(s, m)), Bound::Unbounded))
+                }
+            }
+            .map_err(db_err)?;
+            match it.next() {
+                None => None,
+                Some(entry) => {
+                    let (k, _) = entry.map_err(db_err)?;
+                    let (s, m, start) = K::split(&k.value());
+                    Some((s.to_string(), m.to_string(), start))
+                }
+            }
+        };
+        let Some((s, m, first)) = next else { break };
+        if first < cutoff {
+            table
+                .retain_in(K::at(&s, &m, i64::MIN)..K::at(&s, &m, cutoff), |_, _| {
+                    deleted += 1;
+                    false
+                })
+                .map_err(db_err)?;
+        }
+        after = Some((s, m));
+    }
+    Ok(deleted)
+}
+
+/// Deletes the catalog entries last seen before `cutoff`. A whole-table
+/// scan: entries are small and not ordered by time. A value of the wrong
+/// length is kept, so that listings report it rather than the sweep hiding
+/// it.
+fn sweep_catalog(table: &mut Table<&str, &[u8]>, cutoff: i64) -> Result<usize, StoreError> {
+    let mut deleted = 0usize;
+    table
+        .retain(|_, v| {
+            let Ok(buf) = <[u8; CATALOG_ENTRY_LEN]>::try_from(v) else {
+                return true;
+            };
+            let keep = decode_catalog(&buf).2 >= cutoff;
+            if !keep {
+                deleted += 1;
+            }
+            keep
+        })
+        .map_err(db_err)?;
+    Ok(deleted)
+}

@@ -1,0 +1,159 @@
+//! Fixtures shared by the embedded store's unit tests (the sibling
+//! `tests_*.rs` files), and test-only access to what the daemon itself never
+//! asks of the store.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use chrono::{TimeZone, Utc};
+use redb::{ReadableDatabase, TableDefinition};
+
+use super::layout::{HourKey, MinutesKey, DAY_MINUTES};
+use super::EmbeddedStore;
+use crate::model::{
+    FlushBatch, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier, DAY_S,
+};
+use crate::store::{DocRead, ReadQuery, Store, StoreError};
+
+/// What tests check that nothing in the daemon asks for yet.
+impl EmbeddedStore {
+    /// Path of the database file.
+    pub(super) fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// See `Db::durable_flush_id`.
+    pub(super) fn durable_flush_id(&self) -> u64 {
+        self.inner.durable_flush_id()
+    }
+
+    /// Makes every commit so far durable now. Blocking.
+    pub(super) fn sync(&self) -> Result<(), StoreError> {
+        self.inner.sync_now()
+    }
+}
+
+/// Unix seconds of a UTC time.
+pub(super) fn ts(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> i64 {
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, 0)
+        .unwrap()
+        .timestamp()
+}
+
+/// One series' update from (unix seconds, value) samples.
+pub(super) fn series(
+    source: &str,
+    metric: &str,
+    kind: SampleKind,
+    samples: &[(i64, f64)],
+) -> SeriesUpdate {
+    let mut minutes: BTreeMap<i64, Slot> = BTreeMap::new();
+    for &(t, v) in samples {
+        minutes.entry(t.div_euclid(60)).or_default().add(v);
+    }
+    SeriesUpdate::from_minutes(&SeriesMinutes {
+        series: Arc::new(SeriesId::new(source, metric)),
+        kind,
+        minutes: minutes.into_iter().collect(),
+    })
+}
+
+pub(super) fn batch(id: u64, series: Vec<SeriesUpdate>) -> FlushBatch {
+    FlushBatch {
+        id: crate::model::FlushId(id),
+        series,
+    }
+}
+
+pub(super) fn query(tier: Tier, resolution: Resolution, from: i64, to: i64) -> ReadQuery {
+    ReadQuery {
+        series: SeriesId::new("db-01", "op_counter"),
+        tier,
+        resolution,
+        from,
+        to,
+    }
+}
+
+pub(super) fn slot(n: u64, sum: f64, min: f64, max: f64) -> Slot {
+    Slot { n, sum, min, max }
+}
+
+pub(super) fn open(dir: &tempfile::TempDir) -> EmbeddedStore {
+    EmbeddedStore::open(dir.path()).unwrap()
+}
+
+/// Samples of db-01/op_counter on 2026-03-14: two at 10:05, one at 10:59,
+/// one at 11:00.
+pub(super) fn sample_batch(id: u64) -> FlushBatch {
+    batch(
+        id,
+        vec![series(
+            "db-01",
+            "op_counter",
+            SampleKind::Gauge,
+            &[
+                (ts(2026, 3, 14, 10, 5) + 1, 2.0),
+                (ts(2026, 3, 14, 10, 5) + 30, 4.0),
+                (ts(2026, 3, 14, 10, 59) + 59, -1.0),
+                (ts(2026, 3, 14, 11, 0), 10.0),
+            ],
+        )],
+    )
+}
+
+pub(super) async fn read(store: &EmbeddedStore, q: ReadQuery) -> Vec<DocRead> {
+    store.read(&q).await.unwrap()
+}
+
+/// All of the day starting at `day`, of db-01/op_counter.
+pub(super) async fn read_day(
+    store: &EmbeddedStore,
+    tier: Tier,
+    resolution: Resolution,
+    day: i64,
+) -> Vec<DocRead> {
+    read(store, query(tier, resolution, day, day + DAY_S)).await
+}
+
+pub(super) fn raw_len(
+    store: &EmbeddedStore,
+    table: TableDefinition<HourKey, &[u8]>,
+    key: HourKey,
+) -> Option<usize> {
+    let txn = store.inner.db.begin_read().unwrap();
+    let t = txn.open_table(table).unwrap();
+    let len = t.get(key).unwrap().map(|v| v.value().len());
+    len
+}
+
+pub(super) fn raw_blocks(
+    store: &EmbeddedStore,
+    src: &str,
+    met: &str,
+    day: i64,
+) -> Vec<(u8, Vec<u8>)> {
+    let txn = store.inner.db.begin_read().unwrap();
+    let t = txn.open_table(DAY_MINUTES).unwrap();
+    let blocks = t
+        .range::<MinutesKey>((src, met, day, 0)..=(src, met, day, u8::MAX))
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (k.value().3, v.value().to_vec())
+        })
+        .collect();
+    blocks
+}
+
+pub(super) fn write_raw<K: redb::Key + 'static>(
+    store: &EmbeddedStore,
+    table: TableDefinition<K, &[u8]>,
+    key: K::SelfType<'_>,
+    value: &[u8],
+) {
+    let txn = store.inner.db.begin_write().unwrap();
+    txn.open_table(table).unwrap().insert(key, value).unwrap();
+    txn.commit().unwrap();
+}

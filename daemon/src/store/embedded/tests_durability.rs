@@ -1,0 +1,68 @@
+//! Restarts, exclusive opening, and when commits become durable.
+
+use std::time::Duration;
+
+use super::layout::FILE_NAME;
+use super::tests::*;
+use super::{EmbeddedConfig, EmbeddedStore};
+use crate::model::{Resolution, Tier};
+use crate::store::{Store, StoreError};
+
+#[tokio::test]
+async fn survives_close_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let day = ts(2026, 3, 14, 0, 0);
+    let before = {
+        let store = open(&dir);
+        store.apply(&sample_batch(5)).await.unwrap();
+        // Not durable yet under the default policy...
+        assert_eq!(store.durable_flush_id(), 0);
+        store.close().await.unwrap();
+        // ... and durable after close.
+        assert_eq!(store.durable_flush_id(), 5);
+        read_day(&store, Tier::Day, Resolution::Minute, day).await
+    };
+    let store = open(&dir);
+    assert_eq!(store.path(), dir.path().join(FILE_NAME));
+    store.health().await.unwrap();
+    assert_eq!(store.last_flush_id().await.unwrap(), 5);
+    assert_eq!(store.durable_flush_id(), 5);
+    assert_eq!(
+        read_day(&store, Tier::Day, Resolution::Minute, day).await,
+        before
+    );
+    // The replayed flush is still recognised after the restart.
+    let stats = store.apply(&sample_batch(5)).await.unwrap();
+    assert_eq!(stats.documents_written, 0);
+}
+
+#[tokio::test]
+async fn second_open_of_the_same_dir_is_unavailable() {
+    let dir = tempfile::tempdir().unwrap();
+    let _store = open(&dir);
+    let err = EmbeddedStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn durable_policy_every_k_flushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(
+        dir.path(),
+        EmbeddedConfig {
+            durable_interval: Duration::from_secs(3600),
+            durable_every_flushes: 3,
+            ..EmbeddedConfig::default()
+        },
+    )
+    .unwrap();
+    store.apply(&sample_batch(1)).await.unwrap();
+    store.apply(&sample_batch(2)).await.unwrap();
+    assert_eq!(store.durable_flush_id(), 0);
+    store.apply(&sample_batch(3)).await.unwrap();
+    assert_eq!(store.durable_flush_id(), 3);
+    store.apply(&sample_batch(4)).await.unwrap();
+    assert_eq!(store.durable_flush_id(), 3);
+    store.sync().unwrap();
+    assert_eq!(store.durable_flush_id(), 4);
+}
