@@ -110,6 +110,18 @@ async fn run() {
     })
     .expect("rollups");
     let now_minute = chrono::Utc::now().timestamp().div_euclid(60);
+    let id = fill_store(&store, &rollups, now_minute).await;
+    let (agg, pipeline, engine) = serve_reads(store, rollups, id);
+    let now = now_minute * 60 + 30;
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    bench_ranges(&engine, now, &mut rng).await;
+    bench_fleet_aggregates(&engine, now, &mut rng).await;
+    bench_watch_delivery(&engine, &agg, &pipeline, &mut rng).await;
+}
+
+/// Fills the store with the last 24 hours of all series and 29 more days
+/// of some, ending at `now_minute`; returns the last flush id used.
+async fn fill_store(store: &EmbeddedStore, rollups: &Rollups, now_minute: i64) -> u64 {
     let day_minutes = 24 * 60;
     let first = now_minute - day_minutes;
     let mut id = 0u64;
@@ -127,7 +139,7 @@ async fn run() {
                 });
             }
         }
-        apply(&store, &rollups, &mut id, batch).await;
+        apply(store, rollups, &mut id, batch).await;
     }
     // 29 more days for some series, a day per flush.
     for day in 1..30 {
@@ -139,19 +151,28 @@ async fn run() {
                 minutes: (lo..lo + day_minutes).map(|m| (m, slot(i, 0, m))).collect(),
             })
             .collect();
-        apply(&store, &rollups, &mut id, batch).await;
+        apply(store, rollups, &mut id, batch).await;
     }
     println!(
         "filled: {} series x 24 h, {LONG_HISTORY} series x 30 d, rollup group `all`, in {:.1?}",
         SOURCES * METRICS,
         started.elapsed()
     );
+    id
+}
 
+/// The aggregator, flush pipeline and query engine over the filled store,
+/// wired as the daemon wires them; the pipeline goes on from flush `id`.
+fn serve_reads(
+    store: Arc<EmbeddedStore>,
+    rollups: Rollups,
+    id: u64,
+) -> (Arc<Aggregator>, Arc<Pipeline>, Arc<QueryEngine>) {
     let agg = Arc::new(Aggregator::new(
         &AggregatorConfig::default(),
         &IngestConfig::default(),
     ));
-    let store_dyn: Arc<dyn Store> = store.clone();
+    let store_dyn: Arc<dyn Store> = store;
     let rollups = Arc::new(rollups);
     let pipeline = Arc::new(
         Pipeline::new(agg.clone(), store_dyn.clone(), FlushConfig::default(), id)
@@ -166,18 +187,27 @@ async fn run() {
         QueryConfig::default(),
         14 * 86_400,
     ));
-    let now = now_minute * 60 + 30;
-    let mut rng_state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut pick = |n: usize| {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        (rng_state % n as u64) as usize
-    };
+    (agg, pipeline, engine)
+}
 
+/// A fixed pseudo-random sequence, so that every run reads the same series.
+struct XorShift(u64);
+
+impl XorShift {
+    /// The next number below `n`.
+    fn pick(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Ranges of one random series: 24 h per minute, and 30 d per hour.
+async fn bench_ranges(engine: &QueryEngine, now: i64, rng: &mut XorShift) {
     let mut t = Vec::new();
     for _ in 0..ITERATIONS {
-        let (i, j) = (pick(SOURCES), pick(METRICS));
+        let (i, j) = (rng.pick(SOURCES), rng.pick(METRICS));
         let sel = Selection::exact(&source(i), &metric(j));
         let s = Instant::now();
         let r = engine
@@ -191,7 +221,7 @@ async fn run() {
 
     let mut t = Vec::new();
     for _ in 0..ITERATIONS {
-        let sel = Selection::exact(&source(pick(LONG_HISTORY)), &metric(0));
+        let sel = Selection::exact(&source(rng.pick(LONG_HISTORY)), &metric(0));
         let s = Instant::now();
         let r = engine
             .range(
@@ -207,7 +237,11 @@ async fn run() {
         assert!(r.series[0].points.len() >= 719);
     }
     report("range 30 d per hour, one series", t);
+}
 
+/// A fleet aggregate over group `all`, from the rollup and fanned out over
+/// every source, and a check that both give the same points.
+async fn bench_fleet_aggregates(engine: &QueryEngine, now: i64, rng: &mut XorShift) {
     let fleet = |j: usize, use_rollup: bool| AggregateQuery {
         metric: metric(j),
         sources: Sources::Group("all".into()),
@@ -221,7 +255,7 @@ async fn run() {
     for _ in 0..ITERATIONS {
         let s = Instant::now();
         let r = engine
-            .aggregate(&fleet(pick(METRICS), true))
+            .aggregate(&fleet(rng.pick(METRICS), true))
             .await
             .expect("aggregate");
         t.push(s.elapsed());
@@ -259,8 +293,15 @@ async fn run() {
         });
     println!("rollup and fan-out agree on every point: {same}");
     assert!(same);
+}
 
-    // Watch delivery: a sample into the aggregator, until the subscriber has it.
+/// Watch delivery: a sample into the aggregator, until the subscriber has it.
+async fn bench_watch_delivery(
+    engine: &Arc<QueryEngine>,
+    agg: &Aggregator,
+    pipeline: &Pipeline,
+    rng: &mut XorShift,
+) {
     let hub = Arc::new(WatchHub::new(engine.clone(), WatchConfig::default()));
     let stop = tokio_util::sync::CancellationToken::new();
     let hub_task = tokio::spawn(hub.clone().run(stop.clone()));
@@ -271,7 +312,7 @@ async fn run() {
     let _snapshot = sub.events.recv().await;
     let mut t = Vec::new();
     for k in 0..40 {
-        tokio::time::sleep(Duration::from_millis(pick(1000) as u64)).await;
+        tokio::time::sleep(Duration::from_millis(rng.pick(1000) as u64)).await;
         let ts = chrono::Utc::now().timestamp_millis();
         let v = k as f64 + 1000.0;
         agg.ingest(

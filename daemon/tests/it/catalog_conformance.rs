@@ -135,13 +135,29 @@ async fn list(store: &dyn Store, q: &CatalogQuery) -> Vec<String> {
 /// Runs the whole contract against `store`, which must be empty.
 pub async fn check(store: Arc<dyn Store>) {
     let store = &*store;
-    use SampleKind::*;
 
     // Empty catalog, empty upsert.
     assert!(store.catalog_list(&query()).await.unwrap().is_empty());
     store.catalog_upsert(&[]).await.unwrap();
 
-    // -- upsert semantics --------------------------------------------------
+    let merged = check_upserts_merge(store).await;
+    check_invalid_entries_are_refused(store, &merged).await;
+    let all = upsert_fixture(store, merged).await;
+    check_key_order_pages_and_limit(store, &all).await;
+    check_exact_source_and_cursors(store).await;
+    check_glob_lists(store).await;
+    check_anchored_regexes(store).await;
+    check_negations_and_several_matchers(store).await;
+    check_kind_and_seen_since(store).await;
+    check_filtered_pages_against_reference(store, &all).await;
+    check_no_match(store).await;
+}
+
+/// Upserts one series over and over: first_seen only goes down, last_seen
+/// only up, the last kind given wins, and a repeat changes nothing.
+/// Returns the one entry the catalog then holds.
+async fn check_upserts_merge(store: &dyn Store) -> CatalogEntry {
+    use SampleKind::*;
     store
         .catalog_upsert(&[entry("s", "m", Gauge, 10, 20)])
         .await
@@ -175,9 +191,14 @@ pub async fn check(store: Arc<dyn Store>) {
     // Idempotent.
     store.catalog_upsert(&twice).await.unwrap();
     assert_eq!(store.catalog_list(&query()).await.unwrap(), want);
+    want[0].clone()
+}
 
-    // Refused before anything is written: names that would make the key
-    // ambiguous or are otherwise invalid, times no store can hold.
+/// Refused before anything is written: names that would make the key
+/// ambiguous or are otherwise invalid, times no store can hold. The catalog
+/// still holds only `merged` afterwards.
+async fn check_invalid_entries_are_refused(store: &dyn Store, merged: &CatalogEntry) {
+    use SampleKind::*;
     for bad in [
         entry("x|y", "m", Gauge, 0, 1),
         entry("x", "m|n", Gauge, 0, 1),
@@ -193,21 +214,30 @@ pub async fn check(store: Arc<dyn Store>) {
             .unwrap_err();
         assert!(matches!(err, StoreError::Invalid(_)), "{bad:?}: {err:?}");
     }
-    assert_eq!(store.catalog_list(&query()).await.unwrap(), want);
+    assert_eq!(
+        store.catalog_list(&query()).await.unwrap(),
+        vec![merged.clone()]
+    );
+}
 
-    // -- the fixture -------------------------------------------------------
+/// Upserts the fixture in two calls, in an order unlike key order, and
+/// returns everything the catalog should now hold, by key.
+async fn upsert_fixture(store: &dyn Store, merged: CatalogEntry) -> BTreeMap<String, CatalogEntry> {
     let mut all: BTreeMap<String, CatalogEntry> = BTreeMap::new();
-    all.insert("s|m".into(), want[0].clone());
+    all.insert("s|m".into(), merged);
     let fixture = fixture();
-    // Two calls, in an order unlike key order.
     let (one, two) = fixture.split_at(7);
     store.catalog_upsert(two).await.unwrap();
     store.catalog_upsert(one).await.unwrap();
     for e in &fixture {
         all.insert(e.series.key(), e.clone());
     }
+    all
+}
 
-    // Key order: byte order of `source|metric`.
+/// Key order is byte order of `source|metric`; pagination returns every
+/// entry exactly once whatever the page size; the limit cuts.
+async fn check_key_order_pages_and_limit(store: &dyn Store, all: &BTreeMap<String, CatalogEntry>) {
     let everything = store.catalog_list(&query()).await.unwrap();
     assert_eq!(everything, all.values().cloned().collect::<Vec<_>>());
     assert_eq!(
@@ -216,21 +246,23 @@ pub async fn check(store: Arc<dyn Store>) {
         "`a-b|m` and `a.b|m` sort before `a|m`"
     );
 
-    // Pagination: every entry exactly once, whatever the page size.
     for limit in [1, 2, 3, 7, 100] {
         let mut q = query();
         q.limit = limit;
         assert_eq!(list_all_pages(store, &q).await, everything, "limit {limit}");
     }
 
-    // Limit.
     let mut q = query();
     q.limit = 2;
     assert_eq!(list(store, &q).await, ["a-b|m", "a.b|m"]);
     q.limit = 0;
     assert!(list(store, &q).await.is_empty());
+}
 
-    // Exact source: nothing of `db-010` or of `db-01` prefixed sources.
+/// Exact source: nothing of `db-010` or of `db-01` prefixed sources; with
+/// metrics, and with a cursor below the source's range, inside it and past
+/// it.
+async fn check_exact_source_and_cursors(store: &dyn Store) {
     let mut q = query();
     q.source = vec![exact("db-01")];
     assert_eq!(
@@ -241,7 +273,6 @@ pub async fn check(store: Arc<dyn Store>) {
     assert_eq!(list(store, &q).await, ["db-01|mem"]);
     q.metric = vec![glob("disk/*")];
     assert_eq!(list(store, &q).await, ["db-01|disk/used"]);
-    // A cursor below the source's range, inside it and past it.
     q.metric = Vec::new();
     q.after = Some(SeriesId::new("a", "m"));
     assert_eq!(list(store, &q).await.len(), 3);
@@ -251,8 +282,9 @@ pub async fn check(store: Arc<dyn Store>) {
     assert!(list(store, &q).await.is_empty());
     q.after = Some(SeriesId::new("zzz", "m"));
     assert!(list(store, &q).await.is_empty());
+}
 
-    // Glob lists.
+async fn check_glob_lists(store: &dyn Store) {
     let mut q = query();
     q.source = vec![glob("web-1*,db-02")];
     assert_eq!(
@@ -266,8 +298,11 @@ pub async fn check(store: Arc<dyn Store>) {
     q.source = vec![glob("a.*")];
     q.metric = Vec::new();
     assert_eq!(list(store, &q).await, ["a.b|m"]);
+}
 
-    // Regexes, anchored at both ends.
+/// Regexes are anchored at both ends; a metric regex alone works over a
+/// source with many metrics.
+async fn check_anchored_regexes(store: &dyn Store) {
     let mut q = query();
     q.source = vec![re(MatchOp::Regex, "web-[0-9]")];
     assert_eq!(list(store, &q).await, ["web-1|cpu", "web-2|cpu"]);
@@ -282,7 +317,6 @@ pub async fn check(store: Arc<dyn Store>) {
             "db-02|disk/free"
         ]
     );
-    // A metric regex alone, over a source with many metrics.
     let mut q = query();
     q.metric = vec![re(MatchOp::Regex, "x1[05]")];
     assert_eq!(list(store, &q).await, ["big|x10", "big|x15"]);
@@ -291,8 +325,10 @@ pub async fn check(store: Arc<dyn Store>) {
         list(store, &q).await,
         (30..40).map(|i| format!("big|m{i}")).collect::<Vec<_>>()
     );
+}
 
-    // Negations, and several matchers on one name (all must accept).
+/// Negations, and several matchers on one name (all must accept).
+async fn check_negations_and_several_matchers(store: &dyn Store) {
     let mut q = query();
     q.source = vec![re(MatchOp::NotEqual, "big")];
     q.metric = vec![re(MatchOp::NotRegex, "cpu|m|mem")];
@@ -312,8 +348,10 @@ pub async fn check(store: Arc<dyn Store>) {
     ];
     q.metric = vec![re(MatchOp::NotRegex, "[mx][0-9]+")];
     assert_eq!(list(store, &q).await, ["a.b|m", "a|m", "a|n"]);
+}
 
-    // Kind and seen_since.
+async fn check_kind_and_seen_since(store: &dyn Store) {
+    use SampleKind::*;
     let mut q = query();
     q.kind = Some(CumulativeCounter);
     assert_eq!(list(store, &q).await, ["a.b|m", "web-2|cpu"]);
@@ -339,8 +377,13 @@ pub async fn check(store: Arc<dyn Store>) {
     );
     q.limit = 1;
     assert_eq!(list_all_pages(store, &q).await.len(), 3);
+}
 
-    // Filtered pagination against the reference, with a small page.
+/// Filtered pagination against the reference, with a small page.
+async fn check_filtered_pages_against_reference(
+    store: &dyn Store,
+    all: &BTreeMap<String, CatalogEntry>,
+) {
     let cases: Vec<CatalogQuery> = vec![
         CatalogQuery {
             source: vec![glob("big")],
@@ -350,7 +393,7 @@ pub async fn check(store: Arc<dyn Store>) {
         },
         CatalogQuery {
             metric: vec![re(MatchOp::Regex, "(m|x)0[0-9]")],
-            kind: Some(DeltaCounter),
+            kind: Some(SampleKind::DeltaCounter),
             limit: 2,
             ..query()
         },
@@ -366,12 +409,13 @@ pub async fn check(store: Arc<dyn Store>) {
         everything.limit = usize::MAX;
         assert_eq!(
             list_all_pages(store, q).await,
-            naive_list(&all, &everything),
+            naive_list(all, &everything),
             "{q:?}"
         );
     }
+}
 
-    // No match.
+async fn check_no_match(store: &dyn Store) {
     for q in [
         CatalogQuery {
             source: vec![exact("nope")],

@@ -260,8 +260,9 @@ fn target_exprs(dashboard: &Value) -> Vec<String> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_fleet_dashboard_query_answers_correctly() {
+/// Reads the dashboard, checks its variables are Grafana's usual ones, and
+/// returns its target expressions.
+fn dashboard_targets_and_variables_checked() -> Vec<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards/tally-fleet.json");
     let text = std::fs::read_to_string(&path).expect("dashboards/tally-fleet.json");
     let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
@@ -282,6 +283,107 @@ async fn every_fleet_dashboard_query_answers_correctly() {
     assert_eq!(var("metric")["definition"], "label_values(__name__)");
     let templates = target_exprs(&dashboard);
     assert!(templates.len() >= 8, "{templates:?}");
+    templates
+}
+
+/// The dashboard's variables as Grafana would fill them from the API.
+struct Variables {
+    /// `$source`: every source, as a regex alternation.
+    source_regex: String,
+    /// `$metric`: a gauge.
+    gauge: String,
+    /// `$counter`: a counter.
+    counter: String,
+}
+
+/// Fills the variables from the label values and metadata APIs, checking
+/// that every source the load generator pushed is listed.
+async fn variables_as_grafana_fills_them(api: &Api) -> Variables {
+    let (status, sources) = api.get("/prometheus/api/v1/label/source/values", &[]).await;
+    assert_eq!(status, 200, "{sources}");
+    let sources: Vec<String> = serde_json::from_value(sources["data"].clone()).expect("names");
+    assert_eq!(sources.len(), SOURCES, "{sources:?}");
+    let (_, meta) = api.get("/prometheus/api/v1/metadata", &[]).await;
+    let of_type = |ty: &str| -> String {
+        meta["data"]
+            .as_object()
+            .expect("metadata")
+            .iter()
+            .find(|(_, v)| v[0]["type"] == ty)
+            .map(|(k, _)| k.clone())
+            .unwrap_or_else(|| panic!("no {ty} in {meta}"))
+    };
+    let (gauge, counter) = (of_type("gauge"), of_type("counter"));
+    // Loadgen metric names are valid Prometheus names as they are.
+    Variables {
+        source_regex: sources.join("|"),
+        gauge,
+        counter,
+    }
+}
+
+/// `expr` through `/prometheus/api/v1/query_range` every minute over
+/// `[start, end]`: a non-empty matrix.
+async fn query_range_matrix(api: &Api, expr: &str, start: i64, end: i64) -> Matrix {
+    let (status, body) = api
+        .get(
+            "/prometheus/api/v1/query_range",
+            &[
+                ("query", expr.to_string()),
+                ("start", start.to_string()),
+                ("end", end.to_string()),
+                ("step", "60".into()),
+            ],
+        )
+        .await;
+    assert_eq!(status, 200, "{expr}: {body}");
+    let result = body["data"]["result"].as_array().expect("a matrix");
+    assert!(!result.is_empty(), "{expr}: empty result");
+    result
+        .iter()
+        .map(|s| {
+            let labels: Labels = serde_json::from_value(s["metric"].clone()).expect("labels");
+            let points = s["values"]
+                .as_array()
+                .expect("values")
+                .iter()
+                .map(|p| {
+                    let v: f64 = p[1].as_str().expect("value").parse().expect("number");
+                    (p[0].as_i64().expect("whole seconds"), v)
+                })
+                .collect();
+            (labels, points)
+        })
+        .collect()
+}
+
+/// The same series at the same times, with values equal up to rounding.
+fn assert_matrices_match(expr: &str, got: &Matrix, want: &Matrix) {
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{expr}: series differ"
+    );
+    for (labels, pts) in want {
+        let g = &got[labels];
+        assert_eq!(
+            g.keys().collect::<Vec<_>>(),
+            pts.keys().collect::<Vec<_>>(),
+            "{expr} {labels:?}: times differ"
+        );
+        for (t, v) in pts {
+            assert!(
+                close(g[t], *v),
+                "{expr} {labels:?} at {t}: got {}, want {v}",
+                g[t]
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fleet_dashboard_query_answers_correctly() {
+    let templates = dashboard_targets_and_variables_checked();
 
     let d = Daemon::start_async(tallyd().flush_interval("1s")).await;
     let before = chrono::Utc::now().timestamp();
@@ -304,24 +406,8 @@ async fn every_fleet_dashboard_query_answers_correctly() {
     };
     api.wait_flushed().await;
 
-    // The variables, as Grafana would fill them from the API.
-    let (status, sources) = api.get("/prometheus/api/v1/label/source/values", &[]).await;
-    assert_eq!(status, 200, "{sources}");
-    let sources: Vec<String> = serde_json::from_value(sources["data"].clone()).expect("names");
-    assert_eq!(sources.len(), SOURCES, "{sources:?}");
-    let (_, meta) = api.get("/prometheus/api/v1/metadata", &[]).await;
-    let of_type = |ty: &str| -> String {
-        meta["data"]
-            .as_object()
-            .expect("metadata")
-            .iter()
-            .find(|(_, v)| v[0]["type"] == ty)
-            .map(|(k, _)| k.clone())
-            .unwrap_or_else(|| panic!("no {ty} in {meta}"))
-    };
-    let (gauge, counter) = (of_type("gauge"), of_type("counter"));
-    // Loadgen metric names are valid Prometheus names as they are.
-    let source_regex = sources.join("|");
+    let vars = variables_as_grafana_fills_them(&api).await;
+    let (gauge, counter) = (&vars.gauge, &vars.counter);
 
     // Evaluation times: every minute from the first with data to the one
     // after the last; native minutes from a rate window before that.
@@ -329,8 +415,8 @@ async fn every_fleet_dashboard_query_answers_correctly() {
     let start = first.div_euclid(60) * 60 + 60;
     let end = after.div_euclid(60) * 60 + 60;
     let times: Vec<i64> = (start..=end).step_by(60).collect();
-    let gauge_minutes = api.native(&gauge, start - 2 * RATE_INTERVAL_S, end).await;
-    let counter_minutes = api.native(&counter, start - 2 * RATE_INTERVAL_S, end).await;
+    let gauge_minutes = api.native(gauge, start - 2 * RATE_INTERVAL_S, end).await;
+    let counter_minutes = api.native(counter, start - 2 * RATE_INTERVAL_S, end).await;
     assert_eq!(gauge_minutes.len(), SOURCES);
     assert_eq!(counter_minutes.len(), SOURCES);
 
@@ -338,65 +424,17 @@ async fn every_fleet_dashboard_query_answers_correctly() {
         let expr = template
             .replace("$__rate_interval", &format!("{}m", RATE_INTERVAL_S / 60))
             .replace("$__interval", &format!("{}m", INTERVAL_S / 60))
-            .replace("$source", &source_regex)
-            .replace("$metric", &gauge)
-            .replace("$counter", &counter);
-        let (status, body) = api
-            .get(
-                "/prometheus/api/v1/query_range",
-                &[
-                    ("query", expr.clone()),
-                    ("start", start.to_string()),
-                    ("end", end.to_string()),
-                    ("step", "60".into()),
-                ],
-            )
-            .await;
-        assert_eq!(status, 200, "{expr}: {body}");
-        let result = body["data"]["result"].as_array().expect("a matrix");
-        assert!(!result.is_empty(), "{expr}: empty result");
-        let got: Matrix = result
-            .iter()
-            .map(|s| {
-                let labels: Labels = serde_json::from_value(s["metric"].clone()).expect("labels");
-                let points = s["values"]
-                    .as_array()
-                    .expect("values")
-                    .iter()
-                    .map(|p| {
-                        let v: f64 = p[1].as_str().expect("value").parse().expect("number");
-                        (p[0].as_i64().expect("whole seconds"), v)
-                    })
-                    .collect();
-                (labels, points)
-            })
-            .collect();
+            .replace("$source", &vars.source_regex)
+            .replace("$metric", gauge)
+            .replace("$counter", counter);
+        let got = query_range_matrix(&api, &expr, start, end).await;
         let want = expected(
             template,
-            (&gauge, &gauge_minutes),
-            (&counter, &counter_minutes),
+            (gauge, &gauge_minutes),
+            (counter, &counter_minutes),
             &times,
         );
-        assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            want.keys().collect::<Vec<_>>(),
-            "{expr}: series differ"
-        );
-        for (labels, pts) in &want {
-            let g = &got[labels];
-            assert_eq!(
-                g.keys().collect::<Vec<_>>(),
-                pts.keys().collect::<Vec<_>>(),
-                "{expr} {labels:?}: times differ"
-            );
-            for (t, v) in pts {
-                assert!(
-                    close(g[t], *v),
-                    "{expr} {labels:?} at {t}: got {}, want {v}",
-                    g[t]
-                );
-            }
-        }
+        assert_matrices_match(&expr, &got, &want);
     }
     drop(daemon);
 }

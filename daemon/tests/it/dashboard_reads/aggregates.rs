@@ -19,19 +19,17 @@ pub(super) fn pooled(
     expect(&all, width)
 }
 
-pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
+/// `GET /api/v1/aggregate` with `params`, from an hour before the month
+/// start `m` to an hour after it.
+async fn aggregate(d: &Daemon, m: i64, params: &[(&str, &str)]) -> (u16, Value) {
     let (from, to) = ((m - 3_600).to_string(), (m + 3_600).to_string());
-    let agg = |params: Vec<(&'static str, String)>| {
-        let from = from.clone();
-        let to = to.clone();
-        async move {
-            let mut p: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            p.push(("from", &from));
-            p.push(("to", &to));
-            get_json(d, "/api/v1/aggregate", &p).await
-        }
-    };
-    // Rollups are fresh to the flush: wait until they hold the fixture.
+    let mut p = params.to_vec();
+    p.push(("from", &from));
+    p.push(("to", &to));
+    get_json(d, "/api/v1/aggregate", &p).await
+}
+
+pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
     for (group, members) in [
         ("web", vec![0, 1]),
         ("frontends", vec![0, 1]),
@@ -41,63 +39,80 @@ pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
         ("eu", vec![0, 2]),
         ("us", vec![1]),
     ] {
-        let want = pooled(&members, m, temp, 60);
-        eventually(
-            &format!("rollup {group} holds its members' samples"),
-            SETTLE,
-            || async {
-                let (status, body) = agg(vec![
-                    ("metric", "temp".into()),
-                    ("group", group.into()),
-                    ("step", "1m".into()),
-                ])
-                .await;
-                if status != 200 {
-                    return Err(body.to_string());
-                }
-                if body["rollup"] != group {
-                    return Err(format!("not served from the rollup: {body}"));
-                }
-                if summary(&body["points"]) == want {
-                    Ok(())
-                } else {
-                    Err(format!("{body}"))
-                }
-            },
-        )
-        .await;
-        // The same from the members, fanned out.
-        let (status, body) = agg(vec![
-            ("metric", "temp".into()),
-            ("group", group.into()),
-            ("step", "1m".into()),
-            ("fan_out", "true".into()),
-        ])
-        .await;
-        assert_eq!(status, 200, "{body}");
-        assert_eq!(body["rollup"], Value::Null, "{body}");
-        assert_eq!(body["fanned_out"], members.len(), "{body}");
-        assert_eq!(
-            summary(&body["points"]),
-            want,
-            "group {group}: fan-out equals the rollup"
-        );
+        check_rollup_equals_fan_out(d, m, group, &members).await;
     }
-    // A source selector equal to a group's definition reads its rollup.
-    let (_, body) = agg(vec![
-        ("metric", "temp".into()),
-        ("source", "web-*".into()),
-        ("step", "1h".into()),
-    ])
+    check_source_selectors_read_rollup_or_fan_out(d, m).await;
+    check_fleet_counter_sums_and_rates(d, m).await;
+    check_group_listing(d).await;
+    check_aggregate_errors(d, m).await;
+}
+
+/// Rollups are fresh to the flush: waits until `group`'s rollup holds its
+/// `members`' samples, then checks that fanning out over the members gives
+/// the same.
+async fn check_rollup_equals_fan_out(d: &Daemon, m: i64, group: &str, members: &[usize]) {
+    let want = pooled(members, m, temp, 60);
+    eventually(
+        &format!("rollup {group} holds its members' samples"),
+        SETTLE,
+        || async {
+            let (status, body) = aggregate(
+                d,
+                m,
+                &[("metric", "temp"), ("group", group), ("step", "1m")],
+            )
+            .await;
+            if status != 200 {
+                return Err(body.to_string());
+            }
+            if body["rollup"] != group {
+                return Err(format!("not served from the rollup: {body}"));
+            }
+            if summary(&body["points"]) == want {
+                Ok(())
+            } else {
+                Err(format!("{body}"))
+            }
+        },
+    )
+    .await;
+    let (status, body) = aggregate(
+        d,
+        m,
+        &[
+            ("metric", "temp"),
+            ("group", group),
+            ("step", "1m"),
+            ("fan_out", "true"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["rollup"], Value::Null, "{body}");
+    assert_eq!(body["fanned_out"], members.len(), "{body}");
+    assert_eq!(
+        summary(&body["points"]),
+        want,
+        "group {group}: fan-out equals the rollup"
+    );
+}
+
+/// A source selector equal to a group's definition reads its rollup; any
+/// other selector fans out.
+async fn check_source_selectors_read_rollup_or_fan_out(d: &Daemon, m: i64) {
+    let (_, body) = aggregate(
+        d,
+        m,
+        &[("metric", "temp"), ("source", "web-*"), ("step", "1h")],
+    )
     .await;
     assert_eq!(body["rollup"], "frontends", "{body}");
     assert_eq!(summary(&body["points"]), pooled(&[0, 1], m, temp, 3_600));
-    // Any other selector fans out.
-    let (_, body) = agg(vec![
-        ("metric", "temp".into()),
-        ("source", "web-2,db-1".into()),
-        ("step", "1h".into()),
-    ])
+    let (_, body) = aggregate(
+        d,
+        m,
+        &[("metric", "temp"), ("source", "web-2,db-1"), ("step", "1h")],
+    )
     .await;
     assert_eq!(
         (body["rollup"].clone(), body["fanned_out"].clone()),
@@ -105,13 +120,21 @@ pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
         "{body}"
     );
     assert_eq!(summary(&body["points"]), pooled(&[1, 2], m, temp, 3_600));
-    // Counters: the fleet rate is the total per second.
-    let (_, body) = agg(vec![
-        ("metric", "reqs".into()),
-        ("group", "all".into()),
-        ("step", "1m".into()),
-        ("agg", "rate,sum".into()),
-    ])
+}
+
+/// Counters: the fleet rate is the total per second; over gRPC, a group's
+/// sums come from its rollup.
+async fn check_fleet_counter_sums_and_rates(d: &Daemon, m: i64) {
+    let (_, body) = aggregate(
+        d,
+        m,
+        &[
+            ("metric", "reqs"),
+            ("group", "all"),
+            ("step", "1m"),
+            ("agg", "rate,sum"),
+        ],
+    )
     .await;
     assert_eq!(
         body["points"],
@@ -122,7 +145,6 @@ pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
         "{body}"
     );
     assert_eq!(body["kind"], "delta_counter");
-    // The same over gRPC.
     let mut query = d.query_client().await;
     let resp = within(
         "Aggregate",
@@ -154,6 +176,10 @@ pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
         ],
         "{resp:?}"
     );
+}
+
+/// Configured groups, agent-declared groups and their member counts.
+async fn check_group_listing(d: &Daemon) {
     let groups = get_ok(d, "/api/v1/groups", &[]).await;
     assert_eq!(
         groups,
@@ -168,18 +194,21 @@ pub(super) async fn check_aggregates(d: &Daemon, m: i64) {
             "prefix_delimiter": "-",
         })
     );
-    // Errors.
-    let (status, body) = agg(vec![("metric", "temp".into()), ("group", "nope-x".into())]).await;
+}
+
+/// An unknown group, and a rate of a gauge.
+async fn check_aggregate_errors(d: &Daemon, m: i64) {
+    let (status, body) = aggregate(d, m, &[("metric", "temp"), ("group", "nope-x")]).await;
     assert_eq!(status, 400, "{body}");
     assert!(
         body["error"].as_str().unwrap_or("").contains("no group"),
         "{body}"
     );
-    let (status, body) = agg(vec![
-        ("metric", "temp".into()),
-        ("group", "all".into()),
-        ("agg", "rate".into()),
-    ])
+    let (status, body) = aggregate(
+        d,
+        m,
+        &[("metric", "temp"), ("group", "all"), ("agg", "rate")],
+    )
     .await;
     assert_eq!(status, 400, "{body}");
     assert!(

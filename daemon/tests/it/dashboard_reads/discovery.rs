@@ -33,7 +33,14 @@ pub(super) async fn check_discovery(d: &Daemon, m: i64) {
         ]),
         "{body}"
     );
-    // Pagination: one per page, every entry exactly once, in key order.
+    check_series_pagination_and_kind(d).await;
+    check_source_and_metric_listings(d).await;
+    check_grpc_listings(d, m).await;
+}
+
+/// Pagination: one per page, every entry exactly once, in key order; and
+/// a kind filter.
+async fn check_series_pagination_and_kind(d: &Daemon) {
     let mut seen = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..10 {
@@ -59,7 +66,9 @@ pub(super) async fn check_discovery(d: &Daemon, m: i64) {
     .await;
     assert_eq!(body["series"][0]["metric"], "reqs", "{body}");
     assert_eq!(body["series"].as_array().map(Vec::len), Some(1), "{body}");
+}
 
+async fn check_source_and_metric_listings(d: &Daemon) {
     let body = get_ok(d, "/api/v1/sources", &[("metric", "temp")]).await;
     assert_eq!(body["sources"], json!(["db-1", "web-1", "web-2"]), "{body}");
     let body = get_ok(d, "/api/v1/sources", &[("metric", "temp"), ("limit", "2")]).await;
@@ -77,8 +86,10 @@ pub(super) async fn check_discovery(d: &Daemon, m: i64) {
     assert_eq!(body["sources"], json!(["web-2"]), "{body}");
     let body = get_ok(d, "/api/v1/metrics", &[("source", "web-2")]).await;
     assert_eq!(body["metrics"], json!(["reqs", "temp"]), "{body}");
+}
 
-    // The same over gRPC.
+/// Series, sources and metrics over gRPC, with paging.
+async fn check_grpc_listings(d: &Daemon, m: i64) {
     let mut query = d.query_client().await;
     let resp = within(
         "ListSeries",

@@ -9,6 +9,18 @@ use tonic::Code;
 use super::range;
 
 pub(super) async fn check_errors(d: &Daemon) {
+    check_http_range_errors(d).await;
+    // An unknown series is an empty result.
+    let body = range(d, &[("source", "nobody"), ("metric", "nothing")]).await;
+    assert_eq!(
+        body["series"],
+        json!([{ "source": "nobody", "metric": "nothing", "kind": null, "points": [] }])
+    );
+    check_grpc_range_errors(d).await;
+}
+
+/// Bad `/api/v1/range` queries: 400, and an error saying what is wrong.
+async fn check_http_range_errors(d: &Daemon) {
     let cases: [(&[(&str, &str)], &str); 11] = [
         (
             &[("source", "a"), ("metric", "m"), ("step", "30s")],
@@ -81,13 +93,11 @@ pub(super) async fn check_errors(d: &Daemon) {
             "{params:?}: {msg:?} should say {reason:?}"
         );
     }
-    // An unknown series is an empty result.
-    let body = range(d, &[("source", "nobody"), ("metric", "nothing")]).await;
-    assert_eq!(
-        body["series"],
-        json!([{ "source": "nobody", "metric": "nothing", "kind": null, "points": [] }])
-    );
-    // gRPC: INVALID_ARGUMENT with the reason.
+}
+
+/// gRPC: INVALID_ARGUMENT with the reason; STEP_AUTO picks a step that
+/// fits `max_points`.
+async fn check_grpc_range_errors(d: &Daemon) {
     let mut query = d.query_client().await;
     let err = within(
         "Range with a 30 s step",

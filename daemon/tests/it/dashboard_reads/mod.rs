@@ -193,6 +193,13 @@ async fn dashboard_reads_on_mongodb() {
     target.cleanup().await;
 }
 
+/// Series of the slow-watcher test: `slow-0000/load` ... `slow-0099/load`.
+const SLOW_SERIES: usize = 100;
+/// Ten hours of history for 100 series make the stalled watcher's first
+/// message alone (60,000 points) larger than every transport buffer on the
+/// way, while each tick's live reads stay small.
+const SLOW_HISTORY_MINUTES: i64 = 600;
+
 /// A watcher that stops reading is skipped, then dropped, and never holds
 /// up ingest or the other watchers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,31 +212,9 @@ async fn a_slow_watcher_does_not_stall_ingest() {
             .env("TALLYD_WATCH_MAX_LAG", "2s"),
     )
     .await;
-    // Ten hours of history for 100 series make the stalled watcher's first
-    // message alone (60,000 points) larger than every transport buffer on
-    // the way, while each tick's live reads stay small.
-    const SERIES: usize = 100;
-    const HISTORY_MINUTES: i64 = 600;
     let mut ingest = d.ingest_client().await;
-    let start_ms = now_ms() - (HISTORY_MINUTES - 1) * 60_000;
-    for chunk in (0..SERIES).collect::<Vec<_>>().chunks(10) {
-        let sources = chunk
-            .iter()
-            .map(|i| pb::SourceBatch {
-                source: format!("slow-{i:04}"),
-                series: vec![series(
-                    "load",
-                    pb::SampleKind::Gauge,
-                    &(0..HISTORY_MINUTES)
-                        .map(|k| (start_ms + k * 60_000, k as f64))
-                        .collect::<Vec<_>>(),
-                )],
-                groups: Vec::new(),
-            })
-            .collect();
-        push_ok(&mut ingest, sources).await;
-    }
-    let selector: String = (0..SERIES)
+    push_slow_history(&mut ingest).await;
+    let selector: String = (0..SLOW_SERIES)
         .map(|i| format!("slow-{i:04}"))
         .collect::<Vec<_>>()
         .join(",");
@@ -240,7 +225,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
         stalled_client.watch(pb::WatchRequest {
             source: selector,
             metric: "load".into(),
-            window_minutes: HISTORY_MINUTES as u32,
+            window_minutes: SLOW_HISTORY_MINUTES as u32,
         }),
     )
     .await
@@ -249,55 +234,9 @@ async fn a_slow_watcher_does_not_stall_ingest() {
     // Meanwhile ingest runs at full speed and a healthy watcher keeps up.
     // Updates only flow while samples arrive, so the watcher is told when
     // the pushing stops rather than outliving it on a clock of its own.
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let healthy = tokio::spawn({
-        let d_grpc = d.grpc_url();
-        async move {
-            let mut q = pb::query_client::QueryClient::connect(d_grpc)
-                .await
-                .expect("connect");
-            let mut s = q
-                .watch(pb::WatchRequest {
-                    source: "slow-0000".into(),
-                    metric: "load".into(),
-                    window_minutes: 1,
-                })
-                .await
-                .expect("Watch")
-                .into_inner();
-            let mut updates = 0;
-            loop {
-                tokio::select! {
-                    _ = stop_rx.changed() => break,
-                    m = tokio::time::timeout(Duration::from_secs(5), s.message()) => match m {
-                        Ok(Ok(Some(m))) if !m.snapshot => updates += 1,
-                        Ok(Ok(Some(_))) => {}
-                        other => panic!("healthy watcher: {other:?}"),
-                    },
-                }
-            }
-            updates
-        }
-    });
-    let mut slowest = Duration::ZERO;
-    let until = Instant::now() + Duration::from_secs(6);
-    let mut pushes = 0;
-    while Instant::now() < until {
-        let t = now_ms();
-        let sources = (0..SERIES)
-            .step_by(10)
-            .map(|i| pb::SourceBatch {
-                source: format!("slow-{i:04}"),
-                series: vec![series("load", pb::SampleKind::Gauge, &[(t, pushes as f64)])],
-                groups: Vec::new(),
-            })
-            .collect();
-        let started = Instant::now();
-        push_ok(&mut ingest, sources).await;
-        slowest = slowest.max(started.elapsed());
-        pushes += 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let healthy = tokio::spawn(count_healthy_watch_updates(d.grpc_url(), stop_rx));
+    let (pushes, slowest) = push_live_samples_for_6s(&mut ingest).await;
     let _ = stop_tx.send(true);
     let updates = healthy.await.expect("healthy watcher task");
     assert!(
@@ -309,11 +248,98 @@ async fn a_slow_watcher_does_not_stall_ingest() {
         slowest < Duration::from_secs(1),
         "a push took {slowest:?} while a watcher was stalled"
     );
+    wait_stalled_watcher_skipped_and_dropped(&d).await;
+}
+
+type IngestClient = pb::ingest_client::IngestClient<tonic::transport::Channel>;
+
+/// `SLOW_HISTORY_MINUTES` of history for every slow series, ten sources
+/// per push.
+async fn push_slow_history(ingest: &mut IngestClient) {
+    let start_ms = now_ms() - (SLOW_HISTORY_MINUTES - 1) * 60_000;
+    for chunk in (0..SLOW_SERIES).collect::<Vec<_>>().chunks(10) {
+        let sources = chunk
+            .iter()
+            .map(|i| pb::SourceBatch {
+                source: format!("slow-{i:04}"),
+                series: vec![series(
+                    "load",
+                    pb::SampleKind::Gauge,
+                    &(0..SLOW_HISTORY_MINUTES)
+                        .map(|k| (start_ms + k * 60_000, k as f64))
+                        .collect::<Vec<_>>(),
+                )],
+                groups: Vec::new(),
+            })
+            .collect();
+        push_ok(ingest, sources).await;
+    }
+}
+
+/// Watches `slow-0000/load` over gRPC at `grpc_url` until `stop` changes;
+/// every message must come within 5 s. Returns the number of updates
+/// (messages other than snapshots).
+async fn count_healthy_watch_updates(
+    grpc_url: String,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> usize {
+    let mut q = pb::query_client::QueryClient::connect(grpc_url)
+        .await
+        .expect("connect");
+    let mut s = q
+        .watch(pb::WatchRequest {
+            source: "slow-0000".into(),
+            metric: "load".into(),
+            window_minutes: 1,
+        })
+        .await
+        .expect("Watch")
+        .into_inner();
+    let mut updates = 0;
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            m = tokio::time::timeout(Duration::from_secs(5), s.message()) => match m {
+                Ok(Ok(Some(m))) if !m.snapshot => updates += 1,
+                Ok(Ok(Some(_))) => {}
+                other => panic!("healthy watcher: {other:?}"),
+            },
+        }
+    }
+    updates
+}
+
+/// For six seconds, every 100 ms, one sample for every tenth slow series.
+/// Returns the number of pushes and the slowest push.
+async fn push_live_samples_for_6s(ingest: &mut IngestClient) -> (usize, Duration) {
+    let mut slowest = Duration::ZERO;
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut pushes = 0;
+    while Instant::now() < until {
+        let t = now_ms();
+        let sources = (0..SLOW_SERIES)
+            .step_by(10)
+            .map(|i| pb::SourceBatch {
+                source: format!("slow-{i:04}"),
+                series: vec![series("load", pb::SampleKind::Gauge, &[(t, pushes as f64)])],
+                groups: Vec::new(),
+            })
+            .collect();
+        let started = Instant::now();
+        push_ok(ingest, sources).await;
+        slowest = slowest.max(started.elapsed());
+        pushes += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (pushes, slowest)
+}
+
+async fn wait_stalled_watcher_skipped_and_dropped(d: &Daemon) {
     eventually(
         "the stalled watcher is skipped and then dropped",
         SETTLE,
         || async {
-            let text = metrics_text(&d).await;
+            let text = metrics_text(d).await;
             let skipped = metric_sum(&text, "tally_watch_skipped_total");
             let dropped = metric_sum(&text, "tally_watch_dropped_total");
             if skipped >= 1.0 && dropped >= 1.0 {

@@ -11,6 +11,14 @@ use super::{expect, range, summary, temp, SETTLE};
 
 pub(super) async fn check_ranges(d: &Daemon, m: i64) {
     let (from, to) = ((m - 86_400).to_string(), (m + 86_400).to_string());
+    check_fixed_steps_across_the_month_boundary(d, m, &from, &to).await;
+    check_auto_step_and_selected_aggregates(d, m, &from, &to).await;
+    check_several_series_per_call(d, &from, &to).await;
+}
+
+/// One series at fixed and custom steps over `[from, to)`, two days around
+/// the month start `m`: its kind, buckets and averages.
+async fn check_fixed_steps_across_the_month_boundary(d: &Daemon, m: i64, from: &str, to: &str) {
     let samples = temp(0, m);
     for (step, width) in [
         ("1m", 60),
@@ -24,8 +32,8 @@ pub(super) async fn check_ranges(d: &Daemon, m: i64) {
             &[
                 ("source", "web-1"),
                 ("metric", "temp"),
-                ("from", &from),
-                ("to", &to),
+                ("from", from),
+                ("to", to),
                 ("step", step),
             ],
         )
@@ -42,15 +50,18 @@ pub(super) async fn check_ranges(d: &Daemon, m: i64) {
         let (_, n, sum, ..) = expect(&samples, width)[0];
         assert_eq!(avg, sum / n as f64, "step {step}: avg");
     }
+}
 
+async fn check_auto_step_and_selected_aggregates(d: &Daemon, m: i64, from: &str, to: &str) {
+    let samples = temp(0, m);
     // step=auto: two days in at most 10 points is 6h steps.
     let body = range(
         d,
         &[
             ("source", "web-1"),
             ("metric", "temp"),
-            ("from", &from),
-            ("to", &to),
+            ("from", from),
+            ("to", to),
             ("step", "auto"),
             ("max_points", "10"),
         ],
@@ -72,8 +83,8 @@ pub(super) async fn check_ranges(d: &Daemon, m: i64) {
         &[
             ("source", "web-1"),
             ("metric", "reqs"),
-            ("from", &from),
-            ("to", &to),
+            ("from", from),
+            ("to", to),
             ("step", "1m"),
             ("agg", "max,rate"),
         ],
@@ -85,15 +96,17 @@ pub(super) async fn check_ranges(d: &Daemon, m: i64) {
         &json!({ "t": m - 60, "max": 100.0, "rate": 100.0 / 60.0 }),
         "{body}"
     );
+}
 
-    // Several series: an explicit list, then a glob through the catalog.
+/// Several series: an explicit list, then a glob through the catalog.
+async fn check_several_series_per_call(d: &Daemon, from: &str, to: &str) {
     let body = range(
         d,
         &[
             ("source", "web-1,web-2,nobody"),
             ("metric", "temp"),
-            ("from", &from),
-            ("to", &to),
+            ("from", from),
+            ("to", to),
             ("step", "1h"),
         ],
     )
@@ -118,8 +131,8 @@ pub(super) async fn check_ranges(d: &Daemon, m: i64) {
             &[
                 ("source", "web-*"),
                 ("metric", "temp,reqs"),
-                ("from", &from),
-                ("to", &to),
+                ("from", from),
+                ("to", to),
                 ("step", "1d"),
             ],
         )

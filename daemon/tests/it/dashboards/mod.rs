@@ -117,7 +117,21 @@ fn output_text(out: &Output) -> String {
 fn daemon_dashboard_is_importable() {
     let dash = load_dashboard("tally-daemon.json");
     let mut problems = Vec::new();
+    check_title_uid_and_schema(&dash, &mut problems);
+    check_datasource_and_instance_variables(&dash, &mut problems);
+    check_panels_ids_grid_and_targets(&dash, &mut problems);
+    check_queries_parse_and_filter_by_instance(&dash, &mut problems);
+    assert!(
+        problems.is_empty(),
+        "tally-daemon.json:\n{}",
+        problems.join("\n")
+    );
+}
 
+// Each check below adds what it finds wrong to `problems`, so that one run
+// reports every problem of the dashboard.
+
+fn check_title_uid_and_schema(dash: &Value, problems: &mut Vec<String>) {
     for key in ["title", "uid"] {
         if dash[key].as_str().is_none_or(str::is_empty) {
             problems.push(format!("no `{key}`"));
@@ -126,7 +140,11 @@ fn daemon_dashboard_is_importable() {
     if dash["schemaVersion"].as_u64().is_none_or(|v| v < 36) {
         problems.push(format!("schemaVersion {} < 36", dash["schemaVersion"]));
     }
+}
 
+/// A `datasource` variable for Prometheus, and an `instance` variable
+/// listing the instances through it.
+fn check_datasource_and_instance_variables(dash: &Value, problems: &mut Vec<String>) {
     let vars = dash["templating"]["list"]
         .as_array()
         .cloned()
@@ -155,8 +173,13 @@ fn daemon_dashboard_is_importable() {
         }
         None => problems.push("no `instance` variable".into()),
     }
+}
 
-    let panels = all_panels(&dash);
+/// Unique ids, titles, grid positions inside the 24 columns that do not
+/// overlap, the datasource variable everywhere, and targets with unique
+/// refIds on every panel but rows.
+fn check_panels_ids_grid_and_targets(dash: &Value, problems: &mut Vec<String>) {
+    let panels = all_panels(dash);
     assert!(panels.len() > 10, "only {} panels", panels.len());
     let mut ids = BTreeSet::new();
     let mut rects: Vec<(String, [i64; 4])> = Vec::new();
@@ -190,20 +213,29 @@ fn daemon_dashboard_is_importable() {
         if p["type"] == "row" {
             continue;
         }
-        let targets = p["targets"].as_array().cloned().unwrap_or_default();
-        if targets.is_empty() {
-            problems.push(format!("{name}: no targets"));
+        check_panel_targets(p, &name, problems);
+    }
+    check_no_overlaps(&rects, problems);
+}
+
+fn check_panel_targets(p: &Value, name: &str, problems: &mut Vec<String>) {
+    let targets = p["targets"].as_array().cloned().unwrap_or_default();
+    if targets.is_empty() {
+        problems.push(format!("{name}: no targets"));
+    }
+    let mut refs = BTreeSet::new();
+    for t in &targets {
+        if !refs.insert(t["refId"].as_str().unwrap_or("").to_string()) {
+            problems.push(format!("{name}: duplicate or missing refId"));
         }
-        let mut refs = BTreeSet::new();
-        for t in &targets {
-            if !refs.insert(t["refId"].as_str().unwrap_or("").to_string()) {
-                problems.push(format!("{name}: duplicate or missing refId"));
-            }
-            if t["datasource"] != datasource_ref() {
-                problems.push(format!("{name}: target datasource {}", t["datasource"]));
-            }
+        if t["datasource"] != datasource_ref() {
+            problems.push(format!("{name}: target datasource {}", t["datasource"]));
         }
     }
+}
+
+/// `rects`: each panel's name and `[x, y, w, h]`.
+fn check_no_overlaps(rects: &[(String, [i64; 4])], problems: &mut Vec<String>) {
     for (i, (a, ra)) in rects.iter().enumerate() {
         for (b, rb) in &rects[i + 1..] {
             let apart = ra[0] + ra[2] <= rb[0]
@@ -215,12 +247,14 @@ fn daemon_dashboard_is_importable() {
             }
         }
     }
+}
 
-    // Every query parses, ranges are $__rate_interval, and every selector
-    // (but the templating query that lists the instances) is filtered by
-    // the instance variable.
-    let variables = variable_names(&dash);
-    for q in queries(&dash).unwrap_or_else(|e| panic!("{e}")) {
+/// Every query parses, ranges are $__rate_interval, and every selector
+/// (but the templating query that lists the instances) is filtered by the
+/// instance variable.
+fn check_queries_parse_and_filter_by_instance(dash: &Value, problems: &mut Vec<String>) {
+    let variables = variable_names(dash);
+    for q in queries(dash).unwrap_or_else(|e| panic!("{e}")) {
         if q.expr.contains('[') && q.expr.replace("[$__rate_interval]", "").contains('[') {
             problems.push(format!(
                 "{}: a range other than [$__rate_interval]",
@@ -240,11 +274,6 @@ fn daemon_dashboard_is_importable() {
             Err(e) => problems.push(format!("{}: {e}", q.place)),
         }
     }
-    assert!(
-        problems.is_empty(),
-        "tally-daemon.json:\n{}",
-        problems.join("\n")
-    );
 }
 
 #[test]

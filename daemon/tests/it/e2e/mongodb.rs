@@ -14,10 +14,12 @@
 
 use std::time::Duration;
 
+use tally_proto::v1 as pb;
 use tally_testkit::client::{http_get, within};
 use tally_testkit::metrics::{metric, metrics_text};
 use tally_testkit::settle::{flushes_so_far, wait_flushed};
 use tally_testkit::Daemon;
+use tonic::transport::Channel;
 use tonic::Code;
 use tonic_health::pb::health_check_response::ServingStatus;
 
@@ -121,14 +123,57 @@ async fn mongodb_down_at_start_then_everything_is_written_once() {
     sigterm_and_exit(&mut d).await;
 }
 
+/// `ingest.max_pending_slots` of the daemon that loses MongoDB in the
+/// middle.
+const MAX_PENDING: usize = 50;
+/// New series in each push of a burst.
+const SERIES_PER_PUSH: usize = 8;
+
+/// The pushes of a burst: each one `SERIES_PER_PUSH` new series of one
+/// sample each, so every accepted push adds that many slots the daemon
+/// must hold.
+struct Burst {
+    t0: i64,
+    next: usize,
+}
+
+impl Burst {
+    fn next_push(&mut self) -> Vec<Sent> {
+        let series: Vec<Sent> = (0..SERIES_PER_PUSH)
+            .map(|i| {
+                let k = self.next + i;
+                Sent::new(
+                    &format!("burst-{:03}", k / 4),
+                    &format!("m{}", k % 4),
+                    if k.is_multiple_of(2) {
+                        Kind::Gauge
+                    } else {
+                        Kind::Delta
+                    },
+                    vec![(self.t0 + (k as i64 % 50) * SECOND_MS, (k % 7) as f64)],
+                )
+            })
+            .collect();
+        self.next += SERIES_PER_PUSH;
+        series
+    }
+}
+
+/// What was acknowledged and what was refused, series by series.
+#[derive(Default)]
+struct Outcomes {
+    acked: Vec<Sent>,
+    refused: Vec<Sent>,
+}
+
+type IngestClient = pb::ingest_client::IngestClient<Channel>;
+
 /// MongoDB goes down while the daemon runs with a small memory bound:
 /// pushes are taken until `ingest.max_pending_slots`, then refused whole
 /// with `RESOURCE_EXHAUSTED`; once MongoDB is back they are taken again, and
 /// everything acknowledged (and nothing refused) is in MongoDB, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
-    const MAX_PENDING: usize = 50;
-    const SERIES_PER_PUSH: usize = 8;
     let store = Store::new(StoreKind::MongoDb).await;
     let Some(standin) = store.standin_or_skip() else {
         return;
@@ -143,50 +188,67 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
     )
     .await;
     let t0 = minute_start_ms(5);
-    let mut acked: Vec<Sent> = Vec::new();
-    let mut refused: Vec<Sent> = Vec::new();
+    let mut out = Outcomes::default();
     let mut ingest = d.ingest_client().await;
 
     // Before: written normally.
     let before = fleet("steady", t0);
     push_all(&mut ingest, &before).await;
-    acked.extend(before);
+    out.acked.extend(before);
     wait_flushed(&d, 1.0, SETTLE_TIMEOUT).await;
 
-    // Each push: SERIES_PER_PUSH new series of one sample each, so every
-    // accepted push adds that many slots the daemon must hold.
-    let mut next = 0usize;
-    let mut batch = || {
-        let series: Vec<Sent> = (0..SERIES_PER_PUSH)
-            .map(|i| {
-                let k = next + i;
-                Sent::new(
-                    &format!("burst-{:03}", k / 4),
-                    &format!("m{}", k % 4),
-                    if k.is_multiple_of(2) {
-                        Kind::Gauge
-                    } else {
-                        Kind::Delta
-                    },
-                    vec![(t0 + (k as i64 % 50) * SECOND_MS, (k % 7) as f64)],
-                )
-            })
-            .collect();
-        next += SERIES_PER_PUSH;
-        series
-    };
-
+    let mut burst = Burst { t0, next: 0 };
     standin.set_down(true);
+    check_pushed_back_at_the_memory_bound(&mut ingest, &mut burst, &mut out).await;
+    wait_health(&d, 503, ServingStatus::NotServing).await;
+
+    standin.set_down(false);
+    push_until_taken_again(&d, &mut ingest, &mut burst, &mut out).await;
+    // And more, as usual, once the backlog is written: the first push
+    // taken back can land while the retried batches still hold most of the
+    // bound, and the next one would be pushed back again.
+    wait_flushed(&d, 2.0, SETTLE_TIMEOUT).await;
+    let after = fleet("steady-after", t0);
+    push_all(&mut ingest, &after).await;
+    out.acked.extend(after);
+    drop(ingest);
+    wait_flushed(&d, 2.0, SETTLE_TIMEOUT).await;
+
+    restart(&mut d).await;
+    let (from, to) = range_around(t0);
+    let acked = expects(&out.acked);
+    store.check_stored(&acked).await;
+    check_reads(&d, &acked, from, to).await;
+    // Refused pushes were refused whole: none of their samples exists.
+    let refused: Vec<Expect> = out
+        .refused
+        .iter()
+        .map(|s| Expect::absent(&s.source, &s.metric))
+        .collect();
+    store.check_stored(&refused).await;
+    check_reads(&d, &refused[..SERIES_PER_PUSH], from, to).await;
+    assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
+    sigterm_and_exit(&mut d).await;
+}
+
+/// With MongoDB down: pushes are taken whole until at least `MAX_PENDING`
+/// series are held, then refused with `RESOURCE_EXHAUSTED` naming the
+/// setting; still refused while MongoDB stays down, over the stream too.
+async fn check_pushed_back_at_the_memory_bound(
+    ingest: &mut IngestClient,
+    burst: &mut Burst,
+    out: &mut Outcomes,
+) {
     let mut pushback = None;
     for _ in 0..200 {
-        let series = batch();
-        match push(&mut ingest, request(&series)).await {
+        let series = burst.next_push();
+        match push(ingest, request(&series)).await {
             Ok(resp) => {
                 assert_eq!(resp.accepted, SERIES_PER_PUSH as u64, "{resp:?}");
-                acked.extend(series);
+                out.acked.extend(series);
             }
             Err(status) => {
-                refused.extend(series);
+                out.refused.extend(series);
                 pushback = Some(status);
                 break;
             }
@@ -199,14 +261,13 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
         status.message().contains("ingest.max_pending_slots"),
         "{status:?}"
     );
-    let accepted_while_down = acked.len() - 3;
+    let accepted_while_down = out.acked.len() - 3;
     println!("taken while MongoDB was down: {accepted_while_down} series; then {status:?}");
     assert!(
         accepted_while_down >= MAX_PENDING,
         "only {accepted_while_down} series were taken before the pushback"
     );
-    // Still refused while MongoDB stays down, over the stream too.
-    let series = batch();
+    let series = burst.next_push();
     let err = within(
         "PushStream",
         ingest.push_stream(tokio_stream::iter(vec![request(&series)])),
@@ -214,21 +275,28 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
     .await
     .expect_err("a push beyond the memory bound");
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
-    refused.extend(series);
-    wait_health(&d, 503, ServingStatus::NotServing).await;
+    out.refused.extend(series);
+}
 
-    standin.set_down(false);
+/// With MongoDB back: pushes until one is taken, which must happen within
+/// `SETTLE_TIMEOUT`; until then only `RESOURCE_EXHAUSTED` refusals.
+async fn push_until_taken_again(
+    d: &Daemon,
+    ingest: &mut IngestClient,
+    burst: &mut Burst,
+    out: &mut Outcomes,
+) {
     let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
     loop {
-        let series = batch();
-        match push(&mut ingest, request(&series)).await {
+        let series = burst.next_push();
+        match push(ingest, request(&series)).await {
             Ok(resp) => {
                 assert_eq!(resp.accepted, SERIES_PER_PUSH as u64, "{resp:?}");
-                acked.extend(series);
+                out.acked.extend(series);
                 break;
             }
             Err(status) if status.code() == Code::ResourceExhausted => {
-                refused.extend(series);
+                out.refused.extend(series);
                 assert!(
                     tokio::time::Instant::now() < deadline,
                     "pushes still refused {SETTLE_TIMEOUT:?} after MongoDB came back: {status:?}\n{}",
@@ -239,30 +307,6 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
             Err(status) => panic!("unexpected refusal: {status:?}"),
         }
     }
-    // And more, as usual, once the backlog is written: the first push
-    // taken back can land while the retried batches still hold most of the
-    // bound, and the next one would be pushed back again.
-    wait_flushed(&d, 2.0, SETTLE_TIMEOUT).await;
-    let after = fleet("steady-after", t0);
-    push_all(&mut ingest, &after).await;
-    acked.extend(after);
-    drop(ingest);
-    wait_flushed(&d, 2.0, SETTLE_TIMEOUT).await;
-
-    restart(&mut d).await;
-    let (from, to) = range_around(t0);
-    let acked = expects(&acked);
-    store.check_stored(&acked).await;
-    check_reads(&d, &acked, from, to).await;
-    // Refused pushes were refused whole: none of their samples exists.
-    let refused: Vec<Expect> = refused
-        .iter()
-        .map(|s| Expect::absent(&s.source, &s.metric))
-        .collect();
-    store.check_stored(&refused).await;
-    check_reads(&d, &refused[..SERIES_PER_PUSH], from, to).await;
-    assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
-    sigterm_and_exit(&mut d).await;
 }
 
 /// The stand-in applies a flush's first write command and drops the

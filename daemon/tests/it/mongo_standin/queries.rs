@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Bson, Document};
 use mongodb::options::IndexOptions;
-use mongodb::IndexModel;
+use mongodb::{Collection, Database, IndexModel};
 use tally_testkit::mongo::mongo_target;
 
 use super::{as_i64, error_code, target_db};
@@ -28,8 +28,15 @@ async fn find_projection_sort_limit_and_cursors() {
         .collect();
     coll.insert_many(docs).await.unwrap();
 
-    // Filter, nested inclusion projection, descending sort, limit, and a
-    // small batch size so the cursor crosses several getMore calls.
+    check_find_filter_projection_sort_limit(&coll).await;
+    check_exclusion_projection_and_skip(&coll).await;
+    check_raw_cursor_protocol(&db).await;
+    target.cleanup().await;
+}
+
+/// Filter, nested inclusion projection, descending sort, limit, and a small
+/// batch size so the cursor crosses several getMore calls.
+async fn check_find_filter_projection_sort_limit(coll: &Collection<Document>) {
     let mut cursor = coll
         .find(doc! { "src": "even", "k": { "$gte": 10 } })
         .projection(doc! { "values.3.h": 1 })
@@ -60,8 +67,11 @@ async fn find_projection_sort_limit_and_cursors() {
         .collect();
     let expected: Vec<i32> = (10..250).rev().filter(|k| k % 2 == 0).take(100).collect();
     assert_eq!(ks, expected);
+}
 
-    // Exclusion projection and skip.
+/// Exclusion projection and skip; mixing inclusion and exclusion is an
+/// error, as on a real server.
+async fn check_exclusion_projection_and_skip(coll: &Collection<Document>) {
     let d = coll
         .find_one(doc! {})
         .sort(doc! { "k": 1 })
@@ -72,15 +82,17 @@ async fn find_projection_sort_limit_and_cursors() {
         .unwrap();
     assert_eq!(d, doc! { "_id": "s005", "k": 5 });
 
-    // Mixing inclusion and exclusion is an error, as on a real server.
     let err = coll
         .find_one(doc! {})
         .projection(doc! { "k": 1, "src": 0 })
         .await
         .unwrap_err();
     assert!(error_code(&err).is_some(), "{err:?}");
+}
 
-    // Raw cursor protocol: Int64 ids, getMore, killCursors.
+/// Raw cursor protocol: Int64 ids, getMore, killCursors; a cursor drained
+/// by getMore reports id 0.
+async fn check_raw_cursor_protocol(db: &Database) {
     let first = db
         .run_command(doc! { "find": "hours", "filter": {}, "sort": { "k": 1 }, "batchSize": 5 })
         .await
@@ -132,7 +144,6 @@ async fn find_projection_sort_limit_and_cursors() {
     let cur = more.get_document("cursor").unwrap();
     assert_eq!(cur.get_i64("id").unwrap(), 0);
     assert_eq!(cur.get_array("nextBatch").unwrap().len(), 2);
-    target.cleanup().await;
 }
 
 #[tokio::test]

@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use mongodb::bson::{doc, Bson, Document};
+use mongodb::{Collection, Database};
 use tally_testkit::mongo::mongo_target;
 
 use super::{as_i64, error_code, error_message, target_db};
@@ -213,9 +214,42 @@ async fn update_command_with_many_statements() {
     let existing: Vec<Document> = (0..500).map(|i| doc! { "_id": i, "n": 0_i64 }).collect();
     coll.insert_many(existing).await.unwrap();
 
-    // 2,000 statements: ids 0..1999, so 500 updates and 1,500 upserts, with
-    // conflicting (rejected) statements at every index divisible by 250,
-    // and one no-op at index 7.
+    let (updates, bad) = statements_with_conflicts_and_a_no_op();
+    let started = Instant::now();
+    let reply = db
+        .run_command(doc! { "update": "batch", "updates": updates, "ordered": false })
+        .await
+        .unwrap();
+    println!("2,000-statement update took {:?}", started.elapsed());
+    let upserts = check_unordered_update_reply(&reply, &bad);
+
+    assert_eq!(
+        coll.count_documents(doc! {}).await.unwrap() as i64,
+        500 + upserts
+    );
+    let d = coll.find_one(doc! { "_id": 1999 }).await.unwrap().unwrap();
+    assert_eq!(d.get_i64("n").unwrap(), 1);
+    let d = coll.find_one(doc! { "_id": 250 }).await.unwrap().unwrap();
+    assert_eq!(
+        d.get_i64("n").unwrap(),
+        0,
+        "rejected statement left it alone"
+    );
+
+    check_ordered_update_stops_at_first_error(&db, &coll).await;
+
+    // The driver's own batching (document sequences) for a big insert.
+    let many: Vec<Document> = (10_000..15_000).map(|i| doc! { "_id": i }).collect();
+    let r = coll.insert_many(many).await.unwrap();
+    assert_eq!(r.inserted_ids.len(), 5000);
+    target.cleanup().await;
+}
+
+/// 2,000 statements: ids 0..1999, so 500 updates and 1,500 upserts, with
+/// conflicting (rejected) statements at every index divisible by 250, and
+/// one no-op at index 7. Returns them and the indexes of the conflicting
+/// ones.
+fn statements_with_conflicts_and_a_no_op() -> (Vec<Document>, Vec<i64>) {
     let mut updates = Vec::new();
     let mut bad = Vec::new();
     for i in 0..2000_i32 {
@@ -229,13 +263,14 @@ async fn update_command_with_many_statements() {
         };
         updates.push(doc! { "q": { "_id": i }, "u": u, "upsert": true });
     }
-    let started = Instant::now();
-    let reply = db
-        .run_command(doc! { "update": "batch", "updates": updates, "ordered": false })
-        .await
-        .unwrap();
-    println!("2,000-statement update took {:?}", started.elapsed());
+    (updates, bad)
+}
 
+/// The reply to [`statements_with_conflicts_and_a_no_op`] over the 500
+/// existing documents, unordered: counts, upserted ids in statement order,
+/// and one write error per conflicting statement. Returns the number of
+/// upserts.
+fn check_unordered_update_reply(reply: &Document, bad: &[i64]) -> i64 {
     let bad_existing = bad.iter().filter(|&&i| i < 500).count() as i64; // 0, 250
     let bad_new = bad.len() as i64 - bad_existing; // 500, 750, ..., 1750
     let upserts = 1500 - bad_new;
@@ -268,21 +303,11 @@ async fn update_command_with_many_statements() {
     for e in errors {
         assert_eq!(as_i64(e.as_document().unwrap().get("code")), 40);
     }
+    upserts
+}
 
-    assert_eq!(
-        coll.count_documents(doc! {}).await.unwrap() as i64,
-        500 + upserts
-    );
-    let d = coll.find_one(doc! { "_id": 1999 }).await.unwrap().unwrap();
-    assert_eq!(d.get_i64("n").unwrap(), 1);
-    let d = coll.find_one(doc! { "_id": 250 }).await.unwrap().unwrap();
-    assert_eq!(
-        d.get_i64("n").unwrap(),
-        0,
-        "rejected statement left it alone"
-    );
-
-    // An ordered batch stops at its first error.
+/// An ordered batch stops at its first error.
+async fn check_ordered_update_stops_at_first_error(db: &Database, coll: &Collection<Document>) {
     let reply = db
         .run_command(doc! {
             "update": "batch",
@@ -302,10 +327,4 @@ async fn update_command_with_many_statements() {
         1,
         "statement after the error not applied"
     );
-
-    // The driver's own batching (document sequences) for a big insert.
-    let many: Vec<Document> = (10_000..15_000).map(|i| doc! { "_id": i }).collect();
-    let r = coll.insert_many(many).await.unwrap();
-    assert_eq!(r.inserted_ids.len(), 5000);
-    target.cleanup().await;
 }

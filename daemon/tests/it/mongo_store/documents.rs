@@ -7,15 +7,20 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document};
-use tally::model::{DocKey, Resolution, SeriesId, SeriesMinutes, Slot, Tier, HOUR_S};
+use tally::model::{DocKey, FlushBatch, Resolution, SeriesId, SeriesMinutes, Slot, Tier, HOUR_S};
 use tally::store::mongodb::MongoStore;
 use tally::store::{ReadQuery, Store, StoreError};
-use tally_testkit::mongo::mongo_target;
+use tally_testkit::mongo::{mongo_target, MongoTarget};
 
 use super::{
     assert_empty_slot, at, batch, config, connect, points, raw_doc, read, series, slot, slot_paths,
     DAYS, HOURS, LONG_RETENTION, WRITER,
 };
+
+/// The id of the hour document of `db-01/m` at `at(0)`.
+const HOUR_DOC: &str = "db-01|m|2026110210";
+/// The id of the day document of `db-01/m` at `at(0)`.
+const DAY_DOC: &str = "db-01|m|20261102";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preallocated_documents_have_every_slot_and_updates_add_none() {
@@ -39,7 +44,29 @@ async fn preallocated_documents_have_every_slot_and_updates_add_none() {
     let stats = store.preallocate(&keys).await.unwrap();
     assert_eq!((stats.created, stats.already_present), (2, 0));
 
-    let h = raw_doc(&target, HOURS, "db-01|m|2026110210").await.unwrap();
+    let preallocated = check_preallocated_documents_have_every_slot(&target, hour, day).await;
+    check_update_adds_only_watermark_and_kind(&store, &target, hour, &preallocated).await;
+    let want_minutes = check_updated_slots_read_back(&store, &target, hour, day).await;
+    check_preallocating_again_changes_nothing(&store, &target, &keys, &want_minutes).await;
+    check_missing_document_is_upserted_with_written_slots_only(&store, &target, hour).await;
+    target.cleanup().await;
+}
+
+/// Slot paths of a freshly pre-allocated hour and day document.
+struct PreallocatedPaths {
+    hour: BTreeSet<String>,
+    day: BTreeSet<String>,
+}
+
+/// The pre-allocated hour document has its series, its start, no writer
+/// and no kind, and 60 empty minute slots plus an empty total; the day
+/// document 24 hours of the same plus an empty total.
+async fn check_preallocated_documents_have_every_slot(
+    target: &MongoTarget,
+    hour: i64,
+    day: i64,
+) -> PreallocatedPaths {
+    let h = raw_doc(target, HOURS, HOUR_DOC).await.unwrap();
     assert_eq!(h.get_str("s").unwrap(), "db-01");
     assert_eq!(h.get_str("m").unwrap(), "m");
     assert_eq!(h.get_datetime("t").unwrap().timestamp_millis(), hour * 1000);
@@ -57,7 +84,7 @@ async fn preallocated_documents_have_every_slot_and_updates_add_none() {
         assert_empty_slot(v, &format!("values.{m}"));
     }
 
-    let d = raw_doc(&target, DAYS, "db-01|m|20261102").await.unwrap();
+    let d = raw_doc(target, DAYS, DAY_DOC).await.unwrap();
     assert_eq!(d.get_datetime("t").unwrap().timestamp_millis(), day * 1000);
     assert_empty_slot(d.get("total").unwrap(), "day total");
     let hours = d.get_document("values").unwrap();
@@ -79,9 +106,20 @@ async fn preallocated_documents_have_every_slot_and_updates_add_none() {
     slot_paths(&d, "", &mut day_paths);
     assert_eq!(hour_paths.len(), 6 + 60);
     assert_eq!(day_paths.len(), 6 + 24 * 61);
+    PreallocatedPaths {
+        hour: hour_paths,
+        day: day_paths,
+    }
+}
 
-    // Updates fill slots that are there: the only new paths are the
-    // writer's watermark and the kind.
+/// Updates fill slots that are there: the only new paths are the writer's
+/// watermark and the kind.
+async fn check_update_adds_only_watermark_and_kind(
+    store: &MongoStore,
+    target: &MongoTarget,
+    hour: i64,
+    preallocated: &PreallocatedPaths,
+) {
     let b = batch(
         7,
         &[series(
@@ -98,10 +136,10 @@ async fn preallocated_documents_have_every_slot_and_updates_add_none() {
         "already pre-allocated"
     );
     for (coll, id, before) in [
-        (HOURS, "db-01|m|2026110210", &hour_paths),
-        (DAYS, "db-01|m|20261102", &day_paths),
+        (HOURS, HOUR_DOC, &preallocated.hour),
+        (DAYS, DAY_DOC, &preallocated.day),
     ] {
-        let after = raw_doc(&target, coll, id).await.unwrap();
+        let after = raw_doc(target, coll, id).await.unwrap();
         let mut paths = BTreeSet::new();
         slot_paths(&after, "", &mut paths);
         let added: Vec<_> = paths.difference(before).cloned().collect();
@@ -122,7 +160,17 @@ async fn preallocated_documents_have_every_slot_and_updates_add_none() {
             Some(&Bson::Int64(7))
         );
     }
-    let after = raw_doc(&target, HOURS, "db-01|m|2026110210").await.unwrap();
+}
+
+/// The slots the update filled hold its samples, and read back at every
+/// tier and resolution; returns the minute slots written.
+async fn check_updated_slots_read_back(
+    store: &MongoStore,
+    target: &MongoTarget,
+    hour: i64,
+    day: i64,
+) -> Vec<(i64, Slot)> {
+    let after = raw_doc(target, HOURS, HOUR_DOC).await.unwrap();
     let m1 = after
         .get_document("values")
         .unwrap()
@@ -136,63 +184,71 @@ async fn preallocated_documents_have_every_slot_and_updates_add_none() {
         (hour + 3540, Slot::of(8.0)),
     ];
     assert_eq!(
-        points(&store, "db-01", Tier::Hour, Resolution::Minute).await,
+        points(store, "db-01", Tier::Hour, Resolution::Minute).await,
         want_minutes
     );
     assert_eq!(
-        points(&store, "db-01", Tier::Day, Resolution::Minute).await,
+        points(store, "db-01", Tier::Day, Resolution::Minute).await,
         want_minutes
     );
     let total = slot(3, 7.0, -3.0, 8.0);
     assert_eq!(
-        points(&store, "db-01", Tier::Hour, Resolution::Hour).await,
+        points(store, "db-01", Tier::Hour, Resolution::Hour).await,
         vec![(hour, total)]
     );
     assert_eq!(
-        points(&store, "db-01", Tier::Day, Resolution::Hour).await,
+        points(store, "db-01", Tier::Day, Resolution::Hour).await,
         vec![(hour, total)]
     );
     assert_eq!(
-        points(&store, "db-01", Tier::Day, Resolution::Day).await,
+        points(store, "db-01", Tier::Day, Resolution::Day).await,
         vec![(day, total)]
     );
+    want_minutes
+}
 
-    // Pre-allocating again changes nothing, from this store or a new one
-    // that does not remember the documents.
-    let before = raw_doc(&target, DAYS, "db-01|m|20261102").await.unwrap();
-    let stats = store.preallocate(&keys).await.unwrap();
+/// Pre-allocating again changes nothing, from this store or a new one
+/// that does not remember the documents.
+async fn check_preallocating_again_changes_nothing(
+    store: &MongoStore,
+    target: &MongoTarget,
+    keys: &[DocKey],
+    want_minutes: &[(i64, Slot)],
+) {
+    let before = raw_doc(target, DAYS, DAY_DOC).await.unwrap();
+    let stats = store.preallocate(keys).await.unwrap();
     assert_eq!((stats.created, stats.already_present), (0, 2));
-    let fresh = connect(&target).await;
-    let stats = fresh.preallocate(&keys).await.unwrap();
+    let fresh = connect(target).await;
+    let stats = fresh.preallocate(keys).await.unwrap();
     assert_eq!((stats.created, stats.already_present), (0, 2));
     assert_eq!(fresh.stats().insert_statements, 0, "looked up, not re-sent");
-    assert_eq!(
-        raw_doc(&target, DAYS, "db-01|m|20261102").await.unwrap(),
-        before
-    );
+    assert_eq!(raw_doc(target, DAYS, DAY_DOC).await.unwrap(), before);
     assert_eq!(
         points(&fresh, "db-01", Tier::Day, Resolution::Minute).await,
         want_minutes
     );
+}
 
-    // A document that is not there (here: deleted behind the store's back
-    // after it was known) is created by the fallback upsert with only the
-    // written slots, and reads the same.
+/// A document that is not there (here: deleted behind the store's back
+/// after it was known) is created by the fallback upsert with only the
+/// written slots, and reads the same.
+async fn check_missing_document_is_upserted_with_written_slots_only(
+    store: &MongoStore,
+    target: &MongoTarget,
+    hour: i64,
+) {
     let coll = target.db().await.collection::<Document>(HOURS);
-    coll.delete_one(doc! { "_id": "db-01|m|2026110210" })
-        .await
-        .unwrap();
+    coll.delete_one(doc! { "_id": HOUR_DOC }).await.unwrap();
     let b = batch(8, &[series("db-01", "m", &[(hour + 125, 4.0)])]);
     store.apply(&b).await.unwrap();
     assert_eq!(store.stats().fallback_upserts, 1);
-    let sparse = raw_doc(&target, HOURS, "db-01|m|2026110210").await.unwrap();
+    let sparse = raw_doc(target, HOURS, HOUR_DOC).await.unwrap();
     assert_eq!(sparse.get_document("values").unwrap().len(), 1, "{sparse}");
     assert_eq!(sparse.get_str("s").unwrap(), "db-01");
     assert_eq!(
-        points(&store, "db-01", Tier::Hour, Resolution::Minute).await,
+        points(store, "db-01", Tier::Hour, Resolution::Minute).await,
         vec![(hour + 120, Slot::of(4.0))]
     );
-    target.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -206,25 +262,10 @@ async fn statements_follow_active_series_not_samples() {
     let store = MongoStore::connect(&cfg, LONG_RETENTION, WRITER)
         .await
         .unwrap();
-    let make = |id: u64, minute: i64| {
-        let all: Vec<SeriesMinutes> = (0..SERIES)
-            .map(|i| {
-                // Several samples per series: the statement count must not
-                // follow them.
-                let t = at(minute);
-                series(
-                    &format!("db-{:04}", i / 10),
-                    &format!("metric_{}", i % 10),
-                    &[(t, i as f64), (t + 20, 1.0), (t + 40, 2.0)],
-                )
-            })
-            .collect();
-        batch(id, &all)
-    };
 
     let started = Instant::now();
     let before = store.stats();
-    let stats = store.apply(&make(1, 0)).await.unwrap();
+    let stats = store.apply(&many_series_batch(1, 0, SERIES)).await.unwrap();
     let first = store.stats();
     println!(
         "first flush, {SERIES} series into fresh documents: {:.1?}",
@@ -256,7 +297,7 @@ async fn statements_follow_active_series_not_samples() {
     assert_eq!(first.fallback_upserts, 0, "every update found its document");
 
     let started = Instant::now();
-    let stats = store.apply(&make(2, 1)).await.unwrap();
+    let stats = store.apply(&many_series_batch(2, 1, SERIES)).await.unwrap();
     let second = store.stats();
     println!(
         "second flush, {SERIES} series into known documents: {:.1?}",
@@ -283,8 +324,32 @@ async fn statements_follow_active_series_not_samples() {
     assert_eq!(stats.round_trips, (2 * SERIES).div_ceil(PER_BATCH));
     println!("stats: {second:?}");
 
+    check_last_series_has_both_flushes(&store).await;
+    target.cleanup().await;
+}
+
+/// One flush, numbered `id`, of `count` series (`db-0000/metric_0`,
+/// `db-0000/metric_1`, ..., ten metrics a source) with several samples each
+/// in minute `minute`: the statement count must not follow the samples.
+fn many_series_batch(id: u64, minute: i64, count: usize) -> FlushBatch {
+    let all: Vec<SeriesMinutes> = (0..count)
+        .map(|i| {
+            let t = at(minute);
+            series(
+                &format!("db-{:04}", i / 10),
+                &format!("metric_{}", i % 10),
+                &[(t, i as f64), (t + 20, 1.0), (t + 40, 2.0)],
+            )
+        })
+        .collect();
+    batch(id, &all)
+}
+
+/// The last of 2,500 series of [`many_series_batch`] holds the minutes of
+/// both flushes.
+async fn check_last_series_has_both_flushes(store: &MongoStore) {
     let docs = read(
-        &store,
+        store,
         "db-0249",
         "metric_9",
         Tier::Hour,
@@ -300,7 +365,6 @@ async fn statements_follow_active_series_not_samples() {
             (at(1), slot(3, 2499.0 + 3.0, 1.0, 2499.0)),
         ]
     );
-    target.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

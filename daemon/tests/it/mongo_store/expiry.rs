@@ -2,10 +2,11 @@
 //! catalog's documents, commands and TTL index.
 
 use mongodb::bson::{doc, Document};
+use tally::config::MongoDbConfig;
 use tally::model::{Resolution, SampleKind, SeriesId, Tier, DAY_S, HOUR_S, MINUTE_S};
 use tally::store::mongodb::MongoStore;
 use tally::store::{CatalogEntry, ReadQuery, Store, StoreError};
-use tally_testkit::mongo::mongo_target;
+use tally_testkit::mongo::{mongo_target, MongoTarget, Standin};
 
 use super::{batch, config, raw_doc, series, ttl_of, ttl_of_field, DAYS, HOURS, SERIES, WRITER};
 
@@ -100,8 +101,20 @@ async fn catalog_documents_commands_and_ttl_index() {
     );
     assert_eq!(after.update_statements, 0, "no document writes");
 
-    // The document.
-    let d = raw_doc(&target, SERIES, "db-001|m2").await.unwrap();
+    check_catalog_document_and_its_merge(&store, &target, now).await;
+    let store = check_catalog_ttl_index_follows_retention(&cfg, &target).await;
+
+    let Some(standin) = target.standin() else {
+        target.cleanup().await;
+        return;
+    };
+    check_catalog_expiry_corruption_and_outage(&store, &target, standin, ENTRIES).await;
+}
+
+/// The document of `db-001/m2` as the first upsert wrote it at `now`; then
+/// $min / $max on dates, $set of the kind, $setOnInsert left alone.
+async fn check_catalog_document_and_its_merge(store: &MongoStore, target: &MongoTarget, now: i64) {
+    let d = raw_doc(target, SERIES, "db-001|m2").await.unwrap();
     assert_eq!(d.get_str("source").unwrap(), "db-001");
     assert_eq!(d.get_str("metric").unwrap(), "m2");
     assert_eq!(d.get_str("kind").unwrap(), "delta_counter");
@@ -114,7 +127,6 @@ async fn catalog_documents_commands_and_ttl_index() {
         now * 1000
     );
     assert_eq!(d.len(), 6, "{d}");
-    // $min / $max on dates, $set of the kind, $setOnInsert left alone.
     store
         .catalog_upsert(&[CatalogEntry {
             series: SeriesId::new("db-001", "m2"),
@@ -124,7 +136,7 @@ async fn catalog_documents_commands_and_ttl_index() {
         }])
         .await
         .unwrap();
-    let d = raw_doc(&target, SERIES, "db-001|m2").await.unwrap();
+    let d = raw_doc(target, SERIES, "db-001|m2").await.unwrap();
     assert_eq!(d.get_str("kind").unwrap(), "gauge");
     assert_eq!(
         d.get_datetime("first_seen").unwrap().timestamp_millis(),
@@ -135,21 +147,27 @@ async fn catalog_documents_commands_and_ttl_index() {
         now * 1000
     );
     assert_eq!(d.get_str("source").unwrap(), "db-001");
+}
 
-    // The TTL index: on last_seen, with the day retention.
+/// The TTL index is on last_seen, with the day retention; a daemon
+/// restarted with another retention changes it in place. Returns the
+/// restarted store.
+async fn check_catalog_ttl_index_follows_retention(
+    cfg: &MongoDbConfig,
+    target: &MongoTarget,
+) -> MongoStore {
     assert_eq!(
-        ttl_of_field(&target, SERIES, "last_seen").await,
+        ttl_of_field(target, SERIES, "last_seen").await,
         Some(40 * 86_400)
     );
-    // A daemon restarted with another retention changes it in place.
-    let store = MongoStore::connect(&cfg, (3 * 3600, 30 * 86_400), WRITER)
+    let store = MongoStore::connect(cfg, (3 * 3600, 30 * 86_400), WRITER)
         .await
         .unwrap();
     let mut q = crate::catalog_conformance::query();
     q.limit = 5;
     assert_eq!(store.catalog_list(&q).await.unwrap().len(), 5);
     assert_eq!(
-        ttl_of_field(&target, SERIES, "last_seen").await,
+        ttl_of_field(target, SERIES, "last_seen").await,
         Some(30 * 86_400)
     );
     let names: Vec<String> = target
@@ -160,19 +178,25 @@ async fn catalog_documents_commands_and_ttl_index() {
         .await
         .unwrap();
     assert_eq!(names.len(), 2, "{names:?}: _id and the TTL index only");
+    store
+}
 
-    let Some(standin) = target.standin() else {
-        target.cleanup().await;
-        return;
-    };
-    // The entry last seen 50 days ago is past the retention.
+/// On the stand-in: the entry last seen 50 days ago expires (of `entries`);
+/// a document that is not what Tally writes is Corrupt, not a panic; and
+/// with MongoDB down listings fail retryably.
+async fn check_catalog_expiry_corruption_and_outage(
+    store: &MongoStore,
+    target: &MongoTarget,
+    standin: &Standin,
+    entries: usize,
+) {
+    let mut q = crate::catalog_conformance::query();
     standin.ttl_pass();
     q.limit = 1000;
     let left = store.catalog_list(&q).await.unwrap();
-    assert_eq!(left.len(), ENTRIES - 1);
+    assert_eq!(left.len(), entries - 1);
     assert_eq!(left[0].series, SeriesId::new("db-000", "m1"));
 
-    // A document that is not what Tally writes is Corrupt, not a panic.
     target
         .db()
         .await
@@ -191,8 +215,7 @@ async fn catalog_documents_commands_and_ttl_index() {
     q.limit = 10;
     assert_eq!(store.catalog_list(&q).await.unwrap().len(), 10);
 
-    // MongoDB down: listings fail retryably (upserts go through the same
-    // command path as every other write).
+    // Upserts go through the same command path as every other write.
     standin.set_down(true);
     assert!(store.catalog_list(&q).await.unwrap_err().is_retryable());
     standin.set_down(false);

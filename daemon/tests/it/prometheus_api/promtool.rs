@@ -36,10 +36,18 @@ pub(super) async fn promtool(args: &[String]) -> String {
 
 pub(super) async fn check_promtool(fx: &Fixture) {
     let server = format!("{}/prometheus", fx.d.http_url());
-    let (start, end) = fx.span();
-    let s = |x: &str| x.to_string();
+    check_promtool_range(fx, &server).await;
+    check_promtool_instant(fx, &server).await;
+    check_promtool_series_and_label_values(fx, &server).await;
+}
 
-    // Range: promtool's JSON output against the native API and the model.
+fn s(x: &str) -> String {
+    x.to_string()
+}
+
+/// Range: promtool's JSON output against the native API and the model.
+async fn check_promtool_range(fx: &Fixture, server: &str) {
+    let (start, end) = fx.span();
     let q = "avg_over_time(cpu_load[1m])";
     let out = promtool(&[
         s("query"),
@@ -49,7 +57,7 @@ pub(super) async fn check_promtool(fx: &Fixture) {
         format!("--start={start}"),
         format!("--end={end}"),
         s("--step=1m"),
-        server.clone(),
+        s(server),
         s(q),
     ])
     .await;
@@ -69,14 +77,16 @@ pub(super) async fn check_promtool(fx: &Fixture) {
             assert_eq!(m, Some(*v));
         }
     }
+}
 
-    // Instant: the default (PromQL text) output, one line per series.
+/// Instant: the default (PromQL text) output, one line per series.
+async fn check_promtool_instant(fx: &Fixture, server: &str) {
     let t = fx.t0 + 6 * 60;
     let out = promtool(&[
         s("query"),
         s("instant"),
         format!("--time={t}"),
-        server.clone(),
+        s(server),
         s("sum by (source) (increase(requests[5m]))"),
     ])
     .await;
@@ -99,15 +109,16 @@ pub(super) async fn check_promtool(fx: &Fixture) {
         lines += 1;
     }
     assert_eq!(lines, SOURCES.len());
+}
 
-    // Series and label values.
+async fn check_promtool_series_and_label_values(fx: &Fixture, server: &str) {
     let out = promtool(&[
         s("query"),
         s("series"),
         s("--match=temp"),
         format!("--start={}", fx.t0 - 600),
         format!("--end={}", now_ms() / 1000),
-        server.clone(),
+        s(server),
     ])
     .await;
     for src in SOURCES {
@@ -123,14 +134,14 @@ pub(super) async fn check_promtool(fx: &Fixture) {
         SOURCES.len(),
         "{out}"
     );
-    let out = promtool(&[s("query"), s("labels"), server.clone(), s("source")]).await;
+    let out = promtool(&[s("query"), s("labels"), s(server), s("source")]).await;
     let listed: Vec<&str> = out
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
     assert_eq!(listed, SOURCES, "{out}");
-    let out = promtool(&[s("query"), s("labels"), server, s("__name__")]).await;
+    let out = promtool(&[s("query"), s("labels"), s(server), s("__name__")]).await;
     let listed: Vec<&str> = out
         .lines()
         .map(str::trim)

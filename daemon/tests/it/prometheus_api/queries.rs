@@ -78,31 +78,36 @@ pub(super) async fn check_range_functions(fx: &Fixture) {
     assert_matrix(q, &got, &want);
 }
 
+/// `func` over the last `r` seconds at `t` of `metric` of every source
+/// that has data there.
+fn per_source(fx: &Fixture, metric: &str, func: &str, t: i64, r: i64) -> Vec<(&'static str, f64)> {
+    SOURCES
+        .iter()
+        .filter_map(|src| window(fx.series(src, metric), func, t, r).map(|v| (*src, v)))
+        .collect()
+}
+
+/// The aggregation `op` of `vals`; `None` over nothing.
+fn reduce(op: &str, vals: &[(&str, f64)]) -> Option<f64> {
+    if vals.is_empty() {
+        return None;
+    }
+    let it = vals.iter().map(|x| x.1);
+    Some(match op {
+        "sum" => it.sum(),
+        "avg" => it.sum::<f64>() / vals.len() as f64,
+        "min" => it.fold(f64::INFINITY, f64::min),
+        "max" => it.fold(f64::NEG_INFINITY, f64::max),
+        "count" => vals.len() as f64,
+        _ => unreachable!(),
+    })
+}
+
 /// `sum`, `avg`, `min`, `max`, `count`, `topk`, `bottomk`, with and
 /// without grouping, against the model.
 pub(super) async fn check_aggregations(fx: &Fixture) {
     let (start, end) = fx.span();
     let times: Vec<i64> = (start..=end).step_by(60).collect();
-    let per_source = |metric: &str, func: &str, t: i64, r: i64| -> Vec<(&str, f64)> {
-        SOURCES
-            .iter()
-            .filter_map(|src| window(fx.series(src, metric), func, t, r).map(|v| (*src, v)))
-            .collect()
-    };
-    let reduce = |op: &str, vals: &[(&str, f64)]| -> Option<f64> {
-        if vals.is_empty() {
-            return None;
-        }
-        let it = vals.iter().map(|x| x.1);
-        Some(match op {
-            "sum" => it.sum(),
-            "avg" => it.sum::<f64>() / vals.len() as f64,
-            "min" => it.fold(f64::INFINITY, f64::min),
-            "max" => it.fold(f64::NEG_INFINITY, f64::max),
-            "count" => vals.len() as f64,
-            _ => unreachable!(),
-        })
-    };
     for (op, func, metric, prom) in [
         ("sum", "rate", "requests", "requests"),
         ("avg", "avg_over_time", "cpu.load", "cpu_load"),
@@ -111,50 +116,70 @@ pub(super) async fn check_aggregations(fx: &Fixture) {
         ("count", "count_over_time", "requests", "requests"),
         ("max", "increase", "bytes/out", "bytes_out"),
     ] {
-        // A source regex that is not a rollup group: the fan-out path.
-        let q = format!("{op}({func}({prom}{{source=~\"(web|db)-.*\"}}[2m]))");
-        let (got, _) = fx.range(&q, start, end, "60").await;
-        let want = [(
-            Labels::new(),
-            times
-                .iter()
-                .map(|t| (*t, reduce(op, &per_source(metric, func, *t, 120))))
-                .collect(),
-        )]
-        .into_iter()
-        .collect();
-        assert_matrix(&q, &got, &want);
-
-        let q = format!("{op} by (source) ({func}({prom}[2m]))");
-        let (got, _) = fx.range(&q, start, end, "60").await;
-        let want = SOURCES
-            .iter()
-            .map(|src| {
-                (
-                    labels(&[("source", src)]),
-                    times
-                        .iter()
-                        .map(|t| {
-                            let v = window(fx.series(src, metric), func, *t, 120);
-                            (*t, v.map(|v| if op == "count" { 1.0 } else { v }))
-                        })
-                        .collect(),
-                )
-            })
-            .collect();
-        assert_matrix(&q, &got, &want);
-
-        let q = format!("{op} without (source) ({func}({prom}[2m]))");
-        let (got, _) = fx.range(&q, start, end, "60").await;
-        assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            vec![&labels(&[("tally_metric", metric)])],
-            "{q}"
-        );
+        check_aggregation_with_and_without_grouping(fx, &times, op, func, metric, prom).await;
     }
-    // topk / bottomk at one time, and per step over a range.
     let t = fx.t0 + 5 * 60;
-    let mut ranked = per_source("temp", "avg_over_time", t, 300);
+    check_topk_and_bottomk(fx, &times, t).await;
+    check_instant_vector_and_scalar(fx, t).await;
+}
+
+/// `op(func(prom[2m]))` over a source regex, `by (source)` and
+/// `without (source)`, every minute of `times`.
+async fn check_aggregation_with_and_without_grouping(
+    fx: &Fixture,
+    times: &[i64],
+    op: &str,
+    func: &str,
+    metric: &str,
+    prom: &str,
+) {
+    let (start, end) = fx.span();
+    // A source regex that is not a rollup group: the fan-out path.
+    let q = format!("{op}({func}({prom}{{source=~\"(web|db)-.*\"}}[2m]))");
+    let (got, _) = fx.range(&q, start, end, "60").await;
+    let want = [(
+        Labels::new(),
+        times
+            .iter()
+            .map(|t| (*t, reduce(op, &per_source(fx, metric, func, *t, 120))))
+            .collect(),
+    )]
+    .into_iter()
+    .collect();
+    assert_matrix(&q, &got, &want);
+
+    let q = format!("{op} by (source) ({func}({prom}[2m]))");
+    let (got, _) = fx.range(&q, start, end, "60").await;
+    let want = SOURCES
+        .iter()
+        .map(|src| {
+            (
+                labels(&[("source", src)]),
+                times
+                    .iter()
+                    .map(|t| {
+                        let v = window(fx.series(src, metric), func, *t, 120);
+                        (*t, v.map(|v| if op == "count" { 1.0 } else { v }))
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_matrix(&q, &got, &want);
+
+    let q = format!("{op} without (source) ({func}({prom}[2m]))");
+    let (got, _) = fx.range(&q, start, end, "60").await;
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        vec![&labels(&[("tally_metric", metric)])],
+        "{q}"
+    );
+}
+
+/// topk / bottomk at one time `t`, and per step over a range.
+async fn check_topk_and_bottomk(fx: &Fixture, times: &[i64], t: i64) {
+    let (start, end) = fx.span();
+    let mut ranked = per_source(fx, "temp", "avg_over_time", t, 300);
     ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     let got = fx.instant("topk(2, avg_over_time(temp[5m]))", t).await;
     let want: Vec<(&str, f64)> = ranked[..2].to_vec();
@@ -172,8 +197,8 @@ pub(super) async fn check_aggregations(fx: &Fixture) {
     let (got, _) = fx
         .range("topk(1, increase(requests[1m]))", start, end, "60")
         .await;
-    for t in &times {
-        let best = per_source("requests", "increase", *t, 60)
+    for t in times {
+        let best = per_source(fx, "requests", "increase", *t, 60)
             .into_iter()
             .max_by(|a, b| a.1.total_cmp(&b.1));
         let chosen: Vec<(&Labels, f64)> = got
@@ -189,7 +214,10 @@ pub(super) async fn check_aggregations(fx: &Fixture) {
             ),
         }
     }
-    // Instant queries: a vector, and a scalar.
+}
+
+/// Instant queries at `t`: a vector, and a scalar.
+async fn check_instant_vector_and_scalar(fx: &Fixture, t: i64) {
     let got = fx
         .instant("sum_over_time(cpu_load{source=\"db-1\"}[5m])", t)
         .await;

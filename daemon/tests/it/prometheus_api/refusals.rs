@@ -3,9 +3,15 @@
 
 use super::fixture::Fixture;
 
-/// Unsupported or invalid PromQL: Prometheus' error format, the construct
-/// named, never an answer.
 pub(super) async fn check_refusals(fx: &Fixture) {
+    check_unsupported_promql_is_refused(fx).await;
+    check_bad_range_parameters_are_refused(fx).await;
+    check_too_many_slots_is_an_execution_error(fx).await;
+}
+
+/// Unsupported or invalid PromQL: Prometheus' error format, the construct
+/// named, never an answer; by GET and by POST.
+async fn check_unsupported_promql_is_refused(fx: &Fixture) {
     let (start, end) = fx.span();
     for (q, names) in [
         (
@@ -51,15 +57,24 @@ pub(super) async fn check_refusals(fx: &Fixture) {
             }
         }
     }
-    let bad = |params: Vec<(&'static str, String)>, needle: &'static str| async move {
-        let (status, body, _) = fx.call("query_range", &params, false).await;
-        assert_eq!(status, 400, "{params:?}: {body}");
-        assert_eq!(body["errorType"], "bad_data");
-        assert!(
-            body["error"].as_str().is_some_and(|e| e.contains(needle)),
-            "{body}"
-        );
-    };
+}
+
+/// A `query_range` with `params` is refused as `bad_data` with an error
+/// containing `needle`.
+async fn assert_bad_data(fx: &Fixture, params: Vec<(&'static str, String)>, needle: &str) {
+    let (status, body, _) = fx.call("query_range", &params, false).await;
+    assert_eq!(status, 400, "{params:?}: {body}");
+    assert_eq!(body["errorType"], "bad_data");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains(needle)),
+        "{body}"
+    );
+}
+
+/// A missing query, an end before the start, a zero step, too many points
+/// and an unparsable time.
+async fn check_bad_range_parameters_are_refused(fx: &Fixture) {
+    let bad = |params, needle| assert_bad_data(fx, params, needle);
     let q = || ("query", "avg_over_time(temp[1m])".to_string());
     bad(
         vec![
@@ -110,8 +125,11 @@ pub(super) async fn check_refusals(fx: &Fixture) {
         "start",
     )
     .await;
-    // Valid, but its windows need more minute slots than the engine reads
-    // at once: a limit, so 422 `execution`.
+}
+
+/// Valid, but its windows need more minute slots than the engine reads at
+/// once: a limit, so 422 `execution`.
+async fn check_too_many_slots_is_an_execution_error(fx: &Fixture) {
     let params = [
         ("query", "avg_over_time(temp[61m])".to_string()),
         ("start", (fx.t0 - 200 * 86_400).to_string()),

@@ -159,15 +159,26 @@ async fn request_limits_refuse_whole_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_reflection_and_http_errors() {
     let d = Daemon::start_async(tallyd()).await;
+    check_probes_answer_ok(&d).await;
+    check_grpc_health_says_serving(&d).await;
+    check_reflection_lists_services(&d).await;
+    let now = now_ms() / 1000;
+    check_http_range_errors(&d, now).await;
+    check_http_unknown_series_has_no_points(&d).await;
+    check_grpc_range_errors_and_unknown_series(&d, now).await;
+}
 
-    let (status, body) = http_get(&d, "/healthz").await;
+async fn check_probes_answer_ok(d: &Daemon) {
+    let (status, body) = http_get(d, "/healthz").await;
     assert_eq!(status, 200, "/healthz: {body}");
-    let (status, body) = http_get(&d, "/readyz").await;
+    let (status, body) = http_get(d, "/readyz").await;
     assert_eq!(status, 200, "/readyz: {body}");
-    let (status, body) = http_get(&d, "/metrics").await;
+    let (status, body) = http_get(d, "/metrics").await;
     assert_eq!(status, 200, "/metrics: {body}");
+}
 
-    // grpc.health.v1
+/// `grpc.health.v1`: the server and both services are serving.
+async fn check_grpc_health_says_serving(d: &Daemon) {
     use tonic_health::pb::health_check_response::ServingStatus;
     let mut health = tonic_health::pb::health_client::HealthClient::new(d.channel().await);
     for service in ["", "tally.v1.Ingest", "tally.v1.Query"] {
@@ -186,8 +197,9 @@ async fn health_reflection_and_http_errors() {
             "Health.Check({service:?}) = {resp:?}"
         );
     }
+}
 
-    // Reflection lists the services.
+async fn check_reflection_lists_services(d: &Daemon) {
     use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
     use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
     let mut reflection =
@@ -219,9 +231,10 @@ async fn health_reflection_and_http_errors() {
             "reflection lists {names:?}, not {want}"
         );
     }
+}
 
-    // HTTP API errors: 400 with a JSON {"error": "..."}.
-    let now = now_ms() / 1000;
+/// HTTP API errors: 400 with a JSON {"error": "..."}; `now` in seconds.
+async fn check_http_range_errors(d: &Daemon, now: i64) {
     let p = |k: &'static str, v: &str| (k, v.to_string());
     let error_of = |status: u16, body: &serde_json::Value, what: &str| -> String {
         assert_eq!(status, 400, "{what}: {body}");
@@ -230,18 +243,15 @@ async fn health_reflection_and_http_errors() {
             .unwrap_or_else(|| panic!("{what}: no \"error\" string in {body}"))
             .to_string()
     };
-    let (status, body) = http_range(&d, &[p("metric", "cpu")]).await;
+    let (status, body) = http_range(d, &[p("metric", "cpu")]).await;
     let msg = error_of(status, &body, "missing source");
     assert!(msg.contains("source"), "missing source: {msg}");
-    let (status, body) = http_range(
-        &d,
-        &[p("source", "h"), p("metric", "cpu"), p("step", "90s")],
-    )
-    .await;
+    let (status, body) =
+        http_range(d, &[p("source", "h"), p("metric", "cpu"), p("step", "90s")]).await;
     let msg = error_of(status, &body, "bad step");
     assert!(msg.contains("90s"), "bad step: {msg}");
     let (status, body) = http_range(
-        &d,
+        d,
         &[
             p("source", "h"),
             p("metric", "cpu"),
@@ -251,19 +261,22 @@ async fn health_reflection_and_http_errors() {
     )
     .await;
     error_of(status, &body, "`to` before `from`");
-    let (status, body) = http_range(&d, &[p("source", "bad host!"), p("metric", "cpu")]).await;
+    let (status, body) = http_range(d, &[p("source", "bad host!"), p("metric", "cpu")]).await;
     let msg = error_of(status, &body, "invalid source");
     assert!(msg.contains("source"), "invalid source: {msg}");
     let (status, body) = http_range(
-        &d,
+        d,
         &[p("source", "h"), p("metric", "cpu"), p("from", "yesterday")],
     )
     .await;
     error_of(status, &body, "unparsable from");
+}
 
-    // An unknown series is not an error: no points.
+/// An unknown series is not an error: no points.
+async fn check_http_unknown_series_has_no_points(d: &Daemon) {
+    let p = |k: &'static str, v: &str| (k, v.to_string());
     let (status, body) = http_range(
-        &d,
+        d,
         &[
             p("source", "nobody"),
             p("metric", "nothing"),
@@ -278,8 +291,11 @@ async fn health_reflection_and_http_errors() {
         serde_json::json!([]),
         "unknown series: {body}"
     );
+}
 
-    // gRPC query errors.
+/// A gRPC range without a step is refused; one of an unknown series is
+/// answered with no points. `now` in seconds.
+async fn check_grpc_range_errors_and_unknown_series(d: &Daemon, now: i64) {
     let mut query = d.query_client().await;
     let err = within(
         "Range without a step",

@@ -9,6 +9,7 @@ use tally_testkit::client::now_ms;
 use tally_testkit::metrics::{metric, metrics_text};
 use tally_testkit::settle::wait_flushed;
 use tally_testkit::Daemon;
+use tonic::transport::Channel;
 
 use super::super::check::{check_reads, minute_start_ms, Expect, Kind, MINUTE_MS, SECOND_MS};
 use super::super::push_ok;
@@ -77,31 +78,55 @@ fn check_rejections(resp: &pb::PushResponse, wants: &[Want]) {
     }
 }
 
+/// The source of every good sample in these tests.
+const HOST: &str = "good-host";
+
+fn gauge(metric: &str, timestamps_ms: Vec<i64>, values: Vec<f64>) -> pb::SeriesSamples {
+    pb::SeriesSamples {
+        metric: metric.into(),
+        kind: pb::SampleKind::Gauge as i32,
+        timestamps_ms,
+        values,
+    }
+}
+
+fn with_kind(kind: pb::SampleKind, mut series: pb::SeriesSamples) -> pb::SeriesSamples {
+    series.kind = kind as i32;
+    series
+}
+
 /// Every kind of bad sample gets its own reason and a useful detail, and
 /// the good samples of the same batch are stored; the rejections show up
 /// in `/metrics` by reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
-    use pb::RejectReason as R;
     let d = Daemon::start_async(tallyd().flush_interval("100ms")).await;
     let b = minute_start_ms(5);
-    let s = |x: i64| b + x * SECOND_MS;
     let now = now_ms();
-    let host = "good-host";
-    let g = |metric: &str, ts: Vec<i64>, vs: Vec<f64>| pb::SeriesSamples {
-        metric: metric.into(),
-        kind: pb::SampleKind::Gauge as i32,
-        timestamps_ms: ts,
-        values: vs,
-    };
-    let with_kind = |kind: pb::SampleKind, mut series: pb::SeriesSamples| {
-        series.kind = kind as i32;
-        series
-    };
-    let req = pb::PushRequest {
+    let mut ingest = d.ingest_client().await;
+    let resp = push_ok(&mut ingest, batch_with_every_kind_of_bad_input(b, now)).await;
+    check_every_kind_of_bad_input_is_rejected(&resp);
+    check_kind_conflict_keeps_the_good_sample(&mut ingest, b).await;
+
+    let expects = good_samples_kept(b);
+    let (from, to) = (b - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS);
+    check_reads(&d, &expects, from, to).await;
+    wait_flushed(&d, 1.0, FLUSH_TIMEOUT).await;
+    check_reads(&d, &expects, from, to).await;
+
+    check_rejection_metrics(&metrics_text(&d).await);
+}
+
+/// One push with good samples next to bad samples, series, sources and
+/// groups of every kind; `b` is a minute start a few minutes ago, `now`
+/// the current time (both in ms).
+fn batch_with_every_kind_of_bad_input(b: i64, now: i64) -> pb::PushRequest {
+    let s = |x: i64| b + x * SECOND_MS;
+    let g = gauge;
+    pb::PushRequest {
         sources: vec![
             pb::SourceBatch {
-                source: host.into(),
+                source: HOST.into(),
                 series: vec![
                     g(
                         "g.mixed",
@@ -161,14 +186,18 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
                 groups: (0..9).map(|i| format!("g{i}")).collect(),
             },
         ],
-    };
-    let mut ingest = d.ingest_client().await;
-    let resp = push_ok(&mut ingest, req).await;
+    }
+}
+
+/// The answer to `batch_with_every_kind_of_bad_input`: the counts, and one
+/// rejection with its own reason and detail per bad series or sample.
+fn check_every_kind_of_bad_input_is_rejected(resp: &pb::PushResponse) {
+    use pb::RejectReason as R;
     // Accepted: g.mixed 2, g.window 2, c.delta 2, c.cum 3 (baseline included).
     // Rejected (samples): 2 + 2 + 1 + 1 + 2 + 3 + 1 + 1 + 1 + 2 + 1 + 2 + 1.
     assert_eq!((resp.accepted, resp.rejected), (9, 20), "{resp:#?}");
     check_rejections(
-        &resp,
+        resp,
         &[
             want(
                 0,
@@ -241,25 +270,31 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
             ),
         ],
     );
+}
 
-    // Kind conflict: g.mixed is a gauge; the good sample next to it lands.
+/// Kind conflict: g.mixed is a gauge; the good sample next to it lands.
+async fn check_kind_conflict_keeps_the_good_sample(
+    ingest: &mut pb::ingest_client::IngestClient<Channel>,
+    b: i64,
+) {
+    let s = |x: i64| b + x * SECOND_MS;
     let req = pb::PushRequest {
         sources: vec![pb::SourceBatch {
-            source: host.into(),
+            source: HOST.into(),
             series: vec![
                 with_kind(
                     pb::SampleKind::DeltaCounter,
-                    g("g.mixed", vec![s(9)], vec![1.0]),
+                    gauge("g.mixed", vec![s(9)], vec![1.0]),
                 ),
                 with_kind(
                     pb::SampleKind::DeltaCounter,
-                    g("c.delta", vec![s(4)], vec![10.0]),
+                    gauge("c.delta", vec![s(4)], vec![10.0]),
                 ),
             ],
             groups: Vec::new(),
         }],
     };
-    let resp = push_ok(&mut ingest, req).await;
+    let resp = push_ok(ingest, req).await;
     assert_eq!((resp.accepted, resp.rejected), (1, 1), "{resp:#?}");
     check_rejections(
         &resp,
@@ -267,13 +302,18 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
             0,
             0,
             None,
-            R::KindConflict,
+            pb::RejectReason::KindConflict,
             "series is a gauge but this batch says delta_counter",
         )],
     );
+}
 
+/// What reads must return after both pushes: the good samples, and
+/// nothing of the series rejected whole.
+fn good_samples_kept(b: i64) -> Vec<Expect> {
+    let s = |x: i64| b + x * SECOND_MS;
     let e = |metric: &str, kind: Option<Kind>, stored: Vec<(i64, f64)>| Expect {
-        source: host.into(),
+        source: HOST.into(),
         metric: metric.into(),
         kind,
         stored,
@@ -305,19 +345,18 @@ async fn bad_input_gets_specific_rejections_and_good_samples_are_kept() {
         kind: None,
         stored: vec![],
     };
-    let expects: Vec<Expect> = expects
+    expects
         .into_iter()
         .chain([refused("m"), refused("n")])
-        .collect();
-    let (from, to) = (b - 10 * MINUTE_MS, now_ms() + 2 * MINUTE_MS);
-    check_reads(&d, &expects, from, to).await;
-    wait_flushed(&d, 1.0, FLUSH_TIMEOUT).await;
-    check_reads(&d, &expects, from, to).await;
+        .collect()
+}
 
-    let m = metrics_text(&d).await;
-    let rejected = |reason: &str| metric(&m, "tally_samples_rejected_total", &[("reason", reason)]);
+/// `/metrics` after both pushes and a flush: accepted and rejected samples
+/// by reason, and flush durations.
+fn check_rejection_metrics(m: &str) {
+    let rejected = |reason: &str| metric(m, "tally_samples_rejected_total", &[("reason", reason)]);
     assert_eq!(
-        metric(&m, "tally_samples_accepted_total", &[]),
+        metric(m, "tally_samples_accepted_total", &[]),
         Some(10.0),
         "{m}"
     );
