@@ -71,21 +71,29 @@ impl Security {
     /// Warns about each listener other hosts can reach with no tokens or
     /// no TLS.
     pub fn warn_exposure(&self, listeners: &[(&str, SocketAddr)]) {
+        for warning in self.exposure(listeners) {
+            warn!("{warning}");
+        }
+    }
+
+    fn exposure(&self, listeners: &[(&str, SocketAddr)]) -> Vec<String> {
+        let mut warnings = Vec::new();
         for (key, addr) in listeners {
             if addr.ip().is_loopback() {
                 continue;
             }
             if !self.auth.enabled() {
-                warn!(
-                    "{key} {addr} is reachable from other hosts and [auth] tokens_file is not set: anyone who reaches it can push and read everything"
-                );
+                warnings.push(format!(
+                    "{key} {addr} is reachable from other hosts and auth.tokens_file is not set: anyone who reaches it can push and read everything"
+                ));
             }
             if self.tls.is_none() {
-                warn!(
+                warnings.push(format!(
                     "{key} {addr} is reachable from other hosts without TLS: samples, queries and bearer tokens cross the network in clear"
-                );
+                ));
             }
         }
+        warnings
     }
 
     /// Reads the certificate and tokens files again; whatever fails to load
@@ -154,4 +162,28 @@ impl Security {
 
 fn count_reload(what: &'static str, outcome: &'static str) {
     metrics::counter!("tally_reloads_total", "what" => what, "outcome" => outcome).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_listeners_other_hosts_reach_are_warned_about() {
+        let open = Security::load(&TlsConfig::default(), &AuthConfig::default()).unwrap();
+        let loopback: SocketAddr = "127.0.0.1:4317".parse().unwrap();
+        let loopback6: SocketAddr = "[::1]:8080".parse().unwrap();
+        assert!(open
+            .exposure(&[("grpc_listen", loopback), ("http_listen", loopback6)])
+            .is_empty());
+
+        let any: SocketAddr = "0.0.0.0:4317".parse().unwrap();
+        let warnings = open.exposure(&[("grpc_listen", any), ("http_listen", loopback)]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("grpc_listen 0.0.0.0:4317")
+                && warnings[0].contains("auth.tokens_file")
+        );
+        assert!(warnings[1].contains("without TLS"));
+    }
 }
