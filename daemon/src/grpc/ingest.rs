@@ -100,12 +100,7 @@ impl IngestService {
             }
         }
         if allowed_sources == 0 && grant.limits_sources() && refused.rejected > 0 {
-            metrics::counter!("tally_ingest_requests_total", "rpc" => rpc, "outcome" => "denied")
-                .increment(1);
-            return Err(Status::permission_denied(format!(
-                "no source of this request may be pushed with this token: {}",
-                refused.rejections.first().map_or("", |r| r.detail.as_str())
-            )));
+            return Err(nothing_allowed(&refused, rpc));
         }
         let Some(open) = self.gate.enter() else {
             return Err(Status::unavailable(
@@ -130,6 +125,17 @@ fn refusal(grant: &Grant, src: &pb::SourceBatch) -> Option<(RejectReason, String
             .err()
             .map(|why| (RejectReason::InvalidGroup, why)),
     }
+}
+
+/// The answer to a request none of whose sources its token may push: the
+/// whole call is refused rather than answered with only rejections.
+fn nothing_allowed(refused: &IngestOutcome, rpc: &'static str) -> Status {
+    metrics::counter!("tally_ingest_requests_total", "rpc" => rpc, "outcome" => "denied")
+        .increment(1);
+    Status::permission_denied(format!(
+        "no source of this request may be pushed with this token: {}",
+        refused.rejections.first().map_or("", |r| r.detail.as_str())
+    ))
 }
 
 /// The grant the auth interceptor attached; none means authentication is
