@@ -39,6 +39,9 @@
 //! | [`grpc`] | the gRPC server: ingest and query services, health, reflection |
 //! | [`http`] | the HTTP server: native API, operations endpoints, Prometheus-compatible API |
 //! | [`selector`] | source and metric name matchers (names, lists, globs) |
+//! | [`tls`] | TLS for both listeners: certificate files, reload, the accept loop |
+//! | [`auth`] | bearer tokens, roles and source globs; the gRPC interceptor and HTTP middleware |
+//! | [`security`] | loads and reloads (SIGHUP) TLS and tokens together; exposure warnings |
 //! | [`config`] | command line, layered loading and composition of every section |
 //! | [`validate`] | the checks each section's config type runs |
 //! | [`telemetry`] | logging and the daemon's own metrics |
@@ -46,6 +49,7 @@
 //! `main.rs` only wires these together and runs the shutdown sequence.
 
 pub mod aggregator;
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod flush;
@@ -56,8 +60,10 @@ pub mod maintenance;
 pub mod model;
 pub mod query;
 pub mod rollup;
+pub mod security;
 pub mod selector;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod validate;
 pub mod watch;

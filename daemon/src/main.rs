@@ -23,9 +23,11 @@ use tally::ingest::IngestGate;
 use tally::maintenance::Maintenance;
 use tally::query::QueryEngine;
 use tally::rollup::Rollups;
+use tally::security::Security;
 use tally::store::embedded::EmbeddedStore;
 use tally::store::mongodb::{redact_uri, MongoStore};
 use tally::store::Store;
+use tally::tls::{Protocol, SecureListener};
 use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
 
@@ -49,6 +51,7 @@ fn main() -> Result<()> {
 
 async fn run(config: Config) -> Result<()> {
     let metrics = telemetry::init_metrics()?;
+    let security = Arc::new(Security::load(&config.tls, &config.auth)?);
     let store = open_store(&config).await?;
     let parts = Parts::build(&config, store).await?;
     let grpc_listener = TcpListener::bind(config.grpc_listen)
@@ -57,16 +60,24 @@ async fn run(config: Config) -> Result<()> {
     let http_listener = TcpListener::bind(config.http_listen)
         .await
         .with_context(|| format!("binding http_listen {}", config.http_listen))?;
+    let grpc_listener = security.listener(grpc_listener, Protocol::Grpc)?;
+    let http_listener = security.listener(http_listener, Protocol::Http)?;
+    let (grpc_addr, http_addr) = (grpc_listener.local_addr(), http_listener.local_addr());
     // Tests start the daemon on port 0 and read the real ports from here.
     info!(
-        grpc = %grpc_listener.local_addr()?,
-        http = %http_listener.local_addr()?,
+        grpc = %grpc_addr,
+        http = %http_addr,
         store = %parts.store.name(),
+        tls = security.tls_enabled(),
+        auth = security.auth().enabled(),
         "tallyd listening"
     );
+    security.warn_exposure(&[("grpc_listen", grpc_addr), ("http_listen", http_addr)]);
     let shutdown = Shutdown::default();
+    tokio::spawn(security.clone().reload_on_sighup(shutdown.stop.clone()));
     let tasks = parts.start(
         &config,
+        &security,
         shutdown.clone(),
         (grpc_listener, http_listener),
         metrics,
@@ -134,13 +145,15 @@ impl Parts {
     fn start(
         &self,
         config: &Config,
+        security: &Security,
         shutdown: Shutdown,
-        (grpc_listener, http_listener): (TcpListener, TcpListener),
+        (grpc_listener, http_listener): (SecureListener, SecureListener),
         metrics: metrics_exporter_prometheus::PrometheusHandle,
     ) -> Tasks {
         let (health, health_service) = tonic_health::server::health_reporter();
         let grpc = tokio::spawn(grpc::serve(
             grpc_listener,
+            security.auth().clone(),
             IngestService::new(self.agg.clone(), self.rollups.clone(), self.gate.clone()),
             grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
             health.clone(),
@@ -155,6 +168,7 @@ impl Parts {
             store: self.store.clone(),
             metrics: Some(metrics),
             draining: shutdown.close.clone(),
+            auth: security.auth().clone(),
         };
         let http = tokio::spawn(http::serve(
             http_listener,

@@ -200,12 +200,35 @@ impl Daemon {
 
     /// Sends SIGTERM to the current process.
     pub fn sigterm(&mut self) {
+        self.signal("TERM");
+    }
+
+    /// Sends SIGHUP to the current process: reload certificates and tokens.
+    pub fn sighup(&mut self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&mut self, name: &str) {
         let pid = self.pid().to_string();
         let status = Command::new("kill")
-            .args(["-TERM", &pid])
+            .args([&format!("-{name}"), &pid])
             .status()
             .expect("running kill(1)");
-        assert!(status.success(), "kill -TERM {pid} failed: {status}");
+        assert!(status.success(), "kill -{name} {pid} failed: {status}");
+    }
+
+    /// Waits (at most `timeout`) until `needle` occurs at least `times` in
+    /// the daemon's log; panics with the log if it does not.
+    pub async fn wait_for_log(&self, needle: &str, times: usize, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.logs().matches(needle).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "{needle:?} did not appear {times} time(s) in the log within {timeout:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Waits for the current process to exit and returns its status. If it

@@ -14,6 +14,8 @@
 //! * [`client`], [`metrics`], [`settle`]: talking to a running daemon.
 //! * `mongo` (feature `mongodb`): the MongoDB the tests talk to, the
 //!   stand-in or the server in `MONGODB_URI`.
+//! * [`pygrpc`]: a third-party gRPC client (Python `grpcio`); [`venv`]: the
+//!   Python environments it and the stand-in run in.
 //!
 //! Every wait is bounded and everything listens on 127.0.0.1 only.
 
@@ -27,6 +29,8 @@ pub mod metrics;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod process;
+pub mod pygrpc;
 pub mod settle;
+pub mod venv;
 
 pub use daemon::{Daemon, DaemonOpts};

@@ -21,10 +21,12 @@ pub enum RejectReason {
     SeriesLimit,
     /// The source declared a bad group list; checked by ingest.
     InvalidGroup,
+    /// The request's token may not push for this source; checked by ingest.
+    SourceNotAllowed,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 12] = [
+    pub const ALL: [RejectReason; 13] = [
         RejectReason::InvalidSource,
         RejectReason::InvalidMetric,
         RejectReason::InvalidKind,
@@ -37,6 +39,7 @@ impl RejectReason {
         RejectReason::NegativeDelta,
         RejectReason::SeriesLimit,
         RejectReason::InvalidGroup,
+        RejectReason::SourceNotAllowed,
     ];
 
     /// Label value for `tally_samples_rejected_total{reason=…}`.
@@ -54,6 +57,7 @@ impl RejectReason {
             RejectReason::NegativeDelta => "negative_delta",
             RejectReason::SeriesLimit => "series_limit",
             RejectReason::InvalidGroup => "invalid_group",
+            RejectReason::SourceNotAllowed => "source_not_allowed",
         }
     }
 

@@ -35,12 +35,14 @@ pub use error::{ConfigError, SettingError, UnknownEnvVar};
 pub use load::{env_var_names, CONFIG_ENV, ENV_PREFIX};
 
 use crate::aggregator::AggregatorConfig;
+use crate::auth::AuthConfig;
 use crate::catalog::CatalogConfig;
 use crate::flush::FlushConfig;
 use crate::ingest::IngestConfig;
 use crate::maintenance::PreallocConfig;
 use crate::rollup::RollupConfig;
 use crate::store::RetentionConfig;
+use crate::tls::TlsConfig;
 use crate::validate::Problems;
 use crate::watch::WatchConfig;
 
@@ -74,6 +76,8 @@ pub struct Config {
     pub rollup: RollupConfig,
     pub watch: WatchConfig,
     pub catalog: CatalogConfig,
+    pub tls: TlsConfig,
+    pub auth: AuthConfig,
 }
 
 /// Which store backs the daemon.
@@ -120,6 +124,8 @@ impl Default for Config {
             rollup: RollupConfig::default(),
             watch: WatchConfig::default(),
             catalog: CatalogConfig::default(),
+            tls: TlsConfig::default(),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -158,6 +164,8 @@ impl Config {
         self.rollup.check(&mut p);
         self.watch.check(&mut p);
         self.catalog.check(&mut p);
+        self.tls.check(&mut p);
+        self.auth.check(&mut p);
         p.into_vec()
     }
 

@@ -19,6 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::{kind_from_proto, reason_to_proto};
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
+use crate::auth::Grant;
 use crate::ingest::IngestGate;
 use crate::rollup::Rollups;
 
@@ -42,6 +43,7 @@ impl IngestService {
     fn ingest_one(
         &self,
         req: &pb::PushRequest,
+        grant: &Grant,
         rpc: &'static str,
     ) -> Result<IngestOutcome, Status> {
         let samples: usize = req
@@ -70,8 +72,13 @@ impl IngestService {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut refused = IngestOutcome::default();
         let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
+        let mut allowed_sources = 0usize;
         for (si, src) in req.sources.iter().enumerate() {
-            let bad_groups = Rollups::check_declaration(&src.groups).err();
+            let refusal = refusal(grant, src);
+            allowed_sources += usize::from(!matches!(
+                refusal,
+                Some((RejectReason::SourceNotAllowed, _))
+            ));
             for (mi, series) in src.series.iter().enumerate() {
                 let b = SeriesBatch {
                     source: &src.source,
@@ -82,17 +89,18 @@ impl IngestService {
                     source_index: si as u32,
                     series_index: mi as u32,
                 };
-                match &bad_groups {
-                    Some(why) => {
-                        refused.reject_series(cap, &b, RejectReason::InvalidGroup, || why.clone())
-                    }
+                match &refusal {
+                    Some((reason, why)) => refused.reject_series(cap, &b, *reason, || why.clone()),
                     None => batches.push(b),
                 }
             }
-            if bad_groups.is_none() {
+            if refusal.is_none() {
                 self.rollups
                     .declare(&src.source, &src.groups, now_ms.div_euclid(1000));
             }
+        }
+        if allowed_sources == 0 && grant.limits_sources() && refused.rejected > 0 {
+            return Err(nothing_allowed(&refused, rpc));
         }
         let Some(open) = self.gate.enter() else {
             return Err(Status::unavailable(
@@ -105,6 +113,39 @@ impl IngestService {
         record(&refused, rpc);
         Ok(refused)
     }
+}
+
+/// Why all of `src`'s series are refused before the aggregator, if they
+/// are. A source the token may not push must not touch the rollups'
+/// memberships either, so that is checked first.
+fn refusal(grant: &Grant, src: &pb::SourceBatch) -> Option<(RejectReason, String)> {
+    match grant.source_refusal(&src.source) {
+        Some(why) => Some((RejectReason::SourceNotAllowed, why)),
+        None => Rollups::check_declaration(&src.groups)
+            .err()
+            .map(|why| (RejectReason::InvalidGroup, why)),
+    }
+}
+
+/// The answer to a request none of whose sources its token may push: the
+/// whole call is refused rather than answered with only rejections.
+fn nothing_allowed(refused: &IngestOutcome, rpc: &'static str) -> Status {
+    metrics::counter!("tally_ingest_requests_total", "rpc" => rpc, "outcome" => "denied")
+        .increment(1);
+    Status::permission_denied(format!(
+        "no source of this request may be pushed with this token: {}",
+        refused.rejections.first().map_or("", |r| r.detail.as_str())
+    ))
+}
+
+/// The grant the auth interceptor attached; none means authentication is
+/// off, as the interceptor wraps this service whenever it is on.
+fn granted<T>(request: &Request<T>) -> Grant {
+    request
+        .extensions()
+        .get::<Grant>()
+        .cloned()
+        .unwrap_or_else(Grant::open)
 }
 
 fn record(out: &IngestOutcome, rpc: &'static str) {
@@ -163,7 +204,8 @@ impl pb::ingest_server::Ingest for IngestService {
         &self,
         request: Request<pb::PushRequest>,
     ) -> Result<Response<pb::PushResponse>, Status> {
-        let out = self.ingest_one(request.get_ref(), "push")?;
+        let grant = granted(&request);
+        let out = self.ingest_one(request.get_ref(), &grant, "push")?;
         let mut b = ResponseBuilder::new(self.agg.limits().max_rejections_reported);
         b.add(out, 0);
         Ok(Response::new(b.resp))
@@ -173,11 +215,12 @@ impl pb::ingest_server::Ingest for IngestService {
         &self,
         request: Request<Streaming<pb::PushRequest>>,
     ) -> Result<Response<pb::PushResponse>, Status> {
+        let grant = granted(&request);
         let mut stream = request.into_inner();
         let mut b = ResponseBuilder::new(self.agg.limits().max_rejections_reported);
         let mut index = 0u32;
         while let Some(msg) = stream.message().await? {
-            match self.ingest_one(&msg, "push_stream") {
+            match self.ingest_one(&msg, &grant, "push_stream") {
                 Ok(out) => b.add(out, index),
                 Err(status) => {
                     // Messages before this one were taken; say how far we got

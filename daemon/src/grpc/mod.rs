@@ -11,16 +11,22 @@ mod query;
 use std::future::Future;
 
 use tally_proto::v1 as pb;
-use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
+
+use crate::auth::{AuthInterceptor, Authenticator, Need};
+use crate::tls::SecureListener;
 
 pub use health::track_store_health;
 pub use ingest::IngestService;
 pub use query::QueryService;
 
 /// Serves gRPC on `listener` until `shutdown` resolves; in-progress calls
-/// finish first.
+/// finish first. Ingest and query calls need tokens when `auth` is on;
+/// health and reflection never do.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
-    listener: TcpListener,
+    listener: SecureListener,
+    auth: Authenticator,
     ingest: IngestService,
     query: QueryService,
     health: tonic_health::server::HealthReporter,
@@ -47,12 +53,15 @@ pub async fn serve(
     tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
-        .add_service(ingest)
-        .add_service(query)
-        .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::TcpListenerStream::new(listener),
-            shutdown,
-        )
+        .add_service(InterceptedService::new(
+            ingest,
+            AuthInterceptor::new(auth.clone(), Need::Ingest),
+        ))
+        .add_service(InterceptedService::new(
+            query,
+            AuthInterceptor::new(auth, Need::Read),
+        ))
+        .serve_with_incoming_shutdown(listener, shutdown)
         .await
         .map_err(|e| GrpcError::Transport(e.to_string()))
 }

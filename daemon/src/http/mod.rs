@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio::net::TcpListener;
+
+use crate::auth::Authenticator;
+use crate::tls::SecureListener;
 
 use crate::flush::Pipeline;
 use crate::query::QueryEngine;
@@ -36,6 +38,8 @@ pub struct HttpState {
     pub metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins, so load balancers stop sending traffic.
     pub draining: tokio_util::sync::CancellationToken,
+    /// Decides which requests may be served (everything when off).
+    pub auth: Authenticator,
 }
 
 fn router(state: HttpState) -> Router {
@@ -50,12 +54,17 @@ fn router(state: HttpState) -> Router {
         watch: state.watch,
     });
     let prometheus = prometheus::router().with_state(PromState::new(state.query));
-    ops.nest("/api/v1", api).nest("/prometheus", prometheus)
+    ops.nest("/api/v1", api)
+        .nest("/prometheus", prometheus)
+        .layer(axum::middleware::from_fn_with_state(
+            state.auth,
+            crate::auth::require_token,
+        ))
 }
 
 /// Serves HTTP on `listener` until `shutdown` resolves.
 pub async fn serve(
-    listener: TcpListener,
+    listener: SecureListener,
     state: HttpState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

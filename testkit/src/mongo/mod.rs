@@ -13,8 +13,8 @@
 //!   README next to it). Each [`MongoTarget`] gets its own stand-in process on
 //!   an ephemeral loopback port.
 //!
-//! The stand-in needs Python 3 (`python3`, or `TALLY_STANDIN_PYTHON`) and, the
-//! first time, PyPI: the `venv` module builds the virtualenv it runs in.
+//! The stand-in needs Python 3 (`python3`, or `TALLY_PYTHON`) and, the
+//! first time, PyPI: [`crate::venv`] builds the virtualenv it runs in.
 //!
 //! The child's stdin is a pipe held by the [`Standin`] handle: the stand-in
 //! exits when that pipe closes, so it dies with the test process even if the
@@ -34,7 +34,6 @@
 //! with `=2`) on stderr.
 
 mod standin;
-mod venv;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

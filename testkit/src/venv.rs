@@ -1,29 +1,54 @@
-//! The Python virtualenv the stand-in runs in: built once per version of
-//! `tests/mongo-standin/requirements.txt`, under
-//! `<target dir>/tmp/mongo-standin/venv-<hash of requirements.txt>`.
+//! Python virtualenvs for the third-party programs the tests run (the
+//! MongoDB stand-in, the gRPC client): one per [`PythonEnv`], built once per
+//! version of its requirements file under
+//! `<target dir>/tmp/<name>/venv-<hash of the requirements file>`.
 //!
 //! Test processes running at the same time (the daemon's tests, a bench)
 //! coordinate through a lock file, and the venv is built in a temporary
 //! directory that is then atomically renamed into place, so a half-built
-//! venv is never used.
+//! venv is never used. The base interpreter is `python3`, or the one named
+//! by `TALLY_PYTHON` (`TALLY_STANDIN_PYTHON` is read too, its older name).
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bins::workspace_root;
 use crate::process::{drain_output, wait_for};
 
+/// One virtualenv: what it is called and what goes in it.
+#[derive(Debug, Clone, Copy)]
+pub struct PythonEnv {
+    /// Directory name under `<target dir>/tmp`, e.g. `mongo-standin`.
+    pub name: &'static str,
+    /// The requirements file, relative to the workspace root.
+    pub requirements: &'static str,
+    /// Python modules that must import once it is built, comma-separated
+    /// (`"grpc, grpc_tools"`).
+    pub imports: &'static str,
+}
+
+impl PythonEnv {
+    /// The venv's python, building the venv on first use.
+    pub fn python(&self) -> Result<PathBuf, String> {
+        static BUILT: OnceLock<Mutex<HashMap<&'static str, Result<PathBuf, String>>>> =
+            OnceLock::new();
+        let built = BUILT.get_or_init(Default::default);
+        // Held while building, so one test process builds each venv once.
+        let mut built = built.lock().unwrap_or_else(|p| p.into_inner());
+        built
+            .entry(self.name)
+            .or_insert_with(|| ensure_venv(self))
+            .clone()
+    }
+}
+
 /// How long building the venv (including `pip install`) may take.
 const VENV_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// `tests/mongo-standin` in the workspace.
-pub(super) fn standin_dir() -> PathBuf {
-    workspace_root().join("tests").join("mongo-standin")
-}
 
 /// Where Cargo keeps tests' scratch files (`CARGO_TARGET_TMPDIR`, which only
 /// the test crate itself is compiled with): `<target dir>/tmp`, found from
@@ -37,12 +62,6 @@ fn target_tmp_dir() -> PathBuf {
     from_exe
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("tmp")))
         .unwrap_or_else(|| workspace_root().join("target").join("tmp"))
-}
-
-/// The venv's python, building the venv once per requirements file.
-pub(super) fn venv_python() -> Result<PathBuf, String> {
-    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    VENV.get_or_init(ensure_venv).clone()
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -67,10 +86,10 @@ fn venv_ready(venv: &Path) -> bool {
     venv.join(".ready").exists() && venv.join("bin").join("python").exists()
 }
 
-fn ensure_venv() -> Result<PathBuf, String> {
-    let reqs = standin_dir().join("requirements.txt");
+fn ensure_venv(env: &PythonEnv) -> Result<PathBuf, String> {
+    let reqs = workspace_root().join(env.requirements);
     let content = fs::read(&reqs).map_err(|e| format!("cannot read {}: {e}", reqs.display()))?;
-    let base = target_tmp_dir().join("mongo-standin");
+    let base = target_tmp_dir().join(env.name);
     fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
     let tag = format!("{:016x}", fnv1a64(&content));
     let venv = base.join(format!("venv-{tag}"));
@@ -90,7 +109,7 @@ fn ensure_venv() -> Result<PathBuf, String> {
         fs::remove_dir_all(&venv)
             .map_err(|e| format!("cannot remove broken {}: {e}", venv.display()))?;
     }
-    build_into_place(&base, &reqs, &venv)?;
+    build_into_place(&base, env, &reqs, &venv)?;
     if venv_ready(&venv) {
         Ok(python)
     } else {
@@ -145,13 +164,13 @@ fn lock(lock_path: &Path, venv: &Path) -> Result<Option<LockGuard>, String> {
 
 /// Builds the venv in a temporary directory under `base`, then renames it
 /// to `venv`.
-fn build_into_place(base: &Path, reqs: &Path, venv: &Path) -> Result<(), String> {
+fn build_into_place(base: &Path, env: &PythonEnv, reqs: &Path, venv: &Path) -> Result<(), String> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let tmp = base.join(format!("building-{}-{nanos}", std::process::id()));
-    let result = build_venv(&tmp, reqs).and_then(|()| {
+    let result = build_venv(&tmp, env, reqs).and_then(|()| {
         fs::rename(&tmp, venv).or_else(|e| {
             if venv_ready(venv) {
                 Ok(())
@@ -164,10 +183,13 @@ fn build_into_place(base: &Path, reqs: &Path, venv: &Path) -> Result<(), String>
     result
 }
 
-fn build_venv(dir: &Path, reqs: &Path) -> Result<(), String> {
-    let base_python = std::env::var("TALLY_STANDIN_PYTHON").unwrap_or_else(|_| "python3".into());
+fn build_venv(dir: &Path, env: &PythonEnv, reqs: &Path) -> Result<(), String> {
+    let base_python = std::env::var("TALLY_PYTHON")
+        .or_else(|_| std::env::var("TALLY_STANDIN_PYTHON"))
+        .unwrap_or_else(|_| "python3".into());
     eprintln!(
-        "MongoDB stand-in: building a Python venv in {} (first run only)",
+        "{}: building a Python venv in {} (first run only)",
+        env.name,
         dir.display()
     );
     run(Command::new(&base_python).args(["-m", "venv"]).arg(dir)).map_err(|e| {
@@ -187,9 +209,9 @@ fn build_venv(dir: &Path, reqs: &Path) -> Result<(), String> {
             "-r",
         ])
         .arg(reqs))
-    .map_err(|e| format!("pip install of the stand-in's requirements failed: {e}"))?;
-    run(Command::new(&python).args(["-c", "import mongomock, bson, pymongo"]))
-        .map_err(|e| format!("the stand-in's venv cannot import its modules: {e}"))?;
+    .map_err(|e| format!("pip install of {} failed: {e}", reqs.display()))?;
+    run(Command::new(&python).args(["-c", &format!("import {}", env.imports)]))
+        .map_err(|e| format!("the {} venv cannot import {}: {e}", env.name, env.imports))?;
     fs::write(dir.join(".ready"), b"ok\n").map_err(|e| e.to_string())?;
     Ok(())
 }
