@@ -21,10 +21,13 @@ pub enum RejectReason {
     SeriesLimit,
     /// The source declared a bad group list; checked by ingest.
     InvalidGroup,
+    /// A finite value whose counter increase or minute sum would leave
+    /// [`crate::model::MAX_SUM`].
+    Overflow,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 12] = [
+    pub const ALL: [RejectReason; 13] = [
         RejectReason::InvalidSource,
         RejectReason::InvalidMetric,
         RejectReason::InvalidKind,
@@ -37,6 +40,7 @@ impl RejectReason {
         RejectReason::NegativeDelta,
         RejectReason::SeriesLimit,
         RejectReason::InvalidGroup,
+        RejectReason::Overflow,
     ];
 
     /// Label value for `tally_samples_rejected_total{reason=…}`.
@@ -54,6 +58,7 @@ impl RejectReason {
             RejectReason::NegativeDelta => "negative_delta",
             RejectReason::SeriesLimit => "series_limit",
             RejectReason::InvalidGroup => "invalid_group",
+            RejectReason::Overflow => "overflow",
         }
     }
 

@@ -45,6 +45,7 @@ pub(crate) fn reason_to_proto(r: RejectReason) -> pb::RejectReason {
         RejectReason::NegativeDelta => pb::RejectReason::NegativeDelta,
         RejectReason::SeriesLimit => pb::RejectReason::SeriesLimit,
         RejectReason::InvalidGroup => pb::RejectReason::InvalidGroup,
+        RejectReason::Overflow => pb::RejectReason::Overflow,
     }
 }
 
