@@ -145,7 +145,10 @@ impl Parts {
             grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
             health.clone(),
             health_service,
-            config.ingest.max_message_bytes,
+            grpc::Limits {
+                grpc: config.grpc.clone(),
+                max_message_bytes: config.ingest.max_message_bytes,
+            },
             shutdown.close.clone().cancelled_owned(),
         ));
         let state = http::HttpState {
@@ -156,10 +159,13 @@ impl Parts {
             metrics: Some(metrics),
             draining: shutdown.close.clone(),
         };
+        // HTTP outlives `close`: `/readyz` answers 503 while the final
+        // flush drains, instead of refusing connections.
         let http = tokio::spawn(http::serve(
             http_listener,
             state,
-            shutdown.close.clone().cancelled_owned(),
+            config.http.clone(),
+            shutdown.http.clone(),
         ));
         let maintenance = Maintenance {
             agg: self.agg.clone(),
@@ -189,15 +195,17 @@ impl Parts {
     }
 }
 
-/// Shutdown runs in three steps, each with its own token: listeners stop
-/// accepting (`close`), then the pipeline makes its final flush and the
-/// background loops end (`stop`), and if the deadline passes, retries are
-/// abandoned (`give_up`).
+/// Shutdown runs in steps, each with its own token: the gRPC listener stops
+/// accepting and readiness turns 503 (`close`), then the pipeline makes its
+/// final flush and the background loops end (`stop`), and if the deadline
+/// passes, retries are abandoned (`give_up`); the HTTP listener, which
+/// reports the drain, closes last (`http`).
 #[derive(Clone, Default)]
 struct Shutdown {
     close: CancellationToken,
     stop: CancellationToken,
     give_up: CancellationToken,
+    http: CancellationToken,
 }
 
 /// The running listeners and loops.
@@ -235,12 +243,6 @@ impl Tasks {
             }
         }
         parts.gate.close();
-        match tokio::time::timeout_at(grace, &mut self.http).await {
-            Ok(Ok(Err(e))) => error!(error = %e, "HTTP server failed"),
-            Ok(Err(e)) => error!(error = %e, "HTTP task failed"),
-            Ok(Ok(Ok(()))) => {}
-            Err(_) => self.http.abort(),
-        }
         // 2. Final flush: everything acknowledged is in the aggregator now.
         s.stop.cancel();
         if tokio::time::timeout_at(deadline, &mut self.flush)
@@ -250,6 +252,15 @@ impl Tasks {
             s.give_up.cancel();
             // The applier notices `give_up` at its next retry wait.
             let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.flush).await;
+        }
+        // 3. The HTTP listener, which answered 503 on /readyz meanwhile.
+        s.http.cancel();
+        let grace = tokio::time::Instant::now() + LISTENER_GRACE.min(deadline_in / 2);
+        match tokio::time::timeout_at(grace, &mut self.http).await {
+            Ok(Ok(Err(e))) => error!(error = %e, "HTTP server failed"),
+            Ok(Err(e)) => error!(error = %e, "HTTP task failed"),
+            Ok(Ok(Ok(()))) => {}
+            Err(_) => self.http.abort(),
         }
         let _ = self.maintenance.await;
         let _ = self.watch.await;

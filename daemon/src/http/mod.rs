@@ -7,15 +7,17 @@
 //! so none of them depends on the others or on this one.
 
 mod api;
+mod config;
 mod ops;
 pub(crate) mod prometheus;
+mod server;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 use crate::flush::Pipeline;
 use crate::query::QueryEngine;
@@ -25,6 +27,8 @@ use crate::watch::WatchHub;
 use api::ApiState;
 use ops::OpsState;
 use prometheus::PromState;
+
+pub use config::HttpConfig;
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -53,13 +57,13 @@ fn router(state: HttpState) -> Router {
     ops.nest("/api/v1", api).nest("/prometheus", prometheus)
 }
 
-/// Serves HTTP on `listener` until `shutdown` resolves.
+/// Serves HTTP on `listener`, within the `[http]` limits, until `shutdown`
+/// is cancelled; then open connections finish their requests.
 pub async fn serve(
     listener: TcpListener,
     state: HttpState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    cfg: HttpConfig,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    server::serve(listener, router(state), cfg, shutdown).await
 }
