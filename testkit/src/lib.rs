@@ -14,6 +14,9 @@
 //! * [`client`], [`metrics`], [`settle`]: talking to a running daemon.
 //! * `mongo` (feature `mongodb`): the MongoDB the tests talk to, the
 //!   stand-in or the server in `MONGODB_URI`.
+//! * [`venv`]: Python virtualenvs for the third-party programs under
+//!   `tests/` (the stand-in, the `grpcio` client); [`grpc_client`] runs the
+//!   latter.
 //!
 //! Every wait is bounded and everything listens on 127.0.0.1 only.
 
@@ -23,10 +26,12 @@
 pub mod bins;
 pub mod client;
 pub mod daemon;
+pub mod grpc_client;
 pub mod metrics;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod process;
 pub mod settle;
+pub mod venv;
 
 pub use daemon::{Daemon, DaemonOpts};

@@ -33,8 +33,11 @@ fn rewrite(headers: &mut HeaderMap, max_message_bytes: usize) {
     let Ok(code) = code.parse::<i32>().map(Code::from_i32) else {
         return;
     };
-    let message = headers.get(MESSAGE).map(HeaderValue::as_bytes);
-    let starts = |prefix: &str| message.is_some_and(|m| m.starts_with(prefix.as_bytes()));
+    let message = headers
+        .get(MESSAGE)
+        .map(|m| percent_decoded(m.as_bytes()))
+        .unwrap_or_default();
+    let starts = |prefix: &str| message.starts_with(prefix.as_bytes());
     if code == Code::OutOfRange && starts(TOO_LARGE) {
         set_code(headers, Code::ResourceExhausted);
         // Printable ASCII without `%` needs no percent-encoding.
@@ -47,6 +50,30 @@ fn rewrite(headers: &mut HeaderMap, max_message_bytes: usize) {
     } else if code == Code::Internal && starts(UNDECODABLE) {
         set_code(headers, Code::InvalidArgument);
     }
+}
+
+/// `grpc-message` is percent-encoded (spaces included).
+fn percent_decoded(raw: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        match (
+            raw[i],
+            raw.get(i + 1).copied().and_then(hex),
+            raw.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, ..) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 fn set_code(headers: &mut HeaderMap, code: Code) {
@@ -72,14 +99,14 @@ mod tests {
     fn only_tonics_refusals_change() {
         let mut h = headers(
             Code::OutOfRange,
-            "Error, decoded message length too large: found 17800000 bytes, the limit is: 16777216 bytes",
+            "Error,%20decoded%20message%20length%20too%20large:%20found%2017800000%20bytes",
         );
         rewrite(&mut h, 16_777_216);
         assert_eq!(code(&h), "8");
         let m = h.get(MESSAGE).unwrap().to_str().unwrap();
         assert!(m.contains("ingest.max_message_bytes = 16777216"), "{m}");
 
-        let undecodable = "failed to decode Protobuf message: SourceBatch.source: invalid string value: data is not UTF-8 encoded";
+        let undecodable = "failed%20to%20decode%20Protobuf%20message:%20SourceBatch.source:%20invalid%20string%20value";
         let mut h = headers(Code::Internal, undecodable);
         rewrite(&mut h, 1);
         assert_eq!(code(&h), "3");
@@ -95,6 +122,7 @@ mod tests {
             rewrite(&mut h, 1);
             assert_eq!(code(&h), (c as i32).to_string());
         }
+        assert_eq!(percent_decoded(b"a%20b%2x%"), b"a b%2x%");
         let mut none = HeaderMap::new();
         rewrite(&mut none, 1);
         assert!(none.is_empty());

@@ -34,7 +34,6 @@
 //! with `=2`) on stderr.
 
 mod standin;
-mod venv;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

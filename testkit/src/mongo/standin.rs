@@ -1,7 +1,7 @@
 //! One stand-in process (`tests/mongo-standin/standin.py`): starting it on
 //! an ephemeral loopback port, its control pipe for fault injection, and
 //! its log. Separate from the choice of target (the parent module) and from
-//! building the Python environment it runs in (`venv`).
+//! building the Python environment it runs in (`crate::venv`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
@@ -9,7 +9,13 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::venv::{standin_dir, venv_python};
+use crate::venv::PyProgram;
+
+/// The stand-in's program and what its venv must import.
+const STANDIN: PyProgram = PyProgram {
+    name: "mongo-standin",
+    imports: "mongomock, bson, pymongo",
+};
 
 /// How long the stand-in may take to print `LISTENING <port>`.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,10 +38,10 @@ pub struct Standin {
 impl Standin {
     /// Builds the venv if needed and starts a stand-in on an ephemeral port.
     pub(crate) fn start() -> Result<Standin, String> {
-        let python = venv_python()?;
+        let python = STANDIN.python()?;
         let verbose = std::env::var("TALLY_STANDIN_VERBOSE").unwrap_or_default();
         let mut cmd = Command::new(&python);
-        cmd.arg(standin_dir().join("standin.py"))
+        cmd.arg(STANDIN.dir().join("standin.py"))
             .args(["--port", "0"]);
         match verbose.as_str() {
             "" | "0" => {}

@@ -1,17 +1,20 @@
-//! The Python virtualenv the stand-in runs in: built once per version of
-//! `tests/mongo-standin/requirements.txt`, under
-//! `<target dir>/tmp/mongo-standin/venv-<hash of requirements.txt>`.
+//! Python virtualenvs for the third-party programs the tests run (the
+//! MongoDB stand-in, the `grpcio` client): each program is a directory
+//! `tests/<name>/` with a `requirements.txt`, and its venv is built once
+//! per version of that file, under
+//! `<target dir>/tmp/<name>/venv-<hash of requirements.txt>`.
 //!
 //! Test processes running at the same time (the daemon's tests, a bench)
 //! coordinate through a lock file, and the venv is built in a temporary
 //! directory that is then atomically renamed into place, so a half-built
 //! venv is never used.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::bins::workspace_root;
@@ -20,9 +23,33 @@ use crate::process::{drain_output, wait_for};
 /// How long building the venv (including `pip install`) may take.
 const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// `tests/mongo-standin` in the workspace.
-pub(super) fn standin_dir() -> PathBuf {
-    workspace_root().join("tests").join("mongo-standin")
+/// A Python program under `tests/` and the modules its venv must import.
+#[derive(Debug, Clone, Copy)]
+pub struct PyProgram {
+    /// The directory under `tests/`, which holds `requirements.txt`.
+    pub name: &'static str,
+    /// `import` list checked once the venv is built, e.g. `"grpc, bson"`.
+    pub imports: &'static str,
+}
+
+impl PyProgram {
+    /// `tests/<name>` in the workspace.
+    pub fn dir(&self) -> PathBuf {
+        workspace_root().join("tests").join(self.name)
+    }
+
+    /// The venv's python, building the venv once per requirements file.
+    pub fn python(&self) -> Result<PathBuf, String> {
+        static BUILT: OnceLock<Mutex<HashMap<&'static str, Result<PathBuf, String>>>> =
+            OnceLock::new();
+        let built = BUILT.get_or_init(Default::default);
+        // Held while building: one program's venv is built once per process.
+        let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
+        built
+            .entry(self.name)
+            .or_insert_with(|| ensure_venv(self))
+            .clone()
+    }
 }
 
 /// Where Cargo keeps tests' scratch files (`CARGO_TARGET_TMPDIR`, which only
@@ -37,12 +64,6 @@ fn target_tmp_dir() -> PathBuf {
     from_exe
         .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("tmp")))
         .unwrap_or_else(|| workspace_root().join("target").join("tmp"))
-}
-
-/// The venv's python, building the venv once per requirements file.
-pub(super) fn venv_python() -> Result<PathBuf, String> {
-    static VENV: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    VENV.get_or_init(ensure_venv).clone()
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {
@@ -67,10 +88,10 @@ fn venv_ready(venv: &Path) -> bool {
     venv.join(".ready").exists() && venv.join("bin").join("python").exists()
 }
 
-fn ensure_venv() -> Result<PathBuf, String> {
-    let reqs = standin_dir().join("requirements.txt");
+fn ensure_venv(program: &PyProgram) -> Result<PathBuf, String> {
+    let reqs = program.dir().join("requirements.txt");
     let content = fs::read(&reqs).map_err(|e| format!("cannot read {}: {e}", reqs.display()))?;
-    let base = target_tmp_dir().join("mongo-standin");
+    let base = target_tmp_dir().join(program.name);
     fs::create_dir_all(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
     let tag = format!("{:016x}", fnv1a64(&content));
     let venv = base.join(format!("venv-{tag}"));
@@ -90,7 +111,7 @@ fn ensure_venv() -> Result<PathBuf, String> {
         fs::remove_dir_all(&venv)
             .map_err(|e| format!("cannot remove broken {}: {e}", venv.display()))?;
     }
-    build_into_place(&base, &reqs, &venv)?;
+    build_into_place(&base, program, &venv)?;
     if venv_ready(&venv) {
         Ok(python)
     } else {
@@ -145,13 +166,13 @@ fn lock(lock_path: &Path, venv: &Path) -> Result<Option<LockGuard>, String> {
 
 /// Builds the venv in a temporary directory under `base`, then renames it
 /// to `venv`.
-fn build_into_place(base: &Path, reqs: &Path, venv: &Path) -> Result<(), String> {
+fn build_into_place(base: &Path, program: &PyProgram, venv: &Path) -> Result<(), String> {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let tmp = base.join(format!("building-{}-{nanos}", std::process::id()));
-    let result = build_venv(&tmp, reqs).and_then(|()| {
+    let result = build_venv(&tmp, program).and_then(|()| {
         fs::rename(&tmp, venv).or_else(|e| {
             if venv_ready(venv) {
                 Ok(())
@@ -164,10 +185,12 @@ fn build_into_place(base: &Path, reqs: &Path, venv: &Path) -> Result<(), String>
     result
 }
 
-fn build_venv(dir: &Path, reqs: &Path) -> Result<(), String> {
+fn build_venv(dir: &Path, program: &PyProgram) -> Result<(), String> {
+    let reqs = program.dir().join("requirements.txt");
     let base_python = std::env::var("TALLY_STANDIN_PYTHON").unwrap_or_else(|_| "python3".into());
     eprintln!(
-        "MongoDB stand-in: building a Python venv in {} (first run only)",
+        "{}: building a Python venv in {} (first run only)",
+        program.name,
         dir.display()
     );
     run(Command::new(&base_python).args(["-m", "venv"]).arg(dir)).map_err(|e| {
@@ -186,10 +209,10 @@ fn build_venv(dir: &Path, reqs: &Path) -> Result<(), String> {
             "60",
             "-r",
         ])
-        .arg(reqs))
-    .map_err(|e| format!("pip install of the stand-in's requirements failed: {e}"))?;
-    run(Command::new(&python).args(["-c", "import mongomock, bson, pymongo"]))
-        .map_err(|e| format!("the stand-in's venv cannot import its modules: {e}"))?;
+        .arg(&reqs))
+    .map_err(|e| format!("pip install of {}'s requirements failed: {e}", program.name))?;
+    run(Command::new(&python).args(["-c", &format!("import {}", program.imports)]))
+        .map_err(|e| format!("{}'s venv cannot import its modules: {e}", program.name))?;
     fs::write(dir.join(".ready"), b"ok\n").map_err(|e| e.to_string())?;
     Ok(())
 }
