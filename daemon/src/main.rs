@@ -232,16 +232,8 @@ impl Tasks {
         // 1. Listeners: in-progress calls finish; connections get a bounded
         //    grace, because a client that never closes its connection would
         //    otherwise hold graceful shutdown for the whole deadline.
-        let grace = tokio::time::Instant::now() + LISTENER_GRACE.min(deadline_in / 2);
-        match tokio::time::timeout_at(grace, &mut self.grpc).await {
-            Ok(Ok(Err(e))) => error!(error = %e, "gRPC server failed"),
-            Ok(Err(e)) => error!(error = %e, "gRPC task failed"),
-            Ok(Ok(Ok(()))) => {}
-            Err(_) => {
-                warn!("gRPC connections still open after the grace period; closing them");
-                self.grpc.abort();
-            }
-        }
+        let grace = LISTENER_GRACE.min(deadline_in / 2);
+        wait_listener(&mut self.grpc, grace, "gRPC").await;
         parts.gate.close();
         // 2. Final flush: everything acknowledged is in the aggregator now.
         s.stop.cancel();
@@ -255,13 +247,7 @@ impl Tasks {
         }
         // 3. The HTTP listener, which answered 503 on /readyz meanwhile.
         s.http.cancel();
-        let grace = tokio::time::Instant::now() + LISTENER_GRACE.min(deadline_in / 2);
-        match tokio::time::timeout_at(grace, &mut self.http).await {
-            Ok(Ok(Err(e))) => error!(error = %e, "HTTP server failed"),
-            Ok(Err(e)) => error!(error = %e, "HTTP task failed"),
-            Ok(Ok(Ok(()))) => {}
-            Err(_) => self.http.abort(),
-        }
+        wait_listener(&mut self.http, grace, "HTTP").await;
         let _ = self.maintenance.await;
         let _ = self.watch.await;
         let _ = self.health.await;
@@ -274,6 +260,23 @@ impl Tasks {
         }
         info!("tallyd stopped cleanly");
         Ok(())
+    }
+}
+
+/// Waits up to `grace` for a listener's task to end, then aborts it.
+async fn wait_listener<E: std::fmt::Display>(
+    task: &mut JoinHandle<Result<(), E>>,
+    grace: Duration,
+    what: &str,
+) {
+    match tokio::time::timeout(grace, &mut *task).await {
+        Ok(Ok(Err(e))) => error!(error = %e, "{what} server failed"),
+        Ok(Err(e)) => error!(error = %e, "{what} task failed"),
+        Ok(Ok(Ok(()))) => {}
+        Err(_) => {
+            warn!("{what} connections still open after the grace period; closing them");
+            task.abort();
+        }
     }
 }
 

@@ -238,9 +238,7 @@ mod tests {
             e.contains("query.max_promql_depth") && e.contains('5'),
             "{e}"
         );
-        let e = check_text(&vec!["1"; 9].join("+"), &l)
-            .unwrap_err()
-            .to_string();
+        let e = check_text(&["1"; 9].join("+"), &l).unwrap_err().to_string();
         assert!(e.contains("query.max_promql_nodes"), "{e}");
         // Depth from operators rather than brackets is caught once parsed.
         let chain = "a + b + c + d + e";

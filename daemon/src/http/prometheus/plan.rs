@@ -243,8 +243,7 @@ pub(crate) fn plan_within(query: &str, limits: &QueryConfig) -> Result<Plan, Pla
     // Before the parser: it recurses as deeply as the text nests.
     super::limits::check_text(query, limits)?;
     let expr = ast::parse(query).map_err(|e| PlanError::Parse(format!("parse error: {e}")))?;
-    // Before the planner, the evaluator, and any `Display` of the tree.
-    super::limits::check_expr(&expr, limits)?;
+    super::limits::check_expr(&expr, limits)?; // before anything recurses
     plan_expr(&expr)
 }
 

@@ -86,36 +86,19 @@ async fn finite_input_never_stores_infinity() {
     let now = now_ms();
     let t = now - now.rem_euclid(MINUTE_MS);
     let at = |i: i64| t + i;
-    let resp = push(
-        &d,
-        vec![
-            batch(
-                "big",
-                series(
-                    "counter",
-                    pb::SampleKind::CumulativeCounter,
-                    &[(at(0), -1.7e308), (at(1), 1.7e308), (at(2), 1.7e308)],
-                ),
-            ),
-            batch(
-                "big",
-                series(
-                    "g",
-                    pb::SampleKind::Gauge,
-                    &[(at(0), 1e308), (at(1), 1e308)],
-                ),
-            ),
-            batch(
-                "big",
-                series(
-                    "h",
-                    pb::SampleKind::Gauge,
-                    &[(at(0), 6e299), (at(1), 6e299)],
-                ),
-            ),
-        ],
-    )
-    .await;
+    let big =
+        |metric: &str, kind, samples: &[(i64, f64)]| batch("big", series(metric, kind, samples));
+    let (counter, gauge) = (pb::SampleKind::CumulativeCounter, pb::SampleKind::Gauge);
+    let sources = vec![
+        big(
+            "counter",
+            counter,
+            &[(at(0), -1.7e308), (at(1), 1.7e308), (at(2), 1.7e308)],
+        ),
+        big("g", gauge, &[(at(0), 1e308), (at(1), 1e308)]),
+        big("h", gauge, &[(at(0), 6e299), (at(1), 6e299)]),
+    ];
+    let resp = push(&d, sources).await;
     let overflow = pb::RejectReason::Overflow as i32;
     let refused: Vec<(u32, Option<u32>)> = resp
         .rejections
@@ -138,32 +121,28 @@ async fn finite_input_never_stores_infinity() {
         ),
         Some(4.0)
     );
+    sums_are_numbers(&d, t).await;
+}
+
+/// Every stored sum of `big` reads back as a number, and PromQL's
+/// `sum_over_time` of `h` is its one accepted sample.
+async fn sums_are_numbers(d: &Daemon, t: i64) {
     let from = (t / 1000 - 3600).to_string();
-    let body = get_ok(
-        &d,
-        "/api/v1/range",
-        &[
-            ("source", "big"),
-            ("metric", "*"),
-            ("from", &from),
-            ("step", "1h"),
-        ],
-    )
-    .await;
+    let params = [
+        ("source", "big"),
+        ("metric", "*"),
+        ("from", &from),
+        ("step", "1h"),
+    ];
+    let body = get_ok(d, "/api/v1/range", &params).await;
     for s in body["series"].as_array().unwrap() {
         for p in s["points"].as_array().unwrap() {
             assert!(p["sum"].is_f64(), "a sum that is not a number: {s}");
         }
     }
-    let (status, body) = prom(
-        &d,
-        "query",
-        &[
-            ("query", "sum_over_time(h[1h])"),
-            ("time", &(t / 1000 + 60).to_string()),
-        ],
-    )
-    .await;
+    let time = (t / 1000 + 60).to_string();
+    let params = [("query", "sum_over_time(h[1h])"), ("time", &time)];
+    let (status, body) = prom(d, "query", &params).await;
     assert_eq!(status, 200, "{body}");
     let value: f64 = body["data"]["result"][0]["value"][1]
         .as_str()
