@@ -3,8 +3,10 @@
 //!
 //! Writing the catalog per sample would double the write load, so the flush
 //! pipeline reports each applied batch here and only two things reach the
-//! store: a series this daemon has not recorded yet, and a series whose
-//! `last_seen` moved on by at least `refresh` since it was last recorded.
+//! store: a series this daemon has not recorded yet, a series whose
+//! `last_seen` moved on by at least `refresh` since it was last recorded,
+//! and a series with a sample for a minute before its recorded `first_seen`
+//! (a late sample, within `ingest.lateness_window`).
 //! The store's upsert keeps the extremes, so several daemons (or a restarted
 //! one) recording the same series agree. Discovery is thus fresh to one
 //! flush for new series and to `refresh` for `last_seen`.
@@ -40,6 +42,9 @@ impl CatalogConfig {
 }
 
 struct Recorded {
+    /// `first_seen` as last written to the store: a late sample for an
+    /// earlier minute lowers it, and must be written again.
+    first_seen: i64,
     /// `last_seen` as last written to the store.
     last_seen: i64,
     kind: crate::model::SampleKind,
@@ -79,7 +84,9 @@ impl CatalogWriter {
             let (first, last) = (first.0 * MINUTE_S, last.0 * MINUTE_S);
             let stale = match recorded.get(&*s.series) {
                 None => true,
-                Some(r) => r.kind != s.kind || last >= r.last_seen + self.refresh_s,
+                Some(r) => {
+                    r.kind != s.kind || first < r.first_seen || last >= r.last_seen + self.refresh_s
+                }
             };
             if stale {
                 let mut e = CatalogEntry {
@@ -121,9 +128,11 @@ impl CatalogWriter {
         let mut recorded = self.recorded.lock();
         for e in entries {
             let r = recorded.entry(e.series).or_insert(Recorded {
+                first_seen: e.first_seen,
                 last_seen: e.last_seen,
                 kind: e.kind,
             });
+            r.first_seen = r.first_seen.min(e.first_seen);
             r.last_seen = r.last_seen.max(e.last_seen);
             r.kind = e.kind;
         }
@@ -181,6 +190,12 @@ mod tests {
             1,
             "a kind change is recorded at once"
         );
+        // A late sample for an earlier minute lowers first_seen at once.
+        let late = c.due([&sm("a", g, &[60])]);
+        assert_eq!(late.len(), 1);
+        assert_eq!((late[0].first_seen, late[0].last_seen), (3600, 3600));
+        c.recorded(late);
+        assert!(c.due([&sm("a", g, &[60, 102])]).is_empty());
         assert_eq!(c.forget_idle(6061), 1);
         assert!(c.is_empty());
 

@@ -158,7 +158,10 @@ impl Parts {
             grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
             health.clone(),
             health_service,
-            config.ingest.max_message_bytes,
+            grpc::Limits {
+                grpc: config.grpc.clone(),
+                max_message_bytes: config.ingest.max_message_bytes,
+            },
             shutdown.close.clone().cancelled_owned(),
         ));
         let state = http::HttpState {
@@ -170,10 +173,13 @@ impl Parts {
             draining: shutdown.close.clone(),
             auth: security.auth().clone(),
         };
+        // HTTP outlives `close`: `/readyz` answers 503 while the final
+        // flush drains, instead of refusing connections.
         let http = tokio::spawn(http::serve(
             http_listener,
             state,
-            shutdown.close.clone().cancelled_owned(),
+            config.http.clone(),
+            shutdown.http.clone(),
         ));
         let maintenance = Maintenance {
             agg: self.agg.clone(),
@@ -203,15 +209,17 @@ impl Parts {
     }
 }
 
-/// Shutdown runs in three steps, each with its own token: listeners stop
-/// accepting (`close`), then the pipeline makes its final flush and the
-/// background loops end (`stop`), and if the deadline passes, retries are
-/// abandoned (`give_up`).
+/// Shutdown runs in steps, each with its own token: the gRPC listener stops
+/// accepting and readiness turns 503 (`close`), then the pipeline makes its
+/// final flush and the background loops end (`stop`), and if the deadline
+/// passes, retries are abandoned (`give_up`); the HTTP listener, which
+/// reports the drain, closes last (`http`).
 #[derive(Clone, Default)]
 struct Shutdown {
     close: CancellationToken,
     stop: CancellationToken,
     give_up: CancellationToken,
+    http: CancellationToken,
 }
 
 /// The running listeners and loops.
@@ -238,23 +246,9 @@ impl Tasks {
         // 1. Listeners: in-progress calls finish; connections get a bounded
         //    grace, because a client that never closes its connection would
         //    otherwise hold graceful shutdown for the whole deadline.
-        let grace = tokio::time::Instant::now() + LISTENER_GRACE.min(deadline_in / 2);
-        match tokio::time::timeout_at(grace, &mut self.grpc).await {
-            Ok(Ok(Err(e))) => error!(error = %e, "gRPC server failed"),
-            Ok(Err(e)) => error!(error = %e, "gRPC task failed"),
-            Ok(Ok(Ok(()))) => {}
-            Err(_) => {
-                warn!("gRPC connections still open after the grace period; closing them");
-                self.grpc.abort();
-            }
-        }
+        let grace = LISTENER_GRACE.min(deadline_in / 2);
+        wait_listener(&mut self.grpc, grace, "gRPC").await;
         parts.gate.close();
-        match tokio::time::timeout_at(grace, &mut self.http).await {
-            Ok(Ok(Err(e))) => error!(error = %e, "HTTP server failed"),
-            Ok(Err(e)) => error!(error = %e, "HTTP task failed"),
-            Ok(Ok(Ok(()))) => {}
-            Err(_) => self.http.abort(),
-        }
         // 2. Final flush: everything acknowledged is in the aggregator now.
         s.stop.cancel();
         if tokio::time::timeout_at(deadline, &mut self.flush)
@@ -265,6 +259,9 @@ impl Tasks {
             // The applier notices `give_up` at its next retry wait.
             let _ = tokio::time::timeout(Duration::from_secs(1), &mut self.flush).await;
         }
+        // 3. The HTTP listener, which answered 503 on /readyz meanwhile.
+        s.http.cancel();
+        wait_listener(&mut self.http, grace, "HTTP").await;
         let _ = self.maintenance.await;
         let _ = self.watch.await;
         let _ = self.health.await;
@@ -277,6 +274,23 @@ impl Tasks {
         }
         info!("tallyd stopped cleanly");
         Ok(())
+    }
+}
+
+/// Waits up to `grace` for a listener's task to end, then aborts it.
+async fn wait_listener<E: std::fmt::Display>(
+    task: &mut JoinHandle<Result<(), E>>,
+    grace: Duration,
+    what: &str,
+) {
+    match tokio::time::timeout(grace, &mut *task).await {
+        Ok(Ok(Err(e))) => error!(error = %e, "{what} server failed"),
+        Ok(Err(e)) => error!(error = %e, "{what} task failed"),
+        Ok(Ok(Ok(()))) => {}
+        Err(_) => {
+            warn!("{what} connections still open after the grace period; closing them");
+            task.abort();
+        }
     }
 }
 

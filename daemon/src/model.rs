@@ -227,6 +227,21 @@ impl hashbrown::Equivalent<std::sync::Arc<SeriesId>> for SeriesRef<'_> {
 /// is plain `min`/`max` with no special case, exactly as `$min`/`$max` behave
 /// on a pre-allocated MongoDB document. An empty slot is "no data", never a
 /// zero point.
+/// The largest magnitude of any sum the daemon keeps in a slot. A sample
+/// that would take its minute's sum (or a cumulative counter's increase)
+/// beyond it is rejected, and a rollup leaves out a member that would take
+/// its sum beyond it. Every stored sum is a sum of such bounded sums, one
+/// per flush and minute (a day's total at a flush a second is at most 1440
+/// × 86400 ≈ 1.2e8 of them), and `f64::MAX / MAX_SUM` ≈ 1.8e8, so finite
+/// input never adds up to infinity in a minute, hour or day slot.
+pub const MAX_SUM: f64 = 1e300;
+
+/// Whether `sum` may be kept in a slot: within ±[`MAX_SUM`] (so not NaN).
+#[inline]
+pub fn sum_in_range(sum: f64) -> bool {
+    sum.abs() <= MAX_SUM
+}
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slot {
     pub n: u64,

@@ -6,8 +6,15 @@
 //! range and then filter with [`NameMatcher::matches`] themselves, so every
 //! store applies exactly the same regular-expression dialect (Rust's
 //! `regex`, the RE2 family PromQL uses) whatever its own engine would do.
+//!
+//! Globs are translated to that same dialect. `regex` matches in time
+//! linear in the name's length, but proportional to the compiled
+//! pattern's size too, so readers' patterns are bounded twice
+//! ([`PatternLimits`]): by their length and by their compiled size (a
+//! short `(.*){9999}` compiles to a large program). Runs of `*` in a glob
+//! are one `*`, so a glob of ten thousand stars is as cheap as `*`.
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 
 /// The comparison a matcher makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +31,59 @@ pub enum SelectorError {
     BadRegex { pattern: String, reason: String },
     #[error("an empty pattern matches nothing; leave the parameter out to match everything")]
     Empty,
+    #[error("the pattern is {len} bytes long; the limit is {max} (query.max_pattern_bytes)")]
+    TooLong { len: usize, max: usize },
+    #[error("the pattern compiles to more than {max} bytes (query.max_pattern_compiled_bytes): simplify it, e.g. fewer repetitions or alternatives")]
+    TooComplex { max: usize },
+}
+
+/// Bounds on a reader's pattern (`query.max_pattern_bytes`,
+/// `query.max_pattern_compiled_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatternLimits {
+    /// Longest pattern text, in bytes.
+    pub max_bytes: usize,
+    /// Largest compiled program, in bytes.
+    pub max_compiled_bytes: usize,
+}
+
+impl Default for PatternLimits {
+    /// The `[query]` defaults, which also bound the operator's own patterns
+    /// (rollup globs).
+    fn default() -> Self {
+        PatternLimits {
+            max_bytes: 16 * 1024,
+            max_compiled_bytes: 1 << 20,
+        }
+    }
+}
+
+impl PatternLimits {
+    fn check_len(&self, pattern: &str) -> Result<(), SelectorError> {
+        if pattern.len() > self.max_bytes {
+            return Err(SelectorError::TooLong {
+                len: pattern.len(),
+                max: self.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// `pattern` anchored at both ends and compiled within the bound.
+    fn compile(&self, pattern: &str) -> Result<Regex, SelectorError> {
+        RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(self.max_compiled_bytes)
+            .build()
+            .map_err(|e| match e {
+                regex::Error::CompiledTooBig(_) => SelectorError::TooComplex {
+                    max: self.max_compiled_bytes,
+                },
+                e => SelectorError::BadRegex {
+                    pattern: pattern.to_string(),
+                    reason: e.to_string(),
+                },
+            })
+    }
 }
 
 /// One condition on a name.
@@ -69,8 +129,17 @@ impl NameMatcher {
     }
 
     /// A PromQL-style matcher: `op` with `value` (a regex for the regex ops,
-    /// anchored at both ends as in PromQL).
+    /// anchored at both ends as in PromQL), within the default limits.
     pub fn new(op: MatchOp, value: &str) -> Result<NameMatcher, SelectorError> {
+        NameMatcher::new_within(op, value, &PatternLimits::default())
+    }
+
+    /// [`NameMatcher::new`] within `limits`.
+    pub fn new_within(
+        op: MatchOp,
+        value: &str,
+        limits: &PatternLimits,
+    ) -> Result<NameMatcher, SelectorError> {
         match op {
             MatchOp::Equal => Ok(NameMatcher::exact(value)),
             MatchOp::NotEqual => Ok(NameMatcher {
@@ -84,11 +153,8 @@ impl NameMatcher {
                 if op == MatchOp::Regex && value == ".*" {
                     return Ok(NameMatcher::any());
                 }
-                let regex =
-                    Regex::new(&format!("^(?:{value})$")).map_err(|e| SelectorError::BadRegex {
-                        pattern: value.to_string(),
-                        reason: e.to_string(),
-                    })?;
+                limits.check_len(value)?;
+                let regex = limits.compile(value)?;
                 let prefix = if op == MatchOp::Regex {
                     regex_literal_prefix(value)
                 } else {
@@ -107,8 +173,17 @@ impl NameMatcher {
 
     /// The HTTP API's form: a comma-separated list of names and globs (`*`
     /// any run of characters, `?` one character). A single plain name is an
-    /// exact match.
+    /// exact match. Within the default limits.
     pub fn parse_list(spec: &str) -> Result<NameMatcher, SelectorError> {
+        NameMatcher::parse_list_within(spec, &PatternLimits::default())
+    }
+
+    /// [`NameMatcher::parse_list`] within `limits`.
+    pub fn parse_list_within(
+        spec: &str,
+        limits: &PatternLimits,
+    ) -> Result<NameMatcher, SelectorError> {
+        limits.check_len(spec)?;
         let items: Vec<&str> = spec
             .split(',')
             .map(str::trim)
@@ -117,23 +192,51 @@ impl NameMatcher {
         match items.as_slice() {
             [] => Err(SelectorError::Empty),
             [one] if !one.contains(['*', '?']) => Ok(NameMatcher::exact(one)),
-            ["*"] => Ok(NameMatcher::any()),
+            _ if items.iter().any(|g| g.bytes().all(|c| c == b'*')) => Ok(NameMatcher::any()),
             _ => {
                 let alternatives: Vec<String> = items.iter().map(|g| glob_to_regex(g)).collect();
-                NameMatcher::new(MatchOp::Regex, &alternatives.join("|")).map(|mut m| {
-                    // The regex prefix scan gives up on alternations; a glob
-                    // list knows its common literal prefix exactly.
-                    m.prefix = common_prefix(items.iter().map(|g| glob_literal_prefix(g)));
-                    if !items.iter().any(|g| g.contains(['*', '?'])) {
-                        let mut names: Vec<String> = items.iter().map(|s| s.to_string()).collect();
-                        names.sort();
-                        names.dedup();
-                        m.names = Some(names);
-                    }
-                    m
-                })
+                // The translation may be longer than the glob; the glob's
+                // own length was checked above.
+                let unbounded_len = PatternLimits {
+                    max_bytes: usize::MAX,
+                    ..*limits
+                };
+                NameMatcher::new_within(MatchOp::Regex, &alternatives.join("|"), &unbounded_len)
+                    .map(|mut m| {
+                        // The regex prefix scan gives up on alternations; a glob
+                        // list knows its common literal prefix exactly.
+                        m.prefix = common_prefix(items.iter().map(|g| glob_literal_prefix(g)));
+                        if !items.iter().any(|g| g.contains(['*', '?'])) {
+                            let mut names: Vec<String> =
+                                items.iter().map(|s| s.to_string()).collect();
+                            names.sort();
+                            names.dedup();
+                            m.names = Some(names);
+                        }
+                        m
+                    })
             }
         }
+    }
+
+    /// Exactly `names`, however many: for lists the daemon builds itself
+    /// from its catalog, which no reader's limit applies to.
+    pub fn one_of(names: &[String]) -> Result<NameMatcher, SelectorError> {
+        let mut sorted = names.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        if let [one] = sorted.as_slice() {
+            return Ok(NameMatcher::exact(one));
+        }
+        let alternatives: Vec<String> = sorted.iter().map(|n| regex::escape(n)).collect();
+        let unbounded = PatternLimits {
+            max_bytes: usize::MAX,
+            max_compiled_bytes: usize::MAX,
+        };
+        let mut m = NameMatcher::new_within(MatchOp::Regex, &alternatives.join("|"), &unbounded)?;
+        m.prefix = common_prefix(sorted.iter().map(String::as_str));
+        m.names = Some(sorted);
+        Ok(m)
     }
 
     pub fn op(&self) -> MatchOp {
@@ -190,8 +293,13 @@ pub fn combined_prefix(all: &[NameMatcher]) -> &str {
 
 fn glob_to_regex(glob: &str) -> String {
     let mut re = String::with_capacity(glob.len() + 8);
+    let mut star = false;
     for c in glob.chars() {
+        // `**` matches what `*` does: one `.*` keeps the program small.
+        let repeat = star && c == '*';
+        star = c == '*';
         match c {
+            '*' if repeat => {}
             '*' => re.push_str(".*"),
             '?' => re.push('.'),
             c => re.push_str(&regex::escape(&c.to_string())),
@@ -277,10 +385,37 @@ mod tests {
         assert!(m.matches("a.bc") && !m.matches("axbc"));
 
         assert!(NameMatcher::parse_list("*").unwrap().is_any());
+        let many: Vec<String> = (0..3000).map(|i| format!("m.{i:05}")).collect();
+        let m = NameMatcher::one_of(&many).unwrap();
+        assert_eq!(m.literal_prefix(), "m.0");
+        assert!(m.matches("m.02999") && !m.matches("mx02999"));
+        assert_eq!(m.names().map(<[String]>::len), Some(3000));
         assert_eq!(
             NameMatcher::parse_list(" , ").unwrap_err(),
             SelectorError::Empty
         );
+    }
+
+    #[test]
+    fn patterns_are_bounded() {
+        let stars = "*".repeat(10_000);
+        assert!(NameMatcher::parse_list(&stars).unwrap().is_any());
+        let m =
+            NameMatcher::parse_list(&format!("a{}b{}", &stars[..5000], &stars[..5000])).unwrap();
+        assert!(m.matches("ab") && m.matches("a-x-b") && !m.matches("ba"));
+        assert_eq!(glob_to_regex("a**?*b"), "a.*..*b");
+        let small = PatternLimits {
+            max_bytes: 8,
+            max_compiled_bytes: 1 << 20,
+        };
+        let e = NameMatcher::parse_list_within("abcdefghi*", &small).unwrap_err();
+        assert_eq!(e, SelectorError::TooLong { len: 10, max: 8 });
+        assert!(e.to_string().contains("query.max_pattern_bytes"));
+        let e = NameMatcher::new(MatchOp::Regex, "(.*){9999}").unwrap_err();
+        assert!(matches!(e, SelectorError::TooComplex { .. }), "{e:?}");
+        assert!(e.to_string().contains("query.max_pattern_compiled_bytes"));
+        let e = NameMatcher::new_within(MatchOp::NotRegex, "abcdefghi", &small).unwrap_err();
+        assert!(matches!(e, SelectorError::TooLong { .. }));
     }
 
     #[test]

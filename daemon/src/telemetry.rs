@@ -116,11 +116,13 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Histogram, "tally_mongodb_batch_statements", Unit::Count, "Write statements per MongoDB command, by operation."),
     (Kind::Counter, "tally_mongodb_fallback_upserts_total", Unit::Count, "MongoDB documents created by a flush's fallback upsert (not pre-allocated)."),
     (Kind::Counter, "tally_catalog_writes_total", Unit::Count, "Series catalog entries written (new series, or last_seen refreshed)."),
-    (Kind::Counter, "tally_rollup_skipped_total", Unit::Count, "Member series left out of a group rollup (kind conflict or rollup.max_series reached), per flush."),
+    (Kind::Counter, "tally_rollup_skipped_total", Unit::Count, "Member series left out of a group rollup (kind conflict, rollup.max_series reached, or a sum beyond 1e300), per flush."),
     (Kind::Counter, "tally_rollup_groups_refused_total", Unit::Count, "Group names agents declared beyond rollup.max_agent_groups, ignored."),
     (Kind::Gauge, "tally_watch_subscribers", Unit::Count, "Live watch subscriptions (gRPC Watch and SSE)."),
     (Kind::Counter, "tally_watch_skipped_total", Unit::Count, "Watch updates skipped because a subscriber's queue was full."),
     (Kind::Counter, "tally_watch_dropped_total", Unit::Count, "Watch subscribers dropped for reading nothing for watch.max_lag."),
+    (Kind::Gauge, "tally_http_connections", Unit::Count, "Open HTTP connections (at most http.max_connections)."),
+    (Kind::Counter, "tally_http_connections_refused_total", Unit::Count, "HTTP connections answered 503 and closed at http.max_connections."),
     (Kind::Histogram, "tally_watch_tick_duration_seconds", Unit::Seconds, "Time to compute and send one watch tick to every subscriber."),
 ];
 

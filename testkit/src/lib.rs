@@ -16,6 +16,8 @@
 //!   stand-in or the server in `MONGODB_URI`.
 //! * [`pygrpc`]: a third-party gRPC client (Python `grpcio`); [`venv`]: the
 //!   Python environments it and the stand-in run in.
+//! * [`grpc_client`]: the stock `grpcio` reflection client, as older tools
+//!   see the daemon.
 //!
 //! Every wait is bounded and everything listens on 127.0.0.1 only.
 
@@ -25,6 +27,7 @@
 pub mod bins;
 pub mod client;
 pub mod daemon;
+pub mod grpc_client;
 pub mod metrics;
 #[cfg(feature = "mongodb")]
 pub mod mongo;

@@ -23,10 +23,13 @@ pub enum RejectReason {
     InvalidGroup,
     /// The request's token may not push for this source; checked by ingest.
     SourceNotAllowed,
+    /// A finite value whose counter increase or minute sum would leave
+    /// [`crate::model::MAX_SUM`].
+    Overflow,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 13] = [
+    pub const ALL: [RejectReason; 14] = [
         RejectReason::InvalidSource,
         RejectReason::InvalidMetric,
         RejectReason::InvalidKind,
@@ -40,6 +43,7 @@ impl RejectReason {
         RejectReason::SeriesLimit,
         RejectReason::InvalidGroup,
         RejectReason::SourceNotAllowed,
+        RejectReason::Overflow,
     ];
 
     /// Label value for `tally_samples_rejected_total{reason=…}`.
@@ -58,6 +62,7 @@ impl RejectReason {
             RejectReason::SeriesLimit => "series_limit",
             RejectReason::InvalidGroup => "invalid_group",
             RejectReason::SourceNotAllowed => "source_not_allowed",
+            RejectReason::Overflow => "overflow",
         }
     }
 

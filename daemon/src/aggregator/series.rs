@@ -11,7 +11,9 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
-use crate::model::{minute_of_ms, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot};
+use crate::model::{
+    minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, MAX_SUM,
+};
 
 // `repr(C)` with cache-line alignment keeps `hash` and the inline key in
 // one line: a lookup's comparison touches a single line. Measured ~15%
@@ -131,13 +133,19 @@ impl Aggregator {
                 continue;
             };
             let minute = minute_of_ms(ts);
+            // Nearly always the newest minute, so search from the back.
+            let at = state.pending.iter().rposition(|(m, _)| *m == minute);
+            let sum = at.map_or(0.0, |i| state.pending[i].1.sum) + value;
+            if !sum_in_range(sum) {
+                reject_overflow(cap, b, sample, value, out);
+                continue;
+            }
             state.last_minute = state.last_minute.max(minute);
             if state.pending.is_empty() {
                 dirty.push((hash, state.id.clone()));
             }
-            // Nearly always the newest minute, so search from the back.
-            match state.pending.iter_mut().rev().find(|(m, _)| *m == minute) {
-                Some((_, slot)) => slot.add(value),
+            match at {
+                Some(i) => state.pending[i].1.add(value),
                 None => {
                     state.pending.push((minute, Slot::of(value)));
                     created += 1;
@@ -254,6 +262,25 @@ impl Aggregator {
             },
         }
     }
+}
+
+/// Refuses a finite sample whose increase or minute sum would leave
+/// [`MAX_SUM`]. A cumulative counter's sample is already the baseline of
+/// the next one: its own increase is what cannot be kept.
+#[cold]
+fn reject_overflow(
+    cap: usize,
+    b: &SeriesBatch<'_>,
+    sample: Sample,
+    added: f64,
+    out: &mut IngestOutcome,
+) {
+    out.reject(cap, b, Some(sample.index), 1, RejectReason::Overflow, || {
+        format!(
+            "value {} would add {added} to its minute, taking the minute's sum beyond ±{MAX_SUM:e}, the largest Tally keeps so that hour and day totals stay finite",
+            sample.v
+        )
+    });
 }
 
 /// One sample of a series group and its position in it.

@@ -269,3 +269,44 @@ fn effective_shards() {
     let auto = AggregatorConfig { shards: 0 }.effective_shards();
     assert!((1..=MAX_SHARDS).contains(&auto));
 }
+
+#[test]
+fn finite_input_never_sums_beyond_max_sum() {
+    use crate::model::MAX_SUM;
+    let a = agg();
+    // A cumulative counter from -1.7e308 to 1.7e308: the increase is not a
+    // finite number. The sample is refused and becomes the new baseline.
+    let ts = [NOW, NOW + 1000, NOW + 2000];
+    let out = a.ingest(
+        &[batch(
+            "s",
+            "c",
+            SampleKind::CumulativeCounter,
+            &ts,
+            &[-1.7e308, 1.7e308, 1.7e308 + 0.0],
+        )],
+        NOW,
+    );
+    assert_eq!((out.accepted, out.rejected), (2, 1));
+    assert_eq!(out.rejections[0].reason, RejectReason::Overflow);
+    assert_eq!(out.rejections[0].sample_index, Some(1));
+    assert!(
+        out.rejections[0].detail.contains("1e300"),
+        "{:?}",
+        out.rejections
+    );
+    // Ten 1e299 gauge samples fit in a minute; an eleventh does not.
+    let vs = [1e299; 12];
+    let ts: Vec<i64> = (0..12).map(|i| NOW + i).collect();
+    let out = a.ingest(&[batch("s", "g", SampleKind::Gauge, &ts, &vs)], NOW);
+    assert_eq!((out.accepted, out.rejected), (10, 2));
+    assert_eq!(out.rejected_by_reason[RejectReason::Overflow as usize], 2);
+    // So does a single sample beyond the bound, though finite.
+    let out = a.ingest(&[batch("s", "h", SampleKind::Gauge, &[NOW], &[1e308])], NOW);
+    assert_eq!(out.rejections[0].reason, RejectReason::Overflow);
+    for s in a.drain() {
+        for (_, slot) in &s.minutes {
+            assert!(slot.sum.abs() <= MAX_SUM, "{s:?}");
+        }
+    }
+}

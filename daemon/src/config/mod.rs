@@ -38,6 +38,8 @@ use crate::aggregator::AggregatorConfig;
 use crate::auth::AuthConfig;
 use crate::catalog::CatalogConfig;
 use crate::flush::FlushConfig;
+use crate::grpc::GrpcConfig;
+use crate::http::HttpConfig;
 use crate::ingest::IngestConfig;
 use crate::maintenance::PreallocConfig;
 use crate::rollup::RollupConfig;
@@ -65,6 +67,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// A `tracing_subscriber::EnvFilter` directive.
     pub log_level: String,
+    pub grpc: GrpcConfig,
+    pub http: HttpConfig,
     pub ingest: IngestConfig,
     pub aggregator: AggregatorConfig,
     pub flush: FlushConfig,
@@ -113,6 +117,8 @@ impl Default for Config {
             writer_id: String::new(),
             log_format: LogFormat::default(),
             log_level: "info".to_string(),
+            grpc: GrpcConfig::default(),
+            http: HttpConfig::default(),
             ingest: IngestConfig::default(),
             aggregator: AggregatorConfig::default(),
             flush: FlushConfig::default(),
@@ -154,6 +160,8 @@ impl Config {
     fn problems(&self) -> Vec<(&'static str, String)> {
         let mut p = Problems::default();
         self.check_own(&mut p);
+        self.grpc.check(&mut p);
+        self.http.check(&mut p);
         self.ingest.check(self.retention.hour, &mut p);
         self.aggregator.check(&mut p);
         self.flush.check(&mut p);

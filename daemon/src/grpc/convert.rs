@@ -11,7 +11,7 @@ use crate::model::{SampleKind, SeriesId};
 use crate::query::{
     Aggregate, Latest, Point, QueryError, Selection, SeriesInfo, SeriesRange, Step, StepSpec,
 };
-use crate::selector::NameMatcher;
+use crate::selector::{NameMatcher, PatternLimits};
 
 pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
     match pb::SampleKind::try_from(k).ok()? {
@@ -46,6 +46,7 @@ pub(crate) fn reason_to_proto(r: RejectReason) -> pb::RejectReason {
         RejectReason::SeriesLimit => pb::RejectReason::SeriesLimit,
         RejectReason::InvalidGroup => pb::RejectReason::InvalidGroup,
         RejectReason::SourceNotAllowed => pb::RejectReason::SourceNotAllowed,
+        RejectReason::Overflow => pb::RejectReason::Overflow,
     }
 }
 
@@ -61,25 +62,33 @@ impl From<QueryError> for Status {
 }
 
 /// An optional name filter: empty selects everything.
-pub(crate) fn matcher(value: &str, name: &str) -> Result<Vec<NameMatcher>, Status> {
+pub(crate) fn matcher(
+    value: &str,
+    name: &str,
+    limits: &PatternLimits,
+) -> Result<Vec<NameMatcher>, Status> {
     if value.is_empty() {
         return Ok(Vec::new());
     }
-    NameMatcher::parse_list(value)
+    NameMatcher::parse_list_within(value, limits)
         .map(|m| vec![m])
         .map_err(|e| Status::invalid_argument(format!("{name}: {e}")))
 }
 
 /// A selection that must name its sources and metrics (`*` for all).
-pub(crate) fn selection(source: &str, metric: &str) -> Result<Selection, Status> {
+pub(crate) fn selection(
+    source: &str,
+    metric: &str,
+    limits: &PatternLimits,
+) -> Result<Selection, Status> {
     if source.is_empty() || metric.is_empty() {
         return Err(Status::invalid_argument(
             "source and metric are required: names, comma-separated lists or globs (\"*\" selects all)",
         ));
     }
     Ok(Selection {
-        source: matcher(source, "source")?,
-        metric: matcher(metric, "metric")?,
+        source: matcher(source, "source", limits)?,
+        metric: matcher(metric, "metric", limits)?,
     })
 }
 

@@ -1,12 +1,17 @@
 //! The gRPC listener: the ingest service (`ingest`), the query service
 //! (`query`), `grpc.health.v1` (tracking the store's health) and server
-//! reflection, on one port. Conversions between the wire messages and the
-//! daemon's types are in `convert`, shared by both services.
+//! reflection (`grpc.reflection.v1`, and `v1alpha` for older tools), on
+//! one port, within the `[grpc]` limits (`config`). Conversions between
+//! the wire messages and the daemon's types are in `convert`, shared by
+//! both services; `status` gives tonic's own refusals their conventional
+//! codes.
 
+mod config;
 mod convert;
 mod health;
 mod ingest;
 mod query;
+mod status;
 
 use std::future::Future;
 
@@ -16,6 +21,7 @@ use tonic::service::interceptor::InterceptedService;
 use crate::auth::{AuthInterceptor, Authenticator, Need};
 use crate::tls::SecureListener;
 
+pub use config::GrpcConfig;
 pub use health::track_store_health;
 pub use ingest::IngestService;
 pub use query::QueryService;
@@ -33,14 +39,24 @@ pub async fn serve(
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
-    max_message_bytes: usize,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), GrpcError> {
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(tally_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(tally_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection()
         .build_v1()
         .map_err(|e| GrpcError::Reflection(e.to_string()))?;
+    let reflection_v1alpha = reflection()
+        .build_v1alpha()
+        .map_err(|e| GrpcError::Reflection(e.to_string()))?;
+    let Limits {
+        grpc: cfg,
+        max_message_bytes,
+    } = limits;
     let ingest =
         pb::ingest_server::IngestServer::new(ingest).max_decoding_message_size(max_message_bytes);
     let query = pb::query_server::QueryServer::new(query);
@@ -51,8 +67,15 @@ pub async fn serve(
         .set_serving::<pb::query_server::QueryServer<QueryService>>()
         .await;
     tonic::transport::Server::builder()
+        .max_concurrent_streams(cfg.max_concurrent_streams)
+        .http2_keepalive_interval(Some(cfg.keepalive_interval))
+        .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
+        .layer(tower::util::MapResponseLayer::new(move |r| {
+            status::conventional(r, max_message_bytes)
+        }))
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(InterceptedService::new(
             ingest,
             AuthInterceptor::new(auth.clone(), Need::Ingest),
@@ -64,6 +87,14 @@ pub async fn serve(
         .serve_with_incoming_shutdown(listener, shutdown)
         .await
         .map_err(|e| GrpcError::Transport(e.to_string()))
+}
+
+/// The settings [`serve`] applies.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub grpc: GrpcConfig,
+    /// `ingest.max_message_bytes`.
+    pub max_message_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -28,6 +28,11 @@ impl QueryService {
         QueryService { engine, watch }
     }
 
+    /// The bounds on the `source` and `metric` patterns of a request.
+    fn patterns(&self) -> crate::selector::PatternLimits {
+        self.engine.limits().pattern_limits()
+    }
+
     async fn list_names(
         &self,
         which: Names,
@@ -37,8 +42,8 @@ impl QueryService {
             .engine
             .names(
                 which,
-                matcher(&r.source, "source")?,
-                matcher(&r.metric, "metric")?,
+                matcher(&r.source, "source", &self.patterns())?,
+                matcher(&r.metric, "metric", &self.patterns())?,
                 (!r.page_token.is_empty()).then_some(r.page_token),
                 page_size(r.page_size),
             )
@@ -85,7 +90,7 @@ impl pb::query_server::Query for QueryService {
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let r = request.into_inner();
-        let sel = selection(&r.source, &r.metric)?;
+        let sel = selection(&r.source, &r.metric, &self.patterns())?;
         let step = step_spec(r.step, r.step_ms, r.max_points)?;
         let aggs = aggregates(&r.aggregates)?;
         let (from, to) = seconds(r.from_ms, r.to_ms);
@@ -101,7 +106,7 @@ impl pb::query_server::Query for QueryService {
         request: Request<pb::LatestRequest>,
     ) -> Result<Response<pb::LatestResponse>, Status> {
         let r = request.into_inner();
-        let sel = selection(&r.source, &r.metric)?;
+        let sel = selection(&r.source, &r.metric, &self.patterns())?;
         let now = chrono::Utc::now().timestamp();
         let latest = self.engine.latest(&sel, now).await?;
         Ok(Response::new(pb::LatestResponse {
@@ -118,8 +123,8 @@ impl pb::query_server::Query for QueryService {
         let page = self
             .engine
             .series(CatalogQuery {
-                source: matcher(&r.source, "source")?,
-                metric: matcher(&r.metric, "metric")?,
+                source: matcher(&r.source, "source", &self.patterns())?,
+                metric: matcher(&r.metric, "metric", &self.patterns())?,
                 kind: kind_from_proto(r.kind),
                 seen_since: (r.seen_since_ms != 0).then(|| r.seen_since_ms.div_euclid(1000)),
                 after,
@@ -154,7 +159,7 @@ impl pb::query_server::Query for QueryService {
         let sources = match r.sources {
             Some(pb::aggregate_request::Sources::Group(g)) => Sources::Group(g),
             Some(pb::aggregate_request::Sources::Source(s)) => {
-                Sources::Matching(matcher(&s, "source")?)
+                Sources::Matching(matcher(&s, "source", &self.patterns())?)
             }
             None => Sources::Matching(Vec::new()),
         };
@@ -188,7 +193,7 @@ impl pb::query_server::Query for QueryService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let r = request.into_inner();
-        let sel = selection(&r.source, &r.metric)?;
+        let sel = selection(&r.source, &r.metric, &self.patterns())?;
         let sub = self.watch.subscribe(sel, r.window_minutes).await?;
         Ok(Response::new(watch_updates(sub)))
     }

@@ -20,7 +20,7 @@ use crate::model::{SampleKind, SeriesId};
 use crate::query::{
     Aggregate, AggregateQuery, Names, QueryEngine, QueryError, Selection, Sources, StepSpec,
 };
-use crate::selector::NameMatcher;
+use crate::selector::{NameMatcher, PatternLimits};
 use crate::store::CatalogQuery;
 use crate::watch::WatchHub;
 
@@ -29,6 +29,13 @@ use crate::watch::WatchHub;
 pub(crate) struct ApiState {
     pub(crate) query: Arc<QueryEngine>,
     pub(crate) watch: Arc<WatchHub>,
+}
+
+impl ApiState {
+    /// The bounds on the `source` and `metric` patterns of a request.
+    fn patterns(&self) -> PatternLimits {
+        self.query.limits().pattern_limits()
+    }
 }
 
 /// The routes, relative to `/api/v1`.
@@ -111,25 +118,29 @@ struct Params {
 const DEFAULT_PAGE: usize = 100;
 
 impl Params {
-    fn matcher(value: &Option<String>, name: &str) -> Result<Vec<NameMatcher>, QueryError> {
+    fn matcher(
+        value: &Option<String>,
+        name: &str,
+        limits: &PatternLimits,
+    ) -> Result<Vec<NameMatcher>, QueryError> {
         match value {
             None => Ok(Vec::new()),
-            Some(v) => NameMatcher::parse_list(v)
+            Some(v) => NameMatcher::parse_list_within(v, limits)
                 .map(|m| vec![m])
                 .map_err(|e| QueryError::Invalid(format!("{name}: {e}"))),
         }
     }
 
     /// A selection that must name its sources and metrics (`*` for all).
-    fn selection(&self) -> Result<Selection, QueryError> {
+    fn selection(&self, limits: &PatternLimits) -> Result<Selection, QueryError> {
         if self.source.is_none() || self.metric.is_none() {
             return Err(QueryError::Invalid(
                 "`source` and `metric` are required: names, comma-separated lists or globs (`*` selects all)".into(),
             ));
         }
         Ok(Selection {
-            source: Params::matcher(&self.source, "source")?,
-            metric: Params::matcher(&self.metric, "metric")?,
+            source: Params::matcher(&self.source, "source", limits)?,
+            metric: Params::matcher(&self.metric, "metric", limits)?,
         })
     }
 
@@ -193,7 +204,7 @@ async fn range(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejectio
         ("kind", p.kind.is_some()),
         ("after", p.after.is_some())
     ]));
-    let sel = tri!(p.selection());
+    let sel = tri!(p.selection(&s.patterns()));
     let (from, to) = tri!(p.range(now));
     let step = tri!(p.step());
     let aggs = tri!(p.aggregates());
@@ -204,7 +215,7 @@ async fn range(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejectio
 
 async fn latest(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
-    let sel = tri!(p.selection());
+    let sel = tri!(p.selection(&s.patterns()));
     let started = Instant::now();
     let now = chrono::Utc::now().timestamp();
     let r = s
@@ -250,8 +261,8 @@ async fn series(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejecti
         },
     };
     let q = CatalogQuery {
-        source: tri!(Params::matcher(&p.source, "source")),
-        metric: tri!(Params::matcher(&p.metric, "metric")),
+        source: tri!(Params::matcher(&p.source, "source", &s.patterns())),
+        metric: tri!(Params::matcher(&p.metric, "metric", &s.patterns())),
         kind,
         seen_since,
         after,
@@ -270,8 +281,8 @@ async fn series(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejecti
 async fn names(s: ApiState, which: Names, q: Result<Query<Params>, QueryRejection>) -> Response {
     let p = params!(q);
     let (src, met) = (
-        tri!(Params::matcher(&p.source, "source")),
-        tri!(Params::matcher(&p.metric, "metric")),
+        tri!(Params::matcher(&p.source, "source", &s.patterns())),
+        tri!(Params::matcher(&p.metric, "metric", &s.patterns())),
     );
     let started = Instant::now();
     let r = s
@@ -312,7 +323,7 @@ async fn aggregate(
     let sources = match (&p.group, &p.source) {
         (Some(_), Some(_)) => return bad("give `group` or `source`, not both"),
         (Some(g), None) => Sources::Group(g.clone()),
-        (None, _) => Sources::Matching(tri!(Params::matcher(&p.source, "source"))),
+        (None, _) => Sources::Matching(tri!(Params::matcher(&p.source, "source", &s.patterns()))),
     };
     let (from, to) = tri!(p.range(now));
     let q = AggregateQuery {
@@ -336,7 +347,7 @@ async fn watch_sse(
     q: Result<Query<Params>, QueryRejection>,
 ) -> Response {
     let p = params!(q);
-    let sel = tri!(p.selection());
+    let sel = tri!(p.selection(&s.patterns()));
     let window_minutes = match p
         .window
         .as_deref()

@@ -7,14 +7,16 @@
 //! so none of them depends on the others or on this one.
 
 mod api;
+mod config;
 mod ops;
 pub(crate) mod prometheus;
+mod server;
 
-use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::Authenticator;
 use crate::tls::SecureListener;
@@ -27,6 +29,8 @@ use crate::watch::WatchHub;
 use api::ApiState;
 use ops::OpsState;
 use prometheus::PromState;
+
+pub use config::HttpConfig;
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -42,7 +46,7 @@ pub struct HttpState {
     pub auth: Authenticator,
 }
 
-fn router(state: HttpState) -> Router {
+pub(crate) fn router(state: HttpState) -> Router {
     let ops = ops::router().with_state(OpsState {
         pipeline: state.pipeline,
         store: state.store,
@@ -62,13 +66,13 @@ fn router(state: HttpState) -> Router {
         ))
 }
 
-/// Serves HTTP on `listener` until `shutdown` resolves.
+/// Serves HTTP on `listener`, within the `[http]` limits, until `shutdown`
+/// is cancelled; then open connections finish their requests.
 pub async fn serve(
     listener: SecureListener,
     state: HttpState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    cfg: HttpConfig,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    server::serve(listener, router(state), cfg, shutdown).await
 }

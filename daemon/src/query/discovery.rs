@@ -62,7 +62,7 @@ pub struct Page<T> {
 impl QueryEngine {
     /// A page of catalog entries.
     pub async fn series(&self, mut q: CatalogQuery) -> Result<Page<SeriesInfo>, QueryError> {
-        q.limit = q.limit.clamp(1, self.limits().max_page);
+        q.limit = self.page_limit(q.limit)?;
         let limit = q.limit;
         let found = self.catalog(&q).await?;
         let next = (found.len() == limit)
@@ -72,6 +72,18 @@ impl QueryEngine {
             items: found.into_iter().map(SeriesInfo::from).collect(),
             next,
         })
+    }
+
+    /// A reader's page size: at least one, and over `query.max_page` an
+    /// error rather than a silently shorter page.
+    fn page_limit(&self, limit: usize) -> Result<usize, QueryError> {
+        let max = self.limits().max_page;
+        if limit > max {
+            return Err(QueryError::Invalid(format!(
+                "limit {limit} is above query.max_page = {max}: ask for at most {max} and continue with `next`"
+            )));
+        }
+        Ok(limit.max(1))
     }
 
     /// Most catalog entries one distinct-name listing scans.
@@ -121,7 +133,7 @@ impl QueryEngine {
         after: Option<String>,
         limit: usize,
     ) -> Result<Page<String>, QueryError> {
-        let limit = limit.clamp(1, self.limits().max_page);
+        let limit = self.page_limit(limit)?;
         let mut out: Vec<String> = Vec::new();
         // Past every metric of a source: `~` sorts after the metric charset.
         let skip = |s: &str| SeriesId::new(s, "~");
@@ -166,7 +178,7 @@ impl QueryEngine {
         after: Option<String>,
         limit: usize,
     ) -> Result<Page<String>, QueryError> {
-        let limit = limit.clamp(1, self.limits().max_page);
+        let limit = self.page_limit(limit)?;
         let mut names = BTreeSet::new();
         let mut cursor = None;
         let mut scanned = 0usize;

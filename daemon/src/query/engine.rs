@@ -42,6 +42,24 @@ impl SeriesBuckets {
     }
 }
 
+/// `rate` of a gauge has no meaning; asking for it is an error rather than
+/// points that silently lack it.
+fn refuse_rate_of_gauges(
+    series: &[SeriesBuckets],
+    aggregates: &[Aggregate],
+) -> Result<(), QueryError> {
+    if !aggregates.contains(&Aggregate::Rate) {
+        return Ok(());
+    }
+    match series.iter().find(|b| b.kind == Some(SampleKind::Gauge)) {
+        Some(b) => Err(QueryError::Invalid(format!(
+            "rate is defined for counters, and {}|{} is a gauge: leave rate out of agg (avg, min, max, sum and count apply to gauges) or select counters only",
+            b.series.source, b.series.metric
+        ))),
+        None => Ok(()),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SeriesRange {
     pub source: String,
@@ -311,9 +329,9 @@ impl QueryEngine {
             .resolve(sel, self.limits.max_series, "query.max_series")
             .await?;
         self.check_total(ids.len(), &w)?;
-        let series = self
-            .many_buckets(&ids, &w)
-            .await?
+        let buckets = self.many_buckets(&ids, &w).await?;
+        refuse_rate_of_gauges(&buckets, aggregates)?;
+        let series = buckets
             .into_iter()
             .map(|b| SeriesRange {
                 points: Point::all(&b.buckets, w.step.width_s, b.is_counter(), aggregates),

@@ -26,7 +26,25 @@ pub struct QueryConfig {
     pub max_page: usize,
     /// Points of all series of one range read (or watch snapshot) together.
     pub max_total_points: usize,
+    /// Longest PromQL query text, in bytes.
+    pub max_promql_bytes: usize,
+    /// Deepest nesting of a PromQL expression (a lone number is 1).
+    pub max_promql_depth: usize,
+    /// Most nodes (operators, calls, selectors, numbers) of a PromQL
+    /// expression.
+    pub max_promql_nodes: usize,
+    /// Longest glob list or regular expression a reader may give, in bytes.
+    pub max_pattern_bytes: usize,
+    /// Largest compiled form of one glob list or regular expression, in
+    /// bytes: a short pattern such as `(.*){9999}` compiles to a large
+    /// program, and matching time grows with it.
+    pub max_pattern_compiled_bytes: usize,
 }
+
+/// Above these, a PromQL expression could overflow a worker thread's stack
+/// in the parser or the planner, whatever the configuration says.
+const PROMQL_DEPTH_CAP: usize = 256;
+const PROMQL_NODES_CAP: usize = 8_000;
 
 impl Default for QueryConfig {
     fn default() -> Self {
@@ -37,6 +55,11 @@ impl Default for QueryConfig {
             max_fanout: 10_000,
             max_page: 10_000,
             max_total_points: 10_000_000,
+            max_promql_bytes: 64 * 1024,
+            max_promql_depth: 64,
+            max_promql_nodes: 2_048,
+            max_pattern_bytes: 16 * 1024,
+            max_pattern_compiled_bytes: 1 << 20,
         }
     }
 }
@@ -49,6 +72,37 @@ impl QueryConfig {
         p.at_least(self.max_fanout, 1, "query.max_fanout");
         p.at_least(self.max_page, 1, "query.max_page");
         p.at_least(self.max_total_points, 1, "query.max_total_points");
+        p.at_least(self.max_promql_bytes, 1, "query.max_promql_bytes");
+        p.at_least(self.max_promql_depth, 1, "query.max_promql_depth");
+        p.require(
+            self.max_promql_depth <= PROMQL_DEPTH_CAP,
+            "query.max_promql_depth",
+            format!(
+                "must be at most {PROMQL_DEPTH_CAP}: deeper expressions could overflow the stack"
+            ),
+        );
+        p.at_least(self.max_promql_nodes, 1, "query.max_promql_nodes");
+        p.require(
+            self.max_promql_nodes <= PROMQL_NODES_CAP,
+            "query.max_promql_nodes",
+            format!(
+                "must be at most {PROMQL_NODES_CAP}: larger expressions could overflow the stack"
+            ),
+        );
+        p.at_least(self.max_pattern_bytes, 1, "query.max_pattern_bytes");
+        p.at_least(
+            self.max_pattern_compiled_bytes,
+            1024,
+            "query.max_pattern_compiled_bytes",
+        );
+    }
+
+    /// The bounds on readers' name patterns.
+    pub fn pattern_limits(&self) -> crate::selector::PatternLimits {
+        crate::selector::PatternLimits {
+            max_bytes: self.max_pattern_bytes,
+            max_compiled_bytes: self.max_pattern_compiled_bytes,
+        }
     }
 }
 
@@ -77,5 +131,10 @@ mod tests {
                 ("query.max_total_points", "must be at least 1".to_string()),
             ]
         );
+        let huge = QueryConfig {
+            max_promql_depth: 10_000,
+            ..QueryConfig::default()
+        };
+        assert_eq!(problems(&huge)[0].0, "query.max_promql_depth");
     }
 }

@@ -30,7 +30,9 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
-use crate::model::{validate_source, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot};
+use crate::model::{
+    sum_in_range, validate_source, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot,
+};
 use crate::selector::{NameMatcher, SelectorError};
 
 /// The first character of every rollup series' source.
@@ -497,7 +499,14 @@ impl Rollups {
                     }
                     let (_, minutes) = acc.entry(id).or_insert_with(|| (kind, BTreeMap::new()));
                     for (m, slot) in &member.minutes {
-                        minutes.entry(*m).or_default().merge(slot);
+                        let merged = minutes.entry(*m).or_default();
+                        // Members' sums are each bounded; many of them
+                        // together may not be.
+                        if sum_in_range(merged.sum + slot.sum) {
+                            merged.merge(slot);
+                        } else {
+                            skipped += 1;
+                        }
                     }
                 }
             }

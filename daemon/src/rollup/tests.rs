@@ -290,3 +290,18 @@ fn bad_groups_are_refused() {
     assert!(bad("all", &["x*"]));
     assert!(!bad("ok", &["x*"]));
 }
+
+#[test]
+fn a_member_that_would_overflow_the_rollup_is_left_out() {
+    let r = rollups();
+    let members: Vec<SeriesMinutes> = (0..4)
+        .map(|i| member(&format!("db-{i}"), "big", SampleKind::Gauge, &[(10, 6e299)]))
+        .collect();
+    let out = r.expand(members);
+    let all = out
+        .iter()
+        .find(|s| *s.series == Rollups::series("all", "big"))
+        .unwrap();
+    // 6e299 + 6e299 is beyond 1e300: only the first member is merged.
+    assert_eq!(all.minutes[0].1, Slot::of(6e299));
+}

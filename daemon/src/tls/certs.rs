@@ -77,7 +77,9 @@ impl Configs {
         };
         Ok(Configs {
             grpc: build(&[b"h2"])?,
-            http: build(&[b"h2", b"http/1.1"])?,
+            // The HTTP server speaks HTTP/1.1 only: its limits (header
+            // deadline, header size) are HTTP/1 settings.
+            http: build(&[b"http/1.1"])?,
             fingerprint,
         })
     }
@@ -193,10 +195,7 @@ mod tests {
         let cfg = config(&files, &ck.cert.pem(), &ck.signing_key.serialize_pem());
         let configs = Configs::load(&cfg).unwrap();
         assert_eq!(configs.grpc.alpn_protocols, vec![b"h2".to_vec()]);
-        assert_eq!(
-            configs.http.alpn_protocols,
-            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
-        );
+        assert_eq!(configs.http.alpn_protocols, vec![b"http/1.1".to_vec()]);
         assert_eq!(configs.fingerprint.len(), 64);
     }
 

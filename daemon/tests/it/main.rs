@@ -26,6 +26,7 @@ mod fold_property;
 mod mongo_standin;
 mod mongo_store;
 mod prometheus_api;
+mod robustness;
 mod security;
 
 use tally_testkit::DaemonOpts;

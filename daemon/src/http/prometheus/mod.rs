@@ -15,6 +15,7 @@
 
 mod discovery;
 mod eval;
+mod limits;
 mod names;
 mod params;
 mod plan;

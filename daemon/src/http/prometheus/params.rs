@@ -4,7 +4,7 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::response::ApiError;
@@ -31,7 +31,15 @@ impl<S: Send + Sync> FromRequest<S> for Params {
         let mut pairs = Vec::new();
         if form {
             let body = Bytes::from_request(req, state).await.map_err(|e| {
-                ApiError::BadData(format!("reading the form body: {e}")).into_response()
+                let e = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::BadData(
+                        "the form body is over the limit on request bodies (http.max_body_bytes)"
+                            .into(),
+                    )
+                } else {
+                    ApiError::BadData(format!("reading the form body: {e}"))
+                };
+                e.into_response()
             })?;
             pairs.extend(form_urlencoded::parse(&body).into_owned());
         }

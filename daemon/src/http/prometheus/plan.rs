@@ -15,7 +15,8 @@ use promql_parser::parser::{self as ast, Expr, LabelModifier};
 
 use crate::model::MINUTE_S;
 use crate::query::Aggregate;
-use crate::selector::{MatchOp, NameMatcher};
+use crate::query::QueryConfig;
+use crate::selector::{MatchOp, NameMatcher, PatternLimits};
 
 /// The range functions: each reads one slot aggregate of its window, and
 /// `rate` and `increase` only of counters.
@@ -153,15 +154,16 @@ pub(crate) struct LabelMatch {
 }
 
 impl LabelMatch {
-    /// The matcher, with PromQL's anchored regular expressions.
-    pub(crate) fn matcher(&self) -> Result<NameMatcher, PlanError> {
+    /// The matcher, with PromQL's anchored regular expressions, within
+    /// `limits`.
+    pub(crate) fn matcher(&self, limits: &PatternLimits) -> Result<NameMatcher, PlanError> {
         let op = match self.op {
             Op::Equal => MatchOp::Equal,
             Op::NotEqual => MatchOp::NotEqual,
             Op::Regex => MatchOp::Regex,
             Op::NotRegex => MatchOp::NotRegex,
         };
-        NameMatcher::new(op, &self.value)
+        NameMatcher::new_within(op, &self.value, limits)
             .map_err(|e| PlanError::Parse(format!("label {}: {e}", self.label)))
     }
 }
@@ -223,6 +225,9 @@ pub(crate) enum PlanError {
     /// construct.
     #[error("{0}")]
     Unsupported(String),
+    /// A query over one of the `[query]` size limits, which it names.
+    #[error(transparent)]
+    TooBig(#[from] super::limits::TooBig),
 }
 
 /// Range functions, for messages.
@@ -230,12 +235,15 @@ fn supported_functions() -> String {
     RANGE_FNS.map(|(name, ..)| name).join(", ")
 }
 
-/// Parses and plans `query`.
-pub(crate) fn plan(query: &str) -> Result<Plan, PlanError> {
+/// Parses and plans `query`, within the PromQL size limits of `limits`.
+pub(crate) fn plan_within(query: &str, limits: &QueryConfig) -> Result<Plan, PlanError> {
     if query.trim().is_empty() {
         return Err(PlanError::Parse("the query is empty".into()));
     }
+    // Before the parser: it recurses as deeply as the text nests.
+    super::limits::check_text(query, limits)?;
     let expr = ast::parse(query).map_err(|e| PlanError::Parse(format!("parse error: {e}")))?;
+    super::limits::check_expr(&expr, limits)?; // before anything recurses
     plan_expr(&expr)
 }
 
@@ -464,6 +472,10 @@ fn plan_binary(bin: &ast::BinaryExpr) -> Result<Plan, PlanError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn plan(query: &str) -> Result<Plan, PlanError> {
+        plan_within(query, &QueryConfig::default())
+    }
 
     fn err(q: &str) -> String {
         match plan(q) {

@@ -52,7 +52,7 @@ async fn run_range(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
             "exceeded maximum resolution of {max} points per timeseries (query.max_points). Try decreasing the query resolution (?step=XX)"
         )));
     }
-    let plan = plan::plan(q)?;
+    let plan = plan::plan_within(q, engine.limits())?;
     let times: Vec<i64> = (0..points).map(|i| start + i * step).collect();
     let mut ev = Evaluator::new(engine, cache, times);
     let value = ev.eval(&plan).await?;
@@ -94,7 +94,7 @@ async fn run_instant(prom: &PromState, p: &Params) -> Result<Response, ApiError>
         Some(t) => t,
         None => chrono::Utc::now().timestamp_millis(),
     };
-    let plan = plan::plan(q)?;
+    let plan = plan::plan_within(q, engine.limits())?;
     let mut ev = Evaluator::new(engine, cache, vec![t]);
     let data = match ev.eval(&plan).await? {
         Value::Scalar(v) => json!({

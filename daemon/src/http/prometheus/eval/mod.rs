@@ -344,7 +344,9 @@ pub(crate) async fn resolve(
     };
     let mut exact_name = None;
     for m in &sel.matchers {
-        let matcher = m.matcher().map_err(|e| EvalError::BadData(e.to_string()))?;
+        let matcher = m
+            .matcher(&engine.limits().pattern_limits())
+            .map_err(|e| EvalError::BadData(e.to_string()))?;
         match m.label.as_str() {
             NAME_LABEL => {
                 if m.op == Op::Equal {
@@ -421,7 +423,8 @@ fn counters_only(
 fn list_matcher(names: &[String]) -> Result<NameMatcher, EvalError> {
     match names {
         [one] => Ok(NameMatcher::exact(one)),
-        _ => NameMatcher::parse_list(&names.join(","))
-            .map_err(|e| EvalError::BadData(format!("metric names: {e}"))),
+        _ => {
+            NameMatcher::one_of(names).map_err(|e| EvalError::BadData(format!("metric names: {e}")))
+        }
     }
 }

@@ -1,0 +1,150 @@
+//! The HTTP listener under idle, slow and oversized clients: a thousand
+//! idle connections, a client reading its response a byte at a time and
+//! one sending its headers a byte at a time do not keep a normal client
+//! waiting; the header deadline closes the idle and the trickling; the
+//! connection cap, the head and body limits answer with their setting.
+
+use std::time::{Duration, Instant};
+
+use tally_testkit::client::{get_json, http_client, within};
+use tally_testkit::Daemon;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use super::PROMPT;
+use crate::tallyd;
+
+const IDLE: usize = 1_000;
+
+async fn connect(d: &Daemon) -> TcpStream {
+    let addr = d.http_url().trim_start_matches("http://").to_string();
+    within("connect", TcpStream::connect(addr)).await.unwrap()
+}
+
+/// Reads until the server closes the connection; what it said.
+async fn read_to_close(mut s: TcpStream) -> String {
+    let mut out = Vec::new();
+    within("reading until the server closes", s.read_to_end(&mut out))
+        .await
+        .unwrap_or_default();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A normal request's latency.
+async fn normal_request(d: &Daemon) -> Duration {
+    let started = Instant::now();
+    let (status, body) = get_json(d, "/api/v1/series", &[("source", "*"), ("metric", "*")]).await;
+    assert_eq!(status, 200, "{body}");
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_and_slow_clients_do_not_starve_a_normal_one() {
+    let d = Daemon::start_async(tallyd().env("TALLYD_HTTP_HEADER_READ_TIMEOUT", "3s")).await;
+    let usual = normal_request(&d).await;
+    let mut idle = Vec::with_capacity(IDLE);
+    for _ in 0..IDLE {
+        idle.push(connect(&d).await);
+    }
+    // A reader that takes its response in 64-byte sips, with a small
+    // receive buffer so the daemon's writes back up.
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let addr = d.http_url().trim_start_matches("http://").parse().unwrap();
+    let mut slow = within("connect", socket.connect(addr)).await.unwrap();
+    slow.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let sipping = tokio::spawn(async move {
+        let mut buf = [0u8; 64];
+        for _ in 0..50 {
+            if slow.read(&mut buf).await.unwrap_or(0) == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    // A client that trickles its request head.
+    let mut trickle = connect(&d).await;
+    let trickling = tokio::spawn(async move {
+        for b in b"GET /healthz HTTP/1.1\r\nhost: x\r\nx-pad: "
+            .iter()
+            .cycle()
+        {
+            if trickle.write_all(&[*b]).await.is_err() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    });
+    for _ in 0..5 {
+        let took = normal_request(&d).await;
+        assert!(
+            took < PROMPT,
+            "a normal request took {took:?} (usual {usual:?}) beside {IDLE} idle connections"
+        );
+    }
+    // The header deadline ends the idle and the trickling connections.
+    let started = Instant::now();
+    for s in idle.drain(..).take(20) {
+        read_to_close(s).await;
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        within("trickling client", trickling).await.unwrap(),
+        "the trickling client was cut off"
+    );
+    within("slow reader", sipping).await.unwrap();
+    normal_request(&d).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_cap_and_size_limits_name_their_setting() {
+    let d = Daemon::start_async(
+        tallyd()
+            .env("TALLYD_HTTP_MAX_CONNECTIONS", "8")
+            .env("TALLYD_HTTP_MAX_BODY_BYTES", "1000"),
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(connect(&d).await);
+    }
+    let refused = read_to_close(connect(&d).await).await;
+    assert!(
+        refused.starts_with("HTTP/1.1 503") && refused.contains("http.max_connections"),
+        "{refused}"
+    );
+    drop(held);
+    // The daemon notices the closed connections and takes new ones.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let url = format!("{}/prometheus/api/v1/query", d.http_url());
+    let big = format!("query={}", "1".repeat(2000));
+    let resp = loop {
+        // At the cap the 503 may come before the request is sent, which
+        // the client sees as an error.
+        let r = http_client()
+            .post(&url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(big.clone())
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status() != 503 => break r,
+            _ if Instant::now() > deadline => panic!("still refused: {r:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert_eq!(resp.status(), 413);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("http.max_body_bytes"), "{text}");
+    let resp = http_client()
+        .get(format!("{}/healthz", d.http_url()))
+        .header("x-big", "a".repeat(70_000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 431);
+    normal_request(&d).await;
+}

@@ -1,0 +1,93 @@
+//! No single request can crash or starve the daemon, and the audit's
+//! findings stay fixed, through the real binary:
+//!
+//! * `promql`: queries over the length, depth and node limits are 400
+//!   `bad_data` naming the setting (before the parser, which would
+//!   otherwise overflow the stack), and the daemon answers the next query.
+//! * `patterns`: a glob of ten thousand stars answers at once; patterns
+//!   over the length or compiled-size limits are refused by name.
+//! * `connections`: a thousand idle connections, a slow reader and a
+//!   trickling client do not keep a normal client waiting; the connection
+//!   cap, the header deadline and the size limits answer as documented.
+//! * `findings`: a late sample lowers `first_seen` (on both stores, across
+//!   a restart), finite input never sums to infinity, and `/readyz` says
+//!   503 while the final flush drains.
+//! * `grpc_edges`: reflection `v1alpha` from the stock Python client,
+//!   `RESOURCE_EXHAUSTED` for an oversized message, `INVALID_ARGUMENT`
+//!   naming the field for invalid UTF-8, and the 400s of `agg=rate` on a
+//!   gauge and of `limit` above `query.max_page`.
+
+mod connections;
+mod findings;
+mod grpc_edges;
+mod patterns;
+mod promql;
+
+use std::time::Duration;
+
+use tally_proto::v1 as pb;
+use tally_testkit::client::{get_json, http_client, within};
+use tally_testkit::Daemon;
+
+/// A generous bound on requests that must not be slow: far above their
+/// usual milliseconds, far below the seconds the audit measured.
+const PROMPT: Duration = Duration::from_secs(2);
+
+/// Pushes `sources`, returning the daemon's answer whatever it accepted.
+async fn push(d: &Daemon, sources: Vec<pb::SourceBatch>) -> pb::PushResponse {
+    let mut ingest = d.ingest_client().await;
+    within("Push", ingest.push(pb::PushRequest { sources }))
+        .await
+        .unwrap_or_else(|s| panic!("Push: {s:?}"))
+        .into_inner()
+}
+
+/// One source's batch of one series.
+fn batch(source: &str, series: pb::SeriesSamples) -> pb::SourceBatch {
+    pb::SourceBatch {
+        source: source.to_string(),
+        series: vec![series],
+        groups: Vec::new(),
+    }
+}
+
+/// A Prometheus API GET: (status, JSON body).
+async fn prom(d: &Daemon, path: &str, params: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    get_json(d, &format!("/prometheus/api/v1/{path}"), params).await
+}
+
+/// A Prometheus API form POST (for queries too long for a URL): (status,
+/// JSON body).
+async fn prom_post(d: &Daemon, path: &str, params: &[(&str, &str)]) -> (u16, serde_json::Value) {
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
+    let url = format!("{}/prometheus/api/v1/{path}", d.http_url());
+    let resp = within(
+        "POST",
+        http_client()
+            .post(&url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("POST {url}: {e}"));
+    let status = resp.status().as_u16();
+    let text = within("POST body", resp.text()).await.unwrap_or_default();
+    let json = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("POST {url} answered {status}, not JSON ({e})"));
+    (status, json)
+}
+
+/// Asserts a Prometheus `bad_data` answer whose message names `setting`.
+fn assert_bad_data(status: u16, body: &serde_json::Value, setting: &str) {
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["status"], "error", "{body}");
+    assert_eq!(body["errorType"], "bad_data", "{body}");
+    let msg = body["error"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains(setting),
+        "the error should name {setting}: {msg}"
+    );
+}
