@@ -49,6 +49,8 @@ pub mod aggregator;
 pub mod catalog;
 pub mod config;
 pub mod flush;
+#[cfg(test)]
+mod fuzz;
 pub mod grpc;
 pub mod http;
 pub mod ingest;

@@ -38,7 +38,7 @@ pub struct HttpState {
     pub draining: tokio_util::sync::CancellationToken,
 }
 
-fn router(state: HttpState) -> Router {
+pub(crate) fn router(state: HttpState) -> Router {
     let ops = ops::router().with_state(OpsState {
         pipeline: state.pipeline,
         store: state.store,
