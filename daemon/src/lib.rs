@@ -53,6 +53,8 @@ pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod flush;
+#[cfg(test)]
+mod fuzz;
 pub mod grpc;
 pub mod http;
 pub mod ingest;

@@ -211,7 +211,7 @@ impl Aggregator {
                 format!(
                     "timestamp {} is {}s older than the lateness window (ingest.lateness_window = {}s)",
                     fmt_ms(ts),
-                    (oldest_ms - ts) / 1000,
+                    oldest_ms.saturating_sub(ts) / 1000,
                     self.limits.lateness_ms / 1000
                 )
             });
