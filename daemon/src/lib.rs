@@ -45,6 +45,7 @@
 //! | [`config`] | command line, layered loading and composition of every section |
 //! | [`validate`] | the checks each section's config type runs |
 //! | [`telemetry`] | logging and the daemon's own metrics |
+//! | `fuzz` (tests only) | random-input harnesses of the front doors; `scripts/fuzz` runs millions |
 //!
 //! `main.rs` only wires these together and runs the shutdown sequence.
 
