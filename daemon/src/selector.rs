@@ -325,6 +325,11 @@ fn common_prefix<'a>(mut names: impl Iterator<Item = &'a str>) -> String {
             .take_while(|(a, b)| a == b)
             .count();
     }
+    // Names differing inside a multi-byte character share only the bytes
+    // before it.
+    while !first.is_char_boundary(len) {
+        len -= 1;
+    }
     first[..len].to_string()
 }
 
@@ -360,6 +365,16 @@ fn regex_literal_prefix(pattern: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::common_prefix;
+
+    #[test]
+    fn common_prefix_stops_at_a_character_boundary() {
+        // Found by fuzzing: two names that differ inside a 4-byte character.
+        let names = ["\u{105BB}", "\u{16F8F}"];
+        assert_eq!(common_prefix(names.into_iter()), "");
+        assert_eq!(common_prefix(["ab\u{E9}", "ab\u{E8}"].into_iter()), "ab");
+    }
+
     use super::*;
 
     #[test]

@@ -190,14 +190,20 @@ fn env_value(default: &Value, raw: String) -> Value {
         // Without this, a database named "2024" or a writer id "7" would be
         // parsed as a number and then rejected as "expected a string".
         Value::String(..) => Value::from(raw),
-        _ => match raw.parse::<Value>() {
-            Ok(value) => value,
-            Err(never) => match never {},
-        },
+        // figment's value parser panics on some quoted strings with
+        // escapes (found by fuzzing); such a value is kept as the string it
+        // is, and the setting's type check then names the variable.
+        _ => {
+            let text = raw.clone();
+            match std::panic::catch_unwind(move || text.parse::<Value>()) {
+                Ok(Ok(value)) => value,
+                Ok(Err(never)) => match never {},
+                Err(_) => Value::from(raw),
+            }
+        }
     }
 }
 
-/// The known name nearest to `name`, if it is close enough to be a typo.
 /// The known name nearest to `name`, if it is close enough to be a typo.
 fn closest(name: &str, known: &[String]) -> Option<String> {
     known

@@ -616,3 +616,13 @@ fn cli_parses_and_help_reads_well() {
         assert!(help.contains(flag), "{flag}");
     }
 }
+
+#[test]
+fn an_env_value_the_value_parser_chokes_on_is_a_type_error() {
+    // Found by fuzzing: figment's value parser panics on this string.
+    let text = load_err(
+        &Cli::default(),
+        env(&[("TALLYD_PREALLOC_ENABLED", "\"\u{1FACE}\\0\"")]),
+    );
+    assert!(text.contains("TALLYD_PREALLOC_ENABLED"), "{text}");
+}
