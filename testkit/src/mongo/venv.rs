@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::bins::workspace_root;
+use crate::bins::{target_dir, workspace_root};
 use crate::process::{drain_output, wait_for};
 
 /// How long building the venv (including `pip install`) may take.
@@ -26,17 +26,9 @@ pub(super) fn standin_dir() -> PathBuf {
 }
 
 /// Where Cargo keeps tests' scratch files (`CARGO_TARGET_TMPDIR`, which only
-/// the test crate itself is compiled with): `<target dir>/tmp`, found from
-/// the running test, `<target dir>/<profile>/deps/<test>`.
+/// the test crate itself is compiled with): `<target dir>/tmp`.
 fn target_tmp_dir() -> PathBuf {
-    let from_exe = std::env::current_exe().ok().and_then(|exe| {
-        let deps = exe.parent()?;
-        let target = deps.parent()?.parent()?;
-        (deps.file_name()? == "deps").then(|| target.join("tmp"))
-    });
-    from_exe
-        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("tmp")))
-        .unwrap_or_else(|| workspace_root().join("target").join("tmp"))
+    target_dir().join("tmp")
 }
 
 /// The venv's python, building the venv once per requirements file.
