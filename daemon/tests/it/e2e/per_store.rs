@@ -1,6 +1,6 @@
 //! The end-to-end scenarios every store must pass, each run once per store:
-//! `<scenario>::embedded` and `<scenario>::mongodb` (the stand-in, or the
-//! server in `MONGODB_URI`). What a store adds to a scenario (MongoDB's
+//! `<scenario>::embedded` and `<scenario>::mongodb_<target>` on every
+//! MongoDB target (the stand-in, FerretDB, the server in `MONGODB_URI`). What a store adds to a scenario (MongoDB's
 //! documents read with the driver) is behind [`Store`].
 
 use tally_testkit::metrics::{metric, metrics_text};
@@ -17,11 +17,22 @@ use super::{
 };
 
 /// Runs each scenario `async fn <name>(store: Store)` once per store, as the
-/// tests `<name>::embedded` and `<name>::mongodb`.
+/// tests `<name>::embedded` and, once per MongoDB target,
+/// `<name>::mongodb_standin`, `<name>::mongodb_ferretdb` and
+/// `<name>::mongodb_uri` (a target not available here prints why and
+/// passes).
 macro_rules! per_store {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
+            use tally_testkit::mongo::TargetKind;
+
             use super::{Store, StoreKind};
+
+            async fn on(kind: TargetKind) {
+                if let Some(store) = Store::on_target(kind).await {
+                    super::$scenario(store).await;
+                }
+            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
@@ -29,8 +40,18 @@ macro_rules! per_store {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb() {
-                super::$scenario(Store::new(StoreKind::MongoDb).await).await;
+            async fn mongodb_standin() {
+                on(TargetKind::Standin).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mongodb_ferretdb() {
+                on(TargetKind::FerretDb).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mongodb_uri() {
+                on(TargetKind::Uri).await;
             }
         }
     )*};
