@@ -21,34 +21,42 @@
 // A failed expectation panics: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Inside a scenario's module: the tests `mongodb_standin`,
+/// `mongodb_ferretdb` and `mongodb_uri`, each calling
+/// `super::<scenario>(<wrap>(target))` on a target of its kind, or printing
+/// why that kind is not available here and passing.
+macro_rules! mongo_target_tests {
+    ($scenario:ident, $wrap:path) => {
+        async fn on(kind: tally_testkit::mongo::TargetKind) {
+            if let Some(target) = tally_testkit::mongo::mongo_target_of(kind).await {
+                super::$scenario($wrap(target)).await;
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mongodb_standin() {
+            on(tally_testkit::mongo::TargetKind::Standin).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mongodb_ferretdb() {
+            on(tally_testkit::mongo::TargetKind::FerretDb).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mongodb_uri() {
+            on(tally_testkit::mongo::TargetKind::Uri).await;
+        }
+    };
+}
+
 /// Runs each `async fn <name>(target: MongoTarget)` once per MongoDB
 /// target, as the tests `<name>::mongodb_standin`, `<name>::mongodb_ferretdb`
 /// and `<name>::mongodb_uri` (see the crate docs).
 macro_rules! per_mongo_target {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
-            use tally_testkit::mongo::{mongo_target_of, TargetKind};
-
-            async fn on(kind: TargetKind) {
-                if let Some(target) = mongo_target_of(kind).await {
-                    super::$scenario(target).await;
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb_standin() {
-                on(TargetKind::Standin).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb_ferretdb() {
-                on(TargetKind::FerretDb).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb_uri() {
-                on(TargetKind::Uri).await;
-            }
+            mongo_target_tests!($scenario, std::convert::identity);
         }
     )*};
 }

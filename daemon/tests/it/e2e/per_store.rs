@@ -24,35 +24,14 @@ use super::{
 macro_rules! per_store {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
-            use tally_testkit::mongo::TargetKind;
-
             use super::{Store, StoreKind};
-
-            async fn on(kind: TargetKind) {
-                if let Some(store) = Store::on_target(kind).await {
-                    super::$scenario(store).await;
-                }
-            }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
                 super::$scenario(Store::new(StoreKind::Embedded).await).await;
             }
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb_standin() {
-                on(TargetKind::Standin).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb_ferretdb() {
-                on(TargetKind::FerretDb).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb_uri() {
-                on(TargetKind::Uri).await;
-            }
+            mongo_target_tests!($scenario, Store::mongodb);
         }
     )*};
 }

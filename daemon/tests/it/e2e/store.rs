@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Document};
-use tally_testkit::mongo::{mongo_target, mongo_target_of, MongoTarget, Standin, TargetKind};
+use tally_testkit::mongo::{mongo_target, MongoTarget, Standin, TargetKind};
 use tally_testkit::{Daemon, DaemonOpts};
 
 use super::check::Expect;
@@ -18,7 +18,7 @@ const DAYS: &str = "metrics_by_day";
 const WRITER: &str = "e2e-writer";
 
 /// Which store a test runs on: MongoDB is `MONGODB_URI` when set, else
-/// the stand-in ([`Store::on_target`] picks a target).
+/// the stand-in ([`Store::mongodb`] takes any target).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum StoreKind {
     Embedded,
@@ -38,12 +38,6 @@ impl Store {
             StoreKind::MongoDb => Some(mongo_target().await),
         };
         Store { mongodb }
-    }
-
-    /// MongoDB on a target of `kind`; `None` (after a printed note) when
-    /// that target is not available here.
-    pub(super) async fn on_target(kind: TargetKind) -> Option<Store> {
-        Some(Store::mongodb(mongo_target_of(kind).await?))
     }
 
     /// MongoDB on `target`.
