@@ -20,14 +20,23 @@ impl MongoStore {
     /// retention before `now_s`, and catalog entries last seen more than the
     /// day retention before it: what the TTL indexes would delete. Returns
     /// the documents deleted (catalog entries included); 0 when the server
-    /// has TTL indexes or has not been reached yet.
+    /// has TTL indexes or cannot be reached yet (the next sweep tries
+    /// again). A failure of the deletes themselves is an error.
     pub(super) async fn expire_inner(
         &self,
         now_s: i64,
         hour_retention_s: i64,
         day_retention_s: i64,
     ) -> Result<usize, StoreError> {
-        self.ready().await?;
+        if self.features.probed() && !self.features.lacks(Feature::TtlIndex) {
+            return Ok(0);
+        }
+        // Not known yet: the first contact decides. While the server is
+        // down there is nothing to delete from, and flushes report it.
+        match self.ready().await {
+            Err(e) if e.is_retryable() => return Ok(0),
+            other => other?,
+        }
         if !self.features.lacks(Feature::TtlIndex) {
             return Ok(0);
         }

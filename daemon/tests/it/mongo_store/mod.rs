@@ -47,11 +47,18 @@ const HOURS: &str = "metrics_by_hour";
 const DAYS: &str = "metrics_by_day";
 const SERIES: &str = "tally_series";
 
+/// The store's settings on `target`. FerretDB gets a minute per command:
+/// its SQLite backend takes a few hundred milliseconds per update of a day
+/// document, more while the rest of the suite runs beside it.
 fn config(target: &MongoTarget, database: &str) -> MongoDbConfig {
+    let timeout = match target.kind {
+        TargetKind::FerretDb => Duration::from_secs(60),
+        _ => Duration::from_secs(10),
+    };
     MongoDbConfig {
         uri: target.uri.clone(),
         database: database.to_string(),
-        timeout: Duration::from_secs(10),
+        timeout,
         ..MongoDbConfig::default()
     }
 }
