@@ -117,6 +117,21 @@ pub fn workspace_root() -> &'static Path {
         .expect("the workspace root")
 }
 
+/// The Cargo target directory the running test was built in (tests are
+/// `<target dir>/<profile>/deps/<test>`), else `CARGO_TARGET_DIR`, else
+/// `target/` in the workspace. Tools the tests build or install live under
+/// it: it is ignored by version control and per build tree.
+pub fn target_dir() -> PathBuf {
+    let from_exe = std::env::current_exe().ok().and_then(|exe| {
+        let deps = exe.parent()?;
+        let target = deps.parent()?.parent()?;
+        (deps.file_name()? == "deps").then(|| target.to_path_buf())
+    });
+    from_exe
+        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
 /// True when `bin` exists and no file of `sources` is newer.
 fn is_fresh(bin: &Path, sources: [&str; 3]) -> bool {
     let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok();

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::bins::workspace_root;
+use crate::bins::{target_dir, workspace_root};
 use crate::process::{drain_output, wait_for};
 
 /// One virtualenv: what it is called and what goes in it.
@@ -51,17 +51,9 @@ impl PythonEnv {
 const VENV_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Where Cargo keeps tests' scratch files (`CARGO_TARGET_TMPDIR`, which only
-/// the test crate itself is compiled with): `<target dir>/tmp`, found from
-/// the running test, `<target dir>/<profile>/deps/<test>`.
+/// the test crate itself is compiled with): `<target dir>/tmp`.
 fn target_tmp_dir() -> PathBuf {
-    let from_exe = std::env::current_exe().ok().and_then(|exe| {
-        let deps = exe.parent()?;
-        let target = deps.parent()?.parent()?;
-        (deps.file_name()? == "deps").then(|| target.join("tmp"))
-    });
-    from_exe
-        .or_else(|| std::env::var_os("CARGO_TARGET_DIR").map(|d| PathBuf::from(d).join("tmp")))
-        .unwrap_or_else(|| workspace_root().join("target").join("tmp"))
+    target_dir().join("tmp")
 }
 
 fn fnv1a64(bytes: &[u8]) -> u64 {

@@ -49,6 +49,7 @@ import sys
 import threading
 import time
 import traceback
+import uuid
 
 import bson
 from bson import ObjectId
@@ -157,6 +158,9 @@ UPDATE_OPERATORS = {
 }
 
 WRITE_COMMANDS = {"insert", "update", "delete", "findAndModify"}
+
+# What `hello` advertises and `startSession` answers, as mongod does.
+SESSION_TIMEOUT_MINUTES = 30
 
 # Answered on the event loop itself; everything else runs, one command at a
 # time, on the engine thread, so a long batch never starves the driver's
@@ -1524,6 +1528,7 @@ class Standin:
             "ping": self.cmd_ping,
             "buildInfo": self.cmd_build_info,
             "buildinfo": self.cmd_build_info,
+            "startSession": self.cmd_start_session,
             "endSessions": self.cmd_ok,
             "killSessions": self.cmd_ok,
             "killAllSessions": self.cmd_ok,
@@ -1605,7 +1610,7 @@ class Standin:
             "maxMessageSizeBytes": MAX_MESSAGE_SIZE,
             "maxWriteBatchSize": MAX_WRITE_BATCH_SIZE,
             "localTime": datetime.datetime.now(datetime.timezone.utc),
-            "logicalSessionTimeoutMinutes": 30,
+            "logicalSessionTimeoutMinutes": SESSION_TIMEOUT_MINUTES,
             "connectionId": conn_id,
             "minWireVersion": 0,
             "maxWireVersion": MAX_WIRE_VERSION,
@@ -1613,6 +1618,12 @@ class Standin:
             "ok": 1.0,
         })
         return reply
+
+    def cmd_start_session(self, db, cmd, conn_id):
+        # As mongod: a fresh server-side session id; sessions carry no state
+        # here (no transactions, no retryable-write bookkeeping).
+        return {"id": {"id": bson.Binary.from_uuid(uuid.uuid4())},
+                "timeoutMinutes": SESSION_TIMEOUT_MINUTES, "ok": 1.0}
 
     def cmd_ping(self, db, cmd, conn_id):
         return {"ok": 1.0}

@@ -9,11 +9,57 @@
 //!
 //! `cargo test -p tallyd --test it -- e2e::` runs one area; the end-to-end
 //! suite runs once per store, e.g. `-- e2e::per_store::` and `::mongodb`.
-//! With `MONGODB_URI` set, MongoDB tests use that server instead of the
-//! stand-in.
+//!
+//! The MongoDB suites that need no fault injection (the store's conformance,
+//! documents and expiry, the end-to-end scenarios, exactly-once under the
+//! load generator) run once per MongoDB target: `<test>::mongodb_standin`,
+//! `<test>::mongodb_ferretdb` (FerretDB, when Go is present) and
+//! `<test>::mongodb_uri` (when `MONGODB_URI` is set); a target that is not
+//! available prints why and passes. The other MongoDB tests use
+//! `MONGODB_URI` when set and the stand-in otherwise.
 
 // A failed expectation panics: that is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+/// Inside a scenario's module: the tests `mongodb_standin`,
+/// `mongodb_ferretdb` and `mongodb_uri`, each calling
+/// `super::<scenario>(<wrap>(target))` on a target of its kind, or printing
+/// why that kind is not available here and passing.
+macro_rules! mongo_target_tests {
+    ($scenario:ident, $wrap:path) => {
+        async fn on(kind: tally_testkit::mongo::TargetKind) {
+            if let Some(target) = tally_testkit::mongo::mongo_target_of(kind).await {
+                super::$scenario($wrap(target)).await;
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mongodb_standin() {
+            on(tally_testkit::mongo::TargetKind::Standin).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mongodb_ferretdb() {
+            on(tally_testkit::mongo::TargetKind::FerretDb).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mongodb_uri() {
+            on(tally_testkit::mongo::TargetKind::Uri).await;
+        }
+    };
+}
+
+/// Runs each `async fn <name>(target: MongoTarget)` once per MongoDB
+/// target, as the tests `<name>::mongodb_standin`, `<name>::mongodb_ferretdb`
+/// and `<name>::mongodb_uri` (see the crate docs).
+macro_rules! per_mongo_target {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            mongo_target_tests!($scenario, std::convert::identity);
+        }
+    )*};
+}
 
 mod catalog_conformance;
 mod catalog_embedded;

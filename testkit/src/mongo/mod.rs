@@ -1,24 +1,33 @@
-//! The MongoDB the integration tests talk to.
+//! The MongoDB servers the integration tests talk to.
 //!
-//! [`mongo_target`] decides where MongoDB tests run:
+//! Three targets ([`TargetKind`]):
 //!
-//! * If the environment variable `MONGODB_URI` is set, they run against that
-//!   real server, each [`MongoTarget`] in a fresh database named
-//!   `tally_test_<pid>_<nanos>_<n>`. Nothing is started; fault injection is
-//!   unavailable ([`MongoTarget::standin`] returns `None`, and tests that need
-//!   it print a note and return early). Call [`MongoTarget::cleanup`] to drop
-//!   the database at the end of a test.
-//! * Otherwise they run against the stand-in, `tests/mongo-standin/standin.py`
-//!   (a small wire-protocol server over the PyPI engine `mongomock`; see the
-//!   README next to it). Each [`MongoTarget`] gets its own stand-in process on
-//!   an ephemeral loopback port.
+//! * **The stand-in**, `tests/mongo-standin/standin.py` (a small wire-protocol
+//!   server over the PyPI engine `mongomock`; see the README next to it).
+//!   Always available; the only one with fault injection
+//!   ([`MongoTarget::standin`]). Needs Python 3 (`python3`, or
+//!   `TALLY_PYTHON`) and, the first time, PyPI: [`crate::venv`] builds the
+//!   virtualenv it runs in.
+//! * **FerretDB** 1.24 on SQLite ([`FerretDb`]): a real MongoDB-compatible
+//!   server, installed by `tests/ferretdb/install` when Go is present and
+//!   skipped (with the reason) when not.
+//! * **`MONGODB_URI`**, when that environment variable is set: a real
+//!   server; nothing is started.
 //!
-//! The stand-in needs Python 3 (`python3`, or `TALLY_PYTHON`) and, the
-//! first time, PyPI: [`crate::venv`] builds the virtualenv it runs in.
+//! [`mongo_target_of`] gives a test the target of one kind, or `None` after
+//! printing why that kind is not available here; suites that run on every
+//! target call it once per kind. [`mongo_target`] is the single target of
+//! the tests that pin down one server's behaviour: `MONGODB_URI` when set,
+//! else the stand-in.
 //!
-//! The child's stdin is a pipe held by the [`Standin`] handle: the stand-in
-//! exits when that pipe closes, so it dies with the test process even if the
-//! process is killed. Dropping the handle also kills and reaps it.
+//! Each [`MongoTarget`] gets its own database (on `MONGODB_URI` named
+//! `tally_test_<pid>_<nanos>_<n>`; call [`MongoTarget::cleanup`] at the end
+//! of a test to drop it) and, for the stand-in and FerretDB, its own process
+//! on an ephemeral loopback port, which dies with the handle.
+//!
+//! The stand-in's child stdin is a pipe held by the [`Standin`] handle: the
+//! stand-in exits when that pipe closes, so it dies with the test process
+//! even if the process is killed. Dropping the handle also kills and reaps it.
 //!
 //! Fault injection (stand-in only), through control lines on that pipe:
 //! * [`Standin::set_down`]: `true` closes every open connection and makes the
@@ -30,45 +39,95 @@
 //!   error code without being applied.
 //! * [`Standin::ttl_pass`]: run one TTL-monitor pass now.
 //!
+//! FerretDB can be stopped and started again on the same port and data
+//! ([`FerretDb::stop`], [`FerretDb::start_again`]): a real outage.
+//!
 //! Set `TALLY_STANDIN_VERBOSE=1` to see the stand-in's log (every command
-//! with `=2`) on stderr.
+//! with `=2`) on stderr, `TALLY_FERRETDB_VERBOSE=1` for FerretDB's.
 
+mod ferretdb;
+mod log;
 mod standin;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use ferretdb::FerretDb;
 pub use standin::Standin;
 
-/// Where the MongoDB tests run: a real server (`MONGODB_URI`) or a stand-in.
+use ferretdb::Availability;
+
+/// The kinds of MongoDB server a suite can run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// `tests/mongo-standin`, with fault injection.
+    Standin,
+    /// FerretDB 1.24 on SQLite, when Go is present.
+    FerretDb,
+    /// The server in `MONGODB_URI`, when set.
+    Uri,
+}
+
+impl TargetKind {
+    pub const ALL: [TargetKind; 3] = [TargetKind::Standin, TargetKind::FerretDb, TargetKind::Uri];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TargetKind::Standin => "the MongoDB stand-in",
+            TargetKind::FerretDb => "FerretDB",
+            TargetKind::Uri => "MONGODB_URI",
+        }
+    }
+}
+
+enum Server {
+    Standin(Standin),
+    FerretDb(FerretDb),
+    External,
+}
+
+/// One MongoDB server (and database) for one test.
 pub struct MongoTarget {
     /// A connection string for `mongodb::Client::with_uri_str`.
     pub uri: String,
     /// The database this target's test should use.
     pub database: String,
-    standin: Option<Standin>,
+    pub kind: TargetKind,
+    server: Server,
 }
 
 impl MongoTarget {
     /// The stand-in behind this target, or `None` for a real server. Tests
     /// that need fault injection should skip (with a printed note) on `None`.
     pub fn standin(&self) -> Option<&Standin> {
-        self.standin.as_ref()
+        match &self.server {
+            Server::Standin(s) => Some(s),
+            _ => None,
+        }
     }
 
-    /// True when running against a real server from `MONGODB_URI`.
+    /// The FerretDB process behind this target, to stop and start it.
+    pub fn ferretdb(&self) -> Option<&FerretDb> {
+        match &self.server {
+            Server::FerretDb(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// True on a real server (FerretDB or `MONGODB_URI`), not the stand-in.
     pub fn is_real_server(&self) -> bool {
-        self.standin.is_none()
+        !matches!(self.server, Server::Standin(_))
     }
 
-    /// The URI for a daemon under test. On the stand-in, server selection
-    /// gives up after `selection_timeout_ms`, so that each attempt while a
-    /// test holds the stand-in down fails (and is retried) sooner; a real
-    /// server's URI is left as given.
+    /// The URI for a daemon under test. On a server the harness started,
+    /// server selection gives up after `selection_timeout_ms`, so that each
+    /// attempt while the server is down fails (and is retried) sooner; the
+    /// URI of `MONGODB_URI` is left as given.
     pub fn uri_selecting_within(&self, selection_timeout_ms: u64) -> String {
-        match &self.standin {
-            Some(standin) => standin.uri_with(selection_timeout_ms),
-            None => self.uri.clone(),
+        match &self.server {
+            Server::Standin(s) => s.uri_with(selection_timeout_ms),
+            Server::FerretDb(f) => f.uri_with(selection_timeout_ms),
+            Server::External => self.uri.clone(),
         }
     }
 
@@ -84,10 +143,10 @@ impl MongoTarget {
         self.client().await.database(&self.database)
     }
 
-    /// Drops the test database. Worth calling at the end of a test on a real
-    /// server; harmless on the stand-in (which vanishes with its process).
+    /// Drops the test database on `MONGODB_URI`; harmless elsewhere (the
+    /// server vanishes with its process).
     pub async fn cleanup(&self) {
-        if self.standin.is_some() {
+        if !matches!(self.server, Server::External) {
             return;
         }
         if let Ok(client) = mongodb::Client::with_uri_str(&self.uri).await {
@@ -96,9 +155,9 @@ impl MongoTarget {
     }
 }
 
-/// Returns the MongoDB to test against; see the module docs. Starting a
-/// stand-in blocks (on a blocking-pool thread), so this is `async`.
-/// Panics with a clear message when the stand-in cannot be started.
+/// `MONGODB_URI` when set, else the stand-in; see the module docs.
+/// Starting a server blocks (on a blocking-pool thread), so this is
+/// `async`. Panics with a clear message when the stand-in cannot be started.
 pub async fn mongo_target() -> MongoTarget {
     tokio::task::spawn_blocking(mongo_target_blocking)
         .await
@@ -107,25 +166,71 @@ pub async fn mongo_target() -> MongoTarget {
 
 /// The blocking form of [`mongo_target`], for non-async callers.
 pub fn mongo_target_blocking() -> MongoTarget {
+    match external_uri() {
+        Some(_) => target_of_blocking(TargetKind::Uri),
+        None => target_of_blocking(TargetKind::Standin),
+    }
+    .expect("the stand-in is always available")
+}
+
+/// The target of `kind`, or `None` after printing why it is not available
+/// here (FerretDB without Go, `MONGODB_URI` not set). Panics when it should
+/// be available but cannot be started.
+pub async fn mongo_target_of(kind: TargetKind) -> Option<MongoTarget> {
+    tokio::task::spawn_blocking(move || target_of_blocking(kind))
+        .await
+        .expect("mongo_target_of task panicked")
+}
+
+/// The blocking form of [`mongo_target_of`].
+pub fn target_of_blocking(kind: TargetKind) -> Option<MongoTarget> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    match std::env::var("MONGODB_URI") {
-        Ok(uri) if !uri.trim().is_empty() => MongoTarget {
-            uri: uri.trim().to_string(),
-            database: format!("tally_test_{}_{}_{}", std::process::id(), nanos, n),
-            standin: None,
-        },
-        _ => {
+    let (uri, server) = match kind {
+        TargetKind::Standin => {
             let standin = Standin::start().unwrap_or_else(|e| panic!("MongoDB stand-in: {e}"));
-            MongoTarget {
-                uri: standin.uri(),
-                database: format!("tally_test_{n}"),
-                standin: Some(standin),
-            }
+            (standin.uri(), Server::Standin(standin))
         }
-    }
+        TargetKind::FerretDb => match ferretdb::availability() {
+            Ok(Availability::Ready(bin)) => {
+                let f = FerretDb::start(&bin).unwrap_or_else(|e| panic!("{e}"));
+                (f.uri(), Server::FerretDb(f))
+            }
+            Ok(Availability::Skipped(why)) => {
+                println!("note: FerretDB target skipped: {why}");
+                return None;
+            }
+            Err(e) => panic!("FerretDB could not be installed: {e}"),
+        },
+        TargetKind::Uri => match external_uri() {
+            Some(uri) => (uri, Server::External),
+            None => {
+                println!("note: MONGODB_URI is not set; this test's real-server target is skipped");
+                return None;
+            }
+        },
+    };
+    let database = match server {
+        Server::External => {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            format!("tally_test_{}_{}_{}", std::process::id(), nanos, n)
+        }
+        _ => format!("tally_test_{n}"),
+    };
+    Some(MongoTarget {
+        uri,
+        database,
+        kind,
+        server,
+    })
+}
+
+fn external_uri() -> Option<String> {
+    std::env::var("MONGODB_URI")
+        .ok()
+        .map(|u| u.trim().to_string())
+        .filter(|u| !u.is_empty())
 }

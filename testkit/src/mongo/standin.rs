@@ -4,9 +4,9 @@
 //! building the Python environment it runs in ([`crate::venv`]).
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::bins::workspace_root;
@@ -18,6 +18,7 @@ const STANDIN_ENV: PythonEnv = PythonEnv {
     requirements: "tests/mongo-standin/requirements.txt",
     imports: "mongomock, bson, pymongo",
 };
+use super::log::{self, Log};
 
 /// How long the stand-in may take to print `LISTENING <port>`.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -25,15 +26,13 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// Server-selection timeout put in the stand-in's URI.
 const SERVER_SELECTION_TIMEOUT_MS: u64 = 5_000;
-/// The stand-in's log is cut back to its last 32 KiB when it passes this.
-const LOG_LIMIT: usize = 64 * 1024;
 
 /// A running stand-in process. Dropping it kills the process.
 pub struct Standin {
     child: Mutex<Child>,
     stdin: Mutex<Option<ChildStdin>>,
     lines: Mutex<Receiver<String>>,
-    log: Arc<Mutex<String>>,
+    log: Log,
     port: u16,
 }
 
@@ -67,7 +66,14 @@ impl Standin {
         let stdin = child.stdin.take().expect("piped stdin");
         let lines = read_lines(child.stdout.take().expect("piped stdout"))?;
         let echo = !matches!(verbose.as_str(), "" | "0");
-        let log = keep_log(child.stderr.take().expect("piped stderr"), echo)?;
+        let log = Log::default();
+        log::keep(
+            "standin-stderr",
+            child.stderr.take().expect("piped stderr"),
+            &log,
+            echo,
+            |_| {},
+        )?;
         let mut standin = Standin {
             child: Mutex::new(child),
             stdin: Mutex::new(Some(stdin)),
@@ -117,7 +123,7 @@ impl Standin {
 
     /// What the stand-in has written to stderr (the last 32–64 KiB).
     pub(crate) fn log(&self) -> String {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        log::text(&self.log)
     }
 
     /// `true`: close every connection and refuse new ones (MongoDB down).
@@ -217,33 +223,4 @@ fn read_lines(stdout: ChildStdout) -> Result<Receiver<String>, String> {
         })
         .map_err(|e| e.to_string())?;
     Ok(rx)
-}
-
-/// Keeps the tail of the stand-in's stderr (echoed when `echo`), so a
-/// failing test can show it without the buffer growing without bound.
-fn keep_log(stderr: ChildStderr, echo: bool) -> Result<Arc<Mutex<String>>, String> {
-    let log = Arc::new(Mutex::new(String::new()));
-    let buffer = Arc::clone(&log);
-    std::thread::Builder::new()
-        .name("standin-stderr".into())
-        .spawn(move || {
-            for line in BufReader::new(stderr).lines() {
-                let Ok(line) = line else { break };
-                if echo {
-                    eprintln!("{line}");
-                }
-                let mut log = buffer.lock().unwrap_or_else(|p| p.into_inner());
-                if log.len() > LOG_LIMIT {
-                    let cut = log.len() - LOG_LIMIT / 2;
-                    let cut = (cut..log.len())
-                        .find(|&i| log.is_char_boundary(i))
-                        .unwrap_or(0);
-                    log.drain(..cut);
-                }
-                log.push_str(&line);
-                log.push('\n');
-            }
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(log)
 }

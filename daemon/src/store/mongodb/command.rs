@@ -13,6 +13,7 @@ use bson::Document;
 use futures::stream::{self, StreamExt};
 
 use super::errors::{all_or_worst, parse_write_reply, Failure, WriteReply};
+use super::features::Feature;
 use super::stats::Op;
 use super::MongoStore;
 use crate::model::Tier;
@@ -214,7 +215,10 @@ impl MongoStore {
     }
 
     /// Sends write statements, grouped by collection, in commands of
-    /// bounded size, several at once. Returns each command's reply with the
+    /// bounded size, several at once. Update statements are all upserts, so
+    /// each one matches, inserts or fails, and a reply that accounts for
+    /// fewer (a server that stops an unordered command at its first error)
+    /// has its command sent again one statement at a time. Returns each command's reply with the
     /// index of its group, duplicate indexes counted within the group.
     /// Every command runs to its end even when another fails, so that the
     /// error reported is the most telling one.
@@ -250,6 +254,17 @@ impl MongoStore {
                 let cmd = cmd.finish(self.write_concern.as_deref())?;
                 let reply = self.command(op, cmd, chunk.len(), true).await?;
                 let mut reply = parse_write_reply(&reply, chunk.len())?;
+                if verb == "update" && reply.n as usize + reply.duplicates.len() < chunk.len() {
+                    self.features.mark_missing(
+                        Feature::UnorderedUpdates,
+                        &format!(
+                            "an update of {} statements answered for {}",
+                            chunk.len(),
+                            reply.n as usize + reply.duplicates.len()
+                        ),
+                    );
+                    reply = self.one_by_one(op, collection, chunk).await?;
+                }
                 for i in &mut reply.duplicates {
                     *i += offset;
                 }
@@ -261,5 +276,31 @@ impl MongoStore {
             .collect()
             .await;
         all_or_worst(results)
+    }
+
+    /// `update` statements sent one per command, in order, after a reply
+    /// that did not say which of them were applied. The watermark filter
+    /// makes this safe: a statement that had been applied now fails with a
+    /// duplicate key and counts as skipped.
+    async fn one_by_one(
+        &self,
+        op: Op,
+        collection: &str,
+        stmts: &[&RawDocument],
+    ) -> Result<WriteReply, StoreError> {
+        let mut out = WriteReply::default();
+        for (i, s) in stmts.iter().enumerate() {
+            let mut cmd = WriteCommand::new("update", collection, "updates");
+            cmd.push(s);
+            let cmd = cmd.finish(self.write_concern.as_deref())?;
+            let reply = self.command(op, cmd, 1, true).await?;
+            let reply = parse_write_reply(&reply, 1)?;
+            out.n += reply.n;
+            out.upserted += reply.upserted;
+            if !reply.duplicates.is_empty() {
+                out.duplicates.push(i);
+            }
+        }
+        Ok(out)
     }
 }

@@ -12,12 +12,27 @@ use crate::model::{SeriesId, Tier};
 pub(super) const MINUTES: usize = 60;
 pub(super) const HOURS: usize = 24;
 
-fn empty_slot() -> RawDocumentBuf {
+/// What an empty slot's `min` and `max` hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EmptyBounds {
+    /// `+∞` and `-∞`: what the merge of no samples is.
+    Infinite,
+    /// `f64::MAX` and `-f64::MAX`, for servers that refuse infinities. Just
+    /// as neutral for `$min`/`$max` of finite samples, and readers tell an
+    /// empty slot by `n: 0`.
+    Finite,
+}
+
+fn empty_slot(bounds: EmptyBounds) -> RawDocumentBuf {
+    let (min, max) = match bounds {
+        EmptyBounds::Infinite => (f64::INFINITY, f64::NEG_INFINITY),
+        EmptyBounds::Finite => (f64::MAX, -f64::MAX),
+    };
     let mut s = RawDocumentBuf::new();
     s.append("n", 0_i64);
     s.append("sum", 0.0_f64);
-    s.append("min", f64::INFINITY);
-    s.append("max", f64::NEG_INFINITY);
+    s.append("min", min);
+    s.append("max", max);
     s
 }
 
@@ -31,8 +46,8 @@ pub(super) struct Templates {
 }
 
 impl Templates {
-    pub(super) fn new() -> Templates {
-        let slot = empty_slot();
+    pub(super) fn new(bounds: EmptyBounds) -> Templates {
+        let slot = empty_slot(bounds);
         let mut hour_values = RawDocumentBuf::new();
         for m in 0..MINUTES {
             hour_values.append_ref(m.to_string(), &slot);
@@ -82,7 +97,7 @@ fn reference_size(tier: Tier) -> usize {
     let series = SeriesId::new("db-00001", "op_counter");
     let start = 1_773_446_400; // 2026-03-14T00:00Z
     let id = doc_id(&series, tier, start).unwrap_or_default();
-    Templates::new()
+    Templates::new(EmptyBounds::Infinite)
         .document(&id, &series, tier, start)
         .as_bytes()
         .len()

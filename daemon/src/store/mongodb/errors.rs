@@ -193,6 +193,20 @@ pub(super) fn classify(e: &DriverError, sent_write: bool) -> StoreError {
     }
 }
 
+const COMMAND_NOT_FOUND: i32 = 59;
+const COMMAND_NOT_SUPPORTED: i32 = 115;
+const INVALID_INDEX_OPTION: i32 = 197;
+const NOT_IMPLEMENTED: i32 = 238;
+
+/// A refusal that says the server does not have a command or option at
+/// all, rather than that this request was wrong.
+pub(super) fn not_implemented(code: i32) -> bool {
+    matches!(
+        code,
+        COMMAND_NOT_FOUND | COMMAND_NOT_SUPPORTED | INVALID_INDEX_OPTION | NOT_IMPLEMENTED
+    )
+}
+
 /// Orders errors of concurrent commands: the one to report first. A refusal
 /// is reported over a transient failure because retrying cannot fix it.
 fn severity(e: &StoreError) -> u8 {
@@ -244,6 +258,14 @@ impl Failure {
                 _ => None,
             },
             Failure::Timeout(_) => None,
+        }
+    }
+
+    /// What went wrong, for a log line.
+    pub(super) fn message(&self) -> String {
+        match self {
+            Failure::Driver(e) => e.to_string(),
+            Failure::Timeout(limit) => format!("no answer within {limit:?}"),
         }
     }
 

@@ -52,7 +52,10 @@ impl MongoStore {
     }
 
     /// The reservation on record, 0 when this writer has none.
+    /// It is the daemon's first call at startup, so the first contact
+    /// (feature probes and their warnings, indexes) happens here.
     pub(super) async fn last_flush_id_inner(&self) -> Result<u64, StoreError> {
+        self.ready().await?;
         let find = async {
             let filter = doc! { "_id": self.writer.as_str() };
             self.writers

@@ -1,22 +1,25 @@
-//! The TTL indexes that expire documents after the retention: made (or
-//! altered when the retention changed) lazily, before the first operation
-//! that reaches the server, and retried until that works, so the daemon
-//! starts and ingests while MongoDB is down.
+//! The first contact with the server, made lazily before the first
+//! operation that reaches it and retried until it works, so the daemon
+//! starts and ingests while MongoDB is down: the feature probes
+//! (`features.rs`) and the TTL indexes that expire documents after the
+//! retention, made or altered when the retention changed (plain indexes
+//! for the retention sweep where the server has no TTL).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bson::{doc, Bson};
+use bson::{doc, Bson, Document};
 use tracing::{debug, error, info};
 
 use super::command::raw_command;
-use super::errors::{as_i64, Failure};
+use super::errors::{as_i64, not_implemented, Failure};
+use super::features::Feature;
 use super::stats::Op;
 use super::MongoStore;
 use crate::store::StoreError;
 
 /// Field of the hour and day documents' TTL index.
-const PERIOD_FIELD: &str = "t";
+pub(super) const PERIOD_FIELD: &str = "t";
 
 /// Field of the series catalog's TTL index.
 pub(super) const LAST_SEEN_FIELD: &str = "last_seen";
@@ -31,9 +34,10 @@ const INDEX_OPTIONS_CONFLICT: i32 = 85;
 const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
 
 impl MongoStore {
-    /// Makes sure the TTL indexes exist, before the first operation that
-    /// reaches the server. A retryable failure fails the operation (it
-    /// would fail anyway); any other is logged and retried later, without
+    /// Probes the server's features (once) and makes sure the TTL indexes
+    /// exist, before the first operation that reaches the server. A
+    /// retryable failure fails the operation (it would fail anyway); any
+    /// other failure of the indexes is logged and retried later, without
     /// holding up writes.
     pub(super) async fn ready(&self) -> Result<(), StoreError> {
         if self.indexes_ready.load(Ordering::Acquire) {
@@ -46,7 +50,13 @@ impl MongoStore {
         if next_attempt.is_some_and(|t| Instant::now() < t) {
             return Ok(());
         }
-        match self.ensure_indexes().await {
+        if !self.features.probed() {
+            self.probe_features().await?;
+            self.features.set_probed();
+        }
+        let made = self.ensure_indexes().await;
+        self.features.publish();
+        match made {
             Ok(()) => {
                 self.indexes_ready.store(true, Ordering::Release);
                 *next_attempt = None;
@@ -88,11 +98,38 @@ impl MongoStore {
         Ok(())
     }
 
-    /// Makes `{<field>: 1}` on `coll` a TTL index of `ttl` seconds. The
-    /// index is found by its key, so one created by hand under another name
-    /// is adopted rather than duplicated; a new one gets the server's
-    /// default name, `<field>_1`.
+    /// Makes `{<field>: 1}` on `coll` a TTL index of `ttl` seconds, or a
+    /// plain index where the server has no TTL (the retention sweep's
+    /// deletes then use it). The index is found by its key, so one created
+    /// by hand under another name is adopted rather than duplicated; a new
+    /// one gets the server's default name, `<field>_1`.
     async fn ensure_ttl_index(&self, coll: &str, field: &str, ttl: u64) -> Result<(), Failure> {
+        let existing = self.index_on(coll, field).await?;
+        let ttl_i32 = i32::try_from(ttl).unwrap_or(i32::MAX);
+        if self.features.lacks(Feature::TtlIndex) {
+            if existing.is_none() {
+                self.create_index(coll, field, None).await?;
+            }
+            return Ok(());
+        }
+        match existing {
+            None => self.create_index(coll, field, Some(ttl_i32)).await?,
+            Some(spec)
+                if spec.get("expireAfterSeconds").and_then(as_i64) == Some(i64::from(ttl_i32)) =>
+            {
+                debug!(
+                    collection = coll,
+                    expire_after_s = ttl,
+                    "TTL index in place"
+                );
+            }
+            Some(spec) => self.change_ttl(coll, field, ttl_i32, &spec).await?,
+        }
+        Ok(())
+    }
+
+    /// The spec of the index whose key is `{<field>: 1}`, if any.
+    async fn index_on(&self, coll: &str, field: &str) -> Result<Option<Document>, Failure> {
         let list = raw_command(&doc! { "listIndexes": coll, "cursor": { "batchSize": 1000 } });
         let specs = match self.send(Op::Indexes, list, 0).await {
             Ok(reply) => reply
@@ -104,48 +141,73 @@ impl MongoStore {
             Err(f) if f.code() == Some(NAMESPACE_NOT_FOUND) => Vec::new(),
             Err(f) => return Err(f),
         };
-        let existing = specs.iter().filter_map(Bson::as_document).find(|s| {
-            s.get_document("key")
-                .is_ok_and(|k| k.len() == 1 && k.get(field).and_then(as_i64) == Some(1))
-        });
-        let ttl_i32 = i32::try_from(ttl).unwrap_or(i32::MAX);
-        match existing {
-            None => {
-                let cmd = raw_command(&doc! {
-                    "createIndexes": coll,
-                    "indexes": [{
-                        "key": { field: 1 },
-                        "name": format!("{field}_1"),
-                        "expireAfterSeconds": ttl_i32,
-                    }],
-                });
-                self.send(Op::Indexes, cmd, 0).await?;
-                info!(
-                    collection = coll,
-                    expire_after_s = ttl,
-                    "created the TTL index"
-                );
-            }
-            Some(spec)
-                if spec.get("expireAfterSeconds").and_then(as_i64) == Some(i64::from(ttl_i32)) =>
+        Ok(specs.into_iter().find_map(|s| match s {
+            Bson::Document(s)
+                if s.get_document("key")
+                    .is_ok_and(|k| k.len() == 1 && k.get(field).and_then(as_i64) == Some(1)) =>
             {
-                debug!(
-                    collection = coll,
-                    expire_after_s = ttl,
-                    "TTL index in place"
-                );
+                Some(s)
             }
-            Some(spec) => {
-                let old = spec.get("expireAfterSeconds").cloned();
-                let cmd = raw_command(&doc! {
-                    "collMod": coll,
-                    "index": { "keyPattern": { field: 1 }, "expireAfterSeconds": ttl_i32 },
-                });
-                self.send(Op::Indexes, cmd, 0).await?;
-                info!(collection = coll, old = ?old, new = ttl,
-                    "changed the TTL index's expireAfterSeconds (the retention changed)");
+            _ => None,
+        }))
+    }
+
+    /// Creates `{<field>: 1}` named `<field>_1`, a TTL index when `ttl` is
+    /// given.
+    async fn create_index(&self, coll: &str, field: &str, ttl: Option<i32>) -> Result<(), Failure> {
+        let mut spec = doc! { "key": { field: 1 }, "name": format!("{field}_1") };
+        if let Some(ttl) = ttl {
+            spec.insert("expireAfterSeconds", ttl);
+        }
+        let cmd = raw_command(&doc! { "createIndexes": coll, "indexes": [spec] });
+        self.send(Op::Indexes, cmd, 0).await?;
+        match ttl {
+            Some(ttl) => info!(
+                collection = coll,
+                expire_after_s = ttl,
+                "created the TTL index"
+            ),
+            None => info!(
+                collection = coll,
+                field, "created an index for the retention sweep (the server has no TTL indexes)"
+            ),
+        }
+        Ok(())
+    }
+
+    /// Changes the TTL of the index `spec` (the retention changed): with
+    /// `collMod`, or where the server has none, by making it again.
+    async fn change_ttl(
+        &self,
+        coll: &str,
+        field: &str,
+        ttl: i32,
+        spec: &Document,
+    ) -> Result<(), Failure> {
+        let old = spec.get("expireAfterSeconds").cloned();
+        if !self.features.lacks(Feature::CollMod) {
+            let cmd = raw_command(&doc! {
+                "collMod": coll,
+                "index": { "keyPattern": { field: 1 }, "expireAfterSeconds": ttl },
+            });
+            match self.send(Op::Indexes, cmd, 0).await {
+                Ok(_) => {
+                    info!(collection = coll, old = ?old, new = ttl,
+                        "changed the TTL index's expireAfterSeconds (the retention changed)");
+                    return Ok(());
+                }
+                Err(f) if f.code().is_some_and(not_implemented) => {
+                    self.features.mark_missing(Feature::CollMod, &f.message())
+                }
+                Err(f) => return Err(f),
             }
         }
+        let name = spec.get_str("name").unwrap_or_default().to_string();
+        let drop = raw_command(&doc! { "dropIndexes": coll, "index": name.as_str() });
+        self.send(Op::Indexes, drop, 0).await?;
+        self.create_index(coll, field, Some(ttl)).await?;
+        info!(collection = coll, old = ?old, new = ttl, dropped = %name,
+            "made the TTL index again with the new retention");
         Ok(())
     }
 }

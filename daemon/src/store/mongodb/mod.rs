@@ -24,6 +24,10 @@
 //!                   "23": { ... } } }                    // values.<HOUR>.<MINUTE>
 //! ```
 //!
+//! A server that refuses infinite doubles (FerretDB 1.x) gets
+//! `min: f64::MAX, max: -f64::MAX` in empty slots instead; see `features.rs`.
+//! Either way an empty slot is told by `n: 0`.
+//!
 //! A pre-allocated document has every slot present and empty, `w: {}` and no
 //! `k`; it is [`hour_doc_bson_size`] (about 3.7 KB) or [`day_doc_bson_size`]
 //! (about 86 KB) bytes of BSON, and it never grows afterwards, since every
@@ -46,7 +50,9 @@
 //! with `collMod`) lazily before the first operation that reaches the server,
 //! and retried until that works: the daemon starts, and keeps ingesting within
 //! its memory bound, while MongoDB is down. The series catalog's TTL index
-//! (below) is made the same way.
+//! (below) is made the same way. Where the server has no TTL indexes, `{t: 1}`
+//! is a plain index and the daemon's maintenance sweep deletes documents
+//! past their retention itself, every minute.
 //!
 //! **Recommended shard key: `{_id: 1}` (ranged)** for both collections. The
 //! id starts with the source, so one source's documents are contiguous in the
@@ -83,7 +89,10 @@
 //! `update` command is used rather than `bulkWrite` because `bulkWrite` needs
 //! MongoDB 8.0, while a multi-statement `update` works on every server the
 //! driver supports. **Supported servers: MongoDB 4.4 and later** (the `mongodb`
-//! 3.x driver's floor, wire version 9), standalone, replica set or sharded.
+//! 3.x driver's floor, wire version 9), standalone, replica set or sharded,
+//! and FerretDB 1.24, whose gaps (no TTL indexes, no `collMod`, no
+//! infinities) the store detects at the first contact and works around
+//! (`features.rs`).
 //!
 //! First sighting: the store remembers (bounded, in memory) which documents
 //! it knows to exist. Before the first update of a document it does not know,
@@ -183,7 +192,9 @@
 //! | `flush_ids.rs` | flush-id reservations |
 //! | `reads.rs`, `decode.rs` | range reads, decoding stored documents |
 //! | `catalog.rs` | the series catalog |
-//! | `indexes.rs` | TTL indexes |
+//! | `indexes.rs` | first contact: feature probes, TTL indexes |
+//! | `features.rs` | what the server lacks, and the fallbacks |
+//! | `expire.rs` | retention deletes where the server has no TTL |
 //! | `stats.rs` | [`MongoStats`], metrics |
 
 mod catalog;
@@ -192,6 +203,8 @@ mod config;
 mod decode;
 mod documents;
 mod errors;
+mod expire;
+mod features;
 mod flush_ids;
 mod ids;
 mod indexes;
@@ -217,11 +230,13 @@ use tracing::{info, warn};
 
 pub use self::config::{redact_uri, MongoDbConfig};
 pub use self::documents::{day_doc_bson_size, hour_doc_bson_size};
+pub use self::features::Feature;
 pub use self::stats::MongoStats;
 
 use self::config::{check_retention, MAX_WRITE_BATCH};
-use self::documents::Templates;
+use self::documents::{EmptyBounds, Templates};
 use self::errors::classify;
+use self::features::Features;
 use self::flush_ids::WRITERS_COLLECTION;
 use self::ids::check_writer_id;
 use self::known_docs::{KnownDocs, KNOWN_DOCS_CAP};
@@ -253,6 +268,9 @@ pub struct MongoStore {
     /// The client's write concern: `run_command` does not add it by itself.
     write_concern: Option<RawDocumentBuf>,
     templates: Templates,
+    /// Pre-allocated documents for a server that refuses infinities.
+    finite_templates: Templates,
+    features: Features,
     indexes_ready: AtomicBool,
     /// Serialises index attempts; holds when the next one may run after a
     /// failure retrying could not fix.
@@ -317,7 +335,9 @@ impl MongoStore {
             max_concurrent: cfg.max_concurrent_batches.max(1),
             timeout: cfg.timeout.max(Duration::from_millis(1)),
             write_concern,
-            templates: Templates::new(),
+            templates: Templates::new(EmptyBounds::Infinite),
+            finite_templates: Templates::new(EmptyBounds::Finite),
+            features: Features::default(),
             indexes_ready: AtomicBool::new(false),
             index_attempt: tokio::sync::Mutex::new(None),
             reserved_id: AtomicU64::new(0),
@@ -336,6 +356,15 @@ impl MongoStore {
         match tier {
             Tier::Hour => &self.hour,
             Tier::Day => &self.day,
+        }
+    }
+
+    /// The pre-allocated documents this server stores.
+    fn templates(&self) -> &Templates {
+        if self.features.lacks(Feature::Infinity) {
+            &self.finite_templates
+        } else {
+            &self.templates
         }
     }
 
@@ -390,6 +419,18 @@ impl Store for MongoStore {
                 Err(e)
             }
         }
+    }
+
+    /// Deletes what the TTL indexes would, where the server has none; see
+    /// `expire.rs`.
+    async fn expire(
+        &self,
+        now_s: i64,
+        hour_retention_s: i64,
+        day_retention_s: i64,
+    ) -> Result<usize, StoreError> {
+        self.expire_inner(now_s, hour_retention_s, day_retention_s)
+            .await
     }
 
     async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {

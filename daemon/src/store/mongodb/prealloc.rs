@@ -193,7 +193,7 @@ impl MongoStore {
             .map(|(tier, docs)| {
                 let docs = docs
                     .iter()
-                    .map(|d| self.templates.document(&d.id, d.series, d.tier, d.start));
+                    .map(|d| self.templates().document(&d.id, d.series, d.tier, d.start));
                 (tier, docs.collect())
             })
             .collect();

@@ -73,6 +73,8 @@ pub(super) enum Op {
     LastFlushId,
     CatalogUpsert,
     CatalogList,
+    Probe,
+    Expire,
 }
 
 impl Op {
@@ -88,6 +90,8 @@ impl Op {
             Op::LastFlushId => "last_flush_id",
             Op::CatalogUpsert => "catalog_upsert",
             Op::CatalogList => "catalog_list",
+            Op::Probe => "probe",
+            Op::Expire => "expire",
         }
     }
 }

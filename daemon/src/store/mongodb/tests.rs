@@ -8,7 +8,7 @@ use mongodb::error::Error as DriverError;
 
 use super::command::{chunk_by_size, to_raw, WriteCommand, MAX_COMMAND_BYTES};
 use super::decode::ReadPlan;
-use super::documents::Templates;
+use super::documents::{EmptyBounds, Templates};
 use super::errors::{classify, parse_write_reply};
 use super::ids::{
     check_series, check_writer_id, doc_id, period_key, series_prefix, MAX_KEYED_S, MIN_KEYED_S,
@@ -78,7 +78,7 @@ fn paths(d: &RawDocument, prefix: &str, out: &mut Vec<String>) {
 
 #[test]
 fn preallocated_documents_have_every_slot() {
-    let t = Templates::new();
+    let t = Templates::new(EmptyBounds::Infinite);
     let s = SeriesId::new("db-00001", "op_counter");
     let hour = t.document("x", &s, Tier::Hour, 0);
     let mut p = Vec::new();
@@ -100,6 +100,35 @@ fn preallocated_documents_have_every_slot() {
     assert_eq!(slot.get_f64("max").unwrap(), f64::NEG_INFINITY);
     assert!(hour_doc_bson_size() > 3_000 && hour_doc_bson_size() < 5_000);
     assert!(day_doc_bson_size() > 80_000 && day_doc_bson_size() < 95_000);
+}
+
+/// For servers without infinities: the same document, of the same size,
+/// with the largest finite doubles as the empty bounds.
+#[test]
+fn finite_templates_differ_only_in_the_empty_bounds() {
+    let s = SeriesId::new("db-00001", "op_counter");
+    for tier in [Tier::Hour, Tier::Day] {
+        let inf = Templates::new(EmptyBounds::Infinite).document("x", &s, tier, 0);
+        let fin = Templates::new(EmptyBounds::Finite).document("x", &s, tier, 0);
+        assert_eq!(inf.as_bytes().len(), fin.as_bytes().len());
+        let total = fin.get_document("total").unwrap();
+        assert_eq!(total.get_i64("n").unwrap(), 0);
+        assert_eq!(total.get_f64("min").unwrap(), f64::MAX);
+        assert_eq!(total.get_f64("max").unwrap(), -f64::MAX);
+        let text = format!("{:?}", fin.to_document().unwrap());
+        assert!(!text.contains("inf"), "{text}");
+    }
+    // Read back, it is as empty as the infinite one.
+    let q = ReadQuery {
+        series: SeriesId::new("db", "m"),
+        tier: Tier::Day,
+        resolution: Resolution::Minute,
+        from: 0,
+        to: DAY_S,
+    };
+    let t = Templates::new(EmptyBounds::Finite);
+    let d = t.document("db|m|19700101", &q.series, Tier::Day, 0);
+    assert!(plan(&q).decode(&d).unwrap().slots.is_empty());
 }
 
 fn day_update() -> DayDocUpdate {
@@ -266,7 +295,7 @@ fn decode_is_defensive() {
         from: 0,
         to: HOUR_S,
     };
-    let t = Templates::new();
+    let t = Templates::new(EmptyBounds::Infinite);
     let mut good = t.document("db|m|1970010100", &q.series, Tier::Hour, 0);
     let read = plan(&q).decode(&good).unwrap();
     assert_eq!((read.period_start, read.kind, read.watermark), (0, None, 0));

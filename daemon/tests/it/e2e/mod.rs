@@ -12,9 +12,15 @@
 //! the driver, to check what reached the store independently of the daemon.
 //!
 //! * `per_store`: the scenarios every store must pass, each run once per
-//!   store (`<scenario>::embedded`, `<scenario>::mongodb`): reads exact
-//!   before any flush (memory only), after flushes (store, and store plus
-//!   memory), and after SIGTERM and a restart on the same data (store only).
+//!   store (`<scenario>::embedded`, and `<scenario>::mongodb_standin`,
+//!   `::mongodb_ferretdb`, `::mongodb_uri` on the MongoDB targets): reads
+//!   exact before any flush (memory only), after flushes (store, and store
+//!   plus memory), and after SIGTERM and a restart on the same data (store
+//!   only).
+//! * `exactly_once`: `tally-loadgen` against `tallyd --store mongodb` on
+//!   every MongoDB target, real time and `--max`, verified exactly across a
+//!   restart of `tallyd` and an outage of the server (on FerretDB, its
+//!   process stopped and started again).
 //! * `embedded`: ingest and API behaviour tested on the embedded store only:
 //!   streaming, rejections, request limits, probes and reflection, SIGTERM
 //!   under load.
@@ -36,6 +42,7 @@
 
 mod check;
 mod embedded;
+mod exactly_once;
 mod mongodb;
 mod per_store;
 mod store;

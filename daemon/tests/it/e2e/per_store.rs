@@ -1,6 +1,6 @@
 //! The end-to-end scenarios every store must pass, each run once per store:
-//! `<scenario>::embedded` and `<scenario>::mongodb` (the stand-in, or the
-//! server in `MONGODB_URI`). What a store adds to a scenario (MongoDB's
+//! `<scenario>::embedded` and `<scenario>::mongodb_<target>` on every
+//! MongoDB target (the stand-in, FerretDB, the server in `MONGODB_URI`). What a store adds to a scenario (MongoDB's
 //! documents read with the driver) is behind [`Store`].
 
 use tally_testkit::metrics::{metric, metrics_text};
@@ -17,7 +17,10 @@ use super::{
 };
 
 /// Runs each scenario `async fn <name>(store: Store)` once per store, as the
-/// tests `<name>::embedded` and `<name>::mongodb`.
+/// tests `<name>::embedded` and, once per MongoDB target,
+/// `<name>::mongodb_standin`, `<name>::mongodb_ferretdb` and
+/// `<name>::mongodb_uri` (a target not available here prints why and
+/// passes).
 macro_rules! per_store {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
@@ -28,10 +31,7 @@ macro_rules! per_store {
                 super::$scenario(Store::new(StoreKind::Embedded).await).await;
             }
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mongodb() {
-                super::$scenario(Store::new(StoreKind::MongoDb).await).await;
-            }
+            mongo_target_tests!($scenario, Store::mongodb);
         }
     )*};
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Document};
-use tally_testkit::mongo::{mongo_target, MongoTarget, Standin};
+use tally_testkit::mongo::{mongo_target, MongoTarget, Standin, TargetKind};
 use tally_testkit::{Daemon, DaemonOpts};
 
 use super::check::Expect;
@@ -17,7 +17,8 @@ const HOURS: &str = "metrics_by_hour";
 const DAYS: &str = "metrics_by_day";
 const WRITER: &str = "e2e-writer";
 
-/// Which store a test runs on.
+/// Which store a test runs on: MongoDB is `MONGODB_URI` when set, else
+/// the stand-in ([`Store::mongodb`] takes any target).
 #[derive(Debug, Clone, Copy)]
 pub(super) enum StoreKind {
     Embedded,
@@ -39,20 +40,44 @@ impl Store {
         Store { mongodb }
     }
 
+    /// MongoDB on `target`.
+    pub(super) fn mongodb(target: MongoTarget) -> Store {
+        Store {
+            mongodb: Some(target),
+        }
+    }
+
+    /// The MongoDB target, when the store is MongoDB.
+    pub(super) fn target(&self) -> Option<&MongoTarget> {
+        self.mongodb.as_ref()
+    }
+
     /// `tallyd` on this store, flushing every `flush_interval`. On MongoDB
-    /// it retries failed flushes at least every 500 ms, and on the
-    /// stand-in server selection gives up after 2 s instead of 5 s, so a
-    /// daemon started while MongoDB is down, and each flush attempt while it
-    /// is down, fail (and retry) sooner.
+    /// it retries failed flushes at least every 500 ms, and on a server the
+    /// harness started, server selection gives up after 2 s instead of 5 s,
+    /// so a daemon started while MongoDB is down, and each flush attempt
+    /// while it is down, fail (and retry) sooner. On FerretDB, whose SQLite
+    /// backend takes a few hundred milliseconds per update of a day
+    /// document, commands are 10 statements with a 60 s deadline, so that
+    /// one finishes well within its deadline (see the README's notes on
+    /// FerretDB).
     pub(super) fn opts(&self, flush_interval: &str) -> DaemonOpts {
         let opts = tallyd().flush_interval(flush_interval);
         match &self.mongodb {
             None => opts,
-            Some(target) => opts
-                .mongodb(&target.uri_selecting_within(2_000), &target.database)
-                .env("TALLYD_WRITER_ID", WRITER)
-                .env("TALLYD_FLUSH_RETRY_MAX_BACKOFF", "500ms"),
+            Some(target) if target.kind == TargetKind::FerretDb => {
+                Store::mongodb_opts(opts, target)
+                    .env("TALLYD_MONGODB_STATEMENTS_PER_BATCH", "10")
+                    .env("TALLYD_MONGODB_TIMEOUT", "60s")
+            }
+            Some(target) => Store::mongodb_opts(opts, target),
         }
+    }
+
+    fn mongodb_opts(opts: DaemonOpts, target: &MongoTarget) -> DaemonOpts {
+        opts.mongodb(&target.uri_selecting_within(2_000), &target.database)
+            .env("TALLYD_WRITER_ID", WRITER)
+            .env("TALLYD_FLUSH_RETRY_MAX_BACKOFF", "500ms")
     }
 
     /// Starts `tallyd` on this store with [`Store::opts`].
@@ -61,10 +86,12 @@ impl Store {
     }
 
     /// How long a flush may take to settle: MongoDB (the stand-in, in
-    /// Python) is slower than the embedded store.
+    /// Python; FerretDB on SQLite, a few hundred milliseconds per day
+    /// document) is slower than the embedded store.
     pub(super) fn flush_timeout(&self) -> Duration {
-        match self.mongodb {
+        match &self.mongodb {
             None => Duration::from_secs(15),
+            Some(t) if t.kind == TargetKind::FerretDb => Duration::from_secs(120),
             Some(_) => Duration::from_secs(30),
         }
     }

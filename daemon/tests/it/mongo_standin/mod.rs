@@ -10,8 +10,12 @@
 //! * `updates`: update operators and the `update` command.
 //! * `queries`: finds, cursors and indexes (TTL included).
 //! * `faults`: the stand-in's fault injection.
+//! * `fidelity`: where a mongomock-based stand-in is easily kinder than a
+//!   server (missing collections, index keys, batch sizes, sessions), on
+//!   every MongoDB target.
 
 mod faults;
+mod fidelity;
 mod queries;
 mod updates;
 
