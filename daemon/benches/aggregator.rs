@@ -80,6 +80,7 @@ fn batches<'a>(fleet: &'a Fleet, data: &'a [(Vec<i64>, Vec<f64>)]) -> Vec<Series
         .zip(data)
         .enumerate()
         .map(|(i, ((s, m, k), (ts, vs)))| SeriesBatch {
+            labels: "",
             source: s,
             metric: m,
             kind: Some(*k),

@@ -149,6 +149,7 @@ impl Fleet {
             .zip(&values)
             .enumerate()
             .map(|(i, ((s, m, k), v))| SeriesBatch {
+                labels: "",
                 source: s,
                 metric: m,
                 kind: Some(*k),

@@ -317,6 +317,7 @@ async fn bench_watch_delivery(
         let v = k as f64 + 1000.0;
         agg.ingest(
             &[SeriesBatch {
+                labels: "",
                 source: "live-1",
                 metric: "m_live",
                 kind: Some(SampleKind::Gauge),

@@ -11,6 +11,9 @@ use crate::validate::{format_duration, secs, Problems, DAY, HOUR, MINUTE};
 
 /// Protobuf cannot encode a message of 2 GiB or more.
 const PROTOBUF_MAX_MESSAGE: usize = i32::MAX as usize;
+/// Upper bound of `ingest.max_labels`: more would only make series keys
+/// longer than [`crate::labels::MAX_SERIES_KEY_LEN`] anyway.
+const MAX_LABELS_LIMIT: usize = 64;
 
 /// `[ingest]`: what the daemon accepts, whatever the protocol. The request
 /// limits are checked by the protocol front doors, the sample limits by the
@@ -32,6 +35,12 @@ pub struct IngestConfig {
     pub max_future_skew: Duration,
     /// Most distinct series held in memory.
     pub max_series: usize,
+    /// Most distinct series of one source held in memory, so that one agent
+    /// sending a label with unbounded values cannot take the whole
+    /// `max_series` budget.
+    pub max_series_per_source: usize,
+    /// Most labels on one series (pairs with an empty value do not count).
+    pub max_labels: usize,
     /// Most in-memory minute accumulators; beyond it ingest answers
     /// `RESOURCE_EXHAUSTED` so memory stays bounded.
     pub max_pending_slots: usize,
@@ -50,6 +59,8 @@ impl Default for IngestConfig {
             lateness_window: secs(HOUR),
             max_future_skew: secs(5 * MINUTE),
             max_series: 1_000_000,
+            max_series_per_source: 100_000,
+            max_labels: 16,
             max_pending_slots: 4_000_000,
             series_idle_timeout: secs(2 * HOUR),
         }
@@ -79,6 +90,16 @@ impl IngestConfig {
         );
         p.at_most(self.max_future_skew, secs(DAY), "ingest.max_future_skew");
         p.at_least(self.max_series, 1, "ingest.max_series");
+        p.at_least(
+            self.max_series_per_source,
+            1,
+            "ingest.max_series_per_source",
+        );
+        p.require(
+            self.max_labels <= MAX_LABELS_LIMIT,
+            "ingest.max_labels",
+            format!("must be at most {MAX_LABELS_LIMIT}"),
+        );
         p.at_least(self.max_pending_slots, 1, "ingest.max_pending_slots");
         p.positive(self.series_idle_timeout, "ingest.series_idle_timeout");
     }

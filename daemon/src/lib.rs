@@ -27,6 +27,7 @@
 //! | module | role |
 //! |---|---|
 //! | [`model`] | series ids, slots, kinds, periods: the document model's vocabulary |
+//! | [`labels`] | label sets: their rules and the canonical encoding series keys use |
 //! | [`ingest`] | `[ingest]` limits and the gate every protocol's ingest passes |
 //! | [`aggregator`] | the in-memory fold per (series, minute), counter deltas, sample checks |
 //! | [`flush`] | drains the aggregator into batches, applies them, retries, backpressure |
@@ -59,6 +60,7 @@ mod fuzz;
 pub mod grpc;
 pub mod http;
 pub mod ingest;
+pub mod labels;
 pub mod maintenance;
 pub mod model;
 pub mod query;

@@ -8,8 +8,11 @@
 //! Time is Unix time in UTC. Unix time has no leap seconds, so every hour is
 //! 3,600 s and every day 86,400 s and the mapping is integer division.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+
+use crate::labels::{metric_key, split_metric_key, Labels};
 
 /// Seconds in a minute, hour and day: the three slot widths.
 pub const MINUTE_S: i64 = 60;
@@ -147,18 +150,30 @@ pub fn validate_metric(name: &str) -> Result<(), NameError> {
     validate_name(name, MAX_METRIC_LEN, &METRIC_CHARS, METRIC_PUNCT)
 }
 
-/// A series: one metric of one source. Names are validated before one is made.
+/// A series: one metric of one source, with one label set (often empty).
+/// Names and labels are validated before one is made.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SeriesId {
     pub source: Box<str>,
     pub metric: Box<str>,
+    pub labels: Labels,
 }
 
 impl SeriesId {
+    /// An unlabelled series.
     pub fn new(source: &str, metric: &str) -> Self {
         SeriesId {
             source: source.into(),
             metric: metric.into(),
+            labels: Labels::none(),
+        }
+    }
+
+    pub fn with_labels(source: &str, metric: &str, labels: Labels) -> Self {
+        SeriesId {
+            source: source.into(),
+            metric: metric.into(),
+            labels,
         }
     }
 
@@ -166,18 +181,45 @@ impl SeriesId {
         SeriesRef {
             source: &self.source,
             metric: &self.metric,
+            labels: self.labels.as_str(),
         }
     }
 
-    /// `source|metric`: the series' key in stores and catalog order. `|` is
-    /// in neither name's charset, so the join is unambiguous. (Key order is
-    /// not the derived `Ord`: `a-b|m` sorts before `a|m`.)
+    /// The metric followed by `{labels}` when there are any: what follows
+    /// `source|` in a series key (see [`crate::labels`]).
+    pub fn metric_key(&self) -> Cow<'_, str> {
+        metric_key(&self.metric, self.labels.as_str())
+    }
+
+    /// `source|metric` or `source|metric{labels}`: the series' key in stores
+    /// and catalog order. `|` is in neither name's charset, so the join is
+    /// unambiguous; an unlabelled series' key is what it was before labels.
+    /// (Key order is not the derived `Ord`: `a-b|m` sorts before `a|m`.)
     pub fn key(&self) -> String {
-        let mut k = String::with_capacity(self.source.len() + 1 + self.metric.len());
+        let mk = self.metric_key();
+        let mut k = String::with_capacity(self.source.len() + 1 + mk.len());
         k.push_str(&self.source);
         k.push('|');
-        k.push_str(&self.metric);
+        k.push_str(&mk);
         k
+    }
+
+    /// The series of a key made by [`SeriesId::key`], if it is one; names
+    /// are not re-validated, labels must be canonical.
+    pub fn from_key(key: &str) -> Option<SeriesId> {
+        let (source, mk) = key.split_once('|')?;
+        SeriesId::from_metric_key(source, mk)
+    }
+
+    /// The series of `source` and a metric key ([`SeriesId::metric_key`]).
+    pub fn from_metric_key(source: &str, metric_key: &str) -> Option<SeriesId> {
+        let (metric, labels) = split_metric_key(metric_key)?;
+        let labels = if labels.is_empty() {
+            Labels::none()
+        } else {
+            Labels::from_encoded(labels)?
+        };
+        Some(SeriesId::with_labels(source, metric, labels))
     }
 }
 
@@ -189,15 +231,28 @@ impl Hash for SeriesId {
 
 impl fmt::Display for SeriesId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.source, self.metric)
+        write!(f, "{}/{}{}", self.source, self.metric, self.labels)
     }
 }
 
-/// A borrowed series id, so hot-path lookups need no allocation.
+/// A borrowed series id, so hot-path lookups need no allocation. `labels`
+/// is the canonical encoding ([`crate::labels`]), empty when unlabelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SeriesRef<'a> {
     pub source: &'a str,
     pub metric: &'a str,
+    pub labels: &'a str,
+}
+
+impl<'a> SeriesRef<'a> {
+    /// An unlabelled series.
+    pub fn new(source: &'a str, metric: &'a str) -> Self {
+        SeriesRef {
+            source,
+            metric,
+            labels: "",
+        }
+    }
 }
 
 impl Hash for SeriesRef<'_> {
@@ -206,18 +261,22 @@ impl Hash for SeriesRef<'_> {
         state.write(self.source.as_bytes());
         state.write_u8(0xff);
         state.write(self.metric.as_bytes());
+        state.write_u8(0xff);
+        state.write(self.labels.as_bytes());
     }
 }
 
 impl hashbrown::Equivalent<SeriesId> for SeriesRef<'_> {
     fn equivalent(&self, key: &SeriesId) -> bool {
-        *self.source == *key.source && *self.metric == *key.metric
+        *self.source == *key.source
+            && *self.metric == *key.metric
+            && self.labels == key.labels.as_str()
     }
 }
 
 impl hashbrown::Equivalent<std::sync::Arc<SeriesId>> for SeriesRef<'_> {
     fn equivalent(&self, key: &std::sync::Arc<SeriesId>) -> bool {
-        *self.source == *key.source && *self.metric == *key.metric
+        self.equivalent(&**key)
     }
 }
 

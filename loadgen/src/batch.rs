@@ -118,6 +118,7 @@ impl WorkerSeries {
                 .map(|l| {
                     let metric = l % m;
                     pb::SeriesSamples {
+                        labels: Vec::new(),
                         metric: fleet.metric_name(metric).to_owned(),
                         kind: fleet.kind(metric).proto() as i32,
                         timestamps_ms: plan.tick_range().map(|k| tl.ts_ms(src, k)).collect(),

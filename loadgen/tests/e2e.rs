@@ -253,6 +253,7 @@ fn corrupted_store_fails_verification() {
                         sources: vec![pb::SourceBatch {
                             source: "src-000002".into(),
                             series: vec![pb::SeriesSamples {
+                                labels: Vec::new(),
                                 metric: metric.clone(),
                                 kind: pb::SampleKind::Gauge as i32,
                                 timestamps_ms: vec![at_ms],

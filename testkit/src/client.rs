@@ -30,6 +30,7 @@ pub fn now_ms() -> i64 {
 /// One series' samples for a push.
 pub fn series(metric: &str, kind: pb::SampleKind, samples: &[(i64, f64)]) -> pb::SeriesSamples {
     pb::SeriesSamples {
+        labels: Vec::new(),
         metric: metric.to_string(),
         kind: kind as i32,
         timestamps_ms: samples.iter().map(|s| s.0).collect(),

@@ -68,6 +68,7 @@ struct Limits {
     lateness_ms: i64,
     future_skew_ms: i64,
     max_series: usize,
+    max_series_per_source: usize,
     max_pending_slots: usize,
     max_rejections_reported: usize,
 }
@@ -78,6 +79,7 @@ impl Limits {
             lateness_ms: c.lateness_window.as_millis().min(i64::MAX as u128) as i64,
             future_skew_ms: c.max_future_skew.as_millis().min(i64::MAX as u128) as i64,
             max_series: c.max_series,
+            max_series_per_source: c.max_series_per_source,
             max_pending_slots: c.max_pending_slots,
             max_rejections_reported: c.max_rejections_reported,
         }
@@ -89,6 +91,9 @@ pub struct Aggregator {
     shards: Box<[ShardCell]>,
     hasher: ahash::RandomState,
     series_count: AtomicUsize,
+    /// Series per source, for `ingest.max_series_per_source`. Touched only
+    /// when a series is created or evicted, never per sample.
+    per_source: parking_lot::Mutex<hashbrown::HashMap<Box<str>, usize>>,
     /// Slots drained into flush batches the store has not confirmed yet;
     /// they count against the memory bound too.
     inflight_slots: AtomicUsize,
@@ -104,6 +109,7 @@ impl Aggregator {
             shards: (0..n).map(|_| ShardCell::default()).collect(),
             hasher: ahash::RandomState::new(),
             series_count: AtomicUsize::new(0),
+            per_source: Default::default(),
             inflight_slots: AtomicUsize::new(0),
             limits: Limits::of(limits),
             ingest: limits.clone(),
@@ -190,6 +196,7 @@ impl Aggregator {
             let hash = self.hasher.hash_one(SeriesRef {
                 source: b.source,
                 metric: b.metric,
+                labels: b.labels,
             });
             let cell = &self.shards[self.shard_of(hash)];
             let mut shard = cell.shard.lock();
@@ -264,16 +271,28 @@ impl Aggregator {
     /// (a minute), so the series table does not grow without limit. Their
     /// cumulative counter baselines go with them. Returns how many went.
     pub fn evict_idle(&self, idle_before: EpochMinute) -> usize {
-        let mut evicted = 0;
+        let mut gone: Vec<Arc<crate::model::SeriesId>> = Vec::new();
         for cell in self.shards.iter() {
             let mut s = cell.shard.lock();
-            let before = s.series.len();
-            s.series
-                .retain(|st| !st.pending.is_empty() || st.last_minute >= idle_before);
-            evicted += before - s.series.len();
+            s.series.retain(|st| {
+                let keep = !st.pending.is_empty() || st.last_minute >= idle_before;
+                if !keep {
+                    gone.push(st.id.clone());
+                }
+                keep
+            });
         }
-        self.series_count.fetch_sub(evicted, Ordering::Relaxed);
-        evicted
+        self.series_count.fetch_sub(gone.len(), Ordering::Relaxed);
+        let mut per_source = self.per_source.lock();
+        for id in &gone {
+            if let Some(n) = per_source.get_mut(&id.source) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    per_source.remove(&id.source);
+                }
+            }
+        }
+        gone.len()
     }
 }
 

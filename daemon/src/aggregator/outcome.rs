@@ -26,10 +26,15 @@ pub enum RejectReason {
     /// A finite value whose counter increase or minute sum would leave
     /// [`crate::model::MAX_SUM`].
     Overflow,
+    /// A bad label name or value, a duplicate, too many labels, or a series
+    /// key too long; checked by the protocol front door.
+    InvalidLabel,
+    /// The source tracks `ingest.max_series_per_source` series already.
+    SourceSeriesLimit,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 14] = [
+    pub const ALL: [RejectReason; 16] = [
         RejectReason::InvalidSource,
         RejectReason::InvalidMetric,
         RejectReason::InvalidKind,
@@ -44,6 +49,8 @@ impl RejectReason {
         RejectReason::InvalidGroup,
         RejectReason::SourceNotAllowed,
         RejectReason::Overflow,
+        RejectReason::InvalidLabel,
+        RejectReason::SourceSeriesLimit,
     ];
 
     /// Label value for `tally_samples_rejected_total{reason=…}`.
@@ -63,6 +70,8 @@ impl RejectReason {
             RejectReason::InvalidGroup => "invalid_group",
             RejectReason::SourceNotAllowed => "source_not_allowed",
             RejectReason::Overflow => "overflow",
+            RejectReason::InvalidLabel => "invalid_label",
+            RejectReason::SourceSeriesLimit => "source_series_limit",
         }
     }
 
@@ -86,6 +95,9 @@ pub struct Rejection {
 pub struct SeriesBatch<'a> {
     pub source: &'a str,
     pub metric: &'a str,
+    /// The label set's canonical encoding ([`crate::labels`]), already
+    /// validated by the front door; empty when unlabelled.
+    pub labels: &'a str,
     /// None when the client sent an unknown or unspecified kind.
     pub kind: Option<SampleKind>,
     pub timestamps_ms: &'a [i64],

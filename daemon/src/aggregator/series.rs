@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
+use crate::labels::Labels;
 use crate::model::{
     minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, MAX_SUM,
 };
@@ -21,10 +22,14 @@ use crate::model::{
 #[repr(C, align(64))]
 pub(super) struct SeriesState {
     pub(super) hash: u64,
-    /// `source|metric`, inline when short (nearly always), so the hot-path
-    /// comparison reads the entry itself instead of chasing pointers. `|` is
-    /// in neither name's charset, so the join is unambiguous.
+    /// `source|metric` and the labels' encoding, inline when short (nearly
+    /// always for unlabelled series), so the hot-path comparison reads the
+    /// entry itself instead of chasing pointers. `|` is in neither name's
+    /// charset, so the join is unambiguous; the labels are compared by
+    /// length as the rest.
     key: SmallVec<[u8; 48]>,
+    /// Length of `source|metric` in `key`; the labels follow.
+    labels_at: u32,
     pub(super) id: Arc<SeriesId>,
     pub(super) kind: SampleKind,
     /// Last (timestamp, value) of a cumulative counter: the base of the next delta.
@@ -45,11 +50,21 @@ pub(super) struct SeriesState {
 impl SeriesState {
     fn new(b: &SeriesBatch<'_>, hash: u64, kind: SampleKind) -> SeriesState {
         SeriesState {
-            key: [b.source.as_bytes(), b"|", b.metric.as_bytes()]
-                .concat()
-                .into_iter()
-                .collect(),
-            id: Arc::new(SeriesId::new(b.source, b.metric)),
+            key: [
+                b.source.as_bytes(),
+                b"|",
+                b.metric.as_bytes(),
+                b.labels.as_bytes(),
+            ]
+            .concat()
+            .into_iter()
+            .collect(),
+            labels_at: (b.source.len() + 1 + b.metric.len()) as u32,
+            id: Arc::new(SeriesId::with_labels(
+                b.source,
+                b.metric,
+                Labels::from_validated(b.labels),
+            )),
             hash,
             kind,
             last_cumulative: None,
@@ -64,8 +79,17 @@ impl SeriesState {
     #[inline]
     pub(super) fn is(&self, key: SeriesRef<'_>) -> bool {
         let k = self.key.as_slice();
-        let (s, m) = (key.source.as_bytes(), key.metric.as_bytes());
-        k.len() == s.len() + 1 + m.len() && &k[..s.len()] == s && &k[s.len() + 1..] == m
+        let (s, m, l) = (
+            key.source.as_bytes(),
+            key.metric.as_bytes(),
+            key.labels.as_bytes(),
+        );
+        let at = self.labels_at as usize;
+        at == s.len() + 1 + m.len()
+            && k.len() == at + l.len()
+            && &k[..s.len()] == s
+            && &k[s.len() + 1..at] == m
+            && &k[at..] == l
     }
 }
 
@@ -102,6 +126,7 @@ impl Aggregator {
         let key = SeriesRef {
             source: b.source,
             metric: b.metric,
+            labels: b.labels,
         };
         let state = match series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
             Some(state) => state,
@@ -176,12 +201,45 @@ impl Aggregator {
             });
             return None;
         }
+        if !self.count_source_series(b, out) {
+            return None;
+        }
         self.series_count.fetch_add(1, Ordering::Relaxed);
         let hasher = &self.hasher;
         let state = series.insert_unique(hash, SeriesState::new(b, hash, kind), |s| {
             hasher.hash_one(s.id.series_ref())
         });
         Some(state.into_mut())
+    }
+
+    /// Counts a new series against its source's limit; false (and the group
+    /// rejected) when the source is at `ingest.max_series_per_source`.
+    fn count_source_series(&self, b: &SeriesBatch<'_>, out: &mut IngestOutcome) -> bool {
+        let max = self.limits.max_series_per_source;
+        let mut per_source = self.per_source.lock();
+        match per_source.get_mut(b.source) {
+            Some(n) if *n >= max => {
+                drop(per_source);
+                let count = b.values.len() as u64;
+                let cap = self.limits.max_rejections_reported;
+                out.reject(cap, b, None, count, RejectReason::SourceSeriesLimit, || {
+                    format!(
+                        "source {:?} already has {max} series in memory (ingest.max_series_per_source); \
+                         check for a label with unbounded values",
+                        truncate(b.source)
+                    )
+                });
+                false
+            }
+            Some(n) => {
+                *n += 1;
+                true
+            }
+            None => {
+                per_source.insert(b.source.into(), 1);
+                true
+            }
+        }
     }
 
     /// Checks one sample against the value rules and the time window and

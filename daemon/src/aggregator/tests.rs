@@ -16,6 +16,7 @@ fn batch<'a>(
     vs: &'a [f64],
 ) -> SeriesBatch<'a> {
     SeriesBatch {
+        labels: "",
         source,
         metric,
         kind: Some(kind),
@@ -207,10 +208,7 @@ fn pending_is_visible_and_idle_series_are_evicted() {
     let a = agg();
     let t = [NOW];
     a.ingest(&[batch("s", "m", SampleKind::Gauge, &t, &[2.0])], NOW);
-    let key = SeriesRef {
-        source: "s",
-        metric: "m",
-    };
+    let key = SeriesRef::new("s", "m");
     let (kind, mins) = a.pending_for(key);
     assert_eq!(kind, Some(SampleKind::Gauge));
     assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::of(2.0))]);

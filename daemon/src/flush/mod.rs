@@ -321,6 +321,7 @@ mod tests {
     fn ingest(agg: &Aggregator, ts_ms: i64, v: f64) {
         agg.ingest(
             &[SeriesBatch {
+                labels: "",
                 source: "s",
                 metric: "m",
                 kind: Some(SampleKind::Gauge),
@@ -355,10 +356,7 @@ mod tests {
         let b1 = p.cut_batch().unwrap();
         ingest(&agg, now, 2.0);
         assert!(p.cut_batch().is_none(), "queue full: nothing drained");
-        let key = SeriesRef {
-            source: "s",
-            metric: "m",
-        };
+        let key = SeriesRef::new("s", "m");
         let u = p.inflight().unflushed(key);
         assert_eq!(u.inflight.len(), 1);
         assert_eq!(u.inflight[0].1[0].1, Slot::of(1.0));
@@ -385,10 +383,7 @@ mod tests {
         ));
         let p = Pipeline::new(agg.clone(), store.clone(), FlushConfig::default(), 0);
         let now = chrono::Utc::now().timestamp_millis();
-        let key = SeriesRef {
-            source: "s",
-            metric: "m",
-        };
+        let key = SeriesRef::new("s", "m");
         let give_up = CancellationToken::new();
         ingest(&agg, now, 1.0);
         let b1 = p.cut_batch().unwrap();

@@ -21,6 +21,8 @@ const KEYS: &[&str] = &[
     "ingest.max_message_bytes",
     "ingest.lateness_window",
     "ingest.max_series",
+    "ingest.max_series_per_source",
+    "ingest.max_labels",
     "flush.interval",
     "flush.queue_depth",
     "retention.hour",

@@ -238,6 +238,7 @@ fn router(dir: &std::path::Path) -> axum::Router {
     ] {
         agg.ingest(
             &[SeriesBatch {
+                labels: "",
                 source,
                 metric,
                 kind: Some(kind),

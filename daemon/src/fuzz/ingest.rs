@@ -70,6 +70,7 @@ fn series(now_ms: i64) -> impl Strategy<Value = pb::SeriesSamples> {
         proptest::collection::vec(value(), 0..12),
     )
         .prop_map(|(metric, kind, timestamps_ms, values)| pb::SeriesSamples {
+            labels: Vec::new(),
             metric,
             kind,
             timestamps_ms,

@@ -47,6 +47,8 @@ pub(crate) fn reason_to_proto(r: RejectReason) -> pb::RejectReason {
         RejectReason::InvalidGroup => pb::RejectReason::InvalidGroup,
         RejectReason::SourceNotAllowed => pb::RejectReason::SourceNotAllowed,
         RejectReason::Overflow => pb::RejectReason::Overflow,
+        RejectReason::InvalidLabel => pb::RejectReason::InvalidLabel,
+        RejectReason::SourceSeriesLimit => pb::RejectReason::SourceSeriesLimit,
     }
 }
 
@@ -201,12 +203,12 @@ pub(crate) fn token(next: Option<String>) -> String {
 }
 
 /// The series a `ListSeries` page starts after, from the previous page's
-/// token (`source|metric`).
+/// token (a series key, `source|metric{labels}`).
 pub(crate) fn series_after(page_token: &str) -> Result<Option<SeriesId>, Status> {
     match page_token {
         "" => Ok(None),
-        t => match t.split_once('|') {
-            Some((s, m)) => Ok(Some(SeriesId::new(s, m))),
+        t => match SeriesId::from_key(t) {
+            Some(after) => Ok(Some(after)),
             None => Err(Status::invalid_argument(
                 "page_token: pass next_page_token of the previous page",
             )),

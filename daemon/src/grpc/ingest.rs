@@ -21,6 +21,7 @@ use super::convert::{kind_from_proto, reason_to_proto};
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::auth::Grant;
 use crate::ingest::IngestGate;
+use crate::labels::LabelArena;
 use crate::rollup::Rollups;
 
 pub struct IngestService {
@@ -71,8 +72,10 @@ impl IngestService {
         let cap = self.agg.limits().max_rejections_reported;
         let now_ms = chrono::Utc::now().timestamp_millis();
         let mut refused = IngestOutcome::default();
+        let labels = encode_labels(req, self.agg.limits().max_labels);
         let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
         let mut allowed_sources = 0usize;
+        let mut series_at = 0;
         for (si, src) in req.sources.iter().enumerate() {
             let refusal = refusal(grant, src);
             allowed_sources += usize::from(!matches!(
@@ -80,18 +83,26 @@ impl IngestService {
                 Some((RejectReason::SourceNotAllowed, _))
             ));
             for (mi, series) in src.series.iter().enumerate() {
+                let encoded = labels.get(series_at);
+                series_at += 1;
                 let b = SeriesBatch {
                     source: &src.source,
                     metric: &series.metric,
+                    labels: encoded.unwrap_or(""),
                     kind: kind_from_proto(series.kind),
                     timestamps_ms: &series.timestamps_ms,
                     values: &series.values,
                     source_index: si as u32,
                     series_index: mi as u32,
                 };
-                match &refusal {
-                    Some((reason, why)) => refused.reject_series(cap, &b, *reason, || why.clone()),
-                    None => batches.push(b),
+                match (&refusal, encoded) {
+                    (Some((reason, why)), _) => {
+                        refused.reject_series(cap, &b, *reason, || why.clone())
+                    }
+                    (None, Err(e)) => {
+                        refused.reject_series(cap, &b, RejectReason::InvalidLabel, || e.to_string())
+                    }
+                    (None, Ok(_)) => batches.push(b),
                 }
             }
             if refusal.is_none() {
@@ -113,6 +124,22 @@ impl IngestService {
         record(&refused, rpc);
         Ok(refused)
     }
+}
+
+/// Every series' label encoding, in request order (an empty request-wide
+/// arena when no series has labels).
+fn encode_labels(req: &pb::PushRequest, max_labels: usize) -> LabelArena {
+    let mut arena = LabelArena::default();
+    for src in &req.sources {
+        for series in &src.series {
+            let pairs = series
+                .labels
+                .iter()
+                .map(|l| (l.name.as_str(), l.value.as_str()));
+            arena.push(&src.source, &series.metric, pairs, max_labels);
+        }
+    }
+    arena
 }
 
 /// Why all of `src`'s series are refused before the aggregator, if they

@@ -253,8 +253,8 @@ async fn series(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejecti
     };
     let after = match p.after.as_deref() {
         None => None,
-        Some(a) => match a.split_once('|') {
-            Some((src, m)) => Some(SeriesId::new(src, m)),
+        Some(a) => match SeriesId::from_key(a) {
+            Some(after) => Some(after),
             None => {
                 return bad("after: pass the `next` value of the previous page (`source|metric`)")
             }

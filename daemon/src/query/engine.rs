@@ -16,8 +16,8 @@ use super::{Aggregate, Point, QueryConfig, QueryError, Step, StepSpec, Window};
 use crate::aggregator::Aggregator;
 use crate::flush::Inflight;
 use crate::model::{
-    validate_metric, validate_source, Resolution, SampleKind, SeriesId, SeriesRef, Slot, Tier,
-    DAY_S, HOUR_S, MINUTE_S,
+    validate_metric, validate_source, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S,
+    MINUTE_S,
 };
 use crate::rollup::Rollups;
 use crate::selector::{all_match, NameMatcher};
@@ -219,10 +219,7 @@ impl QueryEngine {
     /// it yet.
     pub async fn buckets(&self, id: &SeriesId, w: &Window) -> Result<SeriesBuckets, QueryError> {
         let tier = self.tier(w);
-        let key = SeriesRef {
-            source: &id.source,
-            metric: &id.metric,
-        };
+        let key = id.series_ref();
         // Unflushed first, then the store: see `flush::Inflight`.
         let unflushed = self.inflight.unflushed(key);
         let started = std::time::Instant::now();
@@ -365,10 +362,7 @@ impl QueryEngine {
             .await?
             .into_iter()
             .map(|b| {
-                let last = self.agg.last_sample(SeriesRef {
-                    source: &b.series.source,
-                    metric: &b.series.metric,
-                });
+                let last = self.agg.last_sample(b.series.series_ref());
                 let counter = b.is_counter();
                 Latest {
                     minute: b

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::ingest::IngestConfig;
+use tally::labels::Labels;
 use tally::model::{
     minute_of_ms, FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesUpdate, Slot, Tier,
     DAY_S, HOUR_S, MINUTE_S,
@@ -27,6 +28,12 @@ use tally::store::{ReadQuery, Store};
 pub const MIDNIGHT: i64 = 1_772_323_200;
 pub const SOURCES: [&str; 2] = ["db-1", "db-2"];
 pub const METRICS: [&str; 2] = ["op_counter", "connections"];
+/// Label sets (canonical encodings): none, and two that an encoding
+/// without escaping or without its closing brace could confuse with each
+/// other or with the unlabelled series.
+pub const LABELS: [&str; 3] = ["", r#"mode="idle""#, r#"mode="idle\"|x""#];
+/// Series: every source × metric × label set.
+pub const SERIES_COUNT: usize = 12;
 
 #[derive(Debug, Clone)]
 pub struct Sample {
@@ -35,16 +42,27 @@ pub struct Sample {
     pub value: f64,
 }
 
-pub fn series_name(i: usize) -> (&'static str, &'static str) {
-    (SOURCES[i % 2], METRICS[i / 2])
+pub fn series_name(i: usize) -> (&'static str, &'static str, &'static str) {
+    (SOURCES[i % 2], METRICS[(i / 2) % 2], LABELS[i / 4])
+}
+
+pub fn series_id(i: usize) -> SeriesId {
+    let (source, metric, labels) = series_name(i);
+    let labels = Labels::from_encoded(labels).expect("canonical");
+    SeriesId::with_labels(source, metric, labels)
 }
 
 fn sample() -> impl Strategy<Value = Sample> {
-    (0usize..4, -90 * 60_000i64..90 * 60_000, -1000i32..1000).prop_map(|(series, off, v)| Sample {
-        series,
-        ts_ms: MIDNIGHT * 1000 + off,
-        value: v as f64,
-    })
+    (
+        0usize..SERIES_COUNT,
+        -90 * 60_000i64..90 * 60_000,
+        -1000i32..1000,
+    )
+        .prop_map(|(series, off, v)| Sample {
+            series,
+            ts_ms: MIDNIGHT * 1000 + off,
+            value: v as f64,
+        })
 }
 
 #[derive(Debug, Clone)]
@@ -121,10 +139,11 @@ pub async fn run_case(store: Arc<dyn Store>, case: &Case) {
         let batches: Vec<SeriesBatch<'_>> = grouped
             .iter()
             .map(|(&sid, (ts, vs))| {
-                let (source, metric) = series_name(sid);
+                let (source, metric, labels) = series_name(sid);
                 SeriesBatch {
                     source,
                     metric,
+                    labels,
                     kind: Some(SampleKind::Gauge),
                     timestamps_ms: ts,
                     values: vs,
@@ -163,18 +182,17 @@ pub fn reference(samples: &[Sample], width: i64) -> BTreeMap<(usize, i64), Slot>
     m
 }
 
-/// Every slot of the four series at one tier and resolution.
+/// Every slot of every series at one tier and resolution.
 pub async fn read_all(
     store: &dyn Store,
     tier: Tier,
     resolution: Resolution,
 ) -> BTreeMap<(usize, i64), Slot> {
     let mut out = BTreeMap::new();
-    for sid in 0..4 {
-        let (source, metric) = series_name(sid);
+    for sid in 0..SERIES_COUNT {
         let docs = store
             .read(&ReadQuery {
-                series: SeriesId::new(source, metric),
+                series: series_id(sid),
                 tier,
                 resolution,
                 from: MIDNIGHT - 2 * DAY_S,

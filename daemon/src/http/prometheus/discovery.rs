@@ -113,8 +113,12 @@ async fn page_series(
                 return Ok(true);
             }
         }
-        match found.next.as_deref().and_then(|k| k.split_once('|')) {
-            Some((src, m)) => after = Some(crate::model::SeriesId::new(src, m)),
+        match found
+            .next
+            .as_deref()
+            .and_then(crate::model::SeriesId::from_key)
+        {
+            Some(next) => after = Some(next),
             None => return Ok(false),
         }
     }

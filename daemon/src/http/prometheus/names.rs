@@ -176,9 +176,7 @@ async fn scan(engine: &QueryEngine) -> Result<MetricNames, QueryError> {
                         "listing metric names scans the whole catalog and it holds more than {cap} series (100 pages of query.max_page)"
                     )));
                 }
-                after = key
-                    .split_once('|')
-                    .map(|(s, m)| crate::model::SeriesId::new(s, m));
+                after = crate::model::SeriesId::from_key(&key);
                 if after.is_none() {
                     break;
                 }

@@ -190,8 +190,12 @@ fn decode_entry(
         doc: catalog_name(key),
         reason: format!("unknown kind code {code}"),
     })?;
+    let series = SeriesId::from_metric_key(source, metric).ok_or_else(|| StoreError::Corrupt {
+        doc: catalog_name(key),
+        reason: "the key's labels are not in canonical form".into(),
+    })?;
     Ok(CatalogEntry {
-        series: SeriesId::new(source, metric),
+        series,
         kind,
         first_seen,
         last_seen,

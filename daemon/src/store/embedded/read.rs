@@ -123,7 +123,8 @@ fn read_docs<const N: usize>(
     doc_name: fn(&str, &str, i64) -> String,
     mut points: impl FnMut(&[u8; N], i64, &mut Slots) -> Result<(), StoreError>,
 ) -> Result<Vec<DocRead>, StoreError> {
-    let (src, met) = (&*q.series.source, &*q.series.metric);
+    let met = q.series.metric_key();
+    let (src, met) = (&*q.series.source, &*met);
     let mut out = Vec::new();
     for entry in table
         .range::<HourKey>((src, met, lo)..(src, met, q.to))
@@ -154,7 +155,8 @@ fn read_minute_blocks(
     start: i64,
     slots: &mut Slots,
 ) -> Result<(), StoreError> {
-    let (src, met) = (&*q.series.source, &*q.series.metric);
+    let met = q.series.metric_key();
+    let (src, met) = (&*q.series.source, &*met);
     let first = q.from.saturating_sub(start).div_euclid(HOUR_S).clamp(0, 23) as u8;
     let last = (q.to.saturating_sub(1).saturating_sub(start))
         .div_euclid(HOUR_S)

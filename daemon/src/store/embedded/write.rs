@@ -66,9 +66,10 @@ impl Db {
         {
             let mut tables = DocTables::open(&txn)?;
             for su in order {
+                let met = su.series.metric_key();
                 let series = SeriesWrite {
                     src: &su.series.source,
-                    met: &su.series.metric,
+                    met: &met,
                     kind: su.kind.code(),
                     id,
                 };
@@ -101,7 +102,8 @@ impl Db {
             let empty_block: MinuteBlock = empty_value(0);
 
             for doc in docs {
-                let (src, met) = (&*doc.series.source, &*doc.series.metric);
+                let met = doc.series.metric_key();
+                let (src, met) = (&*doc.series.source, &*met);
                 if doc.period_start.rem_euclid(doc.tier.period_s()) != 0 {
                     return Err(invalid(format!(
                         "{}: {} document start {} is not on a period boundary",

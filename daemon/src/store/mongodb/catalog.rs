@@ -2,8 +2,8 @@
 //! when a series is new or its `last_seen` moved on, and listed by `_id`
 //! range (see "The series catalog" in the module documentation).
 
-use bson::doc;
 use bson::raw::{RawBsonRef, RawDocument};
+use bson::{doc, Bson, Document};
 use futures::stream::TryStreamExt;
 
 use super::command::{bson_len, to_raw, Work};
@@ -41,7 +41,7 @@ impl MongoStore {
                         "$min": { "first_seen": bson_date(e.first_seen) },
                         "$max": { LAST_SEEN_FIELD: bson_date(e.last_seen) },
                         "$set": { "kind": e.kind.as_str() },
-                        "$setOnInsert": { "source": &*e.series.source, "metric": &*e.series.metric },
+                        "$setOnInsert": on_insert(&e.series),
                     },
                     "upsert": true,
                 })
@@ -142,6 +142,22 @@ impl MongoStore {
     }
 }
 
+/// The fields a catalog document gets when it is created: source, metric
+/// and, for a labelled series, its labels as a document.
+fn on_insert(series: &SeriesId) -> Document {
+    let mut d = doc! { "source": &*series.source, "metric": &*series.metric };
+    if !series.labels.is_empty() {
+        let labels: Document = series
+            .labels
+            .pairs()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), Bson::String(v.into_owned())))
+            .collect();
+        d.insert("labels", labels);
+    }
+    d
+}
+
 /// A catalog document, as [`CatalogEntry`]. Source and metric come from the
 /// `_id`, since that is what listings are ordered and filtered by.
 fn decode_catalog(raw: &RawDocument) -> Result<CatalogEntry, DecodeError> {
@@ -150,10 +166,10 @@ fn decode_catalog(raw: &RawDocument) -> Result<CatalogEntry, DecodeError> {
         Some(v) => return Err(type_error("_id", v, "a string")),
         None => return Err(DecodeError::Missing("_id".into())),
     };
-    let Some((source, metric)) = id.split_once('|') else {
+    let Some(series) = SeriesId::from_key(id) else {
         return Err(DecodeError::Value {
             field: "_id".into(),
-            reason: "no `|` between source and metric".into(),
+            reason: "not `source|metric` or `source|metric{labels}` in canonical form".into(),
         });
     };
     let kind = match raw.get("kind")? {
@@ -170,7 +186,7 @@ fn decode_catalog(raw: &RawDocument) -> Result<CatalogEntry, DecodeError> {
         None => Err(DecodeError::Missing(field.into())),
     };
     Ok(CatalogEntry {
-        series: SeriesId::new(source, metric),
+        series,
         kind,
         first_seen: seconds("first_seen")?,
         last_seen: seconds(LAST_SEEN_FIELD)?,

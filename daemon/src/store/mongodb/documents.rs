@@ -6,6 +6,7 @@
 use bson::raw::RawDocumentBuf;
 
 use super::ids::{bson_date, doc_id};
+use crate::labels::Labels;
 use crate::model::{SeriesId, Tier};
 
 /// Minute slots of an hour, hour slots of a day.
@@ -70,7 +71,8 @@ impl Templates {
         }
     }
 
-    /// The full empty document: every slot present, `w: {}`, no `k`.
+    /// The full empty document: every slot present, `w: {}`, no `k`; a
+    /// labelled series' labels in `l`.
     pub(super) fn document(
         &self,
         id: &str,
@@ -82,6 +84,9 @@ impl Templates {
         d.append_ref("_id", id);
         d.append_ref("s", &*series.source);
         d.append_ref("m", &*series.metric);
+        if !series.labels.is_empty() {
+            d.append("l", labels_doc(&series.labels));
+        }
         d.append_ref("t", bson_date(start));
         d.append_ref("w", &self.empty);
         d.append_ref("total", &self.slot);
@@ -114,4 +119,14 @@ pub fn hour_doc_bson_size() -> usize {
 /// [`hour_doc_bson_size`].
 pub fn day_doc_bson_size() -> usize {
     reference_size(Tier::Day)
+}
+/// A label set as the `l` field of a document: `{name: value, ...}` in
+/// name order. Readers take the series from `_id`; the field is there for
+/// people and for queries a MongoDB user writes by hand.
+pub(super) fn labels_doc(labels: &Labels) -> RawDocumentBuf {
+    let mut d = RawDocumentBuf::new();
+    for (name, value) in labels.pairs() {
+        d.append(name, value.as_ref());
+    }
+    d
 }

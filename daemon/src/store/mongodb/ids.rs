@@ -1,4 +1,4 @@
-//! Document ids (`<source>|<metric>|<period key>`) and the checks that keep
+//! Document ids (`<source>|<metric>[{<labels>}]|<period key>`) and the checks that keep
 //! them unambiguous. Every read and write goes through `_id` alone, so its
 //! format, fixed-width and time-sortable within a series, lives in one place.
 
@@ -28,8 +28,13 @@ pub(super) fn period_key(tier: Tier, start: i64) -> Option<String> {
     })
 }
 
+/// `source|metric|`, or `source|metric{labels}|` for a labelled series:
+/// the series key ([`SeriesId::key`]), so an unlabelled series keeps the ids
+/// it had before labels, and one series' periods stay adjacent.
 pub(super) fn series_prefix(series: &SeriesId) -> String {
-    format!("{}|{}|", series.source, series.metric)
+    let mut p = series.key();
+    p.push('|');
+    p
 }
 
 /// The `_id` of one document; `Invalid` for names or periods that have none.

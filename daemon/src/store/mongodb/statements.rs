@@ -5,7 +5,7 @@
 
 use bson::raw::RawDocumentBuf;
 
-use super::documents::{HOURS, MINUTES};
+use super::documents::{labels_doc, HOURS, MINUTES};
 use super::ids::bson_date;
 use crate::model::{DayDocUpdate, HourDocUpdate, SampleKind, SeriesId, Slot};
 use crate::store::StoreError;
@@ -60,6 +60,9 @@ impl StatementCtx<'_> {
         let mut on_insert = RawDocumentBuf::new();
         on_insert.append_ref("s", &*series.source);
         on_insert.append_ref("m", &*series.metric);
+        if !series.labels.is_empty() {
+            on_insert.append("l", labels_doc(&series.labels));
+        }
         on_insert.append_ref("t", bson_date(start));
 
         let mut u = RawDocumentBuf::new();

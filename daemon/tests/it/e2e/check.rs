@@ -104,6 +104,7 @@ impl Sent {
 
     pub fn proto(&self) -> pb::SeriesSamples {
         pb::SeriesSamples {
+            labels: Vec::new(),
             metric: self.metric.clone(),
             kind: self.kind.proto() as i32,
             timestamps_ms: self.samples.iter().map(|s| s.0).collect(),

@@ -151,6 +151,7 @@ fn push_request(fleet: &[Series]) -> pb::PushRequest {
     let mut sources: Vec<pb::SourceBatch> = Vec::new();
     for s in fleet {
         let series = pb::SeriesSamples {
+            labels: Vec::new(),
             metric: s.metric.into(),
             kind: match s.kind {
                 Kind::Gauge => pb::SampleKind::Gauge,

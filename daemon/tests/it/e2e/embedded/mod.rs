@@ -31,6 +31,7 @@ async fn push_stream_sums_accepted_counts_and_data_is_readable() {
     let (gauge, delta, cumulative) = (&sent[0], &sent[1], &sent[2]);
     let mut last = request(&[cumulative.part(4..8)]);
     last.sources[0].series.push(pb::SeriesSamples {
+        labels: Vec::new(),
         metric: "gauge.nan".into(),
         kind: pb::SampleKind::Gauge as i32,
         timestamps_ms: vec![t0],

@@ -83,6 +83,7 @@ const HOST: &str = "good-host";
 
 fn gauge(metric: &str, timestamps_ms: Vec<i64>, values: Vec<f64>) -> pb::SeriesSamples {
     pb::SeriesSamples {
+        labels: Vec::new(),
         metric: metric.into(),
         kind: pb::SampleKind::Gauge as i32,
         timestamps_ms,

@@ -1,0 +1,350 @@
+//! Label sets: the dimensions beside a series' source and metric
+//! (`cpu="0"`, `mode="idle"`), their rules, and the one canonical encoding
+//! that every layer hashes, keys, orders and stores them by.
+//!
+//! # Canonical encoding
+//!
+//! Pairs sorted by name, each written `name="value"`, joined by `,`, with
+//! `\` written `\\`, `"` written `\"` and a newline written `\n` inside a
+//! value (Prometheus' text-format escaping). Names cannot hold `=`, `"` or
+//! `,`, and a value's end is its first unescaped `"`, so the encoding can be
+//! parsed back one way only: two different sets never share it. The empty
+//! set encodes as the empty string, which is what keeps an unlabelled
+//! series' ids and documents exactly as they were before labels existed.
+//!
+//! A series' *metric key* is its metric followed by `{<encoding>}` when it
+//! has labels. No metric contains `{`, and a key ends at its matching `}`,
+//! so `source|<metric key>` stays prefix-free: one series' period documents
+//! stay adjacent in every store, and no series' key is a prefix of
+//! another's followed by `|`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Longest accepted label name.
+pub const MAX_LABEL_NAME_LEN: usize = 128;
+/// Longest accepted label value (an empty value means the label is absent).
+pub const MAX_LABEL_VALUE_LEN: usize = 256;
+/// Longest accepted series key, `source|metric{labels}`, in bytes.
+pub const MAX_SERIES_KEY_LEN: usize = 2048;
+/// The label name that stands for a series' source in selectors and the
+/// Prometheus-compatible API; no pushed label may use it.
+pub const SOURCE_LABEL: &str = "source";
+
+/// Why a label set was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    #[error("label name is empty")]
+    EmptyName,
+    #[error("label name {name:?} is {len} bytes long; the limit is {MAX_LABEL_NAME_LEN}")]
+    NameTooLong { name: String, len: usize },
+    #[error("label name {name:?} has {ch:?} at byte {at}; names are [A-Za-z_][A-Za-z0-9_]*")]
+    BadName { name: String, ch: char, at: usize },
+    #[error("label name {0:?} is reserved (names starting with `__`, and `source`, which is the series' source)")]
+    Reserved(String),
+    #[error("label {name:?} has a {len}-byte value; the limit is {MAX_LABEL_VALUE_LEN}")]
+    ValueTooLong { name: String, len: usize },
+    #[error("label {0:?} is given twice")]
+    Duplicate(String),
+    #[error("{count} labels; the limit is {max} (ingest.max_labels)")]
+    TooMany { count: usize, max: usize },
+    #[error("series key is {len} bytes long; the limit is {MAX_SERIES_KEY_LEN} (source, metric and labels together)")]
+    KeyTooLong { len: usize },
+}
+
+/// Checks a label name: `[A-Za-z_][A-Za-z0-9_]*`, 1–128 bytes, not reserved.
+pub fn validate_label_name(name: &str) -> Result<(), LabelError> {
+    let bytes = name.as_bytes();
+    let Some(&first) = bytes.first() else {
+        return Err(LabelError::EmptyName);
+    };
+    if name.len() > MAX_LABEL_NAME_LEN {
+        return Err(LabelError::NameTooLong {
+            name: clip(name).into(),
+            len: name.len(),
+        });
+    }
+    let bad = if first.is_ascii_digit() {
+        Some(0)
+    } else {
+        bytes
+            .iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_'))
+    };
+    if let Some(at) = bad {
+        return Err(LabelError::BadName {
+            name: clip(name).into(),
+            ch: name
+                .get(at..)
+                .and_then(|r| r.chars().next())
+                .unwrap_or('\u{fffd}'),
+            at,
+        });
+    }
+    if name.starts_with("__") || name == SOURCE_LABEL {
+        return Err(LabelError::Reserved(name.into()));
+    }
+    Ok(())
+}
+
+/// A label name's first 64 bytes (on a character boundary), for messages.
+fn clip(s: &str) -> &str {
+    let mut end = s.len().min(64);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A validated label set in its canonical encoding. Cheap to compare, hash
+/// and order; the empty set is the empty string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Labels(Box<str>);
+
+impl Labels {
+    /// The empty set: an unlabelled series.
+    pub fn none() -> Labels {
+        Labels(Box::from(""))
+    }
+
+    /// Validates and encodes `pairs` in any order. Pairs with an empty value
+    /// are dropped (an empty value means the label is absent).
+    pub fn from_pairs<'a, I>(pairs: I, max_labels: usize) -> Result<Labels, LabelError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        let mut out = String::new();
+        encode_into(&mut out, &mut pairs, max_labels)?;
+        Ok(Labels(out.into_boxed_str()))
+    }
+
+    /// Wraps an encoding the ingest front door made with [`encode_into`].
+    pub(crate) fn from_validated(encoded: &str) -> Labels {
+        Labels(encoded.into())
+    }
+
+    /// Wraps an encoding read back from a store or a key, checking that it
+    /// is canonical (sorted, unique, valid names, escaped values).
+    pub fn from_encoded(encoded: &str) -> Option<Labels> {
+        let pairs = decode(encoded)?;
+        let mut again = String::with_capacity(encoded.len());
+        let mut borrowed: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_ref())).collect();
+        encode_into(&mut again, &mut borrowed, usize::MAX).ok()?;
+        (again == encoded).then(|| Labels(encoded.into()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The pairs, sorted by name, values unescaped.
+    pub fn pairs(&self) -> Vec<(&str, Cow<'_, str>)> {
+        decode(&self.0).unwrap_or_default()
+    }
+
+    /// The value of label `name`, if the set has it.
+    pub fn get(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.pairs()
+            .into_iter()
+            .find_map(|(n, v)| (n == name).then_some(v))
+    }
+
+    /// The set keeping only the labels `keep` says yes to.
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) -> Labels {
+        let pairs = self.pairs();
+        let kept: Vec<(&str, &str)> = pairs
+            .iter()
+            .filter(|(n, _)| keep(n))
+            .map(|(n, v)| (*n, v.as_ref()))
+            .collect();
+        let mut out = String::new();
+        write_sorted(&mut out, &kept);
+        Labels(out.into_boxed_str())
+    }
+}
+
+impl fmt::Display for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "{{{}}}", self.0)
+        }
+    }
+}
+
+/// Validates `pairs` (sorting them by name in place) and appends their
+/// canonical encoding to `out`. The ingest hot path calls this with a
+/// reused buffer, so a labelled series costs no allocation per request
+/// beyond the buffer's growth.
+pub fn encode_into(
+    out: &mut String,
+    pairs: &mut Vec<(&str, &str)>,
+    max_labels: usize,
+) -> Result<(), LabelError> {
+    pairs.retain(|(_, v)| !v.is_empty());
+    if pairs.len() > max_labels {
+        return Err(LabelError::TooMany {
+            count: pairs.len(),
+            max: max_labels,
+        });
+    }
+    pairs.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    for (i, (name, value)) in pairs.iter().enumerate() {
+        validate_label_name(name)?;
+        if i > 0 && pairs[i - 1].0 == *name {
+            return Err(LabelError::Duplicate((*name).into()));
+        }
+        if value.len() > MAX_LABEL_VALUE_LEN {
+            return Err(LabelError::ValueTooLong {
+                name: (*name).into(),
+                len: value.len(),
+            });
+        }
+    }
+    write_sorted(out, pairs);
+    Ok(())
+}
+
+/// Appends the encoding of pairs already validated, sorted and unique.
+fn write_sorted(out: &mut String, pairs: &[(&str, &str)]) {
+    for (i, (name, value)) in pairs.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        escape_into(out, value);
+        out.push('"');
+    }
+}
+
+fn escape_into(out: &mut String, value: &str) {
+    if !value.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(value);
+        return;
+    }
+    for ch in value.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Parses an encoding into its pairs; `None` if it is not well formed.
+fn decode(encoded: &str) -> Option<Vec<(&str, Cow<'_, str>)>> {
+    let mut pairs = Vec::new();
+    let mut rest = encoded;
+    while !rest.is_empty() {
+        if !pairs.is_empty() {
+            rest = rest.strip_prefix(',')?;
+        }
+        let (name, after) = rest.split_once("=\"")?;
+        let (value, after) = unescape_until_quote(after)?;
+        pairs.push((name, value));
+        rest = after;
+    }
+    Some(pairs)
+}
+
+/// The escaped value up to its closing quote, and what follows the quote.
+fn unescape_until_quote(s: &str) -> Option<(Cow<'_, str>, &str)> {
+    let end = s.find(['"', '\\'])?;
+    if s.as_bytes()[end] == b'"' {
+        return Some((Cow::Borrowed(&s[..end]), &s[end + 1..]));
+    }
+    let mut value = String::from(&s[..end]);
+    let mut chars = s[end..].char_indices();
+    while let Some((i, ch)) = chars.next() {
+        match ch {
+            '"' => return Some((Cow::Owned(value), &s[end + i + 1..])),
+            '\\' => match chars.next()?.1 {
+                '\\' => value.push('\\'),
+                '"' => value.push('"'),
+                'n' => value.push('\n'),
+                _ => return None,
+            },
+            c => value.push(c),
+        }
+    }
+    None
+}
+
+/// The label encodings of one request's series, in one buffer: a front door
+/// pushes each series' pairs in request order, then borrows the encodings
+/// while it hands the series to the aggregator. An unlabelled series costs
+/// nothing; a labelled one no allocation of its own.
+#[derive(Debug, Default)]
+pub struct LabelArena {
+    buf: String,
+    spans: Vec<Result<(usize, usize), LabelError>>,
+}
+
+impl LabelArena {
+    /// Encodes one series' `pairs` (any order) and checks the whole key of
+    /// `source|metric{labels}` against [`MAX_SERIES_KEY_LEN`]. Returns the
+    /// series' index for [`LabelArena::get`].
+    pub fn push<'a, I>(&mut self, source: &str, metric: &str, pairs: I, max_labels: usize) -> usize
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let start = self.buf.len();
+        let mut pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        let span = match encode_into(&mut self.buf, &mut pairs, max_labels) {
+            Ok(()) => {
+                let labels = self.buf.len() - start;
+                let len = source.len() + 1 + metric.len() + if labels > 0 { labels + 2 } else { 0 };
+                if len > MAX_SERIES_KEY_LEN {
+                    Err(LabelError::KeyTooLong { len })
+                } else {
+                    Ok((start, self.buf.len()))
+                }
+            }
+            Err(e) => Err(e),
+        };
+        if span.is_err() {
+            self.buf.truncate(start);
+        }
+        self.spans.push(span);
+        self.spans.len() - 1
+    }
+
+    /// The encoding of the series pushed as `index`, or why it was refused.
+    pub fn get(&self, index: usize) -> Result<&str, &LabelError> {
+        match self.spans.get(index) {
+            Some(Ok((a, b))) => Ok(&self.buf[*a..*b]),
+            Some(Err(e)) => Err(e),
+            None => Ok(""),
+        }
+    }
+}
+
+/// `metric` followed by `{labels}` when there are any: the part of a series
+/// key after `source|`.
+pub fn metric_key<'a>(metric: &'a str, labels: &str) -> Cow<'a, str> {
+    if labels.is_empty() {
+        Cow::Borrowed(metric)
+    } else {
+        Cow::Owned(format!("{metric}{{{labels}}}"))
+    }
+}
+
+/// Splits a metric key into the metric and the labels' encoding (empty when
+/// unlabelled); `None` if it has a `{` without the closing `}` at the end.
+pub fn split_metric_key(key: &str) -> Option<(&str, &str)> {
+    match key.split_once('{') {
+        None => Some((key, "")),
+        Some((metric, rest)) => Some((metric, rest.strip_suffix('}')?)),
+    }
+}
+
+#[cfg(test)]
+mod tests;
