@@ -1,4 +1,4 @@
-//! Name matchers: how a reader picks sources and metrics. One matcher is an
+//! Name matchers: how a reader picks sources, metrics and label values. One matcher is an
 //! exact name, a glob (`web-*`), a list (`a,b,web-*`) or an anchored regular
 //! expression, possibly negated (PromQL's `=`, `!=`, `=~`, `!~`).
 //!
@@ -15,6 +15,8 @@
 //! are one `*`, so a glob of ten thousand stars is as cheap as `*`.
 
 use regex::{Regex, RegexBuilder};
+
+use crate::labels::Labels;
 
 /// The comparison a matcher makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -275,6 +277,40 @@ impl NameMatcher {
     pub fn literal_prefix(&self) -> &str {
         &self.prefix
     }
+}
+
+/// One condition on a label's value, with PromQL's meaning: a series
+/// without the label has it with the empty value, so `mode=""` selects the
+/// series that have no `mode` and `mode!=""` those that have one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelMatcher {
+    pub name: String,
+    pub matcher: NameMatcher,
+}
+
+impl LabelMatcher {
+    /// `name op value` within `limits` (the regex ops are anchored).
+    pub fn new(
+        name: &str,
+        op: MatchOp,
+        value: &str,
+        limits: &PatternLimits,
+    ) -> Result<LabelMatcher, SelectorError> {
+        Ok(LabelMatcher {
+            name: name.to_string(),
+            matcher: NameMatcher::new_within(op, value, limits)?,
+        })
+    }
+
+    pub fn matches(&self, labels: &Labels) -> bool {
+        let value = labels.get(&self.name);
+        self.matcher.matches(value.as_deref().unwrap_or(""))
+    }
+}
+
+/// Whether every matcher in `all` accepts `labels` (true for none).
+pub fn all_match_labels(all: &[LabelMatcher], labels: &Labels) -> bool {
+    all.iter().all(|m| m.matches(labels))
 }
 
 /// Whether every matcher in `all` accepts `name` (PromQL: matchers on one

@@ -125,6 +125,7 @@ impl pb::query_server::Query for QueryService {
             .series(CatalogQuery {
                 source: matcher(&r.source, "source", &self.patterns())?,
                 metric: matcher(&r.metric, "metric", &self.patterns())?,
+                labels: Vec::new(),
                 kind: kind_from_proto(r.kind),
                 seen_since: (r.seen_since_ms != 0).then(|| r.seen_since_ms.div_euclid(1000)),
                 after,

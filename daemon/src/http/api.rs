@@ -263,6 +263,7 @@ async fn series(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejecti
     let q = CatalogQuery {
         source: tri!(Params::matcher(&p.source, "source", &s.patterns())),
         metric: tri!(Params::matcher(&p.metric, "metric", &s.patterns())),
+        labels: Vec::new(),
         kind,
         seen_since,
         after,

@@ -101,6 +101,7 @@ impl QueryEngine {
         self.catalog(&CatalogQuery {
             source: source.to_vec(),
             metric: metric.to_vec(),
+            labels: Vec::new(),
             kind: None,
             seen_since: None,
             after,

@@ -278,6 +278,7 @@ impl QueryEngine {
             .catalog(&CatalogQuery {
                 source: sel.source.clone(),
                 metric: sel.metric.clone(),
+                labels: Vec::new(),
                 kind: None,
                 seen_since: None,
                 after: None,

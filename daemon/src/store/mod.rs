@@ -20,7 +20,7 @@ use crate::model::{
     validate_metric, validate_source, DocKey, FlushBatch, Resolution, SampleKind, SeriesId, Slot,
     Tier,
 };
-use crate::selector::{all_match, combined_prefix, NameMatcher};
+use crate::selector::{all_match, all_match_labels, combined_prefix, LabelMatcher, NameMatcher};
 use crate::validate::{secs, Problems, DAY, HOUR};
 
 /// What a store did with one flush.
@@ -91,6 +91,8 @@ pub struct CatalogQuery {
     pub source: Vec<NameMatcher>,
     /// Every matcher must accept the metric.
     pub metric: Vec<NameMatcher>,
+    /// Every matcher must accept the series' labels.
+    pub labels: Vec<LabelMatcher>,
     pub kind: Option<SampleKind>,
     /// Only series with `last_seen >= seen_since` (Unix seconds).
     pub seen_since: Option<i64>,
@@ -140,6 +142,7 @@ impl CatalogQuery {
         self.kind.is_none_or(|k| k == entry.kind)
             && self.seen_since.is_none_or(|s| entry.last_seen >= s)
             && all_match(&self.metric, &entry.series.metric)
+            && all_match_labels(&self.labels, &entry.series.labels)
     }
 }
 
@@ -351,6 +354,7 @@ mod tests {
         CatalogQuery {
             source,
             metric,
+            labels: Vec::new(),
             kind: None,
             seen_since: None,
             after: None,

@@ -29,6 +29,7 @@ pub fn query() -> CatalogQuery {
     CatalogQuery {
         source: Vec::new(),
         metric: Vec::new(),
+        labels: Vec::new(),
         kind: None,
         seen_since: None,
         after: None,
@@ -388,11 +389,13 @@ async fn check_filtered_pages_against_reference(
         CatalogQuery {
             source: vec![glob("big")],
             metric: vec![glob("x*")],
+            labels: Vec::new(),
             limit: 3,
             ..query()
         },
         CatalogQuery {
             metric: vec![re(MatchOp::Regex, "(m|x)0[0-9]")],
+            labels: Vec::new(),
             kind: Some(SampleKind::DeltaCounter),
             limit: 2,
             ..query()
@@ -428,6 +431,7 @@ async fn check_no_match(store: &dyn Store) {
         CatalogQuery {
             source: vec![exact("db-01")],
             metric: vec![exact("nope")],
+            labels: Vec::new(),
             ..query()
         },
         CatalogQuery {
@@ -436,6 +440,7 @@ async fn check_no_match(store: &dyn Store) {
         },
         CatalogQuery {
             metric: vec![re(MatchOp::Regex, "nope.*")],
+            labels: Vec::new(),
             ..query()
         },
         CatalogQuery {

@@ -147,6 +147,7 @@ fn catalog_query() -> impl Strategy<Value = CatalogQuery> {
         .prop_map(|(source, metric, kind, since, after, limit)| CatalogQuery {
             source,
             metric,
+            labels: Vec::new(),
             kind,
             seen_since: since.map(|m| T0 + m * MINUTE_S),
             after: after.map(|(s, m)| SeriesId::new(&s, &m)),

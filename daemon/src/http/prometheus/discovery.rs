@@ -94,6 +94,7 @@ async fn page_series(
             .series(CatalogQuery {
                 source: res.source.clone(),
                 metric: res.metric.clone(),
+                labels: Vec::new(),
                 kind: None,
                 seen_since: start_ms.map(|s| s.div_euclid(1000) - SEEN_SLACK_S),
                 after: after.take(),

@@ -150,6 +150,7 @@ async fn scan(engine: &QueryEngine) -> Result<MetricNames, QueryError> {
             .series(CatalogQuery {
                 source: Vec::new(),
                 metric: Vec::new(),
+                labels: Vec::new(),
                 kind: None,
                 seen_since: None,
                 after: after.take(),

@@ -16,6 +16,7 @@ async fn bad_catalog_values_are_corrupt_not_a_panic() {
     let list = CatalogQuery {
         source: Vec::new(),
         metric: Vec::new(),
+        labels: Vec::new(),
         kind: None,
         seen_since: None,
         after: None,
