@@ -94,6 +94,8 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Counter, "tally_counter_resets_total", Unit::Count, "Cumulative counters seen going down (counted process restarted)."),
     (Kind::Gauge, "tally_pending_slots", Unit::Count, "Unflushed (series, minute) accumulators in memory."),
     (Kind::Gauge, "tally_series", Unit::Count, "Series tracked by the aggregator."),
+    (Kind::Gauge, "tally_sources", Unit::Count, "Sources with series tracked by the aggregator."),
+    (Kind::Counter, "tally_series_refused_total", Unit::Count, "New series refused because a series limit was reached: limit=\"daemon\" (ingest.max_series) or \"source\" (ingest.max_series_per_source)."),
     (Kind::Gauge, "tally_flush_inflight_batches", Unit::Count, "Flush batches drained and not yet finished (applied to the store and recorded in the catalog, or given up)."),
     (Kind::Counter, "tally_flush_deferred_total", Unit::Count, "Flush ticks skipped because the store is behind (backpressure)."),
     (Kind::Counter, "tally_flushes_total", Unit::Count, "Flush batches applied to the store."),

@@ -133,6 +133,11 @@ impl Aggregator {
         self.series_count.load(Ordering::Relaxed)
     }
 
+    /// Sources with at least one series in memory.
+    pub fn source_count(&self) -> usize {
+        self.per_source.lock().len()
+    }
+
     /// True when in-memory accumulators have reached the memory bound and
     /// ingest must push back until a flush drains them.
     pub fn over_memory_bound(&self) -> bool {

@@ -196,6 +196,7 @@ impl Aggregator {
         if self.series_count.load(Ordering::Relaxed) >= max_series {
             let n = b.values.len() as u64;
             let cap = self.limits.max_rejections_reported;
+            metrics::counter!("tally_series_refused_total", "limit" => "daemon").increment(1);
             out.reject(cap, b, None, n, RejectReason::SeriesLimit, || {
                 format!("the daemon already tracks {max_series} series (ingest.max_series)")
             });
@@ -220,6 +221,7 @@ impl Aggregator {
         match per_source.get_mut(b.source) {
             Some(n) if *n >= max => {
                 drop(per_source);
+                metrics::counter!("tally_series_refused_total", "limit" => "source").increment(1);
                 let count = b.values.len() as u64;
                 let cap = self.limits.max_rejections_reported;
                 out.reject(cap, b, None, count, RejectReason::SourceSeriesLimit, || {

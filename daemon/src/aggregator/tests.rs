@@ -308,3 +308,49 @@ fn finite_input_never_sums_beyond_max_sum() {
         }
     }
 }
+
+#[test]
+fn label_sets_are_series_of_their_own_and_count_against_their_source() {
+    let a = Aggregator::new(
+        &AggregatorConfig { shards: 4 },
+        &IngestConfig {
+            max_series_per_source: 2,
+            ..IngestConfig::default()
+        },
+    );
+    let t = [NOW];
+    let with = |labels: &'static str| SeriesBatch {
+        labels,
+        ..batch("s", "m", SampleKind::Gauge, &t, &[1.0])
+    };
+    let out = a.ingest(
+        &[with(""), with(r#"mode="idle""#), with(r#"mode="user""#)],
+        NOW,
+    );
+    assert_eq!((out.accepted, out.rejected), (2, 1));
+    assert_eq!(out.rejections[0].reason, RejectReason::SourceSeriesLimit);
+    // Another source has its own budget.
+    let other = SeriesBatch {
+        labels: r#"mode="user""#,
+        ..batch("t", "m", SampleKind::Gauge, &t, &[1.0])
+    };
+    assert_eq!(a.ingest(&[other], NOW).accepted, 1);
+    assert_eq!((a.series_count(), a.source_count()), (3, 2));
+    let drained = a.drain();
+    let mut keys: Vec<String> = drained.iter().map(|s| s.series.key()).collect();
+    keys.sort();
+    assert_eq!(keys, ["s|m", r#"s|m{mode="idle"}"#, r#"t|m{mode="user"}"#]);
+    assert_eq!(
+        a.pending_for(SeriesRef {
+            source: "s",
+            metric: "m",
+            labels: r#"mode="idle""#
+        })
+        .0,
+        Some(SampleKind::Gauge)
+    );
+    // Evicting idle series gives the source its budget back.
+    assert_eq!(a.evict_idle(minute_of_ms(NOW) + 1), 3);
+    assert_eq!(a.source_count(), 0);
+    assert_eq!(a.ingest(&[with(r#"mode="user""#)], NOW).accepted, 1);
+}

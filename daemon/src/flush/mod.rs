@@ -141,6 +141,7 @@ impl Pipeline {
     pub fn publish_gauges(&self) {
         metrics::gauge!("tally_pending_slots").set(self.agg.pending_slots() as f64);
         metrics::gauge!("tally_series").set(self.agg.series_count() as f64);
+        metrics::gauge!("tally_sources").set(self.agg.source_count() as f64);
         metrics::gauge!("tally_flush_inflight_batches")
             .set(self.unfinished.load(Ordering::SeqCst) as f64);
     }

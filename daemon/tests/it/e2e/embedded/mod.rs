@@ -3,6 +3,7 @@
 //! probes, `grpc.health.v1` and reflection, the HTTP API's errors, and
 //! SIGTERM under load. The rejections of bad input are in `rejections`.
 
+mod labels;
 mod rejections;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
