@@ -250,6 +250,8 @@ async fn bench_fleet_aggregates(engine: &QueryEngine, now: i64, rng: &mut XorShi
         step: StepSpec::Fixed(Step::MINUTE),
         aggregates: vec![],
         use_rollup,
+        labels: Vec::new(),
+        by: Vec::new(),
     };
     let mut t = Vec::new();
     for _ in 0..ITERATIONS {

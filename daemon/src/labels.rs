@@ -147,6 +147,14 @@ impl Labels {
         decode(&self.0).unwrap_or_default()
     }
 
+    /// The pairs as a map, the shape responses carry them in.
+    pub fn to_map(&self) -> std::collections::BTreeMap<String, String> {
+        self.pairs()
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v.into_owned()))
+            .collect()
+    }
+
     /// The value of label `name`, if the set has it.
     pub fn get(&self, name: &str) -> Option<Cow<'_, str>> {
         self.pairs()

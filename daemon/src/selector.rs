@@ -35,6 +35,8 @@ pub enum SelectorError {
     Empty,
     #[error("the pattern is {len} bytes long; the limit is {max} (query.max_pattern_bytes)")]
     TooLong { len: usize, max: usize },
+    #[error("label matchers {spec:?}: {reason}; write them as in PromQL, e.g. mode=\"idle\",cpu=~\"0|1\"")]
+    BadMatchers { spec: String, reason: String },
     #[error("the pattern compiles to more than {max} bytes (query.max_pattern_compiled_bytes): simplify it, e.g. fewer repetitions or alternatives")]
     TooComplex { max: usize },
 }
@@ -306,6 +308,52 @@ impl LabelMatcher {
         let value = labels.get(&self.name);
         self.matcher.matches(value.as_deref().unwrap_or(""))
     }
+}
+
+/// Parses label matchers written as in PromQL, `mode="idle",cpu=~"0|1"`
+/// (braces optional), within `limits`: the HTTP API's `labels` parameter.
+/// PromQL's own parser reads the quoting and escapes; the patterns are
+/// then compiled the way every other matcher is.
+pub fn parse_label_matchers(
+    spec: &str,
+    limits: &PatternLimits,
+) -> Result<Vec<LabelMatcher>, SelectorError> {
+    limits.check_len(spec)?;
+    let inner = spec.trim();
+    let inner = inner
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .unwrap_or(inner);
+    if inner.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    // A metric name in front keeps the parser from refusing a selector
+    // whose matchers all accept the empty value (`mode=""`).
+    let bad = |reason: String| SelectorError::BadMatchers {
+        spec: spec.chars().take(200).collect(),
+        reason,
+    };
+    let expr = promql_parser::parser::parse(&format!("m{{{inner}}}")).map_err(bad)?;
+    let promql_parser::parser::Expr::VectorSelector(vs) = expr else {
+        return Err(bad("not a list of label matchers".into()));
+    };
+    let mut out = Vec::new();
+    for m in vs.matchers.matchers.iter().filter(|m| m.name != "__name__") {
+        if m.name == crate::labels::SOURCE_LABEL {
+            return Err(bad("select sources with the `source` parameter".into()));
+        }
+        let op = match m.op {
+            promql_parser::label::MatchOp::Equal => MatchOp::Equal,
+            promql_parser::label::MatchOp::NotEqual => MatchOp::NotEqual,
+            promql_parser::label::MatchOp::Re(_) => MatchOp::Regex,
+            promql_parser::label::MatchOp::NotRe(_) => MatchOp::NotRegex,
+        };
+        out.push(LabelMatcher::new(&m.name, op, &m.value, limits)?);
+    }
+    if !vs.matchers.or_matchers.is_empty() {
+        return Err(bad("`or` between matchers is not supported".into()));
+    }
+    Ok(out)
 }
 
 /// Whether every matcher in `all` accepts `labels` (true for none).

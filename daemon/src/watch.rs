@@ -205,6 +205,7 @@ fn update_range((id, kind, diff): &Change<'_>) -> SeriesRange {
     SeriesRange {
         source: id.source.to_string(),
         metric: id.metric.to_string(),
+        labels: id.labels.to_map(),
         kind: *kind,
         points: diff
             .iter()
@@ -288,6 +289,7 @@ impl WatchHub {
             snapshot.push(SeriesRange {
                 source: b.series.source.to_string(),
                 metric: b.series.metric.to_string(),
+                labels: b.series.labels.to_map(),
                 kind: b.kind,
                 points: b
                     .buckets

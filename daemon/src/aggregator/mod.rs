@@ -94,6 +94,10 @@ pub struct Aggregator {
     /// Series per source, for `ingest.max_series_per_source`. Touched only
     /// when a series is created or evicted, never per sample.
     per_source: parking_lot::Mutex<hashbrown::HashMap<Box<str>, usize>>,
+    /// The labelled series in memory by `source|metric`, so a read of one
+    /// source's metric finds its label sets before they reach the catalog.
+    /// Changed only when a labelled series is created or evicted.
+    labelled: parking_lot::RwLock<hashbrown::HashMap<Box<str>, Vec<Arc<crate::model::SeriesId>>>>,
     /// Slots drained into flush batches the store has not confirmed yet;
     /// they count against the memory bound too.
     inflight_slots: AtomicUsize,
@@ -110,6 +114,7 @@ impl Aggregator {
             hasher: ahash::RandomState::new(),
             series_count: AtomicUsize::new(0),
             per_source: Default::default(),
+            labelled: Default::default(),
             inflight_slots: AtomicUsize::new(0),
             limits: Limits::of(limits),
             ingest: limits.clone(),
@@ -131,6 +136,26 @@ impl Aggregator {
 
     pub fn series_count(&self) -> usize {
         self.series_count.load(Ordering::Relaxed)
+    }
+
+    /// The labelled series of `source`'s `metric` in memory.
+    pub fn labelled_series(&self, source: &str, metric: &str) -> Vec<Arc<crate::model::SeriesId>> {
+        let key = format!("{source}|{metric}");
+        self.labelled
+            .read()
+            .get(key.as_str())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Whether the unlabelled series `source`/`metric` is in memory.
+    pub fn has_series(&self, key: SeriesRef<'_>) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shards[self.shard_of(hash)].shard.lock();
+        shard
+            .series
+            .find(hash, |s| s.hash == hash && s.is(key))
+            .is_some()
     }
 
     /// Sources with at least one series in memory.
@@ -288,6 +313,7 @@ impl Aggregator {
             });
         }
         self.series_count.fetch_sub(gone.len(), Ordering::Relaxed);
+        self.forget_labelled(&gone);
         let mut per_source = self.per_source.lock();
         for id in &gone {
             if let Some(n) = per_source.get_mut(&id.source) {
@@ -298,6 +324,37 @@ impl Aggregator {
             }
         }
         gone.len()
+    }
+}
+
+impl Aggregator {
+    /// Indexes a new labelled series (see `labelled`).
+    fn index_labelled(&self, id: &Arc<crate::model::SeriesId>) {
+        if id.labels.is_empty() {
+            return;
+        }
+        let key = format!("{}|{}", id.source, id.metric);
+        self.labelled
+            .write()
+            .entry(key.into_boxed_str())
+            .or_default()
+            .push(id.clone());
+    }
+
+    fn forget_labelled(&self, gone: &[Arc<crate::model::SeriesId>]) {
+        if gone.iter().all(|id| id.labels.is_empty()) {
+            return;
+        }
+        let mut labelled = self.labelled.write();
+        for id in gone.iter().filter(|id| !id.labels.is_empty()) {
+            let key = format!("{}|{}", id.source, id.metric);
+            if let Some(list) = labelled.get_mut(key.as_str()) {
+                list.retain(|s| !Arc::ptr_eq(s, id));
+                if list.is_empty() {
+                    labelled.remove(key.as_str());
+                }
+            }
+        }
     }
 }
 

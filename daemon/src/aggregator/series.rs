@@ -210,6 +210,7 @@ impl Aggregator {
         let state = series.insert_unique(hash, SeriesState::new(b, hash, kind), |s| {
             hasher.hash_one(s.id.series_ref())
         });
+        self.index_labelled(&state.get().id);
         Some(state.into_mut())
     }
 

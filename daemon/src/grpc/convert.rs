@@ -7,11 +7,13 @@ use tally_proto::v1 as pb;
 use tonic::Status;
 
 use crate::aggregator::RejectReason;
+use crate::labels::validate_label_name;
 use crate::model::{SampleKind, SeriesId};
 use crate::query::{
-    Aggregate, Latest, Point, QueryError, Selection, SeriesInfo, SeriesRange, Step, StepSpec,
+    Aggregate, LabelMap, Latest, Point, QueryError, Selection, SeriesInfo, SeriesRange, Step,
+    StepSpec,
 };
-use crate::selector::{NameMatcher, PatternLimits};
+use crate::selector::{LabelMatcher, MatchOp, NameMatcher, PatternLimits};
 
 pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
     match pb::SampleKind::try_from(k).ok()? {
@@ -81,6 +83,7 @@ pub(crate) fn matcher(
 pub(crate) fn selection(
     source: &str,
     metric: &str,
+    labels: &[pb::LabelMatcher],
     limits: &PatternLimits,
 ) -> Result<Selection, Status> {
     if source.is_empty() || metric.is_empty() {
@@ -91,7 +94,56 @@ pub(crate) fn selection(
     Ok(Selection {
         source: matcher(source, "source", limits)?,
         metric: matcher(metric, "metric", limits)?,
+        labels: label_matchers(labels, limits)?,
     })
+}
+
+/// A request's label matchers, each name a valid label name.
+pub(crate) fn label_matchers(
+    labels: &[pb::LabelMatcher],
+    limits: &PatternLimits,
+) -> Result<Vec<LabelMatcher>, Status> {
+    labels
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            validate_label_name(&m.name)
+                .map_err(|e| Status::invalid_argument(format!("labels[{i}].name: {e}")))?;
+            let op = match pb::MatchOp::try_from(m.op) {
+                Ok(pb::MatchOp::Equal) => MatchOp::Equal,
+                Ok(pb::MatchOp::NotEqual) => MatchOp::NotEqual,
+                Ok(pb::MatchOp::Regex) => MatchOp::Regex,
+                Ok(pb::MatchOp::NotRegex) => MatchOp::NotRegex,
+                Err(_) => {
+                    return Err(Status::invalid_argument(format!(
+                        "labels[{i}].op: unknown match op {}",
+                        m.op
+                    )))
+                }
+            };
+            LabelMatcher::new(&m.name, op, &m.value, limits)
+                .map_err(|e| Status::invalid_argument(format!("labels[{i}]: {e}")))
+        })
+        .collect()
+}
+
+/// An aggregate's `by` label names, each a valid label name.
+pub(crate) fn group_by(by: &[String]) -> Result<Vec<String>, Status> {
+    for (i, name) in by.iter().enumerate() {
+        validate_label_name(name).map_err(|e| Status::invalid_argument(format!("by[{i}]: {e}")))?;
+    }
+    Ok(by.to_vec())
+}
+
+/// Labels as the proto carries them, sorted by name.
+pub(crate) fn labels_to_proto(labels: &LabelMap) -> Vec<pb::Label> {
+    labels
+        .iter()
+        .map(|(name, value)| pb::Label {
+            name: name.clone(),
+            value: value.clone(),
+        })
+        .collect()
 }
 
 pub(crate) fn step_spec(step: i32, step_ms: i64, max_points: u32) -> Result<StepSpec, Status> {
@@ -164,6 +216,7 @@ pub(crate) fn series_points(s: &SeriesRange) -> pb::SeriesPoints {
         metric: s.metric.clone(),
         kind: kind_to_proto(s.kind) as i32,
         points: s.points.iter().map(point).collect(),
+        labels: labels_to_proto(&s.labels),
     }
 }
 
@@ -173,6 +226,7 @@ pub(crate) fn latest_series(l: Latest) -> pb::LatestSeries {
         last_t_ms: l.last.as_ref().map(|v| v.t_ms),
         last_value: l.last.as_ref().map(|v| v.value),
         minute: l.minute.as_ref().map(point),
+        labels: labels_to_proto(&l.labels),
         source: l.source,
         metric: l.metric,
     }
@@ -183,6 +237,7 @@ pub(crate) fn series_info(s: SeriesInfo) -> pb::SeriesInfo {
         kind: kind_to_proto(Some(s.kind)) as i32,
         first_seen_ms: s.first_seen * 1000,
         last_seen_ms: s.last_seen * 1000,
+        labels: labels_to_proto(&s.labels),
         source: s.source,
         metric: s.metric,
     }

@@ -11,10 +11,12 @@ use tally_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use super::convert::{
-    aggregates, kind_from_proto, kind_to_proto, latest_series, matcher, page_size, point, seconds,
-    selection, series_after, series_info, series_points, step_spec, token,
+    aggregates, group_by, kind_from_proto, kind_to_proto, label_matchers, labels_to_proto,
+    latest_series, matcher, page_size, point, seconds, selection, series_after, series_info,
+    series_points, step_spec, token,
 };
-use crate::query::{AggregateQuery, Names, QueryEngine, Sources};
+use crate::labels::validate_label_name;
+use crate::query::{AggregateQuery, Names, QueryEngine, Selection, Sources};
 use crate::store::CatalogQuery;
 use crate::watch::{Subscription, WatchHub};
 
@@ -31,6 +33,15 @@ impl QueryService {
     /// The bounds on the `source` and `metric` patterns of a request.
     fn patterns(&self) -> crate::selector::PatternLimits {
         self.engine.limits().pattern_limits()
+    }
+
+    /// The series a label listing looks at (empty selectors: all).
+    fn listing_selection(&self, r: &pb::ListLabelsRequest) -> Result<Selection, Status> {
+        Ok(Selection {
+            source: matcher(&r.source, "source", &self.patterns())?,
+            metric: matcher(&r.metric, "metric", &self.patterns())?,
+            labels: label_matchers(&r.labels, &self.patterns())?,
+        })
     }
 
     async fn list_names(
@@ -90,7 +101,7 @@ impl pb::query_server::Query for QueryService {
         request: Request<pb::RangeRequest>,
     ) -> Result<Response<pb::RangeResponse>, Status> {
         let r = request.into_inner();
-        let sel = selection(&r.source, &r.metric, &self.patterns())?;
+        let sel = selection(&r.source, &r.metric, &r.labels, &self.patterns())?;
         let step = step_spec(r.step, r.step_ms, r.max_points)?;
         let aggs = aggregates(&r.aggregates)?;
         let (from, to) = seconds(r.from_ms, r.to_ms);
@@ -106,7 +117,7 @@ impl pb::query_server::Query for QueryService {
         request: Request<pb::LatestRequest>,
     ) -> Result<Response<pb::LatestResponse>, Status> {
         let r = request.into_inner();
-        let sel = selection(&r.source, &r.metric, &self.patterns())?;
+        let sel = selection(&r.source, &r.metric, &r.labels, &self.patterns())?;
         let now = chrono::Utc::now().timestamp();
         let latest = self.engine.latest(&sel, now).await?;
         Ok(Response::new(pb::LatestResponse {
@@ -125,7 +136,7 @@ impl pb::query_server::Query for QueryService {
             .series(CatalogQuery {
                 source: matcher(&r.source, "source", &self.patterns())?,
                 metric: matcher(&r.metric, "metric", &self.patterns())?,
-                labels: Vec::new(),
+                labels: label_matchers(&r.labels, &self.patterns())?,
                 kind: kind_from_proto(r.kind),
                 seen_since: (r.seen_since_ms != 0).then(|| r.seen_since_ms.div_euclid(1000)),
                 after,
@@ -152,6 +163,41 @@ impl pb::query_server::Query for QueryService {
         self.list_names(Names::Metrics, request.into_inner()).await
     }
 
+    async fn list_label_names(
+        &self,
+        request: Request<pb::ListLabelsRequest>,
+    ) -> Result<Response<pb::ListNamesResponse>, Status> {
+        let r = request.into_inner();
+        let sel = self.listing_selection(&r)?;
+        let after = (!r.page_token.is_empty()).then_some(r.page_token);
+        let page = self
+            .engine
+            .label_names(&sel, after, page_size(r.page_size))
+            .await?;
+        Ok(Response::new(pb::ListNamesResponse {
+            names: page.items,
+            next_page_token: token(page.next),
+        }))
+    }
+
+    async fn list_label_values(
+        &self,
+        request: Request<pb::ListLabelsRequest>,
+    ) -> Result<Response<pb::ListNamesResponse>, Status> {
+        let r = request.into_inner();
+        validate_label_name(&r.name).map_err(|e| Status::invalid_argument(format!("name: {e}")))?;
+        let sel = self.listing_selection(&r)?;
+        let after = (!r.page_token.is_empty()).then_some(r.page_token);
+        let page = self
+            .engine
+            .label_values(&r.name, &sel, after, page_size(r.page_size))
+            .await?;
+        Ok(Response::new(pb::ListNamesResponse {
+            names: page.items,
+            next_page_token: token(page.next),
+        }))
+    }
+
     async fn aggregate(
         &self,
         request: Request<pb::AggregateRequest>,
@@ -175,6 +221,8 @@ impl pb::query_server::Query for QueryService {
                 step: step_spec(r.step, r.step_ms, r.max_points)?,
                 aggregates: aggregates(&r.aggregates)?,
                 use_rollup: !r.fan_out,
+                labels: label_matchers(&r.labels, &self.patterns())?,
+                by: group_by(&r.by)?,
             })
             .await?;
         Ok(Response::new(pb::AggregateResponse {
@@ -182,6 +230,15 @@ impl pb::query_server::Query for QueryService {
             step_ms: result.step_s * 1000,
             fanned_out: result.fanned_out.map(|n| n.min(u32::MAX as usize) as u32),
             points: result.points.iter().map(point).collect(),
+            groups: result
+                .groups
+                .iter()
+                .map(|g| pb::AggregateGroup {
+                    labels: labels_to_proto(&g.labels),
+                    kind: kind_to_proto(g.kind) as i32,
+                    points: g.points.iter().map(point).collect(),
+                })
+                .collect(),
             rollup: result.rollup,
             metric: result.metric,
         }))
@@ -194,7 +251,7 @@ impl pb::query_server::Query for QueryService {
         request: Request<pb::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let r = request.into_inner();
-        let sel = selection(&r.source, &r.metric, &self.patterns())?;
+        let sel = selection(&r.source, &r.metric, &r.labels, &self.patterns())?;
         let sub = self.watch.subscribe(sel, r.window_minutes).await?;
         Ok(Response::new(watch_updates(sub)))
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -16,11 +16,12 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::Deserialize;
 
+use crate::labels::validate_label_name;
 use crate::model::{SampleKind, SeriesId};
 use crate::query::{
     Aggregate, AggregateQuery, Names, QueryEngine, QueryError, Selection, Sources, StepSpec,
 };
-use crate::selector::{NameMatcher, PatternLimits};
+use crate::selector::{parse_label_matchers, LabelMatcher, NameMatcher, PatternLimits};
 use crate::store::CatalogQuery;
 use crate::watch::WatchHub;
 
@@ -52,6 +53,8 @@ pub(crate) fn router() -> Router<ApiState> {
             "/metrics",
             get(|State(s): State<ApiState>, q| names(s, Names::Metrics, q)),
         )
+        .route("/labels", get(label_names))
+        .route("/label/{name}/values", get(label_values))
         .route("/groups", get(groups))
         .route("/aggregate", get(aggregate))
         .route("/watch", get(watch_sse))
@@ -112,6 +115,8 @@ struct Params {
     limit: Option<usize>,
     after: Option<String>,
     window: Option<String>,
+    labels: Option<String>,
+    by: Option<String>,
 }
 
 /// Default page size of the listings.
@@ -141,7 +146,34 @@ impl Params {
         Ok(Selection {
             source: Params::matcher(&self.source, "source", limits)?,
             metric: Params::matcher(&self.metric, "metric", limits)?,
+            labels: self.label_matchers(limits)?,
         })
+    }
+
+    /// `labels`: PromQL-style label matchers, e.g. `mode="idle",cpu=~"0|1"`.
+    fn label_matchers(&self, limits: &PatternLimits) -> Result<Vec<LabelMatcher>, QueryError> {
+        match &self.labels {
+            None => Ok(Vec::new()),
+            Some(spec) => parse_label_matchers(spec, limits)
+                .map_err(|e| QueryError::Invalid(format!("labels: {e}"))),
+        }
+    }
+
+    /// `by`: comma-separated label names an aggregate is grouped by.
+    fn group_by(&self) -> Result<Vec<String>, QueryError> {
+        let Some(spec) = &self.by else {
+            return Ok(Vec::new());
+        };
+        let names: Vec<String> = spec
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(String::from)
+            .collect();
+        for n in &names {
+            validate_label_name(n).map_err(|e| QueryError::Invalid(format!("by: {e}")))?;
+        }
+        Ok(names)
     }
 
     /// `[from, to)`: `to` defaults to now (inclusive of this second), `from`
@@ -263,7 +295,7 @@ async fn series(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejecti
     let q = CatalogQuery {
         source: tri!(Params::matcher(&p.source, "source", &s.patterns())),
         metric: tri!(Params::matcher(&p.metric, "metric", &s.patterns())),
-        labels: Vec::new(),
+        labels: tri!(p.label_matchers(&s.patterns())),
         kind,
         seen_since,
         after,
@@ -298,6 +330,57 @@ async fn names(s: ApiState, which: Names, q: Result<Query<Params>, QueryRejectio
         .await
         .map(|page| Json(serde_json::json!({ which.as_str(): page.items, "next": page.next })));
     timed(which.as_str(), started, r)
+}
+
+/// The series a discovery listing looks at: any `source`, `metric` and
+/// `labels` given narrow it, none means every series.
+fn discovery_selection(s: &ApiState, p: &Params) -> Result<Selection, QueryError> {
+    Ok(Selection {
+        source: Params::matcher(&p.source, "source", &s.patterns())?,
+        metric: Params::matcher(&p.metric, "metric", &s.patterns())?,
+        labels: p.label_matchers(&s.patterns())?,
+    })
+}
+
+/// `/api/v1/labels`: distinct label names of the selected series.
+async fn label_names(
+    State(s): State<ApiState>,
+    q: Result<Query<Params>, QueryRejection>,
+) -> Response {
+    let p = params!(q);
+    let sel = tri!(discovery_selection(&s, &p));
+    let started = Instant::now();
+    let r = s
+        .query
+        .label_names(&sel, p.after.clone(), p.limit.unwrap_or(DEFAULT_PAGE))
+        .await
+        .map(|page| Json(serde_json::json!({ "labels": page.items, "next": page.next })));
+    timed("labels", started, r)
+}
+
+/// `/api/v1/label/<name>/values`: distinct values of one label.
+async fn label_values(
+    State(s): State<ApiState>,
+    Path(name): Path<String>,
+    q: Result<Query<Params>, QueryRejection>,
+) -> Response {
+    let p = params!(q);
+    if let Err(e) = validate_label_name(&name) {
+        return bad(format!("label name: {e}"));
+    }
+    let sel = tri!(discovery_selection(&s, &p));
+    let started = Instant::now();
+    let r = s
+        .query
+        .label_values(
+            &name,
+            &sel,
+            p.after.clone(),
+            p.limit.unwrap_or(DEFAULT_PAGE),
+        )
+        .await
+        .map(|page| Json(serde_json::json!({ "values": page.items, "next": page.next })));
+    timed("label_values", started, r)
 }
 
 async fn groups(State(s): State<ApiState>) -> Response {
@@ -335,6 +418,8 @@ async fn aggregate(
         step: tri!(p.step()),
         aggregates: tri!(p.aggregates()),
         use_rollup: !p.fan_out.unwrap_or(false),
+        labels: tri!(p.label_matchers(&s.patterns())),
+        by: tri!(p.group_by()),
     };
     let started = Instant::now();
     let r = s.query.aggregate(&q).await.map(Json);

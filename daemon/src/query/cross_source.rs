@@ -14,11 +14,12 @@ use futures::StreamExt;
 use super::engine::READ_CONCURRENCY;
 use super::error::too_many_series;
 use super::{
-    Aggregate, Point, QueryEngine, QueryError, Selection, SeriesBuckets, StepSpec, Window,
+    Aggregate, LabelMap, Point, QueryEngine, QueryError, Selection, SeriesBuckets, StepSpec, Window,
 };
-use crate::model::{validate_metric, SampleKind, SeriesId, Slot};
+use crate::labels::Labels;
+use crate::model::{validate_metric, SampleKind, Slot};
 use crate::rollup::Rollups;
-use crate::selector::NameMatcher;
+use crate::selector::{all_match_labels, LabelMatcher, NameMatcher};
 
 /// Which sources an aggregate covers.
 #[derive(Debug, Clone)]
@@ -40,6 +41,20 @@ pub struct AggregateQuery {
     /// Read the group's rollup when the selection is a group. Off forces
     /// the fan-out (for checking a rollup against its members).
     pub use_rollup: bool,
+    /// Only member series these accept.
+    pub labels: Vec<LabelMatcher>,
+    /// Label names to group by: one result per combination of their values
+    /// (an absent label is the empty value). Empty: one pooled result.
+    pub by: Vec<String>,
+}
+
+/// One group of a grouped aggregate (`by`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AggregateGroup {
+    /// The group's values of the `by` labels (absent ones left out).
+    pub labels: LabelMap,
+    pub kind: Option<SampleKind>,
+    pub points: Vec<Point>,
 }
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -56,7 +71,11 @@ pub struct AggregateResult {
     pub kind: Option<SampleKind>,
     /// Per step, the pooled samples of every selected source: `n` and
     /// `sum` add up, `min`/`max` are the extremes, `avg` is `sum / n`.
+    /// Empty when grouped (`by`): see `groups`.
     pub points: Vec<Point>,
+    /// With `by`: one pooled result per group, in label order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<AggregateGroup>,
 }
 
 /// What a selection of sources stands for.
@@ -86,29 +105,49 @@ impl QueryEngine {
             fanned_out: None,
             kind: None,
             points: Vec::new(),
+            groups: Vec::new(),
         };
-        let (kind, merged) = match cover.group.filter(|_| q.use_rollup) {
+        // Rollups pool every label set of a metric: a label condition or a
+        // grouping is answered from the members.
+        let pooled = q.labels.is_empty() && q.by.is_empty();
+        let groups = match cover.group.filter(|_| q.use_rollup && pooled) {
             Some(g) => {
                 let b = self.buckets(&Rollups::series(g, &q.metric), &w).await?;
                 result.rollup = Some(g.to_string());
-                (b.kind, b.buckets)
+                let merged = Merged {
+                    kind: b.kind,
+                    buckets: b.buckets.into_iter().collect(),
+                };
+                BTreeMap::from([(Labels::none(), merged)])
             }
             None => {
-                let (members, merged) = self.fan_out(&q.metric, cover, &w).await?;
+                let (members, groups) = self.fan_out(q, cover, &w).await?;
                 result.fanned_out = Some(members);
-                (merged.kind, merged.buckets.into_iter().collect())
+                groups
             }
         };
-        let counter = kind.is_some_and(SampleKind::is_counter);
-        if q.aggregates.contains(&Aggregate::Rate) && kind.is_some() && !counter {
-            return Err(QueryError::Invalid(format!(
-                "rate is defined for counters; {} is a {}",
-                q.metric,
-                kind.map_or("", SampleKind::as_str)
-            )));
+        for (labels, merged) in groups {
+            let counter = merged.kind.is_some_and(SampleKind::is_counter);
+            if q.aggregates.contains(&Aggregate::Rate) && merged.kind.is_some() && !counter {
+                return Err(QueryError::Invalid(format!(
+                    "rate is defined for counters; {} is a {}",
+                    q.metric,
+                    merged.kind.map_or("", SampleKind::as_str)
+                )));
+            }
+            let buckets: Vec<(i64, Slot)> = merged.buckets.into_iter().collect();
+            let points = Point::all(&buckets, w.step.width_s, counter, &q.aggregates);
+            result.kind = result.kind.or(merged.kind);
+            if pooled || q.by.is_empty() {
+                result.points = points;
+            } else {
+                result.groups.push(AggregateGroup {
+                    labels: labels.to_map(),
+                    kind: merged.kind,
+                    points,
+                });
+            }
         }
-        result.kind = kind;
-        result.points = Point::all(&merged, w.step.width_s, counter, &q.aggregates);
         Ok(result)
     }
 
@@ -143,18 +182,21 @@ impl QueryEngine {
         })
     }
 
-    /// Every member series of `metric` read and merged; also how many.
+    /// Every member series of the query's metric read and merged, per group
+    /// of its `by` labels (one group without `by`); also how many.
     async fn fan_out(
         &self,
-        metric: &str,
+        q: &AggregateQuery,
         cover: Coverage<'_>,
         w: &Window,
-    ) -> Result<(usize, Merged), QueryError> {
+    ) -> Result<(usize, BTreeMap<Labels, Merged>), QueryError> {
+        let metric = q.metric.as_str();
         let mut ids = match cover.members {
             Some(source) => {
                 let sel = Selection {
                     source,
                     metric: vec![NameMatcher::exact(metric)],
+                    labels: q.labels.clone(),
                 };
                 self.resolve(&sel, self.limits().max_fanout, "query.max_fanout")
                     .await?
@@ -162,7 +204,14 @@ impl QueryEngine {
             None => Vec::new(),
         };
         if !cover.declared.is_empty() {
-            ids.extend(cover.declared.iter().map(|s| SeriesId::new(s, metric)));
+            for s in &cover.declared {
+                let of_source = self.series_of(s, metric, self.limits().max_fanout).await?;
+                ids.extend(
+                    of_source
+                        .into_iter()
+                        .filter(|id| all_match_labels(&q.labels, &id.labels)),
+                );
+            }
             // A source in the rule that also declared the group counts once.
             ids.sort_unstable();
             ids.dedup();
@@ -176,16 +225,21 @@ impl QueryEngine {
             ));
         }
         let members = ids.len();
-        // Folded as they arrive: memory follows the buckets of one series,
-        // not of every member.
-        let mut merged = Merged::default();
+        // Folded as they arrive: memory follows the buckets of one series
+        // per group, not of every member.
+        let mut groups: BTreeMap<Labels, Merged> = BTreeMap::new();
+        if q.by.is_empty() {
+            groups.insert(Labels::none(), Merged::default());
+        }
         let mut reads = futures::stream::iter(ids)
             .map(|id| async move { self.buckets(&id, w).await })
             .buffer_unordered(READ_CONCURRENCY);
         while let Some(member) = reads.next().await {
-            merged.add(metric, member?)?;
+            let member = member?;
+            let group = member.series.labels.retain(|n| q.by.iter().any(|b| b == n));
+            groups.entry(group).or_default().add(metric, member)?;
         }
-        Ok((members, merged))
+        Ok((members, groups))
     }
 }
 

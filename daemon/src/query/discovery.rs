@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{QueryEngine, QueryError};
+use super::{QueryEngine, QueryError, Selection};
 use crate::model::{SampleKind, SeriesId};
 use crate::selector::NameMatcher;
 use crate::store::{CatalogEntry, CatalogQuery};
@@ -19,6 +19,9 @@ const SCAN_PAGE: usize = 1_000;
 pub struct SeriesInfo {
     pub source: String,
     pub metric: String,
+    /// Absent in JSON for a series without labels, as before labels existed.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: super::LabelMap,
     pub kind: SampleKind,
     pub first_seen: i64,
     pub last_seen: i64,
@@ -28,6 +31,7 @@ impl From<CatalogEntry> for SeriesInfo {
     fn from(e: CatalogEntry) -> SeriesInfo {
         SeriesInfo {
             source: e.series.source.into(),
+            labels: e.series.labels.to_map(),
             metric: e.series.metric.into(),
             kind: e.kind,
             first_seen: e.first_seen,
@@ -94,14 +98,13 @@ impl QueryEngine {
     /// One page of a scan for distinct names.
     async fn scan_page(
         &self,
-        source: &[NameMatcher],
-        metric: &[NameMatcher],
+        sel: &Selection,
         after: Option<SeriesId>,
     ) -> Result<Vec<CatalogEntry>, QueryError> {
         self.catalog(&CatalogQuery {
-            source: source.to_vec(),
-            metric: metric.to_vec(),
-            labels: Vec::new(),
+            source: sel.source.clone(),
+            metric: sel.metric.clone(),
+            labels: sel.labels.clone(),
             kind: None,
             seen_since: None,
             after,
@@ -142,7 +145,12 @@ impl QueryEngine {
         let mut scanned = 0usize;
         let mut capped = false;
         loop {
-            let page = self.scan_page(&source, &metric, cursor.clone()).await?;
+            let sel = Selection {
+                source: source.clone(),
+                metric: metric.clone(),
+                labels: Vec::new(),
+            };
+            let page = self.scan_page(&sel, cursor.clone()).await?;
             let exhausted = page.len() < SCAN_PAGE;
             scanned += page.len();
             for e in &page {
@@ -179,31 +187,91 @@ impl QueryEngine {
         after: Option<String>,
         limit: usize,
     ) -> Result<Page<String>, QueryError> {
+        let sel = Selection {
+            source,
+            metric,
+            labels: Vec::new(),
+        };
+        self.distinct(&sel, after, limit, "metrics", |e, out| {
+            out.insert(e.series.metric.to_string());
+        })
+        .await
+    }
+
+    /// Distinct label names of the selected series, like Prometheus'
+    /// `labels` (the source is not among them: it has its own listing).
+    pub async fn label_names(
+        &self,
+        sel: &Selection,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Page<String>, QueryError> {
+        self.distinct(sel, after, limit, "label names", |e, out| {
+            out.extend(
+                e.series
+                    .labels
+                    .pairs()
+                    .into_iter()
+                    .map(|(n, _)| n.to_string()),
+            );
+        })
+        .await
+    }
+
+    /// Distinct values of label `name` over the selected series, like
+    /// Prometheus' `label/<name>/values` (series without it add nothing).
+    pub async fn label_values(
+        &self,
+        name: &str,
+        sel: &Selection,
+        after: Option<String>,
+        limit: usize,
+    ) -> Result<Page<String>, QueryError> {
+        self.distinct(sel, after, limit, "label values", |e, out| {
+            out.extend(e.series.labels.get(name).map(|v| v.into_owned()));
+        })
+        .await
+    }
+
+    /// Distinct strings `pick` takes from every selected catalog entry, in
+    /// order, after `after`. Scans the matching series: at most a hundred
+    /// pages of `query.max_page` (a million entries by default), else an
+    /// error naming `what`.
+    async fn distinct(
+        &self,
+        sel: &Selection,
+        after: Option<String>,
+        limit: usize,
+        what: &str,
+        pick: impl Fn(&CatalogEntry, &mut BTreeSet<String>),
+    ) -> Result<Page<String>, QueryError> {
         let limit = self.page_limit(limit)?;
         let mut names = BTreeSet::new();
         let mut cursor = None;
         let mut scanned = 0usize;
         loop {
-            let page = self.scan_page(&source, &metric, cursor).await?;
+            let page = self.scan_page(sel, cursor).await?;
             scanned += page.len();
             let exhausted = page.len() < SCAN_PAGE;
             cursor = page.last().map(|e| e.series.clone());
-            names.extend(
-                page.into_iter()
-                    .map(|e| e.series.metric.to_string())
-                    .filter(|m| after.as_deref().is_none_or(|a| m.as_str() > a)),
-            );
+            for e in &page {
+                pick(e, &mut names);
+            }
             if exhausted {
                 break;
             }
             if scanned >= self.scan_cap() {
                 return Err(QueryError::Limit(format!(
-                    "listing metrics scans every matching series and more than {} match (a hundred pages of query.max_page): select fewer sources",
+                    "listing {what} scans every matching series and more than {} match (a hundred pages of query.max_page): select fewer series",
                     self.scan_cap()
                 )));
             }
         }
-        let items: Vec<String> = names.into_iter().take(limit).collect();
+        let items: Vec<String> = names
+            .into_iter()
+            .filter(|n| after.as_deref().is_none_or(|a| n.as_str() > a))
+            .take(limit)
+            .collect();
         let next = (items.len() == limit)
             .then(|| items.last().cloned())
             .flatten();

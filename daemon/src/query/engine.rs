@@ -20,7 +20,7 @@ use crate::model::{
     MINUTE_S,
 };
 use crate::rollup::Rollups;
-use crate::selector::{all_match, NameMatcher};
+use crate::selector::{all_match, all_match_labels, LabelMatcher, NameMatcher};
 use crate::store::{CatalogEntry, CatalogQuery, ReadQuery, Store};
 
 /// Non-empty buckets: (bucket start, merged slot), ascending.
@@ -60,10 +60,16 @@ fn refuse_rate_of_gauges(
     }
 }
 
+/// A series' labels as responses carry them: `{"name": "value", ...}`.
+pub type LabelMap = std::collections::BTreeMap<String, String>;
+
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SeriesRange {
     pub source: String,
     pub metric: String,
+    /// Absent in JSON for a series without labels, as before labels existed.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: LabelMap,
     pub kind: Option<SampleKind>,
     pub points: Vec<Point>,
 }
@@ -77,18 +83,22 @@ pub struct RangeResult {
     pub series: Vec<SeriesRange>,
 }
 
-/// Which series a call is about: every matcher on a name must accept it.
+/// Which series a call is about: every matcher on a name, and every label
+/// matcher, must accept it.
 #[derive(Debug, Clone)]
 pub struct Selection {
     pub source: Vec<NameMatcher>,
     pub metric: Vec<NameMatcher>,
+    pub labels: Vec<LabelMatcher>,
 }
 
 impl Selection {
+    /// Every series of one source's metric, whatever its labels.
     pub fn exact(source: &str, metric: &str) -> Selection {
         Selection {
             source: vec![NameMatcher::exact(source)],
             metric: vec![NameMatcher::exact(metric)],
+            labels: Vec::new(),
         }
     }
 
@@ -123,6 +133,9 @@ pub struct LatestValue {
 pub struct Latest {
     pub source: String,
     pub metric: String,
+    /// Absent in JSON for a series without labels, as before labels existed.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: LabelMap,
     pub kind: Option<SampleKind>,
     /// The newest sample this daemon has seen (a cumulative counter's value
     /// as sent). Absent when the series is not in this daemon's memory
@@ -134,11 +147,12 @@ pub struct Latest {
 
 pub struct QueryEngine {
     store: Arc<dyn Store>,
-    agg: Arc<Aggregator>,
+    pub(super) agg: Arc<Aggregator>,
     rollups: Arc<Rollups>,
     inflight: Arc<Inflight>,
     limits: QueryConfig,
     hour_retention_s: i64,
+    pub(super) label_sets: super::label_sets::LabelSetCache,
 }
 
 /// Minute ranges up to this long read hour documents; longer ones read day
@@ -168,6 +182,7 @@ impl QueryEngine {
             inflight,
             limits,
             hour_retention_s,
+            label_sets: Default::default(),
         }
     }
 
@@ -269,16 +284,29 @@ impl QueryEngine {
             for m in &metrics {
                 validate_metric(m).map_err(|e| QueryError::Invalid(format!("metric {m:?} {e}")))?;
             }
-            return Ok(sources
-                .iter()
-                .flat_map(|s| metrics.iter().map(move |m| SeriesId::new(s, m)))
-                .collect());
+            let mut ids = Vec::new();
+            for s in &sources {
+                for m in &metrics {
+                    // Boxed: this future sits inside every level of a nested
+                    // PromQL evaluation, whose poll frames must stay small.
+                    let of_pair = Box::pin(self.series_of(s, m, limit)).await?;
+                    ids.extend(
+                        of_pair
+                            .into_iter()
+                            .filter(|id| all_match_labels(&sel.labels, &id.labels)),
+                    );
+                    if ids.len() > limit {
+                        return Err(too_many(format!("more than {limit}")));
+                    }
+                }
+            }
+            return Ok(ids);
         }
         let found = self
             .catalog(&CatalogQuery {
                 source: sel.source.clone(),
                 metric: sel.metric.clone(),
-                labels: Vec::new(),
+                labels: sel.labels.clone(),
                 kind: None,
                 seen_since: None,
                 after: None,
@@ -333,6 +361,7 @@ impl QueryEngine {
             .into_iter()
             .map(|b| SeriesRange {
                 points: Point::all(&b.buckets, w.step.width_s, b.is_counter(), aggregates),
+                labels: b.series.labels.to_map(),
                 source: b.series.source.into(),
                 metric: b.series.metric.into(),
                 kind: b.kind,
@@ -372,6 +401,7 @@ impl QueryEngine {
                         .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[])),
                     kind: b.kind.or(last.map(|l| l.0)),
                     last: last.map(|(_, t_ms, value)| LatestValue { t_ms, value }),
+                    labels: b.series.labels.to_map(),
                     source: b.series.source.into(),
                     metric: b.series.metric.into(),
                 }
@@ -389,6 +419,7 @@ mod tests {
         let sel = Selection {
             source: vec![NameMatcher::parse_list("a,b").unwrap()],
             metric: vec![NameMatcher::exact("m")],
+            labels: Vec::new(),
         };
         assert_eq!(
             sel.enumerate().unwrap(),
@@ -400,6 +431,7 @@ mod tests {
         let glob = Selection {
             source: vec![NameMatcher::parse_list("a*").unwrap()],
             metric: vec![NameMatcher::exact("m")],
+            labels: Vec::new(),
         };
         assert!(glob.enumerate().is_none());
     }

@@ -22,6 +22,7 @@
 //! | `merge`        | store documents merged with unflushed data, each sample once |
 //! | `step`         | [`Step`], [`StepSpec`], [`Window`]: buckets of a range     |
 //! | `aggregate`    | [`Aggregate`] and [`Point`]: what a slot yields            |
+//! | `label_sets`   | the label sets of a source's metric: memory and catalog     |
 //! | `cross_source` | one metric across sources: rollup or fan-out               |
 //! | `discovery`    | series, sources and metrics listings                       |
 //! | `error`        | [`QueryError`]                                             |
@@ -32,15 +33,17 @@ mod cross_source;
 mod discovery;
 mod engine;
 mod error;
+mod label_sets;
 mod limits;
 mod merge;
 mod step;
 
 pub use aggregate::{Aggregate, Point};
-pub use cross_source::{AggregateQuery, AggregateResult, Sources};
+pub use cross_source::{AggregateGroup, AggregateQuery, AggregateResult, Sources};
 pub use discovery::{Names, Page, SeriesInfo};
 pub use engine::{
-    Buckets, Latest, LatestValue, QueryEngine, RangeResult, Selection, SeriesBuckets, SeriesRange,
+    Buckets, LabelMap, Latest, LatestValue, QueryEngine, RangeResult, Selection, SeriesBuckets,
+    SeriesRange,
 };
 pub use error::QueryError;
 pub use limits::QueryConfig;

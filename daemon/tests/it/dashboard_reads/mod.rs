@@ -223,6 +223,7 @@ async fn a_slow_watcher_does_not_stall_ingest() {
     let _stalled = within(
         "the stalled Watch",
         stalled_client.watch(pb::WatchRequest {
+            labels: Vec::new(),
             source: selector,
             metric: "load".into(),
             window_minutes: SLOW_HISTORY_MINUTES as u32,
@@ -288,6 +289,7 @@ async fn count_healthy_watch_updates(
         .expect("connect");
     let mut s = q
         .watch(pb::WatchRequest {
+            labels: Vec::new(),
             source: "slow-0000".into(),
             metric: "load".into(),
             window_minutes: 1,

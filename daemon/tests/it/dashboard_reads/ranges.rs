@@ -202,6 +202,7 @@ pub(super) async fn check_latest(d: &Daemon, m: i64) {
     let resp = within(
         "Latest",
         query.latest(pb::LatestRequest {
+            labels: Vec::new(),
             source: "db-1".into(),
             metric: "live".into(),
         }),

@@ -16,6 +16,7 @@ pub(super) async fn check_watch_grpc(d: &Daemon, source: &str) -> Vec<Duration> 
     let mut stream = within(
         "Watch",
         query.watch(pb::WatchRequest {
+            labels: Vec::new(),
             source: source.into(),
             metric: "watched".into(),
             window_minutes: 5,

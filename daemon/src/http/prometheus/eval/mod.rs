@@ -184,6 +184,7 @@ impl<'a> Evaluator<'a> {
                 &Selection {
                     source: res.source.clone(),
                     metric: res.metric.clone(),
+                    labels: Vec::new(),
                 },
                 limit,
                 limit_name,
