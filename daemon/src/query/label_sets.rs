@@ -28,10 +28,13 @@ const CACHE_TTL: Duration = Duration::from_secs(60);
 /// Pairs cached at most; the cache starts over when full.
 const CACHE_PAIRS: usize = 50_000;
 
-/// The catalog's label sets per `source|metric`, with when they were read.
+/// When a pair's label sets were read from the catalog, and what they were.
+type Cached = (Instant, Vec<Labels>);
+
+/// The catalog's label sets per `source|metric`.
 #[derive(Default)]
 pub(super) struct LabelSetCache {
-    pairs: Mutex<HashMap<Box<str>, (Instant, Vec<Labels>)>>,
+    pairs: Mutex<HashMap<Box<str>, Cached>>,
 }
 
 impl LabelSetCache {
