@@ -69,6 +69,7 @@ mod dashboards;
 mod e2e;
 mod fleet_dashboard;
 mod fold_property;
+mod labelled_reads;
 mod mongo_standin;
 mod mongo_store;
 mod prometheus_api;
