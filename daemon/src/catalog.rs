@@ -15,7 +15,6 @@ use hashbrown::HashMap;
 use parking_lot::Mutex;
 
 use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
-use crate::rollup::Rollups;
 use crate::store::CatalogEntry;
 
 /// `[catalog]`: how the series catalog is kept.
@@ -68,16 +67,15 @@ impl CatalogWriter {
         }
     }
 
-    /// The entries an applied batch makes due. Rollup series are not
-    /// catalogued: they are listed as groups.
+    /// The entries an applied batch makes due. Rollup series are
+    /// catalogued too, under their `@<group>` source, so that the label
+    /// sets of a group's metric are known after a restart; listings select
+    /// them only by that exact source (see [`crate::store::source_selected`]).
     pub fn due<'a>(&self, batch: impl IntoIterator<Item = &'a SeriesMinutes>) -> Vec<CatalogEntry> {
         let recorded = self.recorded.lock();
         let mut failed = self.failed.lock();
         let mut due = Vec::new();
         for s in batch {
-            if Rollups::is_rollup_source(&s.series.source) {
-                continue;
-            }
             let (Some(first), Some(last)) = (s.minutes.first(), s.minutes.last()) else {
                 continue;
             };
@@ -177,7 +175,7 @@ mod tests {
         let c = CatalogWriter::new(Duration::from_secs(600));
         let g = SampleKind::Gauge;
         let first = c.due([&sm("a", g, &[100, 101]), &sm("@all", g, &[100])]);
-        assert_eq!(first.len(), 1, "rollup series are not catalogued");
+        assert_eq!(first.len(), 2, "rollup series are catalogued too");
         assert_eq!((first[0].first_seen, first[0].last_seen), (6000, 6060));
         // Not confirmed yet: still due.
         assert_eq!(c.due([&sm("a", g, &[102])]).len(), 1);
@@ -196,7 +194,8 @@ mod tests {
         assert_eq!((late[0].first_seen, late[0].last_seen), (3600, 3600));
         c.recorded(late);
         assert!(c.due([&sm("a", g, &[60, 102])]).is_empty());
-        assert_eq!(c.forget_idle(6061), 1);
+        // `a`, and the rollup series last seen at minute 100.
+        assert_eq!(c.forget_idle(6061), 2);
         assert!(c.is_empty());
 
         // A refused write goes with the next one, whatever it carries, with

@@ -17,7 +17,7 @@ use super::{
     Aggregate, LabelMap, Point, QueryEngine, QueryError, Selection, SeriesBuckets, StepSpec, Window,
 };
 use crate::labels::Labels;
-use crate::model::{validate_metric, SampleKind, Slot};
+use crate::model::{validate_metric, SampleKind, SeriesId, Slot};
 use crate::rollup::Rollups;
 use crate::selector::{all_match_labels, LabelMatcher, NameMatcher};
 
@@ -107,25 +107,33 @@ impl QueryEngine {
             points: Vec::new(),
             groups: Vec::new(),
         };
-        // Rollups pool every label set of a metric: a label condition or a
-        // grouping is answered from the members.
-        let pooled = q.labels.is_empty() && q.by.is_empty();
-        let groups = match cover.group.filter(|_| q.use_rollup && pooled) {
+        // A group's rollup keeps its members' label sets, so it answers a
+        // label condition and a grouping by label as well as the pooled read.
+        let ids = match cover.group.filter(|_| q.use_rollup) {
             Some(g) => {
-                let b = self.buckets(&Rollups::series(g, &q.metric), &w).await?;
                 result.rollup = Some(g.to_string());
-                let merged = Merged {
-                    kind: b.kind,
-                    buckets: b.buckets.into_iter().collect(),
-                };
-                BTreeMap::from([(Labels::none(), merged)])
+                let source = Rollups::source(g);
+                let max = self.limits().max_fanout;
+                let sets = self.series_of(&source, &q.metric, max).await?;
+                if sets.len() > max {
+                    return Err(too_many_series(
+                        &format!("more than {max}"),
+                        max,
+                        "query.max_fanout",
+                    ));
+                }
+                sets.into_iter()
+                    .filter(|id| all_match_labels(&q.labels, &id.labels))
+                    .collect()
             }
             None => {
-                let (members, groups) = self.fan_out(q, cover, &w).await?;
-                result.fanned_out = Some(members);
-                groups
+                let ids = self.members(q, cover).await?;
+                result.fanned_out = Some(ids.len());
+                ids
             }
         };
+        let groups = self.merge_groups(q, ids, &w).await?;
+        let pooled = q.by.is_empty();
         for (labels, merged) in groups {
             let counter = merged.kind.is_some_and(SampleKind::is_counter);
             if q.aggregates.contains(&Aggregate::Rate) && merged.kind.is_some() && !counter {
@@ -138,7 +146,7 @@ impl QueryEngine {
             let buckets: Vec<(i64, Slot)> = merged.buckets.into_iter().collect();
             let points = Point::all(&buckets, w.step.width_s, counter, &q.aggregates);
             result.kind = result.kind.or(merged.kind);
-            if pooled || q.by.is_empty() {
+            if pooled {
                 result.points = points;
             } else {
                 result.groups.push(AggregateGroup {
@@ -182,15 +190,14 @@ impl QueryEngine {
         })
     }
 
-    /// Every member series of the query's metric read and merged, per group
-    /// of its `by` labels (one group without `by`); also how many.
-    async fn fan_out(
+    /// Every member series of the query's metric that its labels accept.
+    async fn members(
         &self,
         q: &AggregateQuery,
         cover: Coverage<'_>,
-        w: &Window,
-    ) -> Result<(usize, BTreeMap<Labels, Merged>), QueryError> {
+    ) -> Result<Vec<SeriesId>, QueryError> {
         let metric = q.metric.as_str();
+        let max = self.limits().max_fanout;
         let mut ids = match cover.members {
             Some(source) => {
                 let sel = Selection {
@@ -198,14 +205,13 @@ impl QueryEngine {
                     metric: vec![NameMatcher::exact(metric)],
                     labels: q.labels.clone(),
                 };
-                self.resolve(&sel, self.limits().max_fanout, "query.max_fanout")
-                    .await?
+                self.resolve(&sel, max, "query.max_fanout").await?
             }
             None => Vec::new(),
         };
         if !cover.declared.is_empty() {
             for s in &cover.declared {
-                let of_source = self.series_of(s, metric, self.limits().max_fanout).await?;
+                let of_source = self.series_of(s, metric, max).await?;
                 ids.extend(
                     of_source
                         .into_iter()
@@ -216,7 +222,6 @@ impl QueryEngine {
             ids.sort_unstable();
             ids.dedup();
         }
-        let max = self.limits().max_fanout;
         if ids.len() > max {
             return Err(too_many_series(
                 &ids.len().to_string(),
@@ -224,7 +229,17 @@ impl QueryEngine {
                 "query.max_fanout",
             ));
         }
-        let members = ids.len();
+        Ok(ids)
+    }
+
+    /// `ids` read and merged bucket by bucket, per group of the query's
+    /// `by` labels (one group without `by`).
+    async fn merge_groups(
+        &self,
+        q: &AggregateQuery,
+        ids: Vec<SeriesId>,
+        w: &Window,
+    ) -> Result<BTreeMap<Labels, Merged>, QueryError> {
         // Folded as they arrive: memory follows the buckets of one series
         // per group, not of every member.
         let mut groups: BTreeMap<Labels, Merged> = BTreeMap::new();
@@ -237,9 +252,9 @@ impl QueryEngine {
         while let Some(member) = reads.next().await {
             let member = member?;
             let group = member.series.labels.retain(|n| q.by.iter().any(|b| b == n));
-            groups.entry(group).or_default().add(metric, member)?;
+            groups.entry(group).or_default().add(&q.metric, member)?;
         }
-        Ok((members, groups))
+        Ok(groups)
     }
 }
 

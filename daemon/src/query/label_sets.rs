@@ -20,6 +20,7 @@ use parking_lot::Mutex;
 use super::{QueryEngine, QueryError};
 use crate::labels::Labels;
 use crate::model::{SeriesId, SeriesRef};
+use crate::rollup::Rollups;
 use crate::selector::NameMatcher;
 use crate::store::CatalogQuery;
 
@@ -58,7 +59,7 @@ impl QueryEngine {
     /// the catalog, at most `limit + 1` of them. The unlabelled series is
     /// among them when it exists, and stands alone for a pair nobody knows
     /// (an unknown series reads as empty, not as an error).
-    pub(super) async fn series_of(
+    pub async fn series_of(
         &self,
         source: &str,
         metric: &str,
@@ -74,8 +75,13 @@ impl QueryEngine {
             }
         };
         let mut sets: BTreeSet<Labels> = stored.into_iter().collect();
-        for id in self.agg.labelled_series(source, metric) {
-            sets.insert(id.labels.clone());
+        if Rollups::is_rollup_source(source) {
+            // Rollup series live in the rollups, not the aggregator.
+            sets.extend(self.rollups().label_sets(source, metric));
+        } else {
+            for id in self.agg.labelled_series(source, metric) {
+                sets.insert(id.labels.clone());
+            }
         }
         if sets.is_empty() || self.agg.has_series(SeriesRef::new(source, metric)) {
             sets.insert(Labels::none());

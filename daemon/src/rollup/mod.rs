@@ -30,6 +30,7 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
+use crate::labels::Labels;
 use crate::model::{
     sum_in_range, validate_source, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot,
 };
@@ -126,6 +127,10 @@ pub struct Rollups {
     /// Each rollup series' kind, fixed by its first member: merging gauges
     /// with counters would be meaningless.
     kinds: Mutex<HashMap<Arc<SeriesId>, SampleKind>>,
+    /// The label sets of each rollup source's metric (`@group|metric`), as
+    /// `kinds` learnt them: what a read of a group's metric reads before
+    /// the catalog has them.
+    label_sets: RwLock<HashMap<Box<str>, Vec<Labels>>>,
     /// Memberships of recently seen sources: glob matching per source per
     /// flush would otherwise cost a regex run per group.
     membership: Mutex<HashMap<Box<str>, Groups>>,
@@ -176,6 +181,7 @@ impl Rollups {
             cfg,
             named,
             kinds: Mutex::new(HashMap::new()),
+            label_sets: RwLock::new(HashMap::new()),
             membership: Mutex::new(HashMap::new()),
             declared: RwLock::new(Declared::default()),
             any_declared: AtomicBool::new(false),
@@ -189,6 +195,7 @@ impl Rollups {
             prefix: None,
             named: Vec::new(),
             kinds: Mutex::new(HashMap::new()),
+            label_sets: RwLock::new(HashMap::new()),
             membership: Mutex::new(HashMap::new()),
             declared: RwLock::new(Declared::default()),
             any_declared: AtomicBool::new(false),
@@ -300,9 +307,34 @@ impl Rollups {
         idle.len()
     }
 
-    /// The rollup series of `group` for `metric`.
+    /// The unlabelled rollup series of `group` for `metric`.
     pub fn series(group: &str, metric: &str) -> SeriesId {
-        SeriesId::new(&format!("{GROUP_PREFIX}{group}"), metric)
+        SeriesId::new(&Rollups::source(group), metric)
+    }
+
+    /// The source rollup series of `group` are stored under: `@<group>`.
+    pub fn source(group: &str) -> String {
+        format!("{GROUP_PREFIX}{group}")
+    }
+
+    /// The label sets the rollup source `@<group>` has seen for `metric`
+    /// since this daemon started (see `label_sets`).
+    pub fn label_sets(&self, rollup_source: &str, metric: &str) -> Vec<Labels> {
+        let key = format!("{rollup_source}|{metric}");
+        self.label_sets
+            .read()
+            .get(key.as_str())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn learn_label_set(&self, id: &SeriesId) {
+        let key = format!("{}|{}", id.source, id.metric);
+        self.label_sets
+            .write()
+            .entry(key.into_boxed_str())
+            .or_default()
+            .push(id.labels.clone());
     }
 
     pub fn is_rollup_source(source: &str) -> bool {
@@ -481,7 +513,13 @@ impl Rollups {
                     _ => SampleKind::DeltaCounter,
                 };
                 for group in self.groups_of(&member.series.source).iter() {
-                    let id = Rollups::series(group, &member.series.metric);
+                    // One rollup series per label set: a grouping by label
+                    // is then answered from the rollups too.
+                    let id = SeriesId::with_labels(
+                        &Rollups::source(group),
+                        &member.series.metric,
+                        member.series.labels.clone(),
+                    );
                     let known = match kinds.get(&id) {
                         Some(k) => *k,
                         None if kinds.len() >= self.cfg.max_series => {
@@ -490,6 +528,7 @@ impl Rollups {
                         }
                         None => {
                             kinds.insert(Arc::new(id.clone()), kind);
+                            self.learn_label_set(&id);
                             kind
                         }
                     };

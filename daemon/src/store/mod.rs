@@ -17,8 +17,8 @@ pub mod mongodb;
 use std::time::Duration;
 
 use crate::model::{
-    validate_metric, validate_source, DocKey, FlushBatch, Resolution, SampleKind, SeriesId, Slot,
-    Tier,
+    validate_metric, validate_stored_source, DocKey, FlushBatch, Resolution, SampleKind, SeriesId,
+    Slot, Tier,
 };
 use crate::selector::{all_match, all_match_labels, combined_prefix, LabelMatcher, NameMatcher};
 use crate::validate::{secs, Problems, DAY, HOUR};
@@ -134,7 +134,7 @@ impl CatalogQuery {
     /// `limit`). Stores call this on everything their range scan yields, so
     /// the matcher dialect is the same on every store.
     pub fn accepts(&self, entry: &CatalogEntry) -> bool {
-        all_match(&self.source, &entry.series.source) && self.accepts_beyond_source(entry)
+        source_selected(&self.source, &entry.series.source) && self.accepts_beyond_source(entry)
     }
 
     /// [`Self::accepts`] for an entry whose source is known to be accepted.
@@ -144,6 +144,15 @@ impl CatalogQuery {
             && all_match(&self.metric, &entry.series.metric)
             && all_match_labels(&self.labels, &entry.series.labels)
     }
+}
+
+/// Whether `matchers` select `source` in a catalog listing. A group
+/// rollup's source (`@<group>`, see [`crate::rollup`]) is selected only when
+/// a matcher names it exactly: the globs and regular expressions that pick
+/// agents' sources must never add the rollups of those same sources.
+pub fn source_selected(matchers: &[NameMatcher], source: &str) -> bool {
+    all_match(matchers, source)
+        && (!source.starts_with('@') || matchers.iter().any(|m| m.exact_name() == Some(source)))
 }
 
 /// `[retention]`: how long documents are kept. MongoDB enforces it with TTL
@@ -203,7 +212,8 @@ pub(crate) fn prefix_successor(prefix: &str) -> Option<String> {
 pub(crate) fn check_catalog_entries(entries: &[CatalogEntry]) -> Result<(), StoreError> {
     const MAX_S: i64 = i64::MAX / 1000;
     for e in entries {
-        validate_source(&e.series.source)
+        // Rollup series (`@<group>`) are catalogued too.
+        validate_stored_source(&e.series.source)
             .map_err(|why| StoreError::Invalid(format!("source {:?} {why}", e.series.source)))?;
         validate_metric(&e.series.metric)
             .map_err(|why| StoreError::Invalid(format!("metric {:?} {why}", e.series.metric)))?;

@@ -15,7 +15,7 @@ use super::params::Params;
 use super::plan;
 use super::response::{labels_json, success, success_with_warnings, timed, ApiError};
 use super::state::PromState;
-use crate::query::QueryEngine;
+use crate::query::{LabelMap, QueryEngine};
 use crate::store::CatalogQuery;
 
 /// The Prometheus version reported to clients. Grafana enables features by
@@ -45,15 +45,16 @@ fn match_selectors(p: &Params) -> Result<Vec<plan::Selector>, ApiError> {
         .collect()
 }
 
-/// A series' full label set.
-fn series_labels(source: &str, metric: &str) -> Labels {
-    [
-        (NAME_LABEL.to_string(), prom_name(metric)),
-        (SOURCE_LABEL.to_string(), source.to_string()),
-        (TALLY_METRIC_LABEL.to_string(), metric.to_string()),
-    ]
-    .into_iter()
-    .collect()
+/// A listed series: source, metric and its own labels.
+type Listed = (String, String, LabelMap);
+
+/// A series' full label set: its own labels and the three Tally adds.
+fn series_labels((source, metric, own): &Listed) -> Labels {
+    let mut labels = own.clone();
+    labels.insert(NAME_LABEL.to_string(), prom_name(metric));
+    labels.insert(SOURCE_LABEL.to_string(), source.to_string());
+    labels.insert(TALLY_METRIC_LABEL.to_string(), metric.to_string());
+    labels
 }
 
 /// The series matching any of `selectors` in `[start, end]`, up to `cap`.
@@ -65,7 +66,7 @@ async fn list_series(
     start_ms: Option<i64>,
     end_ms: Option<i64>,
     cap: usize,
-) -> Result<(BTreeSet<(String, String)>, bool), ApiError> {
+) -> Result<(BTreeSet<Listed>, bool), ApiError> {
     let mut out = BTreeSet::new();
     for sel in selectors {
         let Some(res) = eval::resolve(engine, cache, sel).await? else {
@@ -85,7 +86,7 @@ async fn page_series(
     start_ms: Option<i64>,
     end_ms: Option<i64>,
     cap: usize,
-    out: &mut BTreeSet<(String, String)>,
+    out: &mut BTreeSet<Listed>,
 ) -> Result<bool, ApiError> {
     let page = engine.limits().max_page;
     let mut after = None;
@@ -94,7 +95,7 @@ async fn page_series(
             .series(CatalogQuery {
                 source: res.source.clone(),
                 metric: res.metric.clone(),
-                labels: Vec::new(),
+                labels: res.labels.clone(),
                 kind: None,
                 seen_since: start_ms.map(|s| s.div_euclid(1000) - SEEN_SLACK_S),
                 after: after.take(),
@@ -109,7 +110,7 @@ async fn page_series(
             {
                 continue;
             }
-            out.insert((s.source.clone(), s.metric.clone()));
+            out.insert((s.source.clone(), s.metric.clone(), s.labels.clone()));
             if out.len() > cap {
                 return Ok(true);
             }
@@ -164,7 +165,7 @@ async fn run_series(prom: &PromState, p: &Params) -> Result<Response, ApiError> 
     let data: Vec<Json_> = found
         .iter()
         .take(cap)
-        .map(|(src, m)| labels_json(&series_labels(src, m)))
+        .map(|listed| labels_json(&series_labels(listed)))
         .collect();
     Ok(success_with_warnings(Json_::Array(data), warnings))
 }
@@ -176,18 +177,50 @@ pub(super) async fn labels(State(prom): State<PromState>, p: Params) -> Response
 async fn run_labels(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
     let (engine, cache) = (&*prom.engine, &*prom.names);
     let selectors = match_selectors(p)?;
-    let all = [NAME_LABEL, SOURCE_LABEL, TALLY_METRIC_LABEL];
+    let mut names: BTreeSet<String> = BTreeSet::new();
     if selectors.is_empty() {
-        return Ok(success(json!(all)));
+        names.extend(own_label_names(engine).await?);
+        names.extend([NAME_LABEL, SOURCE_LABEL, TALLY_METRIC_LABEL].map(String::from));
+        return Ok(success(json!(names)));
     }
-    // Every series has all three labels: any match has them all.
     let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
-    let (found, _) = list_series(engine, cache, &selectors, start, end, 1).await?;
-    Ok(success(if found.is_empty() {
-        json!([])
-    } else {
-        json!(all)
-    }))
+    let cap = listing_cap(engine);
+    let (found, over) = list_series(engine, cache, &selectors, start, end, cap).await?;
+    if over {
+        return Err(ApiError::Execution(format!(
+            "more than {cap} series match: narrow match[]"
+        )));
+    }
+    for (_, _, own) in &found {
+        names.extend(own.keys().cloned());
+    }
+    // Every series has the three labels Tally adds.
+    if !found.is_empty() {
+        names.extend([NAME_LABEL, SOURCE_LABEL, TALLY_METRIC_LABEL].map(String::from));
+    }
+    Ok(success(json!(names)))
+}
+
+/// Every label name any series has, from the catalog (bounded the way the
+/// engine's listings are).
+async fn own_label_names(engine: &QueryEngine) -> Result<Vec<String>, ApiError> {
+    let every = crate::query::Selection {
+        source: Vec::new(),
+        metric: Vec::new(),
+        labels: Vec::new(),
+    };
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let page = engine
+            .label_names(&every, after.take(), engine.limits().max_page)
+            .await?;
+        out.extend(page.items);
+        match page.next {
+            Some(n) => after = Some(n),
+            None => return Ok(out),
+        }
+    }
 }
 
 pub(super) async fn label_values(
@@ -252,14 +285,45 @@ async fn run_label_values(prom: &PromState, name: &str, p: &Params) -> Result<Re
                     listing_cap(engine)
                 )));
             }
-            values.extend(found.into_iter().map(|(src, m)| match name {
+            values.extend(found.into_iter().map(|(src, m, _)| match name {
                 NAME_LABEL => prom_name(&m),
                 SOURCE_LABEL => src,
                 _ => m,
             }));
         }
-        // No series has any other label.
-        _ => {}
+        (_, true) => {
+            let every = crate::query::Selection {
+                source: Vec::new(),
+                metric: Vec::new(),
+                labels: Vec::new(),
+            };
+            let page = engine
+                .label_values(
+                    name,
+                    &every,
+                    None,
+                    cap.saturating_add(1).min(engine.limits().max_page),
+                )
+                .await?;
+            more = page.next.is_some();
+            values.extend(page.items);
+        }
+        (_, false) => {
+            let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
+            let (found, over) =
+                list_series(engine, cache, &selectors, start, end, listing_cap(engine)).await?;
+            if over {
+                return Err(ApiError::Execution(format!(
+                    "more than {} series match: narrow match[]",
+                    listing_cap(engine)
+                )));
+            }
+            values.extend(
+                found
+                    .into_iter()
+                    .filter_map(|(_, _, mut own)| own.remove(name)),
+            );
+        }
     }
     more |= values.len() > cap;
     let warnings = if more {

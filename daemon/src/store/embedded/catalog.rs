@@ -19,9 +19,9 @@ use super::codec::{checked, decode_catalog, encode_catalog};
 use super::db::{db_err, Db};
 use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SERIES_CATALOG};
 use crate::model::{SampleKind, SeriesId};
-use crate::selector::{all_match, combined_prefix};
-use crate::store::StoreError;
+use crate::selector::combined_prefix;
 use crate::store::{check_catalog_entries, merge_catalog_entries, CatalogEntry, CatalogQuery};
+use crate::store::{source_selected, StoreError};
 
 /// Keys a listing steps over one by one inside a region it could skip by
 /// seeking, before it seeks.
@@ -162,7 +162,7 @@ impl Listing<'_> {
         // characters of names all sort below `|` (0x7C) and `}` follows it,
         // so longer sources sort before `source|`.
         if self.accepted_source.as_deref() != Some(source) {
-            if !all_match(&self.q.source, source) {
+            if !source_selected(&self.q.source, source) {
                 return Some(format!("{source}}}"));
             }
             self.accepted_source = Some(source.to_string());

@@ -46,7 +46,7 @@ use super::plan::{AggOp, ArithOp, Grouping, Op, Plan, RangeFn, Selector};
 use crate::model::{validate_metric, validate_source, SampleKind, SeriesId};
 use crate::query::{Aggregate, QueryEngine, Selection};
 use crate::rollup::Rollups;
-use crate::selector::{all_match, NameMatcher};
+use crate::selector::{all_match, all_match_labels, LabelMatcher, NameMatcher};
 
 use combine::{aggregate, arith, combine};
 use grid::Grid;
@@ -71,6 +71,8 @@ pub(crate) struct Resolved {
     pub(crate) metric: Vec<NameMatcher>,
     /// Matchers on the Prometheus name.
     pub(crate) names: Vec<NameMatcher>,
+    /// Matchers on the series' own labels.
+    pub(crate) labels: Vec<LabelMatcher>,
 }
 
 impl<'a> Evaluator<'a> {
@@ -184,7 +186,7 @@ impl<'a> Evaluator<'a> {
                 &Selection {
                     source: res.source.clone(),
                     metric: res.metric.clone(),
-                    labels: Vec::new(),
+                    labels: res.labels.clone(),
                 },
                 limit,
                 limit_name,
@@ -218,7 +220,7 @@ impl<'a> Evaluator<'a> {
             if values.iter().all(Option::is_none) {
                 continue;
             }
-            let mut labels = Labels::new();
+            let mut labels = own_labels(&b.series);
             labels.insert(SOURCE_LABEL.into(), b.series.source.to_string());
             labels.insert(TALLY_METRIC_LABEL.into(), b.series.metric.to_string());
             out.push(Series { labels, values });
@@ -269,45 +271,57 @@ impl<'a> Evaluator<'a> {
         if metrics.is_empty() {
             return Ok(Some(Vec::new()));
         }
-        let keep_metric = grouping.keeps(TALLY_METRIC_LABEL);
         let series = self
-            .read_rollup(op, *func, &group, &metrics, *range_s, keep_metric)
+            .read_rollup(op, *func, &group, &metrics, &res.labels, *range_s, grouping)
             .await?;
         Ok(Some(series))
     }
 
-    /// `op` across the group's rollup series of `metrics`, one result per
-    /// metric when `keep_metric`, else one in all.
+    /// `op` across the group's rollup series of `metrics` (one per label
+    /// set the label matchers accept), one result per group of `grouping`.
+    #[allow(clippy::too_many_arguments)]
     async fn read_rollup(
         &self,
         op: AggOp,
         func: RangeFn,
         group: &str,
         metrics: &[String],
+        label_matchers: &[LabelMatcher],
         range_s: i64,
-        keep_metric: bool,
+        grouping: &Grouping,
     ) -> Result<Vec<Series>, EvalError> {
-        let ids: Vec<SeriesId> = metrics.iter().map(|m| Rollups::series(group, m)).collect();
+        let source = Rollups::source(group);
+        let max = self.engine.limits().max_fanout;
+        let mut ids: Vec<SeriesId> = Vec::new();
+        for m in metrics {
+            let sets = self.engine.series_of(&source, m, max).await?;
+            ids.extend(
+                sets.into_iter()
+                    .filter(|id| all_match_labels(label_matchers, &id.labels)),
+            );
+            if ids.len() > max {
+                return Err(crate::query::QueryError::Limit(format!(
+                    "the rollup of group {group:?} has more than {max} series for this selector (query.max_fanout)"
+                ))
+                .into());
+            }
+        }
         let grid = Grid::new(&self.times_ms, range_s);
         let w = grid.window(self.engine)?;
         let mut groups: BTreeMap<Labels, Vec<Option<f64>>> = BTreeMap::new();
-        for (b, metric) in self
-            .engine
-            .many_buckets(&ids, &w)
-            .await?
-            .into_iter()
-            .zip(metrics)
-        {
+        for b in self.engine.many_buckets(&ids, &w).await? {
             if b.buckets.is_empty() {
                 continue;
             }
+            let metric = &b.series.metric;
             counters_only(func, b.kind, || {
                 format!("{} (Tally metric {metric:?})", prom_name(metric))
             })?;
             let values = grid.values(func.aggregate(), &b.buckets);
-            let mut labels = Labels::new();
-            if keep_metric {
-                labels.insert(TALLY_METRIC_LABEL.into(), metric.clone());
+            let mut labels = own_labels(&b.series);
+            labels.retain(|name, _| grouping.keeps(name));
+            if grouping.keeps(TALLY_METRIC_LABEL) {
+                labels.insert(TALLY_METRIC_LABEL.into(), metric.to_string());
             }
             match groups.get_mut(&labels) {
                 None => {
@@ -342,6 +356,7 @@ pub(crate) async fn resolve(
         source: Vec::new(),
         metric: Vec::new(),
         names: Vec::new(),
+        labels: Vec::new(),
     };
     let mut exact_name = None;
     for m in &sel.matchers {
@@ -369,10 +384,12 @@ pub(crate) async fn resolve(
                 }
                 res.metric.push(matcher);
             }
-            // Series do not have this label: as in Prometheus, the matcher
-            // sees the empty string.
-            _ if matcher.matches("") => {}
-            _ => return Ok(None),
+            // A series' own label; one without it has the empty value, as
+            // in Prometheus.
+            name => res.labels.push(LabelMatcher {
+                name: name.to_string(),
+                matcher,
+            }),
         }
     }
     if !res.names.is_empty() {
@@ -402,6 +419,11 @@ pub(crate) async fn resolve(
     res.source.sort_by_key(|m| m.names().is_none());
     res.metric.sort_by_key(|m| m.names().is_none());
     Ok(Some(res))
+}
+
+/// A series' own labels, as PromQL labels.
+fn own_labels(id: &SeriesId) -> Labels {
+    id.labels.to_map()
 }
 
 /// Refuses a counter function of a gauge; `series` names the gauge.
