@@ -21,6 +21,7 @@
 
 mod discovery;
 mod fixture;
+mod labelled;
 mod promtool;
 mod queries;
 mod refusals;
