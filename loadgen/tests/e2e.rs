@@ -61,6 +61,32 @@ fn assert_exact_run(d: &Daemon, extra: &[&str], planned: u64) -> Value {
     r
 }
 
+/// `--verify-only` of the run of `fleet` (flags that include its `--start`).
+fn verify_only(d: &Daemon, fleet: &[&str]) -> Run {
+    let http = d.http_url();
+    let mut args = vec!["--verify-only", "--http", &http];
+    args.extend_from_slice(fleet);
+    loadgen(&args, RUN_TIMEOUT)
+}
+
+/// An exact `--verify` run of `fleet` with `send` flags, then a restart
+/// after which `--verify-only` must pass from what the store kept; returns
+/// the run's report.
+fn exact_run_then_restart(d: &mut Daemon, send: &[&str], fleet: &[&str], planned: u64) -> Value {
+    let mut args = send.to_vec();
+    args.extend_from_slice(fleet);
+    let r = assert_exact_run(d, &args, planned);
+    d.restart();
+    let clean = verify_only(d, fleet);
+    assert_eq!(clean.code(), Some(0), "{}", clean.describe());
+    assert!(
+        clean.stdout.contains("verify PASSED"),
+        "{}",
+        clean.describe()
+    );
+    r
+}
+
 #[test]
 fn unary_max_run_verifies_exactly() {
     let d = start_tallyd(&[]);
@@ -207,24 +233,8 @@ fn corrupted_store_fails_verification() {
         "--start",
         start.as_str(),
     ];
-    let mut args = vec!["--max"];
-    args.extend_from_slice(&fleet);
-    assert_exact_run(&d, &args, 20 * 5 * 120);
-
-    d.restart();
+    exact_run_then_restart(&mut d, &["--max"], &fleet, 20 * 5 * 120);
     let http = d.http_url();
-    let verify_only = || {
-        let mut args = vec!["--verify-only", "--http", &http];
-        args.extend_from_slice(&fleet);
-        loadgen(&args, RUN_TIMEOUT)
-    };
-    let clean = verify_only();
-    assert_eq!(clean.code(), Some(0), "{}", clean.describe());
-    assert!(
-        clean.stdout.contains("verify PASSED"),
-        "{}",
-        clean.describe()
-    );
 
     // One more gauge sample, 30.5 s into the run, in the store's series.
     let at_ms = start_s * 1000 + 30_500;
@@ -272,7 +282,7 @@ fn corrupted_store_fails_verification() {
         panic!("src-000002 has no gauge among m_0001..m_0005");
     });
 
-    let bad = verify_only();
+    let bad = verify_only(&d, &fleet);
     assert_eq!(bad.code(), Some(2), "{}", bad.describe());
     let minute = chrono::DateTime::from_timestamp(at_ms.div_euclid(60_000) * 60, 0)
         .unwrap()
@@ -432,22 +442,15 @@ fn labelled_run_verifies_exactly_and_names_labelled_mismatches() {
         "--start",
         start.as_str(),
     ];
-    let mut args = vec!["--max", "--batch", "200"];
-    args.extend_from_slice(&fleet);
-    let r = assert_exact_run(&d, &args, 10 * 3 * 6 * 120);
+    let r = exact_run_then_restart(
+        &mut d,
+        &["--max", "--batch", "200"],
+        &fleet,
+        10 * 3 * 6 * 120,
+    );
     assert_eq!(u(&r, "/verify/series_checked"), 180);
     // One read per source and metric, not per series.
     assert_eq!(u(&r, "/verify/reads"), 30);
-
-    d.restart();
-    let http = d.http_url();
-    let verify_only = || {
-        let mut args = vec!["--verify-only", "--http", &http];
-        args.extend_from_slice(&fleet);
-        loadgen(&args, RUN_TIMEOUT)
-    };
-    let clean = verify_only();
-    assert_eq!(clean.code(), Some(0), "{}", clean.describe());
 
     let at_ms = start_s * 1000 + 30_500;
     push_gauges(
@@ -458,7 +461,7 @@ fn labelled_run_verifies_exactly_and_names_labelled_mismatches() {
             ("src-000003", "m_0001", "9", "0"),
         ],
     );
-    let bad = verify_only();
+    let bad = verify_only(&d, &fleet);
     assert_eq!(bad.code(), Some(2), "{}", bad.describe());
     let minute = chrono::DateTime::from_timestamp(at_ms.div_euclid(60_000) * 60, 0)
         .unwrap()
