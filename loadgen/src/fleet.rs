@@ -189,6 +189,8 @@ pub struct Fleet {
     source_names: Vec<String>,
     metric_names: Vec<String>,
     metric_kinds: Vec<Kind>,
+    /// `spec.labels.sets()`, which every sample's value needs.
+    label_sets: usize,
 }
 
 impl Fleet {
@@ -221,6 +223,7 @@ impl Fleet {
             source_names,
             metric_names,
             metric_kinds,
+            label_sets: sets,
         })
     }
 
@@ -238,7 +241,7 @@ impl Fleet {
 
     /// Label sets per metric (1 without labels).
     pub fn label_sets(&self) -> usize {
-        self.spec.labels.sets()
+        self.label_sets
     }
 
     /// Series per source: every metric with every label set.
