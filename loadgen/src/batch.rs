@@ -4,7 +4,7 @@
 //! A plan is a contiguous range of one worker's series over a contiguous
 //! range of ticks. Series are laid out source-major, so a plan turns into
 //! one `SourceBatch` per source with one `SeriesSamples` (packed timestamps
-//! and values) per metric, as the protocol intends. Plans are small and
+//! and values, and the series' labels) per series, as the protocol intends. Plans are small and
 //! `Copy`: the message itself is rebuilt from the fleet whenever needed
 //! (accounting of the ack, `--verify-only`); `wire` encodes it.
 
@@ -67,47 +67,49 @@ impl Timeline {
 }
 
 /// The series one worker sends: the sources `i` with `i % workers == w`,
-/// each with all metrics. Each series belongs to exactly one worker, which
-/// sends its samples in time order, one request at a time: that is what
-/// keeps cumulative counters in order across batches.
+/// each with all its series (metrics × label sets). Each series belongs to
+/// exactly one worker, which sends its samples in time order, one request
+/// at a time: that is what keeps cumulative counters in order across
+/// batches.
 #[derive(Debug, Clone)]
 pub struct WorkerSeries {
     pub sources: Vec<usize>,
-    pub metrics: usize,
+    /// Series per source ([`Fleet::per_source`]).
+    pub per_source: usize,
 }
 
 impl WorkerSeries {
-    pub fn partition(sources: usize, metrics: usize, workers: usize) -> Vec<WorkerSeries> {
+    pub fn partition(sources: usize, per_source: usize, workers: usize) -> Vec<WorkerSeries> {
         (0..workers)
             .map(|w| WorkerSeries {
                 sources: (w..sources).step_by(workers).collect(),
-                metrics,
+                per_source,
             })
             .collect()
     }
 
     /// Every source, as one partition (for `--verify-only`).
-    pub fn all(sources: usize, metrics: usize) -> WorkerSeries {
+    pub fn all(sources: usize, per_source: usize) -> WorkerSeries {
         WorkerSeries {
             sources: (0..sources).collect(),
-            metrics,
+            per_source,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.sources.len() * self.metrics
+        self.sources.len() * self.per_source
     }
 
-    /// `(fleet source, metric)` of the worker's series `lin`.
+    /// `(fleet source, series of that source)` of the worker's series `lin`.
     pub fn at(&self, lin: usize) -> (usize, usize) {
-        (self.sources[lin / self.metrics], lin % self.metrics)
+        (self.sources[lin / self.per_source], lin % self.per_source)
     }
 
     /// The message for `plan`, built with the generated types: the
     /// reference that `wire::encode` must match byte for byte.
     #[cfg(test)]
     pub fn build(&self, fleet: &Fleet, tl: &Timeline, plan: &Plan) -> pb::PushRequest {
-        let m = self.metrics;
+        let m = self.per_source;
         let end = plan.first + plan.len;
         let mut sources = Vec::with_capacity(plan.len / m + 2);
         let mut lin = plan.first;
@@ -116,16 +118,22 @@ impl WorkerSeries {
             let src_end = ((lin / m + 1) * m).min(end);
             let series = (lin..src_end)
                 .map(|l| {
-                    let metric = l % m;
+                    let j = l % m;
+                    let (metric, set) = fleet.column(j);
                     pb::SeriesSamples {
-                        labels: Vec::new(),
+                        labels: fleet
+                            .labels()
+                            .pairs(set)
+                            .into_iter()
+                            .map(|(name, value)| pb::Label {
+                                name: name.to_owned(),
+                                value,
+                            })
+                            .collect(),
                         metric: fleet.metric_name(metric).to_owned(),
                         kind: fleet.kind(metric).proto() as i32,
                         timestamps_ms: plan.tick_range().map(|k| tl.ts_ms(src, k)).collect(),
-                        values: plan
-                            .tick_range()
-                            .map(|k| fleet.value(src, metric, k))
-                            .collect(),
+                        values: plan.tick_range().map(|k| fleet.value(src, j, k)).collect(),
                     }
                 })
                 .collect();
@@ -142,9 +150,9 @@ impl WorkerSeries {
     /// The worker's series named by a rejection's `(source_index,
     /// series_index)` in the message built from `plan`, if it is one.
     pub fn locate(&self, plan: &Plan, source_index: u32, series_index: u32) -> Option<usize> {
-        let m = self.metrics;
+        let m = self.per_source;
         let (si, mi) = (source_index as usize, series_index as usize);
-        // The first source of a plan may start mid-way through its metrics.
+        // The first source of a plan may start mid-way through its series.
         let lin = if si == 0 {
             plan.first + mi
         } else {
@@ -172,6 +180,7 @@ mod tests {
             kinds: "gauge=1,delta=1,cumulative=1".parse().unwrap(),
             source_prefix: "src-".into(),
             reset_every: 0,
+            labels: Default::default(),
         })
         .unwrap()
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use crate::fleet::KindMix;
+use crate::labels::LabelSpec;
 use crate::worker::Mode;
 
 const AFTER_HELP: &str = "\
@@ -15,6 +16,8 @@ Examples:
   tally-loadgen --sources 1000 --metrics 20 --duration 60s
   # as fast as possible over the last 5 simulated minutes, then check everything
   tally-loadgen --max --sources 1000 --metrics 20 --seconds 300 --verify
+  # node-exporter-like: each metric per cpu and mode (10 series per metric)
+  tally-loadgen --max --sources 500 --metrics 20 --labels cpu=2,mode=5 --seconds 120 --verify
   # check an earlier --max run again (same seed, fleet, --start and --seconds)
   tally-loadgen --verify-only --sources 1000 --metrics 20 --start 1767225600 --seconds 300
 
@@ -45,6 +48,11 @@ pub struct Cli {
     /// Metrics per source, named m_0001, m_0002, …
     #[arg(long, default_value_t = 20)]
     pub metrics: usize,
+    /// Label sets of every metric, as NAME=COUNT,...: `cpu=4,mode=8` sends
+    /// each metric of each source with 32 label sets (cpu="0".."3" ×
+    /// mode="0".."7"), so 32 series [default: no labels].
+    #[arg(long)]
+    pub labels: Option<LabelSpec>,
     /// Relative weights of the metric kinds.
     #[arg(long, default_value_t = KindMix::default())]
     pub kinds: KindMix,
@@ -314,5 +322,14 @@ mod tests {
             assert!(err.contains(needle), "{args:?}: {err}");
         }
         assert!(Cli::try_parse_from(["x", "--verify-only", "--max"]).is_err());
+        let err = Cli::try_parse_from(["x", "--labels", "cpu=2,source=3"]).unwrap_err();
+        assert!(err.to_string().contains("reserved"), "{err}");
+    }
+
+    #[test]
+    fn labels_default_to_none() {
+        assert_eq!(cli(&[]).labels, None);
+        let spec = cli(&["--labels", "cpu=2,mode=5"]).labels.unwrap();
+        assert_eq!(spec.sets(), 10);
     }
 }

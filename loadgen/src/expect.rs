@@ -133,14 +133,14 @@ impl Expectation {
         rejected: &Rejected,
     ) {
         for lin in plan.first..plan.first + plan.len {
-            let (src, metric) = ws.at(lin);
-            let kind = fleet.kind(metric);
+            let (src, j) = ws.at(lin);
+            let kind = fleet.kind(fleet.column(j).0);
             let se = &mut self.series[lin];
             for (i, k) in plan.tick_range().enumerate() {
                 if !rejected.is_empty() && rejected.contains(lin, i as u32) {
                     continue;
                 }
-                se.fold(kind, tl.ts_ms(src, k), fleet.value(src, metric, k));
+                se.fold(kind, tl.ts_ms(src, k), fleet.value(src, j, k));
             }
         }
     }
@@ -209,6 +209,7 @@ mod tests {
             kinds: "gauge=1".parse().unwrap(),
             source_prefix: "s".into(),
             reset_every: 0,
+            labels: Default::default(),
         })
         .unwrap();
         let tl = Timeline {

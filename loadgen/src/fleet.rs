@@ -1,5 +1,11 @@
-//! The simulated fleet: `sources × metrics` series, each metric with a kind,
-//! and every sample value a pure function of `(seed, series, tick)`.
+//! The simulated fleet: `sources × metrics × label sets` series, each
+//! metric with a kind, and every sample value a pure function of
+//! `(seed, series, tick)`.
+//!
+//! A source's series are numbered `0..per_source()`: series `j` is metric
+//! `j / sets` with label set `j % sets` (see `labels`). Without labels there
+//! is one set, so `j` is the metric and every value is what it was before
+//! labels existed.
 //!
 //! Values are computed, never stored or drawn from a stateful RNG, so that
 //! - a batch can be rebuilt for a retry without keeping a copy of it,
@@ -15,6 +21,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use tally_proto::v1 as pb;
+
+use crate::labels::LabelSpec;
 
 /// How a metric's values are read; mirrors `tally.v1.SampleKind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,10 +68,11 @@ pub enum FleetError {
     BadKinds(String, String),
     #[error("--sources and --metrics must be at least 1")]
     Empty,
-    #[error("{sources} sources × {metrics} metrics is {series} series; the load generator handles at most {max}")]
+    #[error("{sources} sources × {metrics} metrics × {sets} label sets is {series} series; the load generator handles at most {max}")]
     TooManySeries {
         sources: usize,
         metrics: usize,
+        sets: usize,
         series: u128,
         max: usize,
     },
@@ -166,6 +175,8 @@ pub struct FleetSpec {
     pub source_prefix: String,
     /// Mean samples between cumulative counter resets; 0 means never.
     pub reset_every: u64,
+    /// The label sets of every metric (`--labels`).
+    pub labels: LabelSpec,
 }
 
 /// Largest fleet accepted: series ids and per-series state must stay cheap.
@@ -178,6 +189,8 @@ pub struct Fleet {
     source_names: Vec<String>,
     metric_names: Vec<String>,
     metric_kinds: Vec<Kind>,
+    /// `spec.labels.sets()`, which every sample's value needs.
+    label_sets: usize,
 }
 
 impl Fleet {
@@ -185,11 +198,13 @@ impl Fleet {
         if spec.sources == 0 || spec.metrics == 0 {
             return Err(FleetError::Empty);
         }
-        let series = spec.sources as u128 * spec.metrics as u128;
+        let sets = spec.labels.sets();
+        let series = spec.sources as u128 * spec.metrics as u128 * sets as u128;
         if series > MAX_SERIES as u128 {
             return Err(FleetError::TooManySeries {
                 sources: spec.sources,
                 metrics: spec.metrics,
+                sets,
                 series,
                 max: MAX_SERIES,
             });
@@ -208,6 +223,7 @@ impl Fleet {
             source_names,
             metric_names,
             metric_kinds,
+            label_sets: sets,
         })
     }
 
@@ -223,8 +239,38 @@ impl Fleet {
         self.spec.metrics
     }
 
+    /// Label sets per metric (1 without labels).
+    pub fn label_sets(&self) -> usize {
+        self.label_sets
+    }
+
+    /// Series per source: every metric with every label set.
+    pub fn per_source(&self) -> usize {
+        self.spec.metrics * self.label_sets()
+    }
+
     pub fn series(&self) -> usize {
-        self.spec.sources * self.spec.metrics
+        self.spec.sources * self.per_source()
+    }
+
+    /// `(metric, label set)` of a source's series `j`.
+    pub fn column(&self, j: usize) -> (usize, usize) {
+        let sets = self.label_sets();
+        (j / sets, j % sets)
+    }
+
+    pub fn labels(&self) -> &LabelSpec {
+        &self.spec.labels
+    }
+
+    /// A series for people: `source/metric`, or `source/metric{labels}`.
+    pub fn series_name(&self, source: usize, j: usize) -> String {
+        let (metric, set) = self.column(j);
+        let name = format!("{}/{}", self.source_name(source), self.metric_name(metric));
+        match self.spec.labels.canonical(set) {
+            labels if labels.is_empty() => name,
+            labels => format!("{name}{{{labels}}}"),
+        }
     }
 
     pub fn source_name(&self, source: usize) -> &str {
@@ -250,7 +296,8 @@ impl Fleet {
         c
     }
 
-    /// The value of `metric` on `source` at `tick` (0-based sample number).
+    /// The value of series `j` (see [`Fleet::column`]) of `source` at
+    /// `tick` (0-based sample number).
     ///
     /// - Gauges: a per-series level and a triangle wave of per-series period
     ///   plus noise; fractional, some negative, so sums exercise rounding.
@@ -261,15 +308,15 @@ impl Fleet {
     ///   goes down between resets. Resets happen every `P` ticks (`P` per
     ///   series, around `--reset-every`); after one, the counter restarts
     ///   from zero like a restarted process.
-    pub fn value(&self, source: usize, metric: usize, tick: u64) -> f64 {
-        let series = (source * self.spec.metrics + metric) as u64;
+    pub fn value(&self, source: usize, j: usize, tick: u64) -> f64 {
+        let series = (source * self.per_source() + j) as u64;
         let seed = self.spec.seed;
         // The series' profile (level, rate, period…): one hash, then one
         // cheap mix per parameter.
         let profile = hash3(seed, series, PROFILE);
         let p = |salt: u64| unit(mix(profile ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
         let noise = unit(hash3(seed, series, tick));
-        match self.kind(metric) {
+        match self.kind(self.column(j).0) {
             Kind::Gauge => {
                 let base = p(1) * 1000.0 - 100.0;
                 let amp = (0.05 + 0.3 * p(2)) * (base.abs() + 1.0);
@@ -370,6 +417,7 @@ mod tests {
             kinds: kinds.parse().unwrap(),
             source_prefix: "src-".into(),
             reset_every,
+            labels: LabelSpec::default(),
         })
         .unwrap()
     }
@@ -453,6 +501,31 @@ mod tests {
     }
 
     #[test]
+    fn label_sets_multiply_series_and_leave_unlabelled_values_alone() {
+        let plain = fleet(3, 4, "gauge=1,delta=1,cumulative=1", 30);
+        let mut spec = plain.spec().clone();
+        spec.labels = "cpu=2,mode=3".parse().unwrap();
+        let labelled = Fleet::new(spec.clone()).unwrap();
+        assert_eq!((labelled.per_source(), labelled.series()), (24, 72));
+        assert_eq!(labelled.column(13), (2, 1));
+        assert_eq!(
+            labelled.series_name(1, 13),
+            r#"src-000002/m_0003{cpu="0",mode="1"}"#
+        );
+        assert_eq!(plain.series_name(1, 2), "src-000002/m_0003");
+        // Every series of the labelled fleet has its own values.
+        let firsts: std::collections::BTreeSet<u64> =
+            (0..24).map(|j| labelled.value(0, j, 0).to_bits()).collect();
+        assert!(firsts.len() > 20, "{firsts:?}");
+        // One value per label: the same series numbers, so the same values.
+        spec.labels = "region=1".parse().unwrap();
+        let one = Fleet::new(spec).unwrap();
+        for (s, j, t) in [(0, 0, 0), (2, 3, 17), (1, 2, 99)] {
+            assert_eq!(one.value(s, j, t).to_bits(), plain.value(s, j, t).to_bits());
+        }
+    }
+
+    #[test]
     fn bad_fleets_are_refused() {
         let spec = |prefix: &str, sources| FleetSpec {
             sources,
@@ -461,6 +534,7 @@ mod tests {
             kinds: KindMix::default(),
             source_prefix: prefix.into(),
             reset_every: 0,
+            labels: LabelSpec::default(),
         };
         assert_eq!(Fleet::new(spec("src-", 0)).unwrap_err(), FleetError::Empty);
         assert!(matches!(

@@ -3,7 +3,7 @@
 //! `--verify` reads every series back and checks it exactly.
 //!
 //! This file only wires the modules together: flags (`cli`), the fleet and
-//! its values (`fleet`), batches (`batch`), pacing (`pace`), connections
+//! its values (`fleet`), its label sets (`labels`), batches (`batch`), pacing (`pace`), connections
 //! and failure classes (`transport`), the senders (`worker`), the books on
 //! what was acknowledged (`expect`), read-back (`verify`), the live bar
 //! (`progress`), the final report (`report`) and the encoding of batches
@@ -13,6 +13,7 @@ mod batch;
 mod cli;
 mod expect;
 mod fleet;
+mod labels;
 mod pace;
 mod progress;
 mod report;
@@ -38,7 +39,7 @@ use crate::expect::Expectation;
 use crate::fleet::{Fleet, FleetSpec, Kind};
 use crate::progress::{Live, Progress};
 use crate::report::{merge_tally, FleetReport, Latency, RangeReport, Report, Requests, Samples};
-use crate::verify::{Check, VerifyOpts, VerifyReport};
+use crate::verify::{Check, SeriesKey, VerifyOpts, VerifyReport};
 use crate::worker::{new_histogram, Mode, SendOpts, Tally, Worker, WorkerOutcome};
 
 /// Exit statuses (also in `--help`).
@@ -87,6 +88,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         kinds: cli.kinds,
         source_prefix: cli.source_prefix.clone(),
         reset_every: cli.reset_every,
+        labels: cli.labels.clone().unwrap_or_default(),
     })?);
     let ticks_for = |seconds: f64| (seconds * cli.rate).ceil() as u64;
     let timeline = |start_ms: i64, ticks: u64| -> anyhow::Result<Timeline> {
@@ -174,7 +176,7 @@ async fn send(
     }
     let progress = Progress::start(live.clone(), planned, cli.quiet);
     let started = Instant::now();
-    let handles: Vec<_> = WorkerSeries::partition(fleet.sources(), fleet.metrics(), workers)
+    let handles: Vec<_> = WorkerSeries::partition(fleet.sources(), fleet.per_source(), workers)
         .into_iter()
         .map(|ws| {
             let w = Worker::new(
@@ -248,7 +250,7 @@ struct Sent {
     latency: hdrhistogram::Histogram<u64>,
     fatal: Option<String>,
     checks: Vec<Check>,
-    skipped: Vec<String>,
+    skipped: Vec<SeriesKey>,
 }
 
 /// Waits for every worker and merges their books.
@@ -371,7 +373,7 @@ async fn verify_only(
     http: &str,
 ) -> anyhow::Result<ExitCode> {
     verify::preflight(http, cli.timeout).await?;
-    let ws = WorkerSeries::all(fleet.sources(), fleet.metrics());
+    let ws = WorkerSeries::all(fleet.sources(), fleet.per_source());
     let expect = Expectation::regenerate(fleet, &tl, &ws);
     let (mut checks, mut skipped) = (Vec::new(), Vec::new());
     collect_checks(fleet, &ws, expect, &mut checks, &mut skipped);
@@ -419,17 +421,21 @@ fn collect_checks(
     ws: &WorkerSeries,
     expect: Expectation,
     checks: &mut Vec<Check>,
-    skipped: &mut Vec<String>,
+    skipped: &mut Vec<SeriesKey>,
 ) {
     for (lin, se) in expect.series.into_iter().enumerate() {
-        let (src, metric) = ws.at(lin);
-        let (source, metric_name) = (fleet.source_name(src), fleet.metric_name(metric));
+        let (src, j) = ws.at(lin);
+        let (metric, set) = fleet.column(j);
+        let series = SeriesKey {
+            source: fleet.source_name(src).to_string(),
+            metric: fleet.metric_name(metric).to_string(),
+            labels: fleet.labels().canonical(set),
+        };
         if se.ambiguous {
-            skipped.push(format!("{source}/{metric_name}"));
+            skipped.push(series);
         } else {
             checks.push(Check {
-                source: source.to_string(),
-                metric: metric_name.to_string(),
+                series,
                 kind: fleet.kind(metric),
                 slots: se.slots,
             });
@@ -443,7 +449,7 @@ async fn run_verify(
     tl: &Timeline,
     http: &str,
     checks: Vec<Check>,
-    skipped: Vec<String>,
+    skipped: Vec<SeriesKey>,
 ) -> anyhow::Result<VerifyReport> {
     if !cli.quiet {
         eprintln!(
@@ -469,6 +475,8 @@ fn fleet_report(fleet: &Fleet) -> FleetReport {
     FleetReport {
         sources: fleet.sources(),
         metrics: fleet.metrics(),
+        labels: fleet.labels().to_string(),
+        label_sets: fleet.label_sets(),
         series: fleet.series(),
         kinds: Kind::ALL
             .iter()

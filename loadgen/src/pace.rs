@@ -106,13 +106,13 @@ impl RealTimeSchedule {
     /// When the next plan is due; None when the run is over.
     pub fn next_due(&self) -> Option<Instant> {
         (self.tick < self.tl.ticks && self.ws.len() > 0)
-            .then(|| self.due_at(self.lin / self.ws.metrics, self.tick))
+            .then(|| self.due_at(self.lin / self.ws.per_source, self.tick))
     }
 
     /// The plan of everything due by `now`; call once `next_due` has passed.
     pub fn take(&mut self, now: Instant) -> Option<Due> {
         let due = self.next_due()?;
-        let m = self.ws.metrics;
+        let m = self.ws.per_source;
         let n_local = self.ws.sources.len();
         let first = self.lin;
         let cap = first + self.batch;

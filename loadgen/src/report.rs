@@ -20,6 +20,10 @@ use crate::worker::{Mode, Tally};
 pub struct FleetReport {
     pub sources: usize,
     pub metrics: usize,
+    /// `--labels` (empty without labels).
+    pub labels: String,
+    /// Label sets per metric (1 without labels).
+    pub label_sets: usize,
     pub series: usize,
     /// Metrics of each kind.
     pub kinds: BTreeMap<&'static str, usize>,
@@ -191,9 +195,13 @@ impl Report {
             "real_time" => "in real time",
             _ => "verify only",
         };
+        let sets = match f.label_sets {
+            _ if f.labels.is_empty() => String::new(),
+            n => format!(" × {n} label sets ({})", f.labels),
+        };
         let _ = writeln!(
             o,
-            "tally-loadgen → {}: {} sources × {} metrics = {} series (gauge {}, delta {}, cumulative {}), seed {}",
+            "tally-loadgen → {}: {} sources × {} metrics{sets} = {} series (gauge {}, delta {}, cumulative {}), seed {}",
             if r.pace == "verify_only" {
                 &self.http
             } else {
@@ -324,13 +332,15 @@ fn human_verify(o: &mut String, v: &VerifyReport) {
     let verdict = if v.passed { "PASSED" } else { "FAILED" };
     let _ = writeln!(
             o,
-            "verify {verdict}: {} series, {} minute slots checked in {:.2} s; {} mismatches ({} missing, {} extra points), {} series unreadable",
+            "verify {verdict}: {} series, {} minute slots checked in {:.2} s ({} reads); {} mismatches ({} missing, {} extra points, {} extra series), {} series unreadable",
             thousands(v.series_checked),
             thousands(v.slots_checked),
             v.elapsed_s,
+            thousands(v.reads),
             thousands(v.mismatches),
             v.missing_points,
             v.extra_points,
+            v.extra_series,
             v.read_errors,
         );
     for l in &v.listed {

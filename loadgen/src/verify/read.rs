@@ -1,0 +1,218 @@
+//! Reading back: `GET /api/v1/range?source=…&metric=…&step=1m` over the
+//! run's window, in chunks of a day (the API caps points per series), with
+//! retries on what the daemon answers when busy.
+//!
+//! A read names one source and one metric exactly. With no `labels`
+//! condition the daemon answers every label set of them (PromQL
+//! semantics), each series with its `"labels": {…}`; a read may also carry
+//! a `labels` condition in PromQL matcher syntax, such as one series'
+//! canonical text. The series of all chunks are merged by the canonical
+//! text of their labels. A daemon from before labels answers without
+//! `labels`: that is fine for an unlabelled fleet and an error for a
+//! labelled one, which such a daemon cannot have stored.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::VerifyOpts;
+use crate::labels::canonical;
+use crate::transport::{error_chain, Backoff};
+
+/// `/api/v1/range` answers with a list of series.
+#[derive(Debug, Deserialize)]
+struct RangeEnvelope {
+    series: Vec<SeriesBody>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SeriesBody {
+    kind: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    points: Vec<PointBody>,
+}
+
+/// One series as read: its kind and its points, merged over the chunks.
+#[derive(Debug, Clone, Default)]
+pub struct RangeBody {
+    pub kind: Option<String>,
+    pub points: Vec<PointBody>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct PointBody {
+    pub t: i64,
+    pub n: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: String,
+}
+
+/// What one read asks for.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadOf<'a> {
+    pub source: &'a str,
+    pub metric: &'a str,
+    /// The `labels` condition; None reads every label set.
+    pub labels: Option<&'a str>,
+    /// Whether the run sent labels: an answer without them is then an error.
+    pub labelled: bool,
+}
+
+/// The series of one read over the whole window, by the canonical text of
+/// their labels.
+pub async fn read(
+    client: &reqwest::Client,
+    opts: &VerifyOpts,
+    of: ReadOf<'_>,
+) -> Result<BTreeMap<String, RangeBody>, String> {
+    const CHUNK_S: i64 = 86_400;
+    let mut all: BTreeMap<String, RangeBody> = BTreeMap::new();
+    let mut from = opts.from_s;
+    while from < opts.to_s {
+        let to = (from + CHUNK_S).min(opts.to_s);
+        for s in read_chunk(client, opts, of, from, to).await? {
+            let labels = match &s.labels {
+                Some(l) => canonical(l.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
+                None if of.labelled => return Err(
+                    "the daemon's /api/v1/range answers without series labels: it predates label support and cannot hold a labelled fleet".into(),
+                ),
+                None => String::new(),
+            };
+            let body = all.entry(labels).or_default();
+            body.kind = body.kind.take().or(s.kind);
+            body.points.extend(s.points);
+        }
+        from = to;
+    }
+    Ok(all)
+}
+
+/// The URL of one chunk of a read.
+pub fn chunk_url(
+    opts: &VerifyOpts,
+    of: ReadOf<'_>,
+    from: i64,
+    to: i64,
+) -> Result<reqwest::Url, String> {
+    let (from, to) = (from.to_string(), to.to_string());
+    let mut params = vec![
+        ("source", of.source),
+        ("metric", of.metric),
+        ("from", from.as_str()),
+        ("to", to.as_str()),
+        ("step", "1m"),
+    ];
+    if let Some(l) = of.labels {
+        params.push(("labels", l));
+    }
+    reqwest::Url::parse_with_params(&format!("{}/api/v1/range", opts.http), params)
+        .map_err(|e| e.to_string())
+}
+
+async fn read_chunk(
+    client: &reqwest::Client,
+    opts: &VerifyOpts,
+    of: ReadOf<'_>,
+    from: i64,
+    to: i64,
+) -> Result<Vec<SeriesBody>, String> {
+    let url = chunk_url(opts, of, from, to)?;
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let last = attempt >= 4;
+        let resp = match client.get(url.clone()).send().await {
+            Ok(resp) => resp,
+            Err(_) if !last => {
+                tokio::time::sleep(backoff.next_delay()).await;
+                continue;
+            }
+            Err(e) => return Err(error_chain(&e)),
+        };
+        let status = resp.status();
+        let bytes = match resp.bytes().await {
+            Ok(b) => b,
+            Err(_) if !last => {
+                tokio::time::sleep(backoff.next_delay()).await;
+                continue;
+            }
+            Err(e) => return Err(error_chain(&e)),
+        };
+        if status.is_success() {
+            let envelope: RangeEnvelope = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
+            return Ok(envelope.series);
+        }
+        // 503 is the daemon's "store busy, try again".
+        if status.is_server_error() && !last {
+            tokio::time::sleep(backoff.next_delay()).await;
+            continue;
+        }
+        let why = serde_json::from_slice::<ErrorBody>(&bytes)
+            .map(|b| b.error)
+            .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
+        return Err(format!("HTTP {status}: {why}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse_with_and_without_labels() {
+        let with: RangeEnvelope = serde_json::from_str(
+            r#"{"step":"1m","series":[{"source":"s","metric":"m","labels":{"mode":"1","cpu":"0"},"kind":"gauge","points":[{"t":60,"n":2,"sum":0.30000000000000004,"min":0.1,"max":0.2}]}]}"#,
+        )
+        .unwrap();
+        let s = &with.series[0];
+        let labels = s.labels.as_ref().unwrap();
+        assert_eq!(
+            canonical(labels.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
+            r#"cpu="0",mode="1""#
+        );
+        // Floats are read exactly: min and max are compared bit for bit.
+        assert_eq!(s.points[0].sum, 0.1 + 0.2);
+        let without: RangeEnvelope = serde_json::from_str(
+            r#"{"series":[{"source":"s","metric":"m","kind":null,"points":[]}]}"#,
+        )
+        .unwrap();
+        assert!(without.series[0].labels.is_none());
+    }
+
+    #[test]
+    fn a_read_names_its_source_metric_and_label_condition() {
+        let opts = VerifyOpts {
+            http: "http://127.0.0.1:8080".into(),
+            concurrency: 1,
+            timeout: Duration::from_secs(1),
+            settle: Duration::ZERO,
+            max_listed: 1,
+            from_s: 0,
+            to_s: 60,
+        };
+        let mut of = ReadOf {
+            source: "src-000001",
+            metric: "m_0001",
+            labels: None,
+            labelled: true,
+        };
+        let url = chunk_url(&opts, of, 0, 60).unwrap();
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:8080/api/v1/range?source=src-000001&metric=m_0001&from=0&to=60&step=1m"
+        );
+        of.labels = Some(r#"cpu="0",mode="a\"b""#);
+        let url = chunk_url(&opts, of, 0, 60).unwrap();
+        let labels: Vec<_> = url.query_pairs().filter(|(k, _)| k == "labels").collect();
+        assert_eq!(labels[0].1, r#"cpu="0",mode="a\"b""#);
+    }
+}
