@@ -423,7 +423,6 @@ fn push_gauges(d: &Daemon, at_ms: i64, series: &[(&str, &str, &str, &str)]) {
 /// appears, and `--verify-only` must name both. Needs the native HTTP API
 /// to select and report labels (`/api/v1/range` with `labels`).
 #[test]
-#[ignore = "needs label support in the native HTTP API (`labels` on /api/v1/range)"]
 fn labelled_run_verifies_exactly_and_names_labelled_mismatches() {
     let mut d = start_tallyd(&[]);
     let start_s = chrono::Utc::now().timestamp() - 150;
@@ -483,7 +482,6 @@ fn labelled_run_verifies_exactly_and_names_labelled_mismatches() {
 /// More label sets per metric than one read may return: every series is
 /// read on its own, selected by its full label set.
 #[test]
-#[ignore = "needs label support in the native HTTP API (`labels` on /api/v1/range)"]
 fn label_sets_beyond_one_read_are_verified_series_by_series() {
     let d = start_tallyd(&[]);
     let r = assert_exact_run(

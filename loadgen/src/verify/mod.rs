@@ -170,7 +170,6 @@ impl Read {
             source: &first.source,
             metric: &first.metric,
             labels: self.one_series.then_some(first.labels.as_str()),
-            labelled: self.checks.iter().any(|c| !c.series.labels.is_empty()),
         }
     }
 }
@@ -320,7 +319,6 @@ mod tests {
         let r = &reads[0];
         let of = r.of();
         assert_eq!((of.source, of.metric, of.labels), ("a", "m1", None));
-        assert!(of.labelled);
         assert_eq!(r.checks.len(), 2);
         assert_eq!(r.skipped, HashSet::from(["cpu=\"2\"".to_string()]));
         assert_eq!(
@@ -332,7 +330,6 @@ mod tests {
         // Unlabelled series: one read each, as before labels.
         let plain = plan_reads(vec![check(key("a", "m1", ""))], &[]);
         assert_eq!(plain.len(), 1);
-        assert!(!plain[0].of().labelled);
         assert_eq!(plain[0].checks[0].series.to_string(), "a/m1");
     }
 

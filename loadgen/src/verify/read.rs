@@ -7,9 +7,10 @@
 //! semantics), each series with its `"labels": {…}`; a read may also carry
 //! a `labels` condition in PromQL matcher syntax, such as one series'
 //! canonical text. The series of all chunks are merged by the canonical
-//! text of their labels. A daemon from before labels answers without
-//! `labels`: that is fine for an unlabelled fleet and an error for a
-//! labelled one, which such a daemon cannot have stored.
+//! text of their labels. A series without labels comes without `labels`
+//! (as every series did before labels), and is read as the empty set: a
+//! labelled fleet read from a daemon without label support then shows as
+//! missing label sets, each a mismatch.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -61,8 +62,6 @@ pub struct ReadOf<'a> {
     pub metric: &'a str,
     /// The `labels` condition; None reads every label set.
     pub labels: Option<&'a str>,
-    /// Whether the run sent labels: an answer without them is then an error.
-    pub labelled: bool,
 }
 
 /// The series of one read over the whole window, by the canonical text of
@@ -78,11 +77,9 @@ pub async fn read(
     while from < opts.to_s {
         let to = (from + CHUNK_S).min(opts.to_s);
         for s in read_chunk(client, opts, of, from, to).await? {
+            // The daemon leaves `labels` out for a series without any.
             let labels = match &s.labels {
                 Some(l) => canonical(l.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
-                None if of.labelled => return Err(
-                    "the daemon's /api/v1/range answers without series labels: it predates label support and cannot hold a labelled fleet".into(),
-                ),
                 None => String::new(),
             };
             let body = all.entry(labels).or_default();
@@ -203,7 +200,6 @@ mod tests {
             source: "src-000001",
             metric: "m_0001",
             labels: None,
-            labelled: true,
         };
         let url = chunk_url(&opts, of, 0, 60).unwrap();
         assert_eq!(
