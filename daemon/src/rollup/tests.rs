@@ -99,11 +99,12 @@ fn kind_conflicts_and_the_series_bound_leave_members_out() {
 
 proptest::proptest! {
     /// Every rollup series is the slot-wise merge of exactly its
-    /// members' slots, whatever the batch looks like.
+    /// members' slots (the members of its group with its metric and label
+    /// set), whatever the batch looks like.
     #[test]
     fn rollups_equal_the_merge_of_their_members(
         members in proptest::collection::vec(
-            (0usize..5, 0usize..2, proptest::collection::vec((0i64..4, -50i32..50), 1..4)),
+            (0usize..5, 0usize..2, 0usize..3, proptest::collection::vec((0i64..4, -50i32..50), 1..4)),
             0..12,
         ),
         declarations in proptest::collection::vec(
@@ -113,6 +114,7 @@ proptest::proptest! {
     ) {
         const SOURCES: [&str; 5] = ["web-01", "web-11", "db-1", "cdn7", "solo"];
         const METRICS: [&str; 2] = ["cpu", "mem"];
+        const LABELS: [&str; 3] = ["", r#"mode="a""#, r#"mode="b""#];
         // Declared names overlap a prefix group and a named one.
         const DECLARED: [&str; 3] = ["blue", "web", "edge"];
         let r = rollups();
@@ -141,13 +143,17 @@ proptest::proptest! {
         };
         let drained: Vec<SeriesMinutes> = members
             .iter()
-            .map(|(s, m, mins)| {
+            .map(|(s, m, l, mins)| {
                 let mut by_minute: BTreeMap<i64, Slot> = BTreeMap::new();
                 for (t, v) in mins {
                     by_minute.entry(*t).or_default().add(*v as f64);
                 }
                 SeriesMinutes {
-                    series: Arc::new(SeriesId::new(SOURCES[*s], METRICS[*m])),
+                    series: Arc::new(SeriesId::with_labels(
+                        SOURCES[*s],
+                        METRICS[*m],
+                        Labels::from_encoded(LABELS[*l]).unwrap_or_default(),
+                    )),
                     kind: SampleKind::Gauge,
                     minutes: by_minute.into_iter().collect(),
                 }
@@ -158,7 +164,12 @@ proptest::proptest! {
         let mut want: BTreeMap<SeriesId, BTreeMap<i64, Slot>> = BTreeMap::new();
         for m in &drained {
             for g in groups_of(&m.series.source) {
-                let slots = want.entry(Rollups::series(&g, &m.series.metric)).or_default();
+                let id = SeriesId::with_labels(
+                    &Rollups::source(&g),
+                    &m.series.metric,
+                    m.series.labels.clone(),
+                );
+                let slots = want.entry(id).or_default();
                 for (t, s) in &m.minutes {
                     slots.entry(*t).or_default().merge(s);
                 }
