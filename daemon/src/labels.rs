@@ -21,6 +21,9 @@
 use std::borrow::Cow;
 use std::fmt;
 
+/// A label set's pairs while it is checked and encoded.
+pub type Pairs<'a> = smallvec::SmallVec<[(&'a str, &'a str); 16]>;
+
 /// Longest accepted label name.
 pub const MAX_LABEL_NAME_LEN: usize = 128;
 /// Longest accepted label value (an empty value means the label is absent).
@@ -113,7 +116,7 @@ impl Labels {
     where
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
-        let mut pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        let mut pairs: Pairs<'_> = pairs.into_iter().collect();
         let mut out = String::new();
         encode_into(&mut out, &mut pairs, max_labels)?;
         Ok(Labels(out.into_boxed_str()))
@@ -129,7 +132,7 @@ impl Labels {
     pub fn from_encoded(encoded: &str) -> Option<Labels> {
         let pairs = decode(encoded)?;
         let mut again = String::with_capacity(encoded.len());
-        let mut borrowed: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (*n, v.as_ref())).collect();
+        let mut borrowed: Pairs<'_> = pairs.iter().map(|(n, v)| (*n, v.as_ref())).collect();
         encode_into(&mut again, &mut borrowed, usize::MAX).ok()?;
         (again == encoded).then(|| Labels(encoded.into()))
     }
@@ -192,7 +195,7 @@ impl fmt::Display for Labels {
 /// beyond the buffer's growth.
 pub fn encode_into(
     out: &mut String,
-    pairs: &mut Vec<(&str, &str)>,
+    pairs: &mut Pairs<'_>,
     max_labels: usize,
 ) -> Result<(), LabelError> {
     pairs.retain(|(_, v)| !v.is_empty());
@@ -305,7 +308,9 @@ impl LabelArena {
         I: IntoIterator<Item = (&'a str, &'a str)>,
     {
         let start = self.buf.len();
-        let mut pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
+        // On the stack for the usual handful of labels: no allocation per
+        // series on the ingest path.
+        let mut pairs: Pairs<'_> = pairs.into_iter().collect();
         let span = match encode_into(&mut self.buf, &mut pairs, max_labels) {
             Ok(()) => {
                 let labels = self.buf.len() - start;
