@@ -291,39 +291,7 @@ async fn run_label_values(prom: &PromState, name: &str, p: &Params) -> Result<Re
                 _ => m,
             }));
         }
-        (_, true) => {
-            let every = crate::query::Selection {
-                source: Vec::new(),
-                metric: Vec::new(),
-                labels: Vec::new(),
-            };
-            let page = engine
-                .label_values(
-                    name,
-                    &every,
-                    None,
-                    cap.saturating_add(1).min(engine.limits().max_page),
-                )
-                .await?;
-            more = page.next.is_some();
-            values.extend(page.items);
-        }
-        (_, false) => {
-            let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
-            let (found, over) =
-                list_series(engine, cache, &selectors, start, end, listing_cap(engine)).await?;
-            if over {
-                return Err(ApiError::Execution(format!(
-                    "more than {} series match: narrow match[]",
-                    listing_cap(engine)
-                )));
-            }
-            values.extend(
-                found
-                    .into_iter()
-                    .filter_map(|(_, _, mut own)| own.remove(name)),
-            );
-        }
+        _ => more |= own_label_values(prom, name, &selectors, p, cap, &mut values).await?,
     }
     more |= values.len() > cap;
     let warnings = if more {
@@ -333,6 +301,46 @@ async fn run_label_values(prom: &PromState, name: &str, p: &Params) -> Result<Re
     };
     let data: Vec<String> = values.into_iter().take(cap).collect();
     Ok(success_with_warnings(json!(data), warnings))
+}
+
+/// The values of one of the series' own labels (not one Tally adds): over
+/// every series without `match[]`, else over the matching ones. True when
+/// there were more than `cap`.
+async fn own_label_values(
+    prom: &PromState,
+    name: &str,
+    selectors: &[plan::Selector],
+    p: &Params,
+    cap: usize,
+    values: &mut BTreeSet<String>,
+) -> Result<bool, ApiError> {
+    let (engine, cache) = (&*prom.engine, &*prom.names);
+    if selectors.is_empty() {
+        let every = crate::query::Selection {
+            source: Vec::new(),
+            metric: Vec::new(),
+            labels: Vec::new(),
+        };
+        let limit = cap.saturating_add(1).min(engine.limits().max_page);
+        let page = engine.label_values(name, &every, None, limit).await?;
+        values.extend(page.items);
+        return Ok(page.next.is_some());
+    }
+    let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
+    let (found, over) =
+        list_series(engine, cache, selectors, start, end, listing_cap(engine)).await?;
+    if over {
+        return Err(ApiError::Execution(format!(
+            "more than {} series match: narrow match[]",
+            listing_cap(engine)
+        )));
+    }
+    values.extend(
+        found
+            .into_iter()
+            .filter_map(|(_, _, mut own)| own.remove(name)),
+    );
+    Ok(false)
 }
 
 pub(super) async fn metadata(State(prom): State<PromState>, p: Params) -> Response {
