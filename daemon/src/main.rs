@@ -19,7 +19,7 @@ use tally::catalog::CatalogWriter;
 use tally::config::{Cli, Config, LogFormat, StoreKind};
 use tally::flush::Pipeline;
 use tally::grpc::IngestService;
-use tally::ingest::IngestGate;
+use tally::ingest::{IngestGate, Ingestor};
 use tally::maintenance::Maintenance;
 use tally::query::QueryEngine;
 use tally::rollup::Rollups;
@@ -98,6 +98,7 @@ struct Parts {
     engine: Arc<QueryEngine>,
     watch: Arc<WatchHub>,
     gate: Arc<IngestGate>,
+    ingestor: Arc<Ingestor>,
 }
 
 impl Parts {
@@ -129,6 +130,8 @@ impl Parts {
             config.retention.hour.as_secs() as i64,
         ));
         let watch = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
+        let gate = Arc::new(IngestGate::default());
+        let ingestor = Arc::new(Ingestor::new(agg.clone(), rollups.clone(), gate.clone()));
         Ok(Parts {
             store,
             agg,
@@ -137,7 +140,8 @@ impl Parts {
             pipeline,
             engine,
             watch,
-            gate: Arc::new(IngestGate::default()),
+            gate,
+            ingestor,
         })
     }
 
@@ -154,7 +158,7 @@ impl Parts {
         let grpc = tokio::spawn(grpc::serve(
             grpc_listener,
             security.auth().clone(),
-            IngestService::new(self.agg.clone(), self.rollups.clone(), self.gate.clone()),
+            IngestService::new(self.ingestor.clone()),
             grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
             health.clone(),
             health_service,

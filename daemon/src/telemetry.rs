@@ -88,9 +88,9 @@ enum Kind {
 /// Every metric the daemon exports, with its unit and help text, so
 /// `/metrics` carries `# HELP` for each from the first scrape.
 const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
-    (Kind::Counter, "tally_samples_accepted_total", Unit::Count, "Samples accepted by ingest."),
-    (Kind::Counter, "tally_samples_rejected_total", Unit::Count, "Samples rejected by ingest, by reason."),
-    (Kind::Counter, "tally_ingest_requests_total", Unit::Count, "Ingest messages by RPC and outcome (ok, pushback, too_large)."),
+    (Kind::Counter, "tally_samples_accepted_total", Unit::Count, "Samples accepted by ingest, by protocol (tally, otlp_grpc, otlp_http, remote_write)."),
+    (Kind::Counter, "tally_samples_rejected_total", Unit::Count, "Samples rejected by ingest, by protocol and reason."),
+    (Kind::Counter, "tally_ingest_requests_total", Unit::Count, "Ingest requests (stream messages) by protocol, RPC and outcome (ok, pushback, too_large, denied, shutting_down, invalid)."),
     (Kind::Counter, "tally_counter_resets_total", Unit::Count, "Cumulative counters seen going down (counted process restarted)."),
     (Kind::Gauge, "tally_pending_slots", Unit::Count, "Unflushed (series, minute) accumulators in memory."),
     (Kind::Gauge, "tally_series", Unit::Count, "Series tracked by the aggregator."),

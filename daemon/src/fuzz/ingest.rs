@@ -15,7 +15,7 @@ use tonic::{Code, Request};
 
 use crate::aggregator::{Aggregator, AggregatorConfig};
 use crate::grpc::IngestService;
-use crate::ingest::{IngestConfig, IngestGate};
+use crate::ingest::{IngestConfig, IngestGate, Ingestor};
 use crate::rollup::{RollupConfig, Rollups};
 
 const NAMES: &[&str] = &[
@@ -112,7 +112,11 @@ fn service() -> IngestService {
         Ok(r) => Arc::new(r),
         Err(e) => panic!("default rollups: {e}"),
     };
-    IngestService::new(agg, rollups, Arc::new(IngestGate::default()))
+    IngestService::new(Arc::new(Ingestor::new(
+        agg,
+        rollups,
+        Arc::new(IngestGate::default()),
+    )))
 }
 
 fn runtime() -> tokio::runtime::Runtime {

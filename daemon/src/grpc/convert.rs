@@ -7,6 +7,7 @@ use tally_proto::v1 as pb;
 use tonic::Status;
 
 use crate::aggregator::RejectReason;
+pub(crate) use crate::ingest::kind_from_proto;
 use crate::labels::validate_label_name;
 use crate::model::{SampleKind, SeriesId};
 use crate::query::{
@@ -14,15 +15,6 @@ use crate::query::{
     StepSpec,
 };
 use crate::selector::{LabelMatcher, MatchOp, NameMatcher, PatternLimits};
-
-pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
-    match pb::SampleKind::try_from(k).ok()? {
-        pb::SampleKind::Gauge => Some(SampleKind::Gauge),
-        pb::SampleKind::DeltaCounter => Some(SampleKind::DeltaCounter),
-        pb::SampleKind::CumulativeCounter => Some(SampleKind::CumulativeCounter),
-        pb::SampleKind::Unspecified => None,
-    }
-}
 
 pub(crate) fn kind_to_proto(k: Option<SampleKind>) -> pb::SampleKind {
     match k {

@@ -1,7 +1,4 @@
-//! Protocol-neutral ingest admission: the `[ingest]` limits and the
-//! shutdown gate every receiver applies before it hands samples to the
-//! aggregator. It sits apart from the gRPC service so that other receivers
-//! (OTLP, Prometheus remote-write) share one set of rules.
+//! `[ingest]`: the limits every protocol's requests are held to.
 
 use std::time::Duration;
 
@@ -102,30 +99,5 @@ impl IngestConfig {
         );
         p.at_least(self.max_pending_slots, 1, "ingest.max_pending_slots");
         p.positive(self.series_idle_timeout, "ingest.series_idle_timeout");
-    }
-}
-
-/// Closes ingest for good at shutdown. Every ingest holds the read side
-/// while it folds samples, and `close` takes the write side, so once `close`
-/// returns no request is mid-ingest and none will start: every acknowledged
-/// sample is in the aggregator before the final flush drains it, even if a
-/// client keeps its connection open past the listener's grace period. (A
-/// cancellation token would not do: a request could see it open, then
-/// fold after the final drain.)
-#[derive(Default)]
-pub struct IngestGate {
-    closed: parking_lot::RwLock<bool>,
-}
-
-impl IngestGate {
-    pub fn close(&self) {
-        *self.closed.write() = true;
-    }
-
-    /// Holds off `close` for as long as the returned guard lives; None once
-    /// the gate is closed.
-    pub(crate) fn enter(&self) -> Option<parking_lot::RwLockReadGuard<'_, bool>> {
-        let closed = self.closed.read();
-        (!*closed).then_some(closed)
     }
 }

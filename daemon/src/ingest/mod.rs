@@ -1,0 +1,16 @@
+//! Protocol-neutral ingest: the `[ingest]` limits (`config`), the shutdown
+//! gate (`gate`) and the admission every receiver shares (`admit`). The
+//! receivers themselves live with their listeners: `tally.v1` and OTLP/gRPC
+//! in [`crate::grpc`], OTLP/HTTP and Prometheus remote-write in
+//! [`crate::http`]. What OTLP and remote-write requests mean in Tally's
+//! model (sources, labels, kinds) is decided in `otlp` and `remote_write`,
+//! so both transports of a protocol map it the same way.
+
+mod admit;
+mod config;
+mod gate;
+
+pub(crate) use admit::kind_from_proto;
+pub use admit::{samples_in, IngestError, Ingestor, Protocol, PUSHBACK_RETRY_AFTER};
+pub use config::IngestConfig;
+pub use gate::IngestGate;
