@@ -2,7 +2,11 @@
 //! building Tally needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/tally/v1/ingest.proto", "proto/tally/v1/query.proto"];
+    let files = [
+        "proto/tally/v1/ingest.proto",
+        "proto/tally/v1/query.proto",
+        "proto/prometheus/remote_write.proto",
+    ];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

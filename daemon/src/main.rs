@@ -158,7 +158,10 @@ impl Parts {
         let grpc = tokio::spawn(grpc::serve(
             grpc_listener,
             security.auth().clone(),
-            IngestService::new(self.ingestor.clone()),
+            (
+                IngestService::new(self.ingestor.clone()),
+                grpc::OtlpService::new(self.ingestor.clone(), config.otlp.clone()),
+            ),
             grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
             health.clone(),
             health_service,
@@ -176,6 +179,11 @@ impl Parts {
             metrics: Some(metrics),
             draining: shutdown.close.clone(),
             auth: security.auth().clone(),
+            push: http::PushState {
+                ingest: self.ingestor.clone(),
+                otlp: config.otlp.clone(),
+                remote_write: config.remote_write.clone(),
+            },
         };
         // HTTP outlives `close`: `/readyz` answers 503 while the final
         // flush drains, instead of refusing connections.

@@ -1,9 +1,16 @@
-//! Generated gRPC code for Tally's `tally.v1` protocol, shared by the daemon
-//! and the load generator.
+//! Generated gRPC code for Tally's `tally.v1` protocol, and the Prometheus
+//! remote-write messages, shared by the daemon and the load generator.
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("tally.v1");
+}
+
+/// Prometheus remote-write 1.0 messages (`prometheus.WriteRequest`), which
+/// the daemon receives on `POST /api/v1/write` and the load generator sends.
+#[allow(clippy::all, missing_docs)]
+pub mod prometheus {
+    tonic::include_proto!("prometheus");
 }
 
 /// Encoded `FileDescriptorSet` of all Tally protos, for gRPC reflection.

@@ -31,10 +31,14 @@ pub enum RejectReason {
     InvalidLabel,
     /// The source tracks `ingest.max_series_per_source` series already.
     SourceSeriesLimit,
+    /// OTLP/remote-write: no configured source attribute or label present.
+    MissingSource,
+    /// OTLP/remote-write: a point that cannot be read as samples.
+    InvalidPoint,
 }
 
 impl RejectReason {
-    pub const ALL: [RejectReason; 16] = [
+    pub const ALL: [RejectReason; 18] = [
         RejectReason::InvalidSource,
         RejectReason::InvalidMetric,
         RejectReason::InvalidKind,
@@ -51,6 +55,8 @@ impl RejectReason {
         RejectReason::Overflow,
         RejectReason::InvalidLabel,
         RejectReason::SourceSeriesLimit,
+        RejectReason::MissingSource,
+        RejectReason::InvalidPoint,
     ];
 
     /// Label value for `tally_samples_rejected_total{reason=…}`.
@@ -72,6 +78,8 @@ impl RejectReason {
             RejectReason::Overflow => "overflow",
             RejectReason::InvalidLabel => "invalid_label",
             RejectReason::SourceSeriesLimit => "source_series_limit",
+            RejectReason::MissingSource => "missing_source",
+            RejectReason::InvalidPoint => "invalid_point",
         }
     }
 
@@ -131,6 +139,29 @@ impl IngestOutcome {
     ) {
         let count = b.values.len().max(b.timestamps_ms.len()) as u64;
         self.reject(cap, b, None, count, reason, detail);
+    }
+
+    /// Refuses `count` samples a front door dropped while turning its
+    /// protocol's request into a `tally.v1` one: they have no place in that
+    /// request, so their rejection carries `u32::MAX` indices.
+    pub fn reject_unplaced(
+        &mut self,
+        cap: usize,
+        count: u64,
+        reason: RejectReason,
+        detail: impl FnOnce() -> String,
+    ) {
+        let nowhere = SeriesBatch {
+            source: "",
+            metric: "",
+            labels: "",
+            kind: None,
+            timestamps_ms: &[],
+            values: &[],
+            source_index: u32::MAX,
+            series_index: u32::MAX,
+        };
+        self.reject(cap, &nowhere, None, count, reason, detail);
     }
 
     /// Adds `other`'s counts and rejections to these, keeping at most `cap`

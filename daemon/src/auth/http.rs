@@ -1,8 +1,10 @@
 //! The HTTP side: middleware in front of every route but `/healthz` and
-//! `/readyz`, which load balancers probe without credentials. Everything
-//! else the listener serves is a read (the JSON API, the Prometheus API,
-//! `/metrics`), so it needs a `read` or `admin` token. Refusals are 401 with
-//! `WWW-Authenticate: Bearer` (RFC 6750) or 403 for the wrong role.
+//! `/readyz`, which load balancers probe without credentials. The ingest
+//! endpoints (OTLP/HTTP, remote-write) need an `ingest` or `admin` token;
+//! everything else the listener serves is a read (the JSON API, the
+//! Prometheus API, `/metrics`), so it needs a `read` or `admin` token.
+//! Refusals are 401 with `WWW-Authenticate: Bearer` (RFC 6750) or 403 for
+//! the wrong role.
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -14,9 +16,10 @@ use super::{count_denied, Authenticator, Denied, Need};
 /// Paths served to anyone.
 const OPEN: &[&str] = &["/healthz", "/readyz"];
 
-/// Axum middleware (`middleware::from_fn_with_state`) deciding each request.
+/// Axum middleware (`middleware::from_fn_with_state`) deciding each request
+/// of the routes it wraps, which need `need`.
 pub async fn require_token(
-    State(auth): State<Authenticator>,
+    State((auth, need)): State<(Authenticator, Need)>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -27,7 +30,7 @@ pub async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .map(HeaderValue::as_bytes);
-    match auth.authorize(header, Need::Read) {
+    match auth.authorize(header, need) {
         Ok(grant) => {
             request.extensions_mut().insert(grant);
             next.run(request).await

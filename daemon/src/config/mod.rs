@@ -40,6 +40,8 @@ use crate::catalog::CatalogConfig;
 use crate::flush::FlushConfig;
 use crate::grpc::GrpcConfig;
 use crate::http::HttpConfig;
+use crate::ingest::otlp::OtlpConfig;
+use crate::ingest::remote_write::RemoteWriteConfig;
 use crate::ingest::IngestConfig;
 use crate::maintenance::PreallocConfig;
 use crate::rollup::RollupConfig;
@@ -70,6 +72,8 @@ pub struct Config {
     pub grpc: GrpcConfig,
     pub http: HttpConfig,
     pub ingest: IngestConfig,
+    pub otlp: OtlpConfig,
+    pub remote_write: RemoteWriteConfig,
     pub aggregator: AggregatorConfig,
     pub flush: FlushConfig,
     pub prealloc: PreallocConfig,
@@ -120,6 +124,8 @@ impl Default for Config {
             grpc: GrpcConfig::default(),
             http: HttpConfig::default(),
             ingest: IngestConfig::default(),
+            otlp: OtlpConfig::default(),
+            remote_write: RemoteWriteConfig::default(),
             aggregator: AggregatorConfig::default(),
             flush: FlushConfig::default(),
             prealloc: PreallocConfig::default(),
@@ -163,6 +169,8 @@ impl Config {
         self.grpc.check(&mut p);
         self.http.check(&mut p);
         self.ingest.check(self.retention.hour, &mut p);
+        self.otlp.check(&mut p);
+        self.remote_write.check(&mut p);
         self.aggregator.check(&mut p);
         self.flush.check(&mut p);
         self.prealloc.check(&mut p);

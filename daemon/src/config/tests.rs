@@ -532,6 +532,8 @@ fn env_text(value: &Value) -> String {
             let items: Vec<String> = items.iter().map(env_text).collect();
             format!("[{}]", items.join(", "))
         }
+        // Only inside an array: a top-level string is typed as it is.
+        Value::String(_, s) => format!("{s:?}"),
         other => panic!("no default of this shape expected: {other:?}"),
     }
 }

@@ -220,7 +220,7 @@ fn request() -> impl Strategy<Value = (bool, &'static str, String)> {
 }
 
 /// A router over an embedded store in `dir`, with a few series in memory.
-fn router(dir: &std::path::Path) -> axum::Router {
+pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
     let store: Arc<dyn Store> = match EmbeddedStore::open(dir) {
         Ok(s) => Arc::new(s),
         Err(e) => panic!("store: {e}"),
@@ -260,6 +260,11 @@ fn router(dir: &std::path::Path) -> axum::Router {
         FlushConfig::default(),
         0,
     ));
+    let ingest = Arc::new(crate::ingest::Ingestor::new(
+        agg.clone(),
+        rollups.clone(),
+        Arc::new(crate::ingest::IngestGate::default()),
+    ));
     let engine = Arc::new(QueryEngine::new(
         store.clone(),
         agg,
@@ -269,7 +274,7 @@ fn router(dir: &std::path::Path) -> axum::Router {
         14 * 86_400,
     ));
     let watch = Arc::new(WatchHub::new(engine.clone(), WatchConfig::default()));
-    super::super::http::router(super::super::http::HttpState {
+    let state = super::super::http::HttpState {
         query: engine,
         pipeline,
         watch,
@@ -280,7 +285,13 @@ fn router(dir: &std::path::Path) -> axum::Router {
             Ok(a) => a,
             Err(e) => panic!("auth off: {e}"),
         },
-    })
+        push: super::super::http::PushState {
+            ingest,
+            otlp: Default::default(),
+            remote_write: Default::default(),
+        },
+    };
+    super::super::http::router(state, &crate::http::HttpConfig::default())
 }
 
 #[test]

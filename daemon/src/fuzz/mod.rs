@@ -11,7 +11,7 @@
 //! rejected samples must equal the samples sent).
 
 mod config;
-mod http;
+pub(crate) mod http;
 mod ingest;
 
 use proptest::prelude::*;

@@ -43,6 +43,8 @@ pub(crate) fn reason_to_proto(r: RejectReason) -> pb::RejectReason {
         RejectReason::Overflow => pb::RejectReason::Overflow,
         RejectReason::InvalidLabel => pb::RejectReason::InvalidLabel,
         RejectReason::SourceSeriesLimit => pb::RejectReason::SourceSeriesLimit,
+        RejectReason::MissingSource => pb::RejectReason::MissingSource,
+        RejectReason::InvalidPoint => pb::RejectReason::InvalidPoint,
     }
 }
 

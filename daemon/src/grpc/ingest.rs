@@ -48,7 +48,9 @@ impl IngestService {
 pub(super) fn status(e: IngestError) -> Status {
     let msg = e.to_string();
     match e {
-        IngestError::TooLarge { .. } => Status::invalid_argument(msg),
+        IngestError::TooLarge { .. } | IngestError::ConvertedTooLarge { .. } => {
+            Status::invalid_argument(msg)
+        }
         IngestError::Pushback { .. } => Status::resource_exhausted(msg),
         IngestError::ShuttingDown => Status::unavailable(msg),
         IngestError::Denied(_) => Status::permission_denied(msg),
@@ -57,7 +59,7 @@ pub(super) fn status(e: IngestError) -> Status {
 
 /// The grant the auth interceptor attached; none means authentication is
 /// off, as the interceptor wraps this service whenever it is on.
-fn granted<T>(request: &Request<T>) -> Grant {
+pub(super) fn granted<T>(request: &Request<T>) -> Grant {
     request
         .extensions()
         .get::<Grant>()

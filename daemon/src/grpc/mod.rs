@@ -1,5 +1,5 @@
-//! The gRPC listener: the ingest service (`ingest`), the query service
-//! (`query`), `grpc.health.v1` (tracking the store's health) and server
+//! The gRPC listener: the ingest service (`ingest`), OTLP's metrics service
+//! (`otlp`), the query service (`query`), `grpc.health.v1` (tracking the store's health) and server
 //! reflection (`grpc.reflection.v1`, and `v1alpha` for older tools), on
 //! one port, within the `[grpc]` limits (`config`). Conversions between
 //! the wire messages and the daemon's types are in `convert`, shared by
@@ -10,12 +10,15 @@ mod config;
 mod convert;
 mod health;
 mod ingest;
+mod otlp;
 mod query;
 mod status;
 
 use std::future::Future;
 
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
 use tally_proto::v1 as pb;
+use tonic::codec::CompressionEncoding;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::auth::{AuthInterceptor, Authenticator, Need};
@@ -24,6 +27,7 @@ use crate::tls::SecureListener;
 pub use config::GrpcConfig;
 pub use health::track_store_health;
 pub use ingest::IngestService;
+pub use otlp::OtlpService;
 pub use query::QueryService;
 
 /// Serves gRPC on `listener` until `shutdown` resolves; in-progress calls
@@ -33,7 +37,7 @@ pub use query::QueryService;
 pub async fn serve(
     listener: SecureListener,
     auth: Authenticator,
-    ingest: IngestService,
+    (ingest, otlp): (IngestService, OtlpService),
     query: QueryService,
     health: tonic_health::server::HealthReporter,
     health_service: tonic_health::pb::health_server::HealthServer<
@@ -59,6 +63,10 @@ pub async fn serve(
     } = limits;
     let ingest =
         pb::ingest_server::IngestServer::new(ingest).max_decoding_message_size(max_message_bytes);
+    // OTLP exporters (the Collector's by default) may gzip their requests.
+    let otlp = MetricsServiceServer::new(otlp)
+        .max_decoding_message_size(max_message_bytes)
+        .accept_compressed(CompressionEncoding::Gzip);
     let query = pb::query_server::QueryServer::new(query);
     health
         .set_serving::<pb::ingest_server::IngestServer<IngestService>>()
@@ -78,6 +86,10 @@ pub async fn serve(
         .add_service(reflection_v1alpha)
         .add_service(InterceptedService::new(
             ingest,
+            AuthInterceptor::new(auth.clone(), Need::Ingest),
+        ))
+        .add_service(InterceptedService::new(
+            otlp,
             AuthInterceptor::new(auth.clone(), Need::Ingest),
         ))
         .add_service(InterceptedService::new(

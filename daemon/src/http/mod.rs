@@ -1,15 +1,19 @@
 //! The HTTP listener: the native JSON API under `/api/v1/` (`api`), the
-//! Prometheus-compatible read API under `/prometheus` (`prometheus`), and
-//! the operations endpoints `/metrics`, `/healthz` and `/readyz` (`ops`).
+//! Prometheus-compatible read API under `/prometheus` (`prometheus`), the
+//! operations endpoints `/metrics`, `/healthz` and `/readyz` (`ops`), and
+//! the ingest endpoints OTLP/HTTP `/v1/metrics` and remote-write
+//! `/api/v1/write` (`push`).
 //!
-//! Each of the three has a state of its own holding only what it reads;
-//! this module builds them from [`HttpState`] and mounts the three routers,
-//! so none of them depends on the others or on this one.
+//! Each of the four has a state of its own holding only what it uses;
+//! this module builds them from [`HttpState`] and mounts the routers, so
+//! none of them depends on the others or on this one. Reads and ingest
+//! differ in the token role they need and in how large a body they take.
 
 mod api;
 mod config;
 mod ops;
 pub(crate) mod prometheus;
+mod push;
 mod server;
 
 use std::sync::Arc;
@@ -18,7 +22,7 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, Need};
 use crate::tls::SecureListener;
 
 use crate::flush::Pipeline;
@@ -31,6 +35,7 @@ use ops::OpsState;
 use prometheus::PromState;
 
 pub use config::HttpConfig;
+pub use push::PushState;
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -44,9 +49,11 @@ pub struct HttpState {
     pub draining: tokio_util::sync::CancellationToken,
     /// Decides which requests may be served (everything when off).
     pub auth: Authenticator,
+    /// The ingest endpoints' admission and mappings.
+    pub push: PushState,
 }
 
-pub(crate) fn router(state: HttpState) -> Router {
+pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
     let ops = ops::router().with_state(OpsState {
         pipeline: state.pipeline,
         store: state.store,
@@ -58,12 +65,22 @@ pub(crate) fn router(state: HttpState) -> Router {
         watch: state.watch,
     });
     let prometheus = prometheus::router().with_state(PromState::new(state.query));
-    ops.nest("/api/v1", api)
-        .nest("/prometheus", prometheus)
-        .layer(axum::middleware::from_fn_with_state(
-            state.auth,
+    let reads = ops.nest("/api/v1", api).nest("/prometheus", prometheus);
+    let reads = server::limit_body(reads, cfg.max_body_bytes, "http.max_body_bytes").layer(
+        axum::middleware::from_fn_with_state(
+            (state.auth.clone(), Need::Read),
             crate::auth::require_token,
-        ))
+        ),
+    );
+    let max_message = state.push.ingest.limits().max_message_bytes;
+    let push = push::router().with_state(state.push);
+    let push = server::limit_body(push, max_message, "ingest.max_message_bytes").layer(
+        axum::middleware::from_fn_with_state(
+            (state.auth, Need::Ingest),
+            crate::auth::require_token,
+        ),
+    );
+    reads.merge(push)
 }
 
 /// Serves HTTP on `listener`, within the `[http]` limits, until `shutdown`
@@ -74,5 +91,6 @@ pub async fn serve(
     cfg: HttpConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    server::serve(listener, router(state), cfg, shutdown).await
+    let router = router(state, &cfg);
+    server::serve(listener, router, cfg, shutdown).await
 }

@@ -35,12 +35,6 @@ pub(super) async fn serve(
     cfg: HttpConfig,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let router = router
-        .layer(axum::middleware::from_fn_with_state(
-            cfg.max_body_bytes,
-            refuse_large_body,
-        ))
-        .layer(DefaultBodyLimit::max(cfg.max_body_bytes));
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -111,10 +105,21 @@ fn refuse(mut stream: Conn, max: usize) {
 /// How long a refused connection's 503 may take to write.
 const REFUSE_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// A declared body over `http.max_body_bytes` is refused before anything
-/// reads it; a chunked one is cut off by [`DefaultBodyLimit`] as it is read.
+/// Bounds the bodies `router`'s routes take to `max` bytes, the value of
+/// `setting`.
+pub(super) fn limit_body(router: Router, max: usize, setting: &'static str) -> Router {
+    router
+        .layer(axum::middleware::from_fn_with_state(
+            (max, setting),
+            refuse_large_body,
+        ))
+        .layer(DefaultBodyLimit::max(max))
+}
+
+/// A declared body over the limit is refused before anything reads it; a
+/// chunked one is cut off by [`DefaultBodyLimit`] as it is read.
 async fn refuse_large_body(
-    axum::extract::State(max): axum::extract::State<usize>,
+    axum::extract::State((max, setting)): axum::extract::State<(usize, &'static str)>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -129,7 +134,7 @@ async fn refuse_large_body(
             axum::Json(serde_json::json!({
                 "status": "error",
                 "errorType": "bad_data",
-                "error": format!("the request body is {n} bytes; the limit is {max} (http.max_body_bytes)"),
+                "error": format!("the request body is {n} bytes; the limit is {max} ({setting})"),
             })),
         )
             .into_response(),

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tally_proto::v1 as pb;
 
+use super::builder::Budget;
 use super::IngestGate;
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::auth::Grant;
@@ -71,6 +72,8 @@ pub enum IngestError {
     TooLarge { samples: usize, limit: usize },
     #[error("the daemon holds {pending} unflushed slots (ingest.max_pending_slots = {limit}): the store is behind; retry this batch with backoff")]
     Pushback { pending: usize, limit: usize },
+    #[error("the request holds more than {samples} samples (ingest.max_batch_samples) or more than {bytes} bytes of metric names and labels once its points are expanded into series (four times ingest.max_message_bytes): split it")]
+    ConvertedTooLarge { samples: usize, bytes: usize },
     #[error("tallyd is shutting down; send to another instance or retry later")]
     ShuttingDown,
     #[error("no source of this request may be pushed with this token: {0}")]
@@ -81,7 +84,7 @@ impl IngestError {
     /// The `outcome` label of `tally_ingest_requests_total`.
     fn outcome(&self) -> &'static str {
         match self {
-            IngestError::TooLarge { .. } => "too_large",
+            IngestError::TooLarge { .. } | IngestError::ConvertedTooLarge { .. } => "too_large",
             IngestError::Pushback { .. } => "pushback",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Denied(_) => "denied",
@@ -113,6 +116,34 @@ impl Ingestor {
     /// The `[ingest]` limits requests are held to.
     pub fn limits(&self) -> &super::IngestConfig {
         self.agg.limits()
+    }
+
+    /// The budget a converted request gets: the sample limit, and four
+    /// times the message limit in names and labels (histograms repeat each
+    /// point's labels per bucket).
+    pub fn budget(&self) -> Budget {
+        let limits = self.limits();
+        Budget {
+            samples: limits.max_batch_samples,
+            bytes: limits.max_message_bytes.saturating_mul(4),
+        }
+    }
+
+    /// Counts and returns the refusal of a request that does not fit its
+    /// [`Budget`] once converted.
+    pub fn too_large(&self, protocol: Protocol, budget: Budget) -> IngestError {
+        let e = IngestError::ConvertedTooLarge {
+            samples: budget.samples,
+            bytes: budget.bytes,
+        };
+        count_request(protocol, e.outcome());
+        e
+    }
+
+    /// Counts a request refused because it could not be read (a body that
+    /// does not decode, an unsupported content type or encoding).
+    pub fn count_unread(&self, protocol: Protocol) {
+        count_request(protocol, "invalid");
     }
 
     /// Checks and folds one request. `refused` holds what the front door

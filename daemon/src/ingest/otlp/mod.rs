@@ -1,0 +1,195 @@
+//! What an OTLP metrics request means in Tally's model, for both of OTLP's
+//! transports (gRPC on the ingest port, HTTP on `/v1/metrics`): each
+//! resource's source, each point's labels (`attrs`) and each metric type's
+//! series and kinds (`points`). The request becomes a `tally.v1` request
+//! and goes through the same admission as every other protocol; the
+//! outcome comes back as OTLP's `partial_success`.
+
+mod attrs;
+mod points;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest,
+};
+use serde::{Deserialize, Serialize};
+use tally_proto::v1 as pb;
+
+use super::builder::{Budget, Converted, Full, RequestBuilder};
+use crate::aggregator::{IngestOutcome, RejectReason};
+use crate::labels::validate_label_name;
+use crate::validate::Problems;
+
+/// `[otlp]`: how OTLP resources and attributes map to sources and labels.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// Resource attributes that name a point's source; the first one
+    /// present with a non-empty value wins. Points whose resource has none
+    /// are refused (`missing_source`), the rest of the request kept.
+    pub source_attributes: Vec<String>,
+    /// Resource attributes copied onto every point of the resource as
+    /// labels (sanitised like point attributes), for example
+    /// `deployment.environment`. A point's own attribute of the same name
+    /// wins.
+    pub resource_labels: Vec<String>,
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        OtlpConfig {
+            source_attributes: ["service.instance.id", "host.name", "service.name"]
+                .map(String::from)
+                .to_vec(),
+            resource_labels: Vec::new(),
+        }
+    }
+}
+
+impl OtlpConfig {
+    pub(crate) fn check(&self, p: &mut Problems) {
+        p.require(
+            !self.source_attributes.is_empty(),
+            "otlp.source_attributes",
+            "must name at least one resource attribute",
+        );
+        for name in &self.resource_labels {
+            let label = attrs::label_name(name);
+            p.require(
+                validate_label_name(&label).is_ok(),
+                "otlp.resource_labels",
+                format!("{name:?} does not make a valid label name ({label:?})"),
+            );
+        }
+    }
+}
+
+/// Most attributes a point may carry; more are refused unread, so that a
+/// point's labels stay bounded before the label rules see them.
+const MAX_POINT_ATTRIBUTES: usize = 64;
+
+/// An OTLP request in `tally.v1` form.
+pub struct OtlpRequest {
+    pub converted: Converted,
+    /// The point each series came from, by series ordinal.
+    point_of: Vec<u32>,
+    /// Points in the request.
+    pub points: u32,
+    /// Points refused while converting.
+    refused_points: u64,
+}
+
+/// Converts `req`, refusing what cannot be read point by point. `Full`
+/// when the converted request would exceed `budget`.
+pub fn convert(
+    req: &ExportMetricsServiceRequest,
+    cfg: &OtlpConfig,
+    cap: usize,
+    budget: Budget,
+) -> Result<OtlpRequest, Full> {
+    let mut b = RequestBuilder::new(cap, budget);
+    let mut point_of = Vec::new();
+    let (mut points, mut refused_points) = (0u32, 0u64);
+    for rm in &req.resource_metrics {
+        let resource = rm.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
+        let source = attrs::first_present(resource, &cfg.source_attributes).map(|(_, v)| v);
+        let resource_labels: Vec<pb::Label> = cfg
+            .resource_labels
+            .iter()
+            .filter_map(|key| {
+                let (_, value) = attrs::first_present(resource, std::slice::from_ref(key))?;
+                Some(pb::Label {
+                    name: attrs::label_name(key),
+                    value,
+                })
+            })
+            .collect();
+        let mut t = points::Target {
+            b: &mut b,
+            source: source.as_deref().unwrap_or(""),
+            resource_labels: &resource_labels,
+            point_of: &mut point_of,
+            points: &mut points,
+            refused_points: &mut refused_points,
+            max_attributes: MAX_POINT_ATTRIBUTES,
+        };
+        for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+            if source.is_some() {
+                points::metric(&mut t, m)?;
+            } else {
+                missing_source(&mut t, m, &cfg.source_attributes);
+            }
+        }
+    }
+    Ok(OtlpRequest {
+        converted: b.finish(),
+        point_of,
+        points,
+        refused_points,
+    })
+}
+
+fn missing_source(
+    t: &mut points::Target<'_>,
+    m: &opentelemetry_proto::tonic::metrics::v1::Metric,
+    keys: &[String],
+) {
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    let n = match &m.data {
+        None => 0,
+        Some(Data::Gauge(g)) => g.data_points.len(),
+        Some(Data::Sum(s)) => s.data_points.len(),
+        Some(Data::Histogram(h)) => h.data_points.len(),
+        Some(Data::ExponentialHistogram(h)) => h.data_points.len(),
+        Some(Data::Summary(s)) => s.data_points.len(),
+    };
+    *t.points += n as u32;
+    *t.refused_points += n as u64;
+    t.b.refuse(n as u64, RejectReason::MissingSource, || {
+        format!(
+            "metric {:?}: its resource has none of the source attributes {} (otlp.source_attributes)",
+            m.name,
+            keys.join(", ")
+        )
+    });
+}
+
+impl OtlpRequest {
+    /// The points `out` refused: those refused while converting, plus each
+    /// point with a refused sample. Past the rejections the outcome lists,
+    /// each further refused sample counts as a point of its own (exact for
+    /// gauges and sums, an upper bound for histograms).
+    pub fn rejected_points(&self, out: &IngestOutcome) -> u64 {
+        let mut seen = hashbrown::HashSet::new();
+        let mut listed_samples = 0u64;
+        for r in &out.rejections {
+            let Some(ordinal) = self
+                .converted
+                .ordinals
+                .get(r.source_index as usize)
+                .and_then(|s| s.get(r.series_index as usize))
+            else {
+                continue;
+            };
+            listed_samples += 1;
+            if let Some(p) = self.point_of.get(*ordinal as usize) {
+                seen.insert(*p);
+            }
+        }
+        let unplaced = out.rejected.saturating_sub(self.refused_points);
+        let unlisted = unplaced.saturating_sub(listed_samples);
+        (self.refused_points + seen.len() as u64 + unlisted).min(u64::from(self.points))
+    }
+}
+
+/// OTLP's answer to a request some of whose points were refused; None when
+/// all were taken.
+pub fn partial_success(
+    req: &OtlpRequest,
+    out: &IngestOutcome,
+) -> Option<ExportMetricsPartialSuccess> {
+    let rejected = req.rejected_points(out);
+    (rejected > 0 || out.rejected > 0).then(|| ExportMetricsPartialSuccess {
+        rejected_data_points: rejected as i64,
+        error_message: super::first_problems(out),
+    })
+}

@@ -1,0 +1,268 @@
+//! What a Prometheus remote-write 1.0 request means in Tally's model.
+//!
+//! - **Source**: the first of `remote_write.source_labels` (default
+//!   `instance`) present on the series; that label is taken off the series'
+//!   labels, as it is the series' source (`source` in PromQL). A series with
+//!   none is refused (`missing_source`), the rest of the request kept.
+//! - **Metric**: `__name__`; every other label is kept as it is.
+//! - **Kind**: remote-write 1.0 carries no types with the samples. When the
+//!   same request carries metadata for the series' family, it decides:
+//!   counters, and a histogram's or summary's `_count`, `_sum` and `_bucket`,
+//!   are cumulative counters, the rest gauges. Otherwise the naming
+//!   conventions decide: a name ending in `_total`, `_count`, `_sum` or
+//!   `_bucket` is a cumulative counter, any other a gauge. (Prometheus sends
+//!   metadata in requests of their own, so for it the conventions decide,
+//!   and the kind of a series never changes between requests.)
+//! - **Staleness markers** (the NaN Prometheus writes when a series
+//!   disappears) are skipped, not refused.
+
+use hashbrown::HashMap;
+use serde::{Deserialize, Serialize};
+use tally_proto::prometheus as rw;
+use tally_proto::v1 as pb;
+
+use super::builder::{Budget, Converted, Full, RequestBuilder};
+use crate::aggregator::RejectReason;
+use crate::validate::Problems;
+
+/// `[remote_write]`: how remote-write series map to sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RemoteWriteConfig {
+    /// Labels that name a series' source; the first present wins and is
+    /// taken off the labels.
+    pub source_labels: Vec<String>,
+}
+
+impl Default for RemoteWriteConfig {
+    fn default() -> Self {
+        RemoteWriteConfig {
+            source_labels: vec!["instance".into()],
+        }
+    }
+}
+
+impl RemoteWriteConfig {
+    pub(crate) fn check(&self, p: &mut Problems) {
+        p.require(
+            !self.source_labels.is_empty(),
+            "remote_write.source_labels",
+            "must name at least one label",
+        );
+    }
+}
+
+/// The bit pattern of Prometheus' staleness marker, a NaN no arithmetic
+/// produces.
+const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
+
+/// Converts `req`, refusing series without a name or source. `Full` when
+/// the converted request would exceed `budget`.
+pub fn convert(
+    req: &rw::WriteRequest,
+    cfg: &RemoteWriteConfig,
+    cap: usize,
+    budget: Budget,
+) -> Result<Converted, Full> {
+    let types: HashMap<&str, rw::metric_metadata::MetricType> = req
+        .metadata
+        .iter()
+        .map(|m| (m.metric_family_name.as_str(), m.r#type()))
+        .collect();
+    let mut b = RequestBuilder::new(cap, budget);
+    for ts in &req.timeseries {
+        let fresh: Vec<&rw::Sample> = ts
+            .samples
+            .iter()
+            .filter(|s| s.value.to_bits() != STALE_NAN)
+            .collect();
+        if fresh.is_empty() {
+            continue;
+        }
+        let count = fresh.len() as u64;
+        let Some(name) = ts.labels.iter().find(|l| l.name == "__name__") else {
+            b.refuse(count, RejectReason::InvalidPoint, || {
+                "a series without a __name__ label".into()
+            });
+            continue;
+        };
+        let source = cfg.source_labels.iter().find_map(|s| {
+            ts.labels
+                .iter()
+                .find(|l| &l.name == s && !l.value.is_empty())
+        });
+        let Some(source) = source else {
+            b.refuse(count, RejectReason::MissingSource, || {
+                format!(
+                    "series {:?} has none of the source labels {} (remote_write.source_labels)",
+                    name.value,
+                    cfg.source_labels.join(", ")
+                )
+            });
+            continue;
+        };
+        let labels = ts
+            .labels
+            .iter()
+            .filter(|l| l.name != "__name__" && l.name != source.name)
+            .map(|l| pb::Label {
+                name: l.name.clone(),
+                value: l.value.clone(),
+            })
+            .collect();
+        b.push(
+            &source.value,
+            pb::SeriesSamples {
+                metric: name.value.clone(),
+                kind: kind(&name.value, &types) as i32,
+                timestamps_ms: fresh.iter().map(|s| s.timestamp).collect(),
+                values: fresh.iter().map(|s| s.value).collect(),
+                labels,
+            },
+        )?;
+    }
+    Ok(b.finish())
+}
+
+const COUNTER_SUFFIXES: [&str; 4] = ["_total", "_count", "_sum", "_bucket"];
+
+/// A series' kind, from its family's metadata when the request has it,
+/// else from its name.
+fn kind(name: &str, types: &HashMap<&str, rw::metric_metadata::MetricType>) -> pb::SampleKind {
+    use rw::metric_metadata::MetricType as T;
+    let counter = pb::SampleKind::CumulativeCounter;
+    if let Some(t) = types.get(name) {
+        return match t {
+            T::Counter => counter,
+            _ => pb::SampleKind::Gauge,
+        };
+    }
+    for suffix in ["_count", "_sum", "_bucket"] {
+        let family = name.strip_suffix(suffix).and_then(|f| types.get(f));
+        match family {
+            Some(T::Histogram | T::Summary) => return counter,
+            Some(_) => return pb::SampleKind::Gauge,
+            None => {}
+        }
+    }
+    if COUNTER_SUFFIXES.iter().any(|s| name.ends_with(s)) {
+        counter
+    } else {
+        pb::SampleKind::Gauge
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> rw::TimeSeries {
+        rw::TimeSeries {
+            labels: labels
+                .iter()
+                .map(|(n, v)| rw::Label {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            samples: samples
+                .iter()
+                .map(|(t, v)| rw::Sample {
+                    timestamp: *t,
+                    value: *v,
+                })
+                .collect(),
+        }
+    }
+
+    const BUDGET: Budget = Budget {
+        samples: 1000,
+        bytes: 1 << 20,
+    };
+
+    #[test]
+    fn source_comes_off_the_labels_and_stale_markers_are_skipped() {
+        let req = rw::WriteRequest {
+            timeseries: vec![
+                series(
+                    &[
+                        ("__name__", "node_cpu_seconds_total"),
+                        ("cpu", "0"),
+                        ("instance", "h1"),
+                        ("mode", "idle"),
+                    ],
+                    &[(1000, 5.0), (2000, f64::from_bits(STALE_NAN))],
+                ),
+                series(&[("__name__", "up")], &[(1000, 1.0)]),
+                series(&[("instance", "h1")], &[(1000, 1.0), (2000, 2.0)]),
+            ],
+            metadata: vec![],
+        };
+        let c = convert(&req, &RemoteWriteConfig::default(), 10, BUDGET).unwrap();
+        assert_eq!(c.request.sources.len(), 1);
+        let s = &c.request.sources[0];
+        assert_eq!(s.source, "h1");
+        assert_eq!(s.series[0].metric, "node_cpu_seconds_total");
+        assert_eq!(s.series[0].values, [5.0]);
+        assert_eq!(s.series[0].kind, pb::SampleKind::CumulativeCounter as i32);
+        let names: Vec<&str> = s.series[0].labels.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["cpu", "mode"]);
+        assert_eq!(c.refused.rejected, 3);
+        assert_eq!(
+            c.refused.rejected_by_reason[RejectReason::MissingSource as usize],
+            1
+        );
+        assert_eq!(
+            c.refused.rejected_by_reason[RejectReason::InvalidPoint as usize],
+            2
+        );
+    }
+
+    #[test]
+    fn kinds_follow_metadata_then_names() {
+        use rw::metric_metadata::MetricType as T;
+        let meta = |fam: &str, t: T| rw::MetricMetadata {
+            r#type: t as i32,
+            metric_family_name: fam.into(),
+            ..Default::default()
+        };
+        let req = rw::WriteRequest {
+            timeseries: vec![],
+            metadata: vec![
+                meta("requests", T::Counter),
+                meta("lat", T::Histogram),
+                meta("temp_sum", T::Gauge),
+            ],
+        };
+        let types: HashMap<&str, T> = req
+            .metadata
+            .iter()
+            .map(|m| (m.metric_family_name.as_str(), m.r#type()))
+            .collect();
+        let c = pb::SampleKind::CumulativeCounter;
+        let g = pb::SampleKind::Gauge;
+        assert_eq!(kind("requests", &types), c);
+        assert_eq!(kind("lat_bucket", &types), c);
+        assert_eq!(kind("lat", &types), g);
+        assert_eq!(kind("temp_sum", &types), g);
+        assert_eq!(kind("x_total", &types), c);
+        assert_eq!(kind("y_bucket", &types), c);
+        assert_eq!(kind("node_load1", &types), g);
+    }
+
+    #[test]
+    fn a_request_past_its_budget_is_full() {
+        let req = rw::WriteRequest {
+            timeseries: vec![series(
+                &[("__name__", "a"), ("instance", "h")],
+                &[(1, 1.0); 5],
+            )],
+            metadata: vec![],
+        };
+        let budget = Budget {
+            samples: 4,
+            bytes: 1 << 20,
+        };
+        assert!(convert(&req, &RemoteWriteConfig::default(), 10, budget).is_err());
+    }
+}
