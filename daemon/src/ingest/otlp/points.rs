@@ -268,11 +268,11 @@ fn check_buckets(p: &HistogramDataPoint) -> Result<(), String> {
             "{counts} bucket counts for {bounds} explicit bounds; there must be one more count than bounds"
         ));
     }
-    // NaN bounds compare as not increasing, so they are refused too.
-    if p.explicit_bounds
+    let increasing = p
+        .explicit_bounds
         .windows(2)
-        .any(|w| w[0].partial_cmp(&w[1]) != Some(std::cmp::Ordering::Less))
-    {
+        .all(|w| w[0].partial_cmp(&w[1]) == Some(std::cmp::Ordering::Less));
+    if !increasing || p.explicit_bounds.iter().any(|b| !b.is_finite()) {
         return Err("explicit bounds are not strictly increasing numbers".into());
     }
     let total = p
