@@ -61,6 +61,7 @@ macro_rules! per_mongo_target {
     )*};
 }
 
+mod agents;
 mod catalog_conformance;
 mod catalog_embedded;
 mod conformance;

@@ -1,0 +1,1 @@
+//! A real Prometheus remote-writing to Tally (see the module docs).
