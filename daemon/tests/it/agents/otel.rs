@@ -61,7 +61,12 @@ fn labels(point: &Value) -> BTreeMap<String, String> {
         .as_object()
         .unwrap()
         .iter()
-        .map(|(k, v)| (label(k), v.as_str().map_or_else(|| v.to_string(), String::from)))
+        .map(|(k, v)| {
+            (
+                label(k),
+                v.as_str().map_or_else(|| v.to_string(), String::from),
+            )
+        })
         .collect()
 }
 
@@ -77,14 +82,24 @@ fn reference(exported: &Value) -> Reference {
             Kind::Cumulative
         };
         match p["kind"].as_str().unwrap() {
-            "gauge" => r.sample((name.into(), labels(p)), Kind::Gauge, ts, p["value"].as_f64().unwrap()),
+            "gauge" => r.sample(
+                (name.into(), labels(p)),
+                Kind::Gauge,
+                ts,
+                p["value"].as_f64().unwrap(),
+            ),
             "sum" => {
                 let kind = if p["monotonic"].as_bool().unwrap() {
                     counter
                 } else {
                     Kind::Gauge
                 };
-                r.sample((name.into(), labels(p)), kind, ts, p["value"].as_f64().unwrap());
+                r.sample(
+                    (name.into(), labels(p)),
+                    kind,
+                    ts,
+                    p["value"].as_f64().unwrap(),
+                );
             }
             "histogram" => histogram(&mut r, name, p, counter, ts),
             other => panic!("unexpected kind {other}"),
@@ -96,7 +111,12 @@ fn reference(exported: &Value) -> Reference {
 fn histogram(r: &mut Reference, name: &str, p: &Value, kind: Kind, ts: i64) {
     let l = labels(p);
     let key = |suffix: &str, l: BTreeMap<String, String>| -> Key { (format!("{name}{suffix}"), l) };
-    r.sample(key("_count", l.clone()), kind, ts, p["count"].as_f64().unwrap());
+    r.sample(
+        key("_count", l.clone()),
+        kind,
+        ts,
+        p["count"].as_f64().unwrap(),
+    );
     r.sample(key("_sum", l.clone()), kind, ts, p["sum"].as_f64().unwrap());
     let bounds = p["explicit_bounds"].as_array().unwrap();
     let mut cumulative = 0.0;
@@ -113,7 +133,8 @@ fn histogram(r: &mut Reference, name: &str, p: &Value, kind: Kind, ts: i64) {
 
 /// Every metric of `r`, read back from `host` and compared.
 async fn check_all(d: &Daemon, host: &str, r: &Reference, from: i64) {
-    let metrics: std::collections::BTreeSet<&str> = r.series.keys().map(|(m, _)| m.as_str()).collect();
+    let metrics: std::collections::BTreeSet<&str> =
+        r.series.keys().map(|(m, _)| m.as_str()).collect();
     let expected = [
         "db.client.connections.usage",
         "http.server.duration_bucket",
@@ -128,7 +149,12 @@ async fn check_all(d: &Daemon, host: &str, r: &Reference, from: i64) {
         let body = get_ok(
             d,
             "/api/v1/range",
-            &[("source", host), ("metric", m), ("from", &from), ("step", "1m")],
+            &[
+                ("source", host),
+                ("metric", m),
+                ("from", &from),
+                ("step", "1m"),
+            ],
         )
         .await;
         check_metric(r, m, &body);
@@ -157,7 +183,10 @@ async fn scenario(transport: &str, temporality: &str) {
         "every export must succeed: {results:?}"
     );
     let source = match transport {
-        "grpc" => exported["resource"]["service.instance.id"].as_str().unwrap().to_owned(),
+        "grpc" => exported["resource"]["service.instance.id"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
         _ => host,
     };
     let r = reference(&exported);

@@ -93,7 +93,10 @@ impl Reference {
 /// metric.
 pub fn check_metric(reference: &Reference, metric: &str, body: &Value) {
     let mut got: BTreeMap<BTreeMap<String, String>, BTreeMap<i64, Slot>> = BTreeMap::new();
-    for s in body["series"].as_array().unwrap_or_else(|| panic!("{body}")) {
+    for s in body["series"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+    {
         let labels: BTreeMap<String, String> = s["labels"]
             .as_object()
             .map(|o| {
