@@ -306,3 +306,40 @@ async fn remote_write_answers_204_400_and_415() {
     let (status, _, _) = post(&app, "/api/v1/write", &[PB, SNAPPY], junk).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
+
+/// Arbitrary bytes, raw or compressed, never crash the endpoints or get
+/// anything but a 2xx or a 4xx.
+#[test]
+fn arbitrary_bodies_are_answered_2xx_or_4xx() {
+    use proptest::prelude::*;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (_dir, app) = rt.block_on(async { app() });
+    let cfg = ProptestConfig {
+        cases: 64,
+        ..ProptestConfig::default()
+    };
+    proptest!(cfg, |(body in proptest::collection::vec(any::<u8>(), 0..512), compress in 0u8..3, json in any::<bool>())| {
+        let (path, ct, enc, bytes) = match compress {
+            0 => ("/v1/metrics", if json { "application/json" } else { "application/x-protobuf" }, "", body),
+            1 => {
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                gz.write_all(&body).unwrap();
+                ("/v1/metrics", "application/x-protobuf", "gzip", gz.finish().unwrap())
+            }
+            _ => ("/api/v1/write", "application/x-protobuf", "snappy", snappy_raw(&body)),
+        };
+        let mut headers = vec![("content-type", ct)];
+        if !enc.is_empty() {
+            headers.push(("content-encoding", enc));
+        }
+        let (status, _, _) = rt.block_on(post(&app, path, &headers, bytes));
+        prop_assert!(status.is_success() || status.is_client_error(), "{path}: {status}");
+    });
+}
+
+fn snappy_raw(body: &[u8]) -> Vec<u8> {
+    snap::raw::Encoder::new().compress_vec(body).unwrap()
+}
