@@ -8,10 +8,8 @@
 //! `Copy`: the message itself is rebuilt from the fleet whenever needed
 //! (accounting of the ack, `--verify-only`); `wire` encodes it.
 
-#[cfg(test)]
 use tally_proto::v1 as pb;
 
-#[cfg(test)]
 use crate::fleet::Fleet;
 
 /// The samples of one message: the worker's series `first..first + len`
@@ -106,8 +104,8 @@ impl WorkerSeries {
     }
 
     /// The message for `plan`, built with the generated types: the
-    /// reference that `wire::encode` must match byte for byte.
-    #[cfg(test)]
+    /// reference that `wire::encode` must match byte for byte, and what the
+    /// other protocols convert from.
     pub fn build(&self, fleet: &Fleet, tl: &Timeline, plan: &Plan) -> pb::PushRequest {
         let m = self.per_source;
         let end = plan.first + plan.len;

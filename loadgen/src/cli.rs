@@ -8,6 +8,7 @@ use clap::Parser;
 
 use crate::fleet::KindMix;
 use crate::labels::LabelSpec;
+use crate::protocol::Protocol;
 use crate::worker::Mode;
 
 const AFTER_HELP: &str = "\
@@ -86,6 +87,10 @@ pub struct Cli {
     #[arg(long)]
     pub seconds: Option<u64>,
 
+    /// The protocol batches are sent in: tally.v1 or OTLP over gRPC
+    /// (--target), OTLP/HTTP or Prometheus remote-write (--http).
+    #[arg(long, value_enum, default_value_t = Protocol::Tally)]
+    pub protocol: Protocol,
     /// gRPC call per batch (unary `Push`) or client streaming (`PushStream`).
     #[arg(long, value_enum, default_value_t = Mode::Unary)]
     pub mode: Mode,
@@ -177,6 +182,12 @@ impl Cli {
                 "--span {}: must be between 1 and --batch ({})",
                 self.span, self.batch
             ));
+        }
+        if self.protocol != Protocol::Tally && self.mode == Mode::Stream {
+            return Err("--mode stream is tally.v1's PushStream; other protocols send one request per batch".into());
+        }
+        if self.protocol == Protocol::RemoteWrite && self.kinds.has_delta() {
+            return Err("--protocol remote-write: remote-write has no delta counters; give --kinds with delta=0 (e.g. gauge=2,cumulative=1)".into());
         }
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err("--timeout and --connect-timeout must be more than zero".into());

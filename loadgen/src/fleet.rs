@@ -86,6 +86,13 @@ pub struct KindMix {
     weights: [u32; 3],
 }
 
+impl KindMix {
+    /// True when some metrics will be delta counters.
+    pub fn has_delta(&self) -> bool {
+        self.weights[Kind::Delta as usize] > 0
+    }
+}
+
 impl Default for KindMix {
     fn default() -> Self {
         KindMix {
@@ -225,6 +232,18 @@ impl Fleet {
             metric_kinds,
             label_sets: sets,
         })
+    }
+
+    /// The same fleet with every cumulative counter's name ending in
+    /// `_total`, the convention by which a receiver of untyped samples
+    /// (remote-write) tells a counter from a gauge.
+    pub fn with_total_suffix(mut self) -> Fleet {
+        for (name, kind) in self.metric_names.iter_mut().zip(&self.metric_kinds) {
+            if *kind == Kind::Cumulative {
+                name.push_str("_total");
+            }
+        }
+        self
     }
 
     pub fn spec(&self) -> &FleetSpec {

@@ -16,6 +16,7 @@ mod fleet;
 mod labels;
 mod pace;
 mod progress;
+mod protocol;
 mod report;
 mod transport;
 mod verify;
@@ -38,6 +39,7 @@ use crate::cli::{Cli, Pace};
 use crate::expect::Expectation;
 use crate::fleet::{Fleet, FleetSpec, Kind};
 use crate::progress::{Live, Progress};
+use crate::protocol::Protocol;
 use crate::report::{merge_tally, FleetReport, Latency, RangeReport, Report, Requests, Samples};
 use crate::verify::{Check, SeriesKey, VerifyOpts, VerifyReport};
 use crate::worker::{new_histogram, Mode, SendOpts, Tally, Worker, WorkerOutcome};
@@ -81,15 +83,21 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let pace = cli.pace(now_ms).map_err(|e| anyhow!(e))?;
     let target = transport::normalize_url("--target", &cli.target).map_err(|e| anyhow!(e))?;
     let http = transport::normalize_url("--http", &cli.http).map_err(|e| anyhow!(e))?;
-    let fleet = Arc::new(Fleet::new(FleetSpec {
-        sources: cli.sources,
-        metrics: cli.metrics,
-        seed: cli.seed,
-        kinds: cli.kinds,
-        source_prefix: cli.source_prefix.clone(),
-        reset_every: cli.reset_every,
-        labels: cli.labels.clone().unwrap_or_default(),
-    })?);
+    let fleet = Arc::new(
+        Fleet::new(FleetSpec {
+            sources: cli.sources,
+            metrics: cli.metrics,
+            seed: cli.seed,
+            kinds: cli.kinds,
+            source_prefix: cli.source_prefix.clone(),
+            reset_every: cli.reset_every,
+            labels: cli.labels.clone().unwrap_or_default(),
+        })
+        .map(|f| match cli.protocol {
+            Protocol::RemoteWrite => f.with_total_suffix(),
+            _ => f,
+        })?,
+    );
     let ticks_for = |seconds: f64| (seconds * cli.rate).ceil() as u64;
     let timeline = |start_ms: i64, ticks: u64| -> anyhow::Result<Timeline> {
         if ticks == 0 || ticks > u32::MAX as u64 {
@@ -160,7 +168,7 @@ async fn send(
     });
 
     let workers = cli.concurrency.min(fleet.sources());
-    let opts = Arc::new(send_opts(cli, endpoint, t0));
+    let opts = Arc::new(send_opts(cli, endpoint, t0, http));
     let planned = fleet.series() as u64 * tl.ticks;
     let live = Arc::new(Live::default());
     let cancel = CancellationToken::new();
@@ -228,7 +236,12 @@ async fn send(
     }))
 }
 
-fn send_opts(cli: &Cli, endpoint: tonic::transport::Endpoint, t0: Option<Instant>) -> SendOpts {
+fn send_opts(
+    cli: &Cli,
+    endpoint: tonic::transport::Endpoint,
+    t0: Option<Instant>,
+    http: &str,
+) -> SendOpts {
     SendOpts {
         endpoint,
         connect_timeout: cli.connect_timeout,
@@ -241,6 +254,8 @@ fn send_opts(cli: &Cli, endpoint: tonic::transport::Endpoint, t0: Option<Instant
         stream_messages: cli.stream_messages,
         realtime_t0: t0,
         verify: cli.verify,
+        protocol: cli.protocol,
+        http: http.to_owned(),
     }
 }
 
@@ -327,6 +342,7 @@ impl Run<'_> {
         Report {
             target: self.target.to_string(),
             http: self.http.to_string(),
+            protocol: cli.protocol,
             mode: cli.mode,
             fleet: fleet_report(self.fleet),
             range: range_report(mode, self.tl),
@@ -382,6 +398,7 @@ async fn verify_only(
     let report = Report {
         target: target.to_string(),
         http: http.to_string(),
+        protocol: cli.protocol,
         mode: Mode::Unary,
         fleet: fleet_report(fleet),
         range: range_report("verify_only", &tl),

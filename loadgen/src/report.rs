@@ -7,6 +7,7 @@
 //! which is answered once per stream, from closing the stream to its
 //! summary.
 
+use crate::protocol::Protocol;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -116,6 +117,7 @@ pub struct Report {
     pub target: String,
     /// The HTTP API verification reads from.
     pub http: String,
+    pub protocol: Protocol,
     pub mode: Mode,
     pub fleet: FleetReport,
     pub range: RangeReport,
@@ -240,9 +242,12 @@ impl Report {
     fn human_send(&self, o: &mut String) {
         {
             let s = &self.samples;
-            let mode = match self.mode {
-                Mode::Unary => "unary Push",
-                Mode::Stream => "PushStream",
+            let mode = match (self.protocol, self.mode) {
+                (Protocol::Tally, Mode::Unary) => "unary Push",
+                (Protocol::Tally, Mode::Stream) => "PushStream",
+                (Protocol::OtlpGrpc, _) => "OTLP/gRPC Export",
+                (Protocol::OtlpHttp, _) => "OTLP/HTTP POST /v1/metrics",
+                (Protocol::RemoteWrite, _) => "remote-write POST /api/v1/write",
             };
             let _ = writeln!(
                 o,

@@ -328,6 +328,11 @@ fn bad_flags_are_refused_before_any_load() {
         (&["--max", "--duration", "5s"][..], "--duration"),
         (&["--kinds", "gauge=1,histogram=2"][..], "histogram"),
         (&["--target", "https://127.0.0.1:1"][..], "TLS"),
+        (&["--protocol", "remote-write"][..], "delta counters"),
+        (
+            &["--protocol", "otlp-http", "--mode", "stream"][..],
+            "PushStream",
+        ),
     ] {
         let run = loadgen(args, Duration::from_secs(30));
         assert_ne!(run.code(), Some(0), "{args:?}: {}", run.describe());
@@ -500,4 +505,96 @@ fn label_sets_beyond_one_read_are_verified_series_by_series() {
         1001 * 3,
     );
     assert_eq!(u(&r, "/verify/reads"), 1001);
+}
+
+/// The kinds each protocol can carry: remote-write has no delta counters.
+fn kinds_of(protocol: &str) -> &'static str {
+    match protocol {
+        "remote-write" => "gauge=2,cumulative=2",
+        _ => "gauge=2,delta=1,cumulative=2",
+    }
+}
+
+/// The same labelled fleet over OTLP/gRPC, OTLP/HTTP and remote-write:
+/// every sample accepted and every minute slot verified exactly.
+#[test]
+fn every_protocol_verifies_exactly() {
+    let d = start_tallyd(&[]);
+    for protocol in ["otlp-grpc", "otlp-http", "remote-write"] {
+        let prefix = format!("{protocol}-");
+        let r = assert_exact_run(
+            &d,
+            &[
+                "--max",
+                "--protocol",
+                protocol,
+                "--source-prefix",
+                &prefix,
+                "--sources",
+                "10",
+                "--metrics",
+                "4",
+                "--labels",
+                "cpu=2",
+                "--seconds",
+                "120",
+                "--kinds",
+                kinds_of(protocol),
+                "--reset-every",
+                "20",
+                "--batch",
+                "80",
+            ],
+            10 * 4 * 2 * 120,
+        );
+        assert_eq!(r["protocol"], protocol, "{r:#}");
+        assert_eq!(u(&r, "/requests/failed"), 0, "{protocol}: {r:#}");
+    }
+}
+
+/// Backpressure over each protocol (RESOURCE_EXHAUSTED with retry info,
+/// HTTP 429 or 503 with Retry-After) is retried, and nothing is lost.
+#[test]
+fn pushback_over_every_protocol_is_retried() {
+    let d = start_tallyd(&[
+        ("TALLYD_INGEST_MAX_PENDING_SLOTS", "40"),
+        ("TALLYD_FLUSH_INTERVAL", "50ms"),
+    ]);
+    for (protocol, code) in [
+        ("otlp-grpc", "RESOURCE_EXHAUSTED"),
+        ("otlp-http", "RESOURCE_EXHAUSTED"),
+        ("remote-write", "UNAVAILABLE"),
+    ] {
+        let prefix = format!("{protocol}-");
+        let r = assert_exact_run(
+            &d,
+            &[
+                "--max",
+                "--protocol",
+                protocol,
+                "--source-prefix",
+                &prefix,
+                "--sources",
+                "6",
+                "--metrics",
+                "5",
+                "--seconds",
+                "120",
+                "--kinds",
+                kinds_of(protocol),
+                "--concurrency",
+                "2",
+                "--retries",
+                "200",
+                "--max-backoff",
+                "50ms",
+            ],
+            6 * 5 * 120,
+        );
+        assert!(
+            u(&r, &format!("/errors_by_status/{code}")) > 0,
+            "{protocol}: no pushback seen: {r:#}"
+        );
+        assert!(u(&r, "/requests/retries") > 0, "{protocol}: {r:#}");
+    }
 }

@@ -1,4 +1,4 @@
-//! A worker: one gRPC connection sending one partition of the fleet, one
+//! A worker: one connection sending one partition of the fleet, one
 //! request (or stream) at a time, and keeping the books on what the daemon
 //! acknowledged.
 //!
@@ -6,8 +6,9 @@
 //! is what keeps every series' samples in time order at the daemon (which
 //! cumulative counters need), including across retries: a refused batch is
 //! resent before anything after it. Unary sends are here, streams in
-//! `stream`.
+//! `stream`, OTLP and remote-write in `foreign`.
 
+mod foreign;
 mod stream;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use crate::expect::{Expectation, Rejected};
 use crate::fleet::Fleet;
 use crate::pace::{MaxSchedule, RealTimeSchedule};
 use crate::progress::Live;
+use crate::protocol::Protocol;
 use crate::transport::{self, classify, code_name, describe, Backoff, Verdict};
 use crate::wire::{self, PushCodec, Scratch};
 
@@ -58,6 +60,9 @@ pub struct SendOpts {
     /// The instant of the timeline's start in a real-time run; None for `--max`.
     pub realtime_t0: Option<Instant>,
     pub verify: bool,
+    pub protocol: Protocol,
+    /// The daemon's HTTP address, for the HTTP protocols.
+    pub http: String,
 }
 
 /// Messages buffered between a worker and its stream.
@@ -189,9 +194,10 @@ impl Worker {
         let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)
             .await
             .map_err(|e| e.to_string())?;
-        match opts.mode {
-            Mode::Unary => self.run_unary(ch).await,
-            Mode::Stream => self.run_stream(ch).await,
+        match (opts.protocol, opts.mode) {
+            (Protocol::Tally, Mode::Unary) => self.run_unary(ch).await,
+            (Protocol::Tally, Mode::Stream) => self.run_stream(ch).await,
+            _ => self.run_foreign(ch).await,
         }
     }
 

@@ -1,0 +1,248 @@
+//! Sending a worker's batches as OTLP (gRPC or HTTP) or remote-write, one
+//! request at a time like unary `Push`. Each batch is built as the
+//! `tally.v1` request it would be, then converted ([`crate::protocol`]), so
+//! the samples, and what `--verify` expects of them, are the same whatever
+//! the protocol.
+//!
+//! Those protocols answer with counts, not a rejection per sample: a
+//! request with any sample refused is left out of verification (its
+//! samples are neither known accepted nor known refused), like an
+//! ambiguous failure, but counted as answered.
+
+use std::time::Duration;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
+use prost::Message as _;
+use tally_proto::v1 as pb;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use super::{hint, Worker, INITIAL_BACKOFF};
+use crate::batch::Plan;
+use crate::protocol::{self, Protocol};
+use crate::transport::{classify, Backoff, Verdict};
+
+/// Where a worker sends: the OTLP gRPC client, or HTTP.
+pub(super) enum Sink {
+    Grpc(MetricsServiceClient<Channel>),
+    Http {
+        client: reqwest::Client,
+        url: String,
+    },
+}
+
+impl Sink {
+    pub(super) fn new(
+        protocol: Protocol,
+        ch: Channel,
+        http: &str,
+        timeout: Duration,
+    ) -> Result<Sink, String> {
+        let path = match protocol {
+            Protocol::OtlpGrpc => return Ok(Sink::Grpc(MetricsServiceClient::new(ch))),
+            Protocol::OtlpHttp => "/v1/metrics",
+            Protocol::RemoteWrite => "/api/v1/write",
+            Protocol::Tally => return Err("tally.v1 is not sent by this path".into()),
+        };
+        let client = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| format!("building the HTTP client: {e}"))?;
+        Ok(Sink::Http {
+            client,
+            url: format!("{http}{path}"),
+        })
+    }
+}
+
+/// What an answer says was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// This many samples (OTLP counts points: one per sample here).
+    Count(u64),
+    /// All but this many accepted (remote-write's partial answer).
+    AllBut(u64),
+}
+
+/// One attempt's result: what the daemon refused, or why the attempt
+/// failed and what that means.
+type Attempt = Result<Refused, (Status, Verdict)>;
+
+impl Worker {
+    pub(super) async fn run_foreign(&mut self, ch: Channel) -> Result<(), String> {
+        let protocol = self.opts.protocol;
+        let mut sink = Sink::new(protocol, ch, &self.opts.http, self.opts.timeout)?;
+        while let Some(plan) = self.next_plan().await {
+            self.send_foreign(&mut sink, protocol, plan).await?;
+        }
+        Ok(())
+    }
+
+    async fn send_foreign(
+        &mut self,
+        sink: &mut Sink,
+        protocol: Protocol,
+        plan: Plan,
+    ) -> Result<(), String> {
+        let req = self.ws.build(&self.fleet, &self.tl, &plan);
+        let body = encode(protocol, &req);
+        let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
+        let mut attempts = 0;
+        loop {
+            if attempts > 0 && self.cancel.is_cancelled() {
+                self.tally.unacknowledged += plan.samples();
+                return Ok(());
+            }
+            attempts += 1;
+            let started = Instant::now();
+            let (status, verdict) =
+                match attempt(sink, protocol, &req, &body, self.opts.timeout).await {
+                    Ok(refused) => {
+                        self.record_latency(started.elapsed());
+                        self.record_ack();
+                        self.settle(&[plan], &response(&plan, refused));
+                        return Ok(());
+                    }
+                    Err(e) => e,
+                };
+            self.record_error(&status);
+            let outcome = match verdict {
+                Verdict::Retry => self.back_off(&mut backoff, attempts, &status).await,
+                Verdict::Ambiguous => return self.ambiguous(&[plan]),
+                Verdict::Fatal => Err(hint(&status)),
+            };
+            if outcome.is_err() {
+                self.tally.unacknowledged += plan.samples();
+            }
+            outcome?;
+        }
+    }
+}
+
+/// The request body for the HTTP protocols (empty for gRPC, which encodes
+/// its own).
+fn encode(protocol: Protocol, req: &pb::PushRequest) -> Vec<u8> {
+    match protocol {
+        Protocol::OtlpHttp => protocol::otlp(req).encode_to_vec(),
+        Protocol::RemoteWrite => snap::raw::Encoder::new()
+            .compress_vec(&protocol::remote_write(req).encode_to_vec())
+            .unwrap_or_default(),
+        Protocol::OtlpGrpc | Protocol::Tally => Vec::new(),
+    }
+}
+
+/// A `PushResponse` standing for a count-only answer: all accepted, or
+/// `rejected` refused somewhere in the batch (a truncated rejection list,
+/// which leaves the batch out of verification).
+fn response(plan: &Plan, refused: Refused) -> pb::PushResponse {
+    let rejected = match refused {
+        Refused::Count(n) => n.min(plan.samples()),
+        Refused::AllBut(accepted) => plan.samples().saturating_sub(accepted),
+    };
+    pb::PushResponse {
+        accepted: plan.samples() - rejected,
+        rejected,
+        rejections: Vec::new(),
+        rejections_truncated: rejected > 0,
+    }
+}
+
+async fn attempt(
+    sink: &mut Sink,
+    protocol: Protocol,
+    req: &pb::PushRequest,
+    body: &[u8],
+    timeout: Duration,
+) -> Attempt {
+    match sink {
+        Sink::Grpc(client) => {
+            let call = client.export(protocol::otlp(req));
+            match tokio::time::timeout(timeout, call).await {
+                Ok(Ok(resp)) => Ok(Refused::Count(rejected_points(&resp.into_inner()))),
+                Ok(Err(status)) => {
+                    let verdict = classify(&status);
+                    Err((status, verdict))
+                }
+                Err(_) => Err((
+                    Status::deadline_exceeded(format!("no answer within --timeout {timeout:?}")),
+                    Verdict::Ambiguous,
+                )),
+            }
+        }
+        Sink::Http { client, url } => http(client, url, protocol, body).await,
+    }
+}
+
+fn rejected_points(resp: &ExportMetricsServiceResponse) -> u64 {
+    resp.partial_success
+        .as_ref()
+        .map_or(0, |p| p.rejected_data_points.max(0) as u64)
+}
+
+async fn http(client: &reqwest::Client, url: &str, protocol: Protocol, body: &[u8]) -> Attempt {
+    let mut req = client
+        .post(url)
+        .header("content-type", "application/x-protobuf")
+        .body(body.to_vec());
+    if protocol == Protocol::RemoteWrite {
+        req = req
+            .header("content-encoding", "snappy")
+            .header("x-prometheus-remote-write-version", "0.1.0");
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        // Refused before anything was sent: safe to resend.
+        Err(e) if e.is_connect() => {
+            return Err((
+                Status::unavailable(format!("cannot connect to {url}: {e}")),
+                Verdict::Retry,
+            ))
+        }
+        Err(e) => return Err((Status::unknown(format!("{url}: {e}")), Verdict::Ambiguous)),
+    };
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap_or_default();
+    let text = || String::from_utf8_lossy(&bytes).trim().to_owned();
+    match status {
+        200 | 204 if protocol == Protocol::OtlpHttp => {
+            let resp = ExportMetricsServiceResponse::decode(&bytes[..]).unwrap_or_default();
+            Ok(Refused::Count(rejected_points(&resp)))
+        }
+        200 | 204 => Ok(Refused::Count(0)),
+        // Remote-write: some samples refused, the rest kept; the body
+        // starts "N accepted;".
+        400 if protocol == Protocol::RemoteWrite => match text()
+            .split_once(" accepted;")
+            .and_then(|(n, _)| n.parse::<u64>().ok())
+        {
+            Some(accepted) => Ok(Refused::AllBut(accepted)),
+            None => Err((
+                Status::invalid_argument(format!("HTTP 400: {}", text())),
+                Verdict::Fatal,
+            )),
+        },
+        429 => Err((Status::resource_exhausted(text()), Verdict::Retry)),
+        503 => Err((Status::unavailable(text()), Verdict::Retry)),
+        413 => Err((
+            Status::invalid_argument(format!("413: {}", text())),
+            Verdict::Fatal,
+        )),
+        s if (400..500).contains(&s) => {
+            let code = if s == 401 || s == 403 {
+                Code::PermissionDenied
+            } else {
+                Code::InvalidArgument
+            };
+            Err((
+                Status::new(code, format!("HTTP {s}: {}", text())),
+                Verdict::Fatal,
+            ))
+        }
+        s => Err((
+            Status::unknown(format!("HTTP {s}: {}", text())),
+            Verdict::Ambiguous,
+        )),
+    }
+}
