@@ -21,6 +21,9 @@ pub struct RequestBuilder {
     /// The ordinal of each series, by source index then series index.
     ordinals: Vec<Vec<SeriesOrdinal>>,
     next: SeriesOrdinal,
+    /// The source of the previous push: points come grouped by source, so
+    /// this saves hashing the source name for each.
+    last: Option<usize>,
     cap: usize,
     /// Bytes of names and labels held, against `budget.bytes`.
     bytes: usize,
@@ -75,8 +78,11 @@ impl RequestBuilder {
         if self.samples > self.budget.samples || self.bytes > self.budget.bytes {
             return Err(Full);
         }
-        let at = match self.sources.get(source) {
-            Some(&at) => at,
+        let cached = self
+            .last
+            .filter(|&at| self.req.sources[at].source == source);
+        let at = match cached.or_else(|| self.sources.get(source).copied()) {
+            Some(at) => at,
             None => {
                 let at = self.req.sources.len();
                 self.req.sources.push(pb::SourceBatch {
@@ -88,6 +94,7 @@ impl RequestBuilder {
                 at
             }
         };
+        self.last = Some(at);
         let ordinal = self.next;
         self.next += 1;
         self.req.sources[at].series.push(series);
