@@ -121,7 +121,7 @@ fn ingest(c: &mut Criterion) {
                 assert_eq!(out.rejected, 0);
                 // Keep memory flat across iterations.
                 if agg.pending_slots() > 1_000_000 {
-                    agg.drain();
+                    agg.drain(None);
                 }
             })
         });
@@ -146,7 +146,7 @@ fn flush(c: &mut Criterion) {
                 agg.ingest(&b, T0);
             },
             |()| {
-                let drained = agg.drain();
+                let drained = agg.drain(None);
                 drained
                     .iter()
                     .map(SeriesUpdate::from_minutes)
@@ -172,7 +172,7 @@ fn flush(c: &mut Criterion) {
                 id += 1;
                 let batch = FlushBatch {
                     id: FlushId(id),
-                    series: agg.drain().iter().map(SeriesUpdate::from_minutes).collect(),
+                    series: agg.drain(None).iter().map(SeriesUpdate::from_minutes).collect(),
                 };
                 let started = Instant::now();
                 rt.block_on(store.apply(&batch)).expect("apply");

@@ -251,7 +251,7 @@ async fn run_interval(
         if (second + 1) % interval_s != 0 {
             continue;
         }
-        let drained = agg.drain();
+        let drained = agg.drain(None);
         let batch = FlushBatch {
             // Flush ids are microseconds of the (simulated) clock, as the
             // daemon's are, so id reservations come once a simulated minute.

@@ -37,6 +37,8 @@
 //! | [`query`] | ranges, latest values, cross-source aggregates, discovery |
 //! | [`watch`] | live subscriptions fed once a second from the query engine |
 //! | [`maintenance`] | pre-allocation, retention sweep, idle-series eviction |
+//! | [`wal`] | the write-ahead log: segments, records, group commit |
+//! | [`recovery`] | replaying the write-ahead log at start, exactly once |
 //! | [`grpc`] | the gRPC server: ingest and query services, health, reflection |
 //! | [`http`] | the HTTP server: native API, operations endpoints, Prometheus-compatible API |
 //! | [`selector`] | source and metric name matchers (names, lists, globs) |
@@ -64,6 +66,7 @@ pub mod labels;
 pub mod maintenance;
 pub mod model;
 pub mod query;
+pub mod recovery;
 pub mod rollup;
 pub mod security;
 pub mod selector;
@@ -71,4 +74,5 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod validate;
+pub mod wal;
 pub mod watch;

@@ -28,6 +28,7 @@ use tally::store::embedded::EmbeddedStore;
 use tally::store::mongodb::{redact_uri, MongoStore};
 use tally::store::Store;
 use tally::tls::{Protocol, SecureListener};
+use tally::wal::Wal;
 use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
 
@@ -54,6 +55,7 @@ async fn run(config: Config) -> Result<()> {
     let security = Arc::new(Security::load(&config.tls, &config.auth)?);
     let store = open_store(&config).await?;
     let parts = Parts::build(&config, store).await?;
+    let wal = recover(&config, &parts).await?;
     let grpc_listener = TcpListener::bind(config.grpc_listen)
         .await
         .with_context(|| format!("binding grpc_listen {}", config.grpc_listen))?;
@@ -83,9 +85,59 @@ async fn run(config: Config) -> Result<()> {
         metrics,
     );
     shutdown_signal().await;
-    tasks
+    let stopped = tasks
         .shut_down(&parts, &shutdown, config.flush.shutdown_deadline)
-        .await
+        .await;
+    if let Some(wal) = wal {
+        wal.close().await;
+    }
+    stopped
+}
+
+/// Replays the write-ahead log (when it is on) into the daemon before the
+/// listeners open, then starts logging every request and flush.
+async fn recover(config: &Config, parts: &Parts) -> Result<Option<Arc<Wal>>> {
+    if !config.wal.enabled {
+        return Ok(None);
+    }
+    let dir = config.data_dir.join("wal");
+    let segments = tally::wal::recover(&dir).context("reading the write-ahead log")?;
+    let durable = match parts.store.complete_flush_id().await {
+        Ok(id) => id,
+        // Replaying from the log's start is safe (the watermarks skip what
+        // the store has); only slower.
+        Err(e) if e.is_retryable() => {
+            warn!(error = %e, "store unavailable: replaying the whole write-ahead log once it answers");
+            0
+        }
+        Err(e) => {
+            return Err(e).context(
+                "reading where the store is complete, to replay the write-ahead log from there",
+            )
+        }
+    };
+    let replayed = tally::recovery::replay(
+        &segments,
+        durable,
+        &parts.agg,
+        &parts.ingestor,
+        &parts.pipeline,
+        &CancellationToken::new(),
+    )
+    .await;
+    let wal = Arc::new(
+        Wal::start(
+            &dir,
+            config.wal.clone(),
+            &segments,
+            replayed.baselines,
+            config.ingest.series_idle_timeout,
+        )
+        .context("starting the write-ahead log")?,
+    );
+    parts.ingestor.log_to(wal.clone());
+    parts.pipeline.log_to(wal.clone(), parts.gate.clone());
+    Ok(Some(wal))
 }
 
 /// The daemon's components, wired together.
@@ -260,7 +312,7 @@ impl Tasks {
         //    otherwise hold graceful shutdown for the whole deadline.
         let grace = LISTENER_GRACE.min(deadline_in / 2);
         wait_listener(&mut self.grpc, grace, "gRPC").await;
-        parts.gate.close();
+        parts.gate.close().await;
         // 2. Final flush: everything acknowledged is in the aggregator now.
         s.stop.cancel();
         if tokio::time::timeout_at(deadline, &mut self.flush)

@@ -99,7 +99,7 @@ impl Daemon {
             .tempdir()
             .expect("creating a temporary data directory");
         let logs = Arc::new(Mutex::new(String::new()));
-        let (child, grpc, http) = spawn(&opts, dir.path(), &logs);
+        let (child, grpc, http) = spawn(&opts, dir.path(), &logs, None);
         Daemon {
             opts,
             dir,
@@ -135,10 +135,51 @@ impl Daemon {
             .lock()
             .unwrap()
             .push_str("\n----- harness: restarting tallyd on the same data dir -----\n");
-        let (child, grpc, http) = spawn(&self.opts, self.dir.path(), &self.logs);
+        let (child, grpc, http) = spawn(&self.opts, self.dir.path(), &self.logs, None);
         self.child = Some(child);
         self.grpc = grpc;
         self.http = http;
+    }
+
+    /// SIGKILLs the current process (a crash: nothing is flushed or
+    /// closed), then starts a new one on the same data directory and the
+    /// same ports, so clients can reconnect to the address they know.
+    pub fn crash_and_restart(&mut self) {
+        self.crash();
+        self.logs
+            .lock()
+            .unwrap()
+            .push_str("\n----- harness: SIGKILLed; restarting on the same ports -----\n");
+        let ports = Some((self.grpc, self.http));
+        let (child, grpc, http) = spawn(&self.opts, self.dir.path(), &self.logs, ports);
+        self.child = Some(child);
+        self.grpc = grpc;
+        self.http = http;
+    }
+
+    /// Starts a process on the same data directory and ports and SIGKILLs
+    /// it `after` later, whether or not it is listening yet: a crash during
+    /// start, write-ahead log replay included. Leaves nothing running.
+    pub fn crash_during_start(&mut self, after: Duration) {
+        self.crash();
+        let mut child = command(&self.opts, self.dir.path(), Some((self.grpc, self.http)))
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", self.opts.bin.display()));
+        std::thread::sleep(after);
+        let _ = child.kill();
+        let _ = child.wait();
+        self.logs.lock().unwrap().push_str(&format!(
+            "\n----- harness: a start SIGKILLed after {after:?} -----\n"
+        ));
+    }
+
+    /// SIGKILLs the current process and reaps it.
+    pub fn crash(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// `http://127.0.0.1:PORT` of the gRPC listener.
@@ -303,13 +344,17 @@ impl Drop for Daemon {
 
 /// The command line of one `tallyd` process: loopback ports chosen by the
 /// OS, plain-text logs and `data_dir`, then the test's own options.
-fn command(opts: &DaemonOpts, data_dir: &Path) -> Command {
+fn command(opts: &DaemonOpts, data_dir: &Path, ports: Option<(SocketAddr, SocketAddr)>) -> Command {
     let mut cmd = Command::new(&opts.bin);
+    let (grpc, http) = ports.map_or(
+        ("127.0.0.1:0".to_owned(), "127.0.0.1:0".to_owned()),
+        |(g, h)| (g.to_string(), h.to_string()),
+    );
     cmd.args([
         "--grpc-listen",
-        "127.0.0.1:0",
+        &grpc,
         "--http-listen",
-        "127.0.0.1:0",
+        &http,
         "--log-format",
         "text",
     ])
@@ -341,8 +386,9 @@ fn spawn(
     opts: &DaemonOpts,
     data_dir: &Path,
     logs: &Arc<Mutex<String>>,
+    ports: Option<(SocketAddr, SocketAddr)>,
 ) -> (Child, SocketAddr, SocketAddr) {
-    let mut child = command(opts, data_dir)
+    let mut child = command(opts, data_dir, ports)
         .spawn()
         .unwrap_or_else(|e| panic!("starting {}: {e}", opts.bin.display()));
     let stderr = child.stderr.take().expect("piped stderr");

@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::wal::Baseline;
 pub use outcome::{IngestOutcome, RejectReason, Rejection, SeriesBatch};
 use series::{truncate, Shard, ShardCell};
 
@@ -242,18 +243,29 @@ impl Aggregator {
     }
 
     /// Takes every pending slot out of the aggregator, each series' minutes
-    /// sorted ascending.
-    pub fn drain(&self) -> Vec<SeriesMinutes> {
+    /// sorted ascending. With `baselines`, also the baseline of every
+    /// cumulative counter that changed since the last drain (for the
+    /// write-ahead log's marker).
+    pub fn drain(&self, mut baselines: Option<&mut Vec<Baseline>>) -> Vec<SeriesMinutes> {
         let mut all = Vec::new();
         for cell in self.shards.iter() {
             let mut guard = cell.shard.lock();
-            let Shard { series, dirty } = &mut *guard;
+            let Shard {
+                series,
+                dirty,
+                rebased,
+            } = &mut *guard;
             let mut slots = 0;
             all.reserve(dirty.len());
             for (hash, id) in dirty.drain(..) {
                 let Some(st) = series.find_mut(hash, |s| Arc::ptr_eq(&s.id, &id)) else {
                     continue;
                 };
+                if let (Some(out), Some((ts_ms, value))) =
+                    (baselines.as_deref_mut(), st.last_cumulative)
+                {
+                    out.push(baseline_of(&id, ts_ms, value));
+                }
                 let mut minutes: Vec<(EpochMinute, Slot)> = st.pending.drain(..).collect();
                 slots += minutes.len();
                 minutes.sort_unstable_by_key(|(m, _)| *m);
@@ -263,11 +275,57 @@ impl Aggregator {
                     minutes,
                 });
             }
+            for (hash, id) in rebased.drain(..) {
+                let Some(out) = baselines.as_deref_mut() else {
+                    continue;
+                };
+                let st = series.find(hash, |s| Arc::ptr_eq(&s.id, &id));
+                // One with a slot now was logged with the dirty ones.
+                if let Some((ts_ms, value)) = st
+                    .filter(|s| s.pending.is_empty())
+                    .and_then(|s| s.last_cumulative)
+                {
+                    out.push(baseline_of(&id, ts_ms, value));
+                }
+            }
             // Under the shard lock, like the additions in `ingest`, so the
             // counter never wraps below zero.
             cell.pending.fetch_sub(slots, Ordering::Relaxed);
         }
         all
+    }
+
+    /// Restores a cumulative counter's baseline read back from the
+    /// write-ahead log, creating the series if need be.
+    pub fn seed_baseline(&self, b: &Baseline) {
+        let batch = SeriesBatch {
+            source: &b.source,
+            metric: &b.metric,
+            labels: &b.labels,
+            kind: Some(SampleKind::CumulativeCounter),
+            timestamps_ms: &[],
+            values: &[],
+            source_index: 0,
+            series_index: 0,
+        };
+        let key = SeriesRef {
+            source: b.source.as_str(),
+            metric: b.metric.as_str(),
+            labels: b.labels.as_str(),
+        };
+        let hash = self.hasher.hash_one(key);
+        let cell = &self.shards[self.shard_of(hash)];
+        let mut shard = cell.shard.lock();
+        let mut out = IngestOutcome::default();
+        if let Some(state) = self.series_for(&mut shard.series, &batch, hash, key, &mut out) {
+            if state.kind == SampleKind::CumulativeCounter {
+                state.last_cumulative = Some((b.ts_ms, b.value));
+                // Idle by its own last sample, not from the start: a series
+                // that has not sent again yet must not be evicted at once,
+                // or its baseline would be lost with it.
+                state.last_minute = state.last_minute.max(crate::model::minute_of_ms(b.ts_ms));
+            }
+        }
     }
 
     /// The pending minutes of one series, for reads that merge in what has
@@ -355,6 +413,17 @@ impl Aggregator {
                 }
             }
         }
+    }
+}
+
+/// The log's form of a series' baseline.
+fn baseline_of(id: &crate::model::SeriesId, ts_ms: i64, value: f64) -> Baseline {
+    Baseline {
+        source: id.source.to_string(),
+        metric: id.metric.to_string(),
+        labels: id.labels.as_str().to_owned(),
+        ts_ms,
+        value,
     }
 }
 

@@ -98,6 +98,9 @@ pub(super) struct Shard {
     pub(super) series: HashTable<SeriesState>,
     /// Series with pending minutes, so a drain visits only active series.
     pub(super) dirty: Vec<(u64, Arc<SeriesId>)>,
+    /// Cumulative counters whose baseline changed with no slot to show for
+    /// it (their first sample), so a drain that logs baselines sees them.
+    pub(super) rebased: Vec<(u64, Arc<SeriesId>)>,
 }
 
 /// One shard and its pending-slot count, on its own cache lines so cores
@@ -122,18 +125,18 @@ impl Aggregator {
     ) -> usize {
         let cap = self.limits.max_rejections_reported;
         let Some(kind) = b.kind else { return 0 };
-        let Shard { series, dirty } = shard;
+        let Shard {
+            series,
+            dirty,
+            rebased,
+        } = shard;
         let key = SeriesRef {
             source: b.source,
             metric: b.metric,
             labels: b.labels,
         };
-        let state = match series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
-            Some(state) => state,
-            None => match self.insert_series(series, b, hash, kind, out) {
-                Some(state) => state,
-                None => return 0,
-            },
+        let Some(state) = self.series_for(series, b, hash, key, out) else {
+            return 0;
         };
         if state.kind != kind {
             let n = b.values.len() as u64;
@@ -178,7 +181,37 @@ impl Aggregator {
             }
             out.accepted += 1;
         }
+        if kind == SampleKind::CumulativeCounter
+            && state.pending.is_empty()
+            && state.last_cumulative.is_some()
+        {
+            rebased.push((hash, state.id.clone()));
+        }
         created
+    }
+
+    /// The series' state, created if new (None when a series limit refuses
+    /// it, the group then rejected).
+    #[inline]
+    pub(super) fn series_for<'t>(
+        &self,
+        series: &'t mut HashTable<SeriesState>,
+        b: &SeriesBatch<'_>,
+        hash: u64,
+        key: SeriesRef<'_>,
+        out: &mut IngestOutcome,
+    ) -> Option<&'t mut SeriesState> {
+        let kind = b.kind?;
+        let hasher = &self.hasher;
+        let entry = series.entry(
+            hash,
+            |s| s.hash == hash && s.is(key),
+            |s| hasher.hash_one(s.id.series_ref()),
+        );
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(o) => Some(o.into_mut()),
+            hashbrown::hash_table::Entry::Vacant(v) => self.insert_series(v, b, hash, kind, out),
+        }
     }
 
     /// A new series' state, unless the series limit is reached (then the
@@ -186,7 +219,7 @@ impl Aggregator {
     #[cold]
     fn insert_series<'t>(
         &self,
-        series: &'t mut HashTable<SeriesState>,
+        vacant: hashbrown::hash_table::VacantEntry<'t, SeriesState>,
         b: &SeriesBatch<'_>,
         hash: u64,
         kind: SampleKind,
@@ -206,10 +239,7 @@ impl Aggregator {
             return None;
         }
         self.series_count.fetch_add(1, Ordering::Relaxed);
-        let hasher = &self.hasher;
-        let state = series.insert_unique(hash, SeriesState::new(b, hash, kind), |s| {
-            hasher.hash_one(s.id.series_ref())
-        });
+        let state = vacant.insert(SeriesState::new(b, hash, kind));
         self.index_labelled(&state.get().id);
         Some(state.into_mut())
     }

@@ -28,7 +28,7 @@ fn batch<'a>(
 }
 
 fn slot_sum(agg: &Aggregator) -> (u64, f64) {
-    agg.drain()
+    agg.drain(None)
         .iter()
         .flat_map(|s| s.minutes.iter())
         .fold((0, 0.0), |(n, sum), (_, s)| (n + s.n, sum + s.sum))
@@ -44,7 +44,7 @@ fn gauges_fold_per_minute() {
     );
     assert_eq!((out.accepted, out.rejected), (3, 0));
     assert_eq!(a.pending_slots(), 2);
-    let d = a.drain();
+    let d = a.drain(None);
     assert_eq!(d.len(), 1);
     let m0 = minute_of_ms(NOW);
     assert_eq!(
@@ -63,7 +63,7 @@ fn gauges_fold_per_minute() {
         ]
     );
     assert_eq!(a.pending_slots(), 0);
-    assert!(a.drain().is_empty());
+    assert!(a.drain(None).is_empty());
 }
 
 #[test]
@@ -83,7 +83,7 @@ fn cumulative_counter_deltas_and_reset() {
     );
     assert_eq!(out.accepted, 4);
     assert_eq!(out.counter_resets, 1);
-    let d = a.drain();
+    let d = a.drain(None);
     assert_eq!(
         d[0].minutes[0].1,
         Slot {
@@ -105,7 +105,7 @@ fn cumulative_counter_deltas_and_reset() {
         NOW,
     );
     assert_eq!(out.accepted, 1);
-    assert_eq!(a.drain()[0].minutes[0].1, Slot::of(5.0));
+    assert_eq!(a.drain(None)[0].minutes[0].1, Slot::of(5.0));
     // Going back in time is refused.
     let out = a.ingest(
         &[batch(
@@ -223,7 +223,7 @@ fn pending_is_visible_and_idle_series_are_evicted() {
         NOW,
     );
     assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
-    a.drain();
+    a.drain(None);
     assert_eq!(a.pending_for(key).1, vec![]);
     assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
     assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
@@ -302,7 +302,7 @@ fn finite_input_never_sums_beyond_max_sum() {
     // So does a single sample beyond the bound, though finite.
     let out = a.ingest(&[batch("s", "h", SampleKind::Gauge, &[NOW], &[1e308])], NOW);
     assert_eq!(out.rejections[0].reason, RejectReason::Overflow);
-    for s in a.drain() {
+    for s in a.drain(None) {
         for (_, slot) in &s.minutes {
             assert!(slot.sum.abs() <= MAX_SUM, "{s:?}");
         }
@@ -336,7 +336,7 @@ fn label_sets_are_series_of_their_own_and_count_against_their_source() {
     };
     assert_eq!(a.ingest(&[other], NOW).accepted, 1);
     assert_eq!((a.series_count(), a.source_count()), (3, 2));
-    let drained = a.drain();
+    let drained = a.drain(None);
     let mut keys: Vec<String> = drained.iter().map(|s| s.series.key()).collect();
     keys.sort();
     assert_eq!(keys, ["s|m", r#"s|m{mode="idle"}"#, r#"t|m{mode="user"}"#]);
@@ -353,4 +353,58 @@ fn label_sets_are_series_of_their_own_and_count_against_their_source() {
     assert_eq!(a.evict_idle(minute_of_ms(NOW) + 1), 3);
     assert_eq!(a.source_count(), 0);
     assert_eq!(a.ingest(&[with(r#"mode="user""#)], NOW).accepted, 1);
+}
+
+#[test]
+fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines() {
+    let a = agg();
+    let now = chrono::Utc::now().timestamp_millis();
+    a.seed_baseline(&Baseline {
+        source: "s".into(),
+        metric: "c".into(),
+        labels: String::new(),
+        ts_ms: now - 2_000,
+        value: 100.0,
+    });
+    // Not idle just for having had no sample since the restart.
+    assert_eq!(a.evict_idle(minute_of_ms(now - 60_000)), 0);
+    let out = a.ingest(
+        &[batch(
+            "s",
+            "c",
+            SampleKind::CumulativeCounter,
+            &[now - 1_000],
+            &[130.0],
+        )],
+        now,
+    );
+    assert_eq!(out.accepted, 1);
+    let mut baselines = Vec::new();
+    let drained = a.drain(Some(&mut baselines));
+    assert_eq!(
+        drained[0].minutes[0].1.sum, 30.0,
+        "the seeded value was the base"
+    );
+    assert_eq!(baselines.len(), 1);
+    assert_eq!(
+        (baselines[0].ts_ms, baselines[0].value),
+        (now - 1_000, 130.0)
+    );
+
+    // A counter's first sample only sets its baseline: no slot, yet the
+    // next drain reports it.
+    a.ingest(
+        &[batch(
+            "s",
+            "d",
+            SampleKind::CumulativeCounter,
+            &[now],
+            &[5.0],
+        )],
+        now,
+    );
+    let mut baselines = Vec::new();
+    assert!(a.drain(Some(&mut baselines)).is_empty());
+    assert_eq!(baselines.len(), 1);
+    assert_eq!(baselines[0].metric, "d");
 }

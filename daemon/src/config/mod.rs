@@ -48,6 +48,7 @@ use crate::rollup::RollupConfig;
 use crate::store::RetentionConfig;
 use crate::tls::TlsConfig;
 use crate::validate::Problems;
+use crate::wal::WalConfig;
 use crate::watch::WatchConfig;
 
 /// The complete daemon configuration: the daemon's own settings and one
@@ -76,6 +77,7 @@ pub struct Config {
     pub remote_write: RemoteWriteConfig,
     pub aggregator: AggregatorConfig,
     pub flush: FlushConfig,
+    pub wal: WalConfig,
     pub prealloc: PreallocConfig,
     pub retention: RetentionConfig,
     pub mongodb: MongoDbConfig,
@@ -128,6 +130,7 @@ impl Default for Config {
             remote_write: RemoteWriteConfig::default(),
             aggregator: AggregatorConfig::default(),
             flush: FlushConfig::default(),
+            wal: WalConfig::default(),
             prealloc: PreallocConfig::default(),
             retention: RetentionConfig::default(),
             mongodb: MongoDbConfig::default(),
@@ -173,6 +176,7 @@ impl Config {
         self.remote_write.check(&mut p);
         self.aggregator.check(&mut p);
         self.flush.check(&mut p);
+        self.wal.check(&mut p);
         self.prealloc.check(&mut p);
         self.retention.check(&mut p);
         self.mongodb.check(&mut p);

@@ -58,6 +58,14 @@ impl InflightBatch {
     }
 }
 
+/// How a batch is cut: with the baselines the write-ahead log's marker
+/// needs, and (replaying the log) with the id it had.
+#[derive(Default)]
+pub struct Cut<'a> {
+    pub baselines: Option<&'a mut Vec<crate::wal::Baseline>>,
+    pub id: Option<FlushId>,
+}
+
 /// Everything about one series that is not in the store yet.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Unflushed {
@@ -115,17 +123,25 @@ impl Inflight {
         &self,
         max_batches: usize,
         expand: impl FnOnce(Vec<SeriesMinutes>) -> Vec<SeriesMinutes>,
+        cut: Cut<'_>,
     ) -> Option<Arc<InflightBatch>> {
         let mut batches = self.batches.lock();
         if batches.len() >= max_batches {
             metrics::counter!("tally_flush_deferred_total").increment(1);
             return None;
         }
-        let drained = expand(self.agg.drain());
-        if drained.is_empty() {
+        let drained = expand(self.agg.drain(cut.baselines));
+        if drained.is_empty() && cut.id.is_none() {
             return None;
         }
-        let batch = Arc::new(InflightBatch::new(self.next_id(), drained));
+        let id = match cut.id {
+            Some(id) => {
+                self.last_id.fetch_max(id.0, Ordering::SeqCst);
+                id
+            }
+            None => self.next_id(),
+        };
+        let batch = Arc::new(InflightBatch::new(id, drained));
         batches.push_back(batch.clone());
         self.note(&batches);
         Some(batch)

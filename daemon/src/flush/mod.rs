@@ -16,7 +16,7 @@
 mod inflight;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -25,9 +25,13 @@ use tracing::{debug, error, info, warn};
 
 use crate::aggregator::Aggregator;
 use crate::catalog::CatalogWriter;
+use crate::ingest::IngestGate;
+use crate::model::FlushId;
 use crate::rollup::Rollups;
 use crate::store::Store;
+use crate::wal::Wal;
 
+use inflight::Cut;
 pub(crate) use inflight::Unflushed;
 pub use inflight::{Inflight, InflightBatch};
 
@@ -91,6 +95,9 @@ pub struct Pipeline {
     /// the store has it, for reads; this also covers its catalog write, so
     /// `tally_flush_inflight_batches` at zero means the store has it all.
     unfinished: AtomicUsize,
+    /// The write-ahead log and the gate its markers are cut under; set
+    /// once replay at start is done.
+    wal: OnceLock<(Arc<Wal>, Arc<IngestGate>)>,
 }
 
 impl Pipeline {
@@ -111,7 +118,15 @@ impl Pipeline {
             rollups: Arc::new(Rollups::disabled()),
             catalog: None,
             unfinished: AtomicUsize::new(0),
+            wal: OnceLock::new(),
         }
+    }
+
+    /// Logs a marker for every batch cut from now on, under `gate`, and
+    /// tells the log what the store holds durably. Called once, after
+    /// replay.
+    pub fn log_to(&self, wal: Arc<Wal>, gate: Arc<IngestGate>) {
+        let _ = self.wal.set((wal, gate));
     }
 
     /// Adds group rollup series to every batch as it is drained.
@@ -149,13 +164,65 @@ impl Pipeline {
     /// Drains the aggregator into a new in-flight batch, unless the queue is
     /// full (backpressure) or there is nothing to flush.
     pub fn cut_batch(&self) -> Option<Arc<InflightBatch>> {
+        self.cut_with(Cut::default())
+    }
+
+    fn cut_with(&self, cut: Cut<'_>) -> Option<Arc<InflightBatch>> {
         // Rollups join the batch under the in-flight lock, so a reader never
         // sees a member's slots without its group's or the reverse.
-        let batch = self
-            .inflight
-            .cut(self.cfg.queue_depth, |drained| self.rollups.expand(drained))?;
+        let batch = self.inflight.cut(
+            self.cfg.queue_depth,
+            |drained| self.rollups.expand(drained),
+            cut,
+        )?;
         self.unfinished.fetch_add(1, Ordering::SeqCst);
         Some(batch)
+    }
+
+    /// Cuts a batch and, with the log on, logs its marker, both while no
+    /// request is between its log append and its fold.
+    async fn cut_logged(&self) -> Option<Arc<InflightBatch>> {
+        let Some((wal, gate)) = self.wal.get() else {
+            return self.cut_batch();
+        };
+        let barrier = gate.barrier().await;
+        let mut baselines = Vec::new();
+        let batch = self.cut_with(Cut {
+            baselines: Some(&mut baselines),
+            id: None,
+        })?;
+        if let Err(e) = wal.marker(batch.id.0, baselines).await {
+            // The log is closed or broken: ingest already answers errors.
+            warn!(error = %e, "write-ahead log marker not written");
+        }
+        drop(barrier);
+        Some(batch)
+    }
+
+    /// Replaying the log: cuts the flush that was cut at this point before
+    /// the crash, with its id, applies it and records its catalog entries.
+    pub async fn replay_flush(&self, id: u64, give_up: &CancellationToken) -> bool {
+        let cut = Cut {
+            baselines: None,
+            id: Some(FlushId(id)),
+        };
+        let Some(batch) = self.cut_with(cut) else {
+            return true;
+        };
+        let landed = self.apply(&batch, give_up).await;
+        if landed {
+            self.record_catalog(&batch).await;
+        }
+        self.unfinished.fetch_sub(1, Ordering::SeqCst);
+        landed
+    }
+
+    /// Tells the log how far the store is durable, so it can drop what it
+    /// no longer needs; `applied` is the newest flush the store took.
+    fn note_durable(&self, applied: u64) {
+        if let Some((wal, _)) = self.wal.get() {
+            wal.durable(self.store.durable_through(applied));
+        }
     }
 
     /// Applies one batch, retrying retryable failures with exponential
@@ -188,6 +255,7 @@ impl Pipeline {
                         "flush applied"
                     );
                     self.inflight.retire(batch.id);
+                    self.note_durable(batch.id.0);
                     return true;
                 }
                 Err(e) => {
@@ -266,7 +334,9 @@ impl Pipeline {
                 _ = tick.tick() => {}
                 _ = stop.cancelled() => break,
             }
-            self.send_batch(&tx).await;
+            if !self.send_batch(&tx).await && self.unfinished.load(Ordering::SeqCst) == 0 {
+                self.idle().await;
+            }
         }
         // Final drain: ingest has stopped, so the aggregator only shrinks.
         info!(
@@ -297,8 +367,19 @@ impl Pipeline {
         self.inflight.unflushed_slots()
     }
 
+    /// Nothing to flush: lets the store make its last flushes durable (the
+    /// embedded store's commits are not all synced), so the durable point
+    /// never trails the last flush for long, and tells the log.
+    async fn idle(&self) {
+        match self.store.sync_idle().await {
+            Ok(Some(durable)) => self.note_durable(durable),
+            Ok(None) => {}
+            Err(e) => warn!(error = %e, "making the store's last flushes durable failed"),
+        }
+    }
+
     async fn send_batch(&self, tx: &mpsc::Sender<Arc<InflightBatch>>) -> bool {
-        let Some(batch) = self.cut_batch() else {
+        let Some(batch) = self.cut_logged().await else {
             return false;
         };
         if tx.send(batch).await.is_ok() {

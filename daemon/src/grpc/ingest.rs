@@ -32,7 +32,7 @@ impl IngestService {
     }
 
     /// Ingests one message; the caller numbers its rejections.
-    fn ingest_one(
+    async fn ingest_one(
         &self,
         req: &pb::PushRequest,
         grant: &Grant,
@@ -40,6 +40,7 @@ impl IngestService {
     ) -> Result<IngestOutcome, Status> {
         self.ingest
             .ingest(req, grant, protocol, IngestOutcome::default())
+            .await
             .map_err(status)
     }
 }
@@ -52,7 +53,7 @@ pub(super) fn status(e: IngestError) -> Status {
             Status::invalid_argument(msg)
         }
         IngestError::Pushback { .. } => Status::resource_exhausted(msg),
-        IngestError::ShuttingDown => Status::unavailable(msg),
+        IngestError::ShuttingDown | IngestError::Log(_) => Status::unavailable(msg),
         IngestError::Denied(_) => Status::permission_denied(msg),
     }
 }
@@ -109,7 +110,9 @@ impl pb::ingest_server::Ingest for IngestService {
         request: Request<pb::PushRequest>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         let grant = granted(&request);
-        let out = self.ingest_one(request.get_ref(), &grant, Protocol::TallyPush)?;
+        let out = self
+            .ingest_one(request.get_ref(), &grant, Protocol::TallyPush)
+            .await?;
         let mut b = ResponseBuilder::new(self.ingest.limits().max_rejections_reported);
         b.add(out, 0);
         Ok(Response::new(b.resp))
@@ -124,7 +127,10 @@ impl pb::ingest_server::Ingest for IngestService {
         let mut b = ResponseBuilder::new(self.ingest.limits().max_rejections_reported);
         let mut index = 0u32;
         while let Some(msg) = stream.message().await? {
-            match self.ingest_one(&msg, &grant, Protocol::TallyPushStream) {
+            match self
+                .ingest_one(&msg, &grant, Protocol::TallyPushStream)
+                .await
+            {
                 Ok(out) => b.add(out, index),
                 Err(status) => {
                     // Messages before this one were taken; say how far we got

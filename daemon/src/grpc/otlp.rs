@@ -59,6 +59,7 @@ impl MetricsService for OtlpService {
         let out = self
             .ingest
             .ingest(&req.converted.request, &grant, Protocol::OtlpGrpc, refused)
+            .await
             .map_err(status)?;
         Ok(Response::new(ExportMetricsServiceResponse {
             partial_success: otlp::partial_success(&req, &out),

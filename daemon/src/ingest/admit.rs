@@ -9,7 +9,7 @@
 //! is behind), a request is refused whole before anything is taken, so a
 //! client can retry the same batch safely.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tally_proto::v1 as pb;
@@ -21,6 +21,7 @@ use crate::auth::Grant;
 use crate::labels::LabelArena;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
+use crate::wal::Wal;
 
 /// Which front door a request came through, for the ingest metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +77,8 @@ pub enum IngestError {
     ConvertedTooLarge { samples: usize, bytes: usize },
     #[error("tallyd is shutting down; send to another instance or retry later")]
     ShuttingDown,
+    #[error("nothing of this request was taken: {0}")]
+    Log(String),
     #[error("no source of this request may be pushed with this token: {0}")]
     Denied(String),
 }
@@ -87,6 +90,7 @@ impl IngestError {
             IngestError::TooLarge { .. } | IngestError::ConvertedTooLarge { .. } => "too_large",
             IngestError::Pushback { .. } => "pushback",
             IngestError::ShuttingDown => "shutting_down",
+            IngestError::Log(_) => "log_failed",
             IngestError::Denied(_) => "denied",
         }
     }
@@ -106,11 +110,23 @@ pub struct Ingestor {
     agg: Arc<Aggregator>,
     rollups: Arc<Rollups>,
     gate: Arc<IngestGate>,
+    /// Set once replay at start is done; requests are logged from then on.
+    wal: OnceLock<Arc<Wal>>,
 }
 
 impl Ingestor {
     pub fn new(agg: Arc<Aggregator>, rollups: Arc<Rollups>, gate: Arc<IngestGate>) -> Ingestor {
-        Ingestor { agg, rollups, gate }
+        Ingestor {
+            agg,
+            rollups,
+            gate,
+            wal: OnceLock::new(),
+        }
+    }
+
+    /// Logs every request from now on. Called once, after replay.
+    pub fn log_to(&self, wal: Arc<Wal>) {
+        let _ = self.wal.set(wal);
     }
 
     /// The `[ingest]` limits requests are held to.
@@ -146,17 +162,18 @@ impl Ingestor {
         count_request(protocol, "invalid");
     }
 
-    /// Checks and folds one request. `refused` holds what the front door
-    /// already rejected while converting its protocol's request (it is
-    /// counted in the metrics and the outcome like the rest).
-    pub fn ingest(
+    /// Checks, logs and folds one request. `refused` holds what the front
+    /// door already rejected while converting its protocol's request (it is
+    /// counted in the metrics and the outcome like the rest). With the
+    /// write-ahead log on, returns once the request is in the log.
+    pub async fn ingest(
         &self,
         req: &pb::PushRequest,
         grant: &Grant,
         protocol: Protocol,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
-        let result = self.admit(req, grant, refused);
+        let result = self.admit(req, grant, refused).await;
         match &result {
             Ok(out) => record(out, protocol),
             Err(e) => count_request(protocol, e.outcome()),
@@ -164,11 +181,11 @@ impl Ingestor {
         result
     }
 
-    fn admit(
+    async fn admit(
         &self,
         req: &pb::PushRequest,
         grant: &Grant,
-        mut refused: IngestOutcome,
+        refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
         let limits = self.agg.limits();
         let samples = samples_in(req);
@@ -184,25 +201,97 @@ impl Ingestor {
                 limit: limits.max_pending_slots,
             });
         }
-        let cap = limits.max_rejections_reported;
         let now_ms = chrono::Utc::now().timestamp_millis();
+        let by_grant = |_: usize, src: &pb::SourceBatch| grant.source_refusal(&src.source);
         let labels = encode_labels(req, limits.max_labels);
+        let mut p = self.prepare(req, &labels, now_ms, by_grant, refused);
+        if p.allowed_sources == 0 && grant.limits_sources() && p.outcome.rejected > 0 {
+            let why = p
+                .outcome
+                .rejections
+                .first()
+                .map_or("", |r| r.detail.as_str());
+            return Err(IngestError::Denied(why.to_owned()));
+        }
+        let Some(open) = self.gate.enter().await else {
+            return Err(IngestError::ShuttingDown);
+        };
+        if let Some(wal) = self.wal.get() {
+            wal.append_request(now_ms, &p.refused_sources, req)
+                .await
+                .map_err(|e| IngestError::Log(e.to_string()))?;
+        }
+        let out = self.agg.ingest(&p.batches, now_ms);
+        drop(open);
+        p.outcome.merge(out, limits.max_rejections_reported);
+        Ok(p.outcome)
+    }
+
+    /// Folds a request read back from the write-ahead log, making the
+    /// decisions it made when it was taken: the same clock, the same
+    /// sources refused.
+    pub fn replay(&self, req: &pb::PushRequest, now_ms: i64, refused_sources: &[u32]) {
+        let by_log = |i: usize, _: &pb::SourceBatch| {
+            refused_sources
+                .contains(&(i as u32))
+                .then(|| "refused when it was taken".to_owned())
+        };
+        let labels = encode_labels(req, self.agg.limits().max_labels);
+        let p = self.prepare(req, &labels, now_ms, by_log, IngestOutcome::default());
+        self.agg.ingest(&p.batches, now_ms);
+    }
+
+    /// Declares a logged request's rollup groups without folding it (its
+    /// samples are in the store already), so that replayed flushes find
+    /// the same group memberships.
+    pub fn replay_groups(&self, req: &pb::PushRequest, now_ms: i64, refused_sources: &[u32]) {
+        for (i, src) in req.sources.iter().enumerate() {
+            if !refused_sources.contains(&(i as u32))
+                && Rollups::check_declaration(&src.groups).is_ok()
+            {
+                self.rollups
+                    .declare(&src.source, &src.groups, now_ms.div_euclid(1000));
+            }
+        }
+    }
+
+    /// The series groups of `req` to fold, and what is refused before the
+    /// aggregator: sources `by_token` refuses, bad group declarations, bad
+    /// label sets. Declares the groups of the sources it keeps.
+    fn prepare<'r>(
+        &self,
+        req: &'r pb::PushRequest,
+        labels: &'r LabelArena,
+        now_ms: i64,
+        by_token: impl Fn(usize, &pb::SourceBatch) -> Option<String>,
+        mut refused: IngestOutcome,
+    ) -> Prepared<'r> {
+        let limits = self.agg.limits();
+        let cap = limits.max_rejections_reported;
         let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
         let mut allowed_sources = 0usize;
+        let mut refused_sources = Vec::new();
         let mut series_at = 0;
         for (si, src) in req.sources.iter().enumerate() {
-            let refusal = refusal(grant, src);
-            allowed_sources += usize::from(!matches!(
-                refusal,
-                Some((RejectReason::SourceNotAllowed, _))
-            ));
+            let refusal = match by_token(si, src) {
+                Some(why) => {
+                    refused_sources.push(si as u32);
+                    Some((RejectReason::SourceNotAllowed, why))
+                }
+                None => {
+                    allowed_sources += 1;
+                    Rollups::check_declaration(&src.groups)
+                        .err()
+                        .map(|why| (RejectReason::InvalidGroup, why))
+                }
+            };
             for (mi, series) in src.series.iter().enumerate() {
                 let encoded = labels.get(series_at);
                 series_at += 1;
                 let b = SeriesBatch {
                     source: &src.source,
                     metric: &series.metric,
-                    labels: encoded.unwrap_or(""),
+                    labels: "",
                     kind: kind_from_proto(series.kind),
                     timestamps_ms: &series.timestamps_ms,
                     values: &series.values,
@@ -216,7 +305,7 @@ impl Ingestor {
                     (None, Err(e)) => {
                         refused.reject_series(cap, &b, RejectReason::InvalidLabel, || e.to_string())
                     }
-                    (None, Ok(_)) => batches.push(b),
+                    (None, Ok(l)) => batches.push(SeriesBatch { labels: l, ..b }),
                 }
             }
             if refusal.is_none() {
@@ -224,18 +313,22 @@ impl Ingestor {
                     .declare(&src.source, &src.groups, now_ms.div_euclid(1000));
             }
         }
-        if allowed_sources == 0 && grant.limits_sources() && refused.rejected > 0 {
-            let why = refused.rejections.first().map_or("", |r| r.detail.as_str());
-            return Err(IngestError::Denied(why.to_owned()));
+        Prepared {
+            batches,
+            allowed_sources,
+            refused_sources,
+            outcome: refused,
         }
-        let Some(open) = self.gate.enter() else {
-            return Err(IngestError::ShuttingDown);
-        };
-        let out = self.agg.ingest(&batches, now_ms);
-        drop(open);
-        refused.merge(out, cap);
-        Ok(refused)
     }
+}
+
+/// A request made ready to fold.
+struct Prepared<'r> {
+    batches: Vec<SeriesBatch<'r>>,
+    allowed_sources: usize,
+    /// Sources refused by the token, for the log.
+    refused_sources: Vec<u32>,
+    outcome: IngestOutcome,
 }
 
 /// Samples a request carries, counting each series' longer array (a series
@@ -271,18 +364,6 @@ fn encode_labels(req: &pb::PushRequest, max_labels: usize) -> LabelArena {
         }
     }
     arena
-}
-
-/// Why all of `src`'s series are refused before the aggregator, if they
-/// are. A source the token may not push must not touch the rollups'
-/// memberships either, so that is checked first.
-fn refusal(grant: &Grant, src: &pb::SourceBatch) -> Option<(RejectReason, String)> {
-    match grant.source_refusal(&src.source) {
-        Some(why) => Some((RejectReason::SourceNotAllowed, why)),
-        None => Rollups::check_declaration(&src.groups)
-            .err()
-            .map(|why| (RejectReason::InvalidGroup, why)),
-    }
 }
 
 fn count_request(protocol: Protocol, outcome: &'static str) {

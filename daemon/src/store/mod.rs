@@ -320,8 +320,31 @@ pub trait Store: Send + Sync + 'static {
     async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError>;
 
     /// The highest flush id this writer has applied, so that a restarted
-    /// daemon continues above it.
+    /// daemon continues above it. At start, before anything is applied, it
+    /// is also durable: what a crash left.
     async fn last_flush_id(&self) -> Result<u64, StoreError>;
+
+    /// The newest flush that is complete in the store, with every flush
+    /// before it, as of a crash: where the write-ahead log's replay starts.
+    /// A store whose last flush id at start is exactly that (embedded: the
+    /// last durable commit) keeps this default.
+    async fn complete_flush_id(&self) -> Result<u64, StoreError> {
+        self.last_flush_id().await
+    }
+
+    /// The highest flush id a crash now would not lose, given that
+    /// `applied` was just applied. A store whose acknowledged writes are
+    /// durable (MongoDB, with its write concern) returns `applied`.
+    fn durable_through(&self, applied: u64) -> u64 {
+        applied
+    }
+
+    /// Called when there is nothing to flush: a store that defers durability
+    /// makes its applied flushes durable now if they have waited long
+    /// enough, and returns its durable flush id then.
+    async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
 
     /// Deletes documents past their tier's retention, for stores without a
     /// TTL mechanism of their own. Returns how many went.

@@ -114,7 +114,7 @@ pub async fn run_case(store: Arc<dyn Store>, case: &Case) {
     let mut next_id = store.last_flush_id().await.unwrap() + 1;
     let mut flushes = 0;
     let mut flush = |agg: &Aggregator| {
-        let drained = agg.drain();
+        let drained = agg.drain(None);
         let batch = FlushBatch {
             id: FlushId(next_id),
             series: drained.iter().map(SeriesUpdate::from_minutes).collect(),

@@ -65,6 +65,7 @@ mod agents;
 mod catalog_conformance;
 mod catalog_embedded;
 mod conformance;
+mod crash_loop;
 mod dashboard_reads;
 mod dashboards;
 mod e2e;

@@ -64,12 +64,15 @@ pub(super) async fn export(
         return error(json, StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
     };
     let refused = converted.converted.refused.clone();
-    let outcome = s.ingest.ingest(
-        &converted.converted.request,
-        &grant(g),
-        Protocol::OtlpHttp,
-        refused,
-    );
+    let outcome = s
+        .ingest
+        .ingest(
+            &converted.converted.request,
+            &grant(g),
+            Protocol::OtlpHttp,
+            refused,
+        )
+        .await;
     match outcome {
         Ok(out) => {
             let resp = ExportMetricsServiceResponse {

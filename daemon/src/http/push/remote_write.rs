@@ -37,12 +37,15 @@ pub(super) async fn write(
         let e = s.ingest.too_large(Protocol::RemoteWrite, budget);
         return text(StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
     };
-    let outcome = s.ingest.ingest(
-        &converted.request,
-        &grant(g),
-        Protocol::RemoteWrite,
-        converted.refused,
-    );
+    let outcome = s
+        .ingest
+        .ingest(
+            &converted.request,
+            &grant(g),
+            Protocol::RemoteWrite,
+            converted.refused,
+        )
+        .await;
     match outcome {
         Ok(out) if out.rejected == 0 => StatusCode::NO_CONTENT.into_response(),
         Ok(out) => text(

@@ -16,9 +16,10 @@
 //! flushes, documents and watermarks and `last_flush_id` together). A crash
 //! therefore loses only the flushes committed since then, which hold only
 //! data that was in the daemon's memory anyway; nothing is ever
-//! half-applied. Once the write-ahead log exists, it must keep every flush
-//! above the durable flush id (`Db::durable_flush_id`) for replay; the
-//! watermarks make that replay exactly-once.
+//! half-applied. The write-ahead log keeps every flush above the durable
+//! flush id (`Db::durable_flush_id`) for replay; the watermarks make that
+//! replay exactly-once. When the daemon is idle, `sync_if_due` makes the
+//! last commits durable once they have waited the interval.
 //!
 //! The cadence is a trade-off. A non-durable commit skips only the `fsync`;
 //! its pages are still written. Leaves it copied can be reused only after
@@ -97,9 +98,7 @@ impl Db {
     }
 
     /// The highest flush id known to be on disk: a crash now would lose
-    /// nothing at or below it. A write-ahead log may drop flushes up to here;
-    /// until one exists, only tests ask.
-    #[cfg(test)]
+    /// nothing at or below it. The write-ahead log drops flushes up to here.
     pub(super) fn durable_flush_id(&self) -> u64 {
         self.durable_flush_id.load(Ordering::Acquire)
     }
@@ -136,6 +135,21 @@ impl Db {
             self.durable_flush_id.fetch_max(committed, Ordering::AcqRel);
         } else {
             st.commits_since_durable = st.commits_since_durable.saturating_add(1);
+        }
+        Ok(())
+    }
+
+    /// Makes the commits since the last durable one durable, if there are
+    /// any and they have waited `durable_interval`: with no flush coming to
+    /// carry them (the daemon is idle), they would otherwise wait forever.
+    pub(super) fn sync_if_due(&self) -> Result<(), StoreError> {
+        let due = {
+            let st = self.sync.lock();
+            st.commits_since_durable > 0
+                && st.last_durable.elapsed() >= self.config.durable_interval
+        };
+        if due {
+            self.sync_now()?;
         }
         Ok(())
     }

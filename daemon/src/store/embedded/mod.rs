@@ -131,6 +131,18 @@ impl Store for EmbeddedStore {
         self.blocking(|inner| inner.last_flush_id()).await
     }
 
+    fn durable_through(&self, _applied: u64) -> u64 {
+        self.inner.durable_flush_id()
+    }
+
+    async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
+        self.blocking(|inner| {
+            inner.sync_if_due()?;
+            Ok(Some(inner.durable_flush_id()))
+        })
+        .await
+    }
+
     async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
         let entries = entries.to_vec();
         let started = Instant::now();

@@ -51,6 +51,46 @@ impl MongoStore {
         Ok(true)
     }
 
+    /// Records that flush `flush_id`, and every one before it, is complete
+    /// in the store: the point the write-ahead log replays from after a
+    /// crash. Kept apart from the reservation, which runs ahead of writes.
+    pub(super) async fn record_complete(&self, flush_id: u64) -> Result<(), StoreError> {
+        let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
+        let stmt = to_raw(&doc! {
+            "q": { "_id": self.writer.as_str() },
+            "u": { "$max": { "complete": flush_id.min(i64::MAX as u64) as i64 } },
+            "upsert": true,
+        })?;
+        cmd.push(&stmt);
+        let cmd = cmd.finish(self.write_concern.as_deref())?;
+        let reply = self.command(Op::Complete, cmd, 0, true).await?;
+        let reply = parse_write_reply(&reply, 1)?;
+        if !reply.duplicates.is_empty() {
+            return Err(StoreError::Unavailable(
+                "recording a complete flush raced with a reservation; retrying".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The newest flush recorded complete, 0 when none is.
+    pub(super) async fn complete_flush_id_inner(&self) -> Result<u64, StoreError> {
+        self.ready().await?;
+        let find = async {
+            let filter = doc! { "_id": self.writer.as_str() };
+            self.writers
+                .find_one(filter)
+                .await
+                .map_err(|e| classify(&e, false))
+        };
+        let found = self
+            .timed(Op::LastFlushId, 0, self.timeout, "", find)
+            .await?;
+        Ok(found
+            .and_then(|d| d.get("complete").and_then(as_i64))
+            .map_or(0, |n| n.max(0) as u64))
+    }
+
     /// The reservation on record, 0 when this writer has none.
     /// It is the daemon's first call at startup, so the first contact
     /// (feature probes and their warnings, indexes) happens here.

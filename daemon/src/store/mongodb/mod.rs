@@ -380,7 +380,18 @@ impl Store for MongoStore {
     }
 
     async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        self.apply_inner(batch).await
+        let stats = self.apply_inner(batch).await?;
+        // Only once every document of the flush is in: a crash before this
+        // replays the flush, and the watermarks skip what is already there.
+        if let Err(e) = self.record_complete(batch.id.0).await {
+            self.count_error(Op::Complete, &e);
+            return Err(e);
+        }
+        Ok(stats)
+    }
+
+    async fn complete_flush_id(&self) -> Result<u64, StoreError> {
+        self.complete_flush_id_inner().await
     }
 
     async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {

@@ -1,0 +1,147 @@
+//! Replaying the write-ahead log at start, before the listeners open.
+//!
+//! The store's durable flush id says how far it is complete. The log is
+//! read in order:
+//! - up to the marker of that flush (or the newest before it), requests
+//!   are already in the store: only their rollup group declarations are
+//!   replayed, and checkpoints and markers give each cumulative counter's
+//!   baseline as of that point;
+//! - after it, the baselines are restored, every request is folded again as
+//!   it was taken (same clock, same sources refused), and at each marker the
+//!   flush cut there before the crash is cut again with its own id and
+//!   applied, so the documents' watermarks skip whatever the store already
+//!   had of it. What follows the last marker stays in memory and is flushed
+//!   as usual.
+//!
+//! A crash during replay is safe: the flushes replay applied are durable or
+//! not, and the next start begins from whichever.
+
+use std::collections::HashMap;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::aggregator::Aggregator;
+use crate::flush::Pipeline;
+use crate::ingest::Ingestor;
+use crate::wal::{Baseline, Record, RecoveredSegment};
+
+/// What replay did.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    /// Every baseline as of the log's last marker, for the first checkpoint
+    /// of the log's next segment.
+    pub baselines: HashMap<String, Baseline>,
+    /// The newest flush id in the log: new flushes must be numbered above.
+    pub max_flush_id: u64,
+    pub requests: u64,
+    pub flushes: u64,
+}
+
+/// Where the store is complete: the position just after the newest marker
+/// at or below `durable` (segment index, record index), or the start.
+fn resume_point(segments: &[RecoveredSegment], durable: u64) -> (usize, usize) {
+    let mut at = (0, 0);
+    for (si, seg) in segments.iter().enumerate() {
+        for (ri, r) in seg.records.iter().enumerate() {
+            if let Record::Marker { flush_id, .. } = r {
+                if *flush_id <= durable {
+                    at = (si, ri + 1);
+                }
+            }
+        }
+    }
+    at
+}
+
+/// Restores the baselines into the aggregator, but not those of counters
+/// silent for longer than `ingest.series_idle_timeout`: the aggregator would
+/// have forgotten them (their next sample starts afresh), and so does
+/// replay.
+fn seed(agg: &Aggregator, baselines: &HashMap<String, Baseline>) {
+    let idle_ms = agg.limits().series_idle_timeout.as_millis() as i64;
+    let oldest = chrono::Utc::now().timestamp_millis() - idle_ms;
+    for b in baselines.values().filter(|b| b.ts_ms >= oldest) {
+        agg.seed_baseline(b);
+    }
+}
+
+fn merge(into: &mut HashMap<String, Baseline>, baselines: &[Baseline]) {
+    for b in baselines {
+        into.insert(b.key(), b.clone());
+    }
+}
+
+/// Replays `segments` given the store's durable flush id; `give_up` ends
+/// retries of a flush the store keeps refusing (shutdown during replay).
+pub async fn replay(
+    segments: &[RecoveredSegment],
+    durable: u64,
+    agg: &Aggregator,
+    ingest: &Ingestor,
+    pipeline: &Pipeline,
+    give_up: &CancellationToken,
+) -> Replayed {
+    let resume = resume_point(segments, durable);
+    let mut out = Replayed::default();
+    let mut seeded = false;
+    for (si, seg) in segments.iter().enumerate() {
+        for (ri, record) in seg.records.iter().enumerate() {
+            let after = (si, ri) >= resume;
+            if let Record::Checkpoint { baselines } = record {
+                // Once folding has begun, a checkpoint repeats what the
+                // markers gave.
+                if !seeded {
+                    out.baselines.clear();
+                    merge(&mut out.baselines, baselines);
+                }
+                continue;
+            }
+            if after && !seeded {
+                seed(agg, &out.baselines);
+                seeded = true;
+            }
+            match record {
+                Record::Checkpoint { .. } => {}
+                Record::Marker {
+                    flush_id,
+                    baselines,
+                } => {
+                    merge(&mut out.baselines, baselines);
+                    out.max_flush_id = out.max_flush_id.max(*flush_id);
+                    if after {
+                        if !pipeline.replay_flush(*flush_id, give_up).await {
+                            warn!(flush_id, "a replayed flush did not reach the store");
+                        }
+                        out.flushes += 1;
+                    }
+                }
+                Record::Request {
+                    now_ms,
+                    refused_sources,
+                    request,
+                } if after => {
+                    ingest.replay(request, *now_ms, refused_sources);
+                    out.requests += 1;
+                }
+                Record::Request {
+                    now_ms,
+                    refused_sources,
+                    request,
+                } => ingest.replay_groups(request, *now_ms, refused_sources),
+            }
+        }
+    }
+    if !seeded {
+        seed(agg, &out.baselines);
+    }
+    if out.requests > 0 || out.flushes > 0 {
+        info!(
+            requests = out.requests,
+            flushes = out.flushes,
+            durable_flush_id = durable,
+            "write-ahead log replayed"
+        );
+    }
+    out
+}

@@ -1,0 +1,279 @@
+//! The write-ahead log: every admitted request is appended here, and
+//! written (or synced) before it is acknowledged, so that a crash loses no
+//! acknowledged sample. See `record` for what it holds, `segment` for the
+//! files, `writer` for the group commit; replaying it at start is
+//! [`crate::recovery`]'s.
+//!
+//! Exactly once: a flush's marker sits in the log between the requests
+//! folded into it and those folded later (ingest appends under the ingest
+//! gate's shared side, the flush cuts and appends its marker under its
+//! exclusive side). After a crash the store's durable flush id says which
+//! marker the store has everything up to; replay folds the requests after
+//! it, cuts each later flush again with its original id at its marker, and
+//! the documents' watermarks skip what the store already has.
+
+mod record;
+mod segment;
+mod writer;
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tally_proto::v1 as pb;
+use tokio::sync::oneshot;
+use tracing::{info, warn};
+
+pub use record::{Baseline, Record};
+use segment::Open;
+use writer::{Cmd, Writer};
+
+use crate::validate::Problems;
+
+/// When an append counts as written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// Handed to the operating system: a crash of the process loses
+    /// nothing acknowledged; a power cut may lose the last moments.
+    #[default]
+    Os,
+    /// Also synced to the disk (`fdatasync`), a group per
+    /// `wal.fsync_interval`: a power cut loses nothing acknowledged.
+    Fsync,
+}
+
+/// `[wal]`: the write-ahead log under `data_dir/wal`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WalConfig {
+    /// Off: acknowledged samples live only in memory until their flush is
+    /// durable (faster; a crash loses up to a few seconds of them).
+    pub enabled: bool,
+    pub sync: SyncMode,
+    /// With `sync = "fsync"`: how long a group waits for more appends to
+    /// share its sync.
+    #[serde(with = "humantime_serde")]
+    pub fsync_interval: Duration,
+    /// A segment is closed and a new one begun past this size.
+    pub segment_bytes: u64,
+    /// Appends waiting for the writer; beyond it ingest waits.
+    pub queue: usize,
+}
+
+impl Default for WalConfig {
+    fn default() -> Self {
+        WalConfig {
+            enabled: true,
+            sync: SyncMode::Os,
+            fsync_interval: Duration::from_millis(2),
+            segment_bytes: 64 << 20,
+            queue: 4096,
+        }
+    }
+}
+
+impl WalConfig {
+    pub(crate) fn check(&self, p: &mut Problems) {
+        p.at_most(
+            self.fsync_interval,
+            Duration::from_secs(1),
+            "wal.fsync_interval",
+        );
+        p.require(
+            (1 << 20..=1 << 34).contains(&self.segment_bytes),
+            "wal.segment_bytes",
+            "must be between 1 MiB and 16 GiB",
+        );
+        p.at_least(self.queue, 1, "wal.queue");
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WalError {
+    #[error("write-ahead log in {dir}: {reason}")]
+    Io { dir: String, reason: String },
+    #[error("the write-ahead log cannot be written ({0}); restart tallyd once the cause is fixed")]
+    Broken(String),
+    #[error("the write-ahead log is closed")]
+    Closed,
+}
+
+/// One segment read back at start.
+pub struct RecoveredSegment {
+    pub number: u64,
+    pub path: PathBuf,
+    pub records: Vec<Record>,
+}
+
+/// Reads every segment in `dir` (created if missing), cutting a torn or
+/// corrupt tail off the segment it is in. Segments after a damaged one
+/// cannot follow on from it: they are renamed `*.log.after-damage` and left
+/// for the operator, not replayed.
+pub fn recover(dir: &Path) -> Result<Vec<RecoveredSegment>, WalError> {
+    let io = |e: std::io::Error| WalError::Io {
+        dir: dir.display().to_string(),
+        reason: e.to_string(),
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut out = Vec::new();
+    let mut damaged = false;
+    for (number, path) in segment::list(dir).map_err(io)? {
+        if damaged {
+            let aside = path.with_extension("log.after-damage");
+            warn!(segment = %path.display(), "write-ahead log: segment follows a damaged one; set aside, not replayed");
+            std::fs::rename(&path, aside).map_err(io)?;
+            continue;
+        }
+        let bytes = std::fs::read(&path).map_err(io)?;
+        let scanned = segment::scan(&bytes);
+        let mut records = Vec::with_capacity(scanned.payloads.len());
+        let mut valid = scanned.valid;
+        let mut at = 0u64;
+        for p in &scanned.payloads {
+            match record::decode(p) {
+                Ok(r) => records.push(r),
+                Err(e) => {
+                    warn!(segment = %path.display(), error = %e, "write-ahead log: undecodable record");
+                    valid = at;
+                    break;
+                }
+            }
+            at += 8 + p.len() as u64;
+        }
+        if valid < bytes.len() as u64 {
+            warn!(
+                segment = %path.display(),
+                kept_bytes = valid,
+                dropped_bytes = bytes.len() as u64 - valid,
+                "write-ahead log: torn or corrupt tail cut off (records past it were never acknowledged, or the disk damaged them)"
+            );
+            segment::truncate(&path, valid).map_err(io)?;
+            damaged = true;
+        }
+        out.push(RecoveredSegment {
+            number,
+            path,
+            records,
+        });
+    }
+    Ok(out)
+}
+
+/// The running log: appends go to its writer thread.
+pub struct Wal {
+    tx: SyncSender<Cmd>,
+}
+
+impl Wal {
+    /// Starts writing a new segment after `recovered`, opened with a
+    /// checkpoint of `baselines`; `recovered`'s segments are deleted as the
+    /// store makes their flushes durable. Baselines older than
+    /// `max_baseline_age` are dropped as segments roll.
+    pub fn start(
+        dir: &Path,
+        cfg: WalConfig,
+        recovered: &[RecoveredSegment],
+        baselines: HashMap<String, Baseline>,
+        max_baseline_age: Duration,
+    ) -> Result<Wal, WalError> {
+        let io = |e: std::io::Error| WalError::Io {
+            dir: dir.display().to_string(),
+            reason: e.to_string(),
+        };
+        let number = recovered.last().map_or(1, |s| s.number + 1);
+        let mut open = Open::create(dir, number).map_err(io)?;
+        let mut first = Vec::new();
+        segment::frame(&mut first, &record::encode_checkpoint(baselines.values()));
+        open.write(&first)
+            .and_then(|()| open.file.sync_data())
+            .map_err(io)?;
+        let markers: VecDeque<(u64, u64)> = recovered
+            .iter()
+            .flat_map(|s| {
+                s.records.iter().filter_map(move |r| match r {
+                    Record::Marker { flush_id, .. } => Some((*flush_id, s.number)),
+                    _ => None,
+                })
+            })
+            .collect();
+        let kept = recovered
+            .iter()
+            .map(|s| (s.number, s.path.clone()))
+            .collect();
+        let (tx, rx) = sync_channel(cfg.queue);
+        let writer = Writer {
+            dir: dir.to_path_buf(),
+            cfg,
+            open,
+            kept,
+            markers,
+            baselines,
+            max_baseline_age,
+            broken: None,
+        };
+        std::thread::Builder::new()
+            .name("tally-wal".into())
+            .spawn(move || writer.run(rx))
+            .map_err(io)?;
+        info!(dir = %dir.display(), segment = number, "write-ahead log open");
+        Ok(Wal { tx })
+    }
+
+    /// Sends `cmd`, waiting while the queue is full (backpressure).
+    async fn send(&self, mut cmd: Cmd) -> Result<(), WalError> {
+        let mut wait = Duration::from_micros(50);
+        loop {
+            match self.tx.try_send(cmd) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Disconnected(_)) => return Err(WalError::Closed),
+                Err(TrySendError::Full(c)) => {
+                    cmd = c;
+                    metrics::counter!("tally_wal_queue_full_total").increment(1);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    /// Appends a request and returns once it is written (or synced).
+    pub async fn append_request(
+        &self,
+        now_ms: i64,
+        refused_sources: &[u32],
+        request: &pb::PushRequest,
+    ) -> Result<(), WalError> {
+        let payload = record::encode_request(now_ms, refused_sources, request);
+        let (done, wait) = oneshot::channel();
+        self.send(Cmd::Append { payload, done }).await?;
+        wait.await.map_err(|_| WalError::Closed)?
+    }
+
+    /// Records that flush `flush_id` was cut here, with the baselines that
+    /// changed since the previous one.
+    pub async fn marker(&self, flush_id: u64, baselines: Vec<Baseline>) -> Result<(), WalError> {
+        self.send(Cmd::Marker {
+            flush_id,
+            baselines,
+        })
+        .await
+    }
+
+    /// The store holds every flush up to `flush_id` durably: segments only
+    /// they need can go. Dropped when the queue is full (a later call
+    /// covers it).
+    pub fn durable(&self, flush_id: u64) {
+        let _ = self.tx.try_send(Cmd::Durable(flush_id));
+    }
+
+    /// Writes a closing checkpoint and stops the writer.
+    pub async fn close(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.send(Cmd::Close { done }).await.is_ok() {
+            let _ = wait.await;
+        }
+    }
+}

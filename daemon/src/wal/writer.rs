@@ -1,0 +1,224 @@
+//! The log's single writer: a thread that takes appends from a bounded
+//! queue, writes every append waiting at that moment with one `write`
+//! (group commit), syncs them when `wal.sync = "fsync"`, and only then
+//! answers each appender. It also rolls segments (each new one opens with a
+//! checkpoint of the baselines) and deletes segments once the store holds
+//! everything in them.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tracing::{error, info, warn};
+
+use super::record::{self, Baseline};
+use super::segment::{self, Open};
+use super::{SyncMode, WalConfig, WalError};
+
+/// What the writer is asked to do.
+pub(super) enum Cmd {
+    /// An encoded record; `done` hears when it is written (and synced).
+    Append {
+        payload: Vec<u8>,
+        done: oneshot::Sender<Result<(), WalError>>,
+    },
+    /// A flush was cut: its marker, written in order with the appends.
+    Marker {
+        flush_id: u64,
+        baselines: Vec<Baseline>,
+    },
+    /// The store holds every flush up to this id durably.
+    Durable(u64),
+    /// Write a final checkpoint, sync and stop.
+    Close { done: oneshot::Sender<()> },
+}
+
+/// Most bytes written in one group.
+const MAX_GROUP: usize = 8 << 20;
+
+pub(super) struct Writer {
+    pub dir: PathBuf,
+    pub cfg: WalConfig,
+    pub open: Open,
+    /// Older segments still needed, oldest first.
+    pub kept: VecDeque<(u64, PathBuf)>,
+    /// Each marker's flush id and the segment it is in, oldest first.
+    pub markers: VecDeque<(u64, u64)>,
+    /// Every baseline as of the last marker written.
+    pub baselines: HashMap<String, Baseline>,
+    /// Baselines older than this (by sample time) are dropped at each
+    /// segment roll: the aggregator forgets such idle counters too.
+    pub max_baseline_age: Duration,
+    /// Set once a write failed: the log cannot be trusted past it, so every
+    /// later append fails too until the daemon restarts.
+    pub broken: Option<String>,
+}
+
+impl Writer {
+    pub fn run(mut self, rx: Receiver<Cmd>) {
+        let mut buf = Vec::with_capacity(1 << 20);
+        let mut waiting: Vec<oneshot::Sender<Result<(), WalError>>> = Vec::new();
+        while let Ok(first) = rx.recv() {
+            let deadline = Instant::now() + self.group_window();
+            let mut next = Some(first);
+            let mut closing = None;
+            // Take what is queued (and, with fsync, what arrives within the
+            // window), so one write and one sync serve them all.
+            while let Some(cmd) = next.take() {
+                match cmd {
+                    Cmd::Append { payload, done } => {
+                        segment::frame(&mut buf, &payload);
+                        waiting.push(done);
+                    }
+                    Cmd::Marker {
+                        flush_id,
+                        baselines,
+                    } => {
+                        segment::frame(&mut buf, &record::encode_marker(flush_id, &baselines));
+                        self.markers.push_back((flush_id, self.open.number));
+                        for b in baselines {
+                            self.baselines.insert(b.key(), b);
+                        }
+                    }
+                    Cmd::Durable(id) => self.release(id),
+                    Cmd::Close { done } => {
+                        closing = Some(done);
+                        break;
+                    }
+                }
+                if buf.len() >= MAX_GROUP {
+                    break;
+                }
+                next = match rx.try_recv() {
+                    Ok(c) => Some(c),
+                    Err(_) if self.cfg.sync == SyncMode::Fsync => rx
+                        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                        .ok(),
+                    Err(_) => None,
+                };
+            }
+            let result = self.write_group(&buf);
+            buf.clear();
+            for w in waiting.drain(..) {
+                let _ = w.send(result.clone());
+            }
+            if let Some(done) = closing {
+                self.close();
+                let _ = done.send(());
+                return;
+            }
+        }
+    }
+
+    fn group_window(&self) -> Duration {
+        match self.cfg.sync {
+            SyncMode::Fsync => self.cfg.fsync_interval,
+            SyncMode::Os => Duration::ZERO,
+        }
+    }
+
+    fn write_group(&mut self, buf: &[u8]) -> Result<(), WalError> {
+        if let Some(why) = &self.broken {
+            return Err(WalError::Broken(why.clone()));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let written = self.open.write(buf).and_then(|()| match self.cfg.sync {
+            SyncMode::Fsync => self.open.file.sync_data(),
+            SyncMode::Os => Ok(()),
+        });
+        if let Err(e) = written {
+            let why = format!("writing {}: {e}", segment::name(self.open.number));
+            error!(error = %why, "write-ahead log write failed; ingest stops acknowledging until restart");
+            metrics::counter!("tally_wal_errors_total").increment(1);
+            self.broken = Some(why.clone());
+            return Err(WalError::Broken(why));
+        }
+        metrics::counter!("tally_wal_bytes_total").increment(buf.len() as u64);
+        metrics::counter!("tally_wal_groups_total").increment(1);
+        if self.open.len >= self.cfg.segment_bytes {
+            self.roll();
+        }
+        Ok(())
+    }
+
+    /// Starts the next segment, opening it with a checkpoint.
+    fn roll(&mut self) {
+        let oldest = chrono::Utc::now().timestamp_millis()
+            - self.max_baseline_age.as_millis().min(i64::MAX as u128) as i64;
+        self.baselines.retain(|_, b| b.ts_ms >= oldest);
+        let next = self.open.number + 1;
+        match Open::create(&self.dir, next) {
+            Ok(mut open) => {
+                let mut buf = Vec::new();
+                segment::frame(
+                    &mut buf,
+                    &record::encode_checkpoint(self.baselines.values()),
+                );
+                if let Err(e) = open.write(&buf).and_then(|()| open.file.sync_data()) {
+                    warn!(error = %e, "write-ahead log: could not start a new segment; staying on the current one");
+                    return;
+                }
+                // The old segment's data must be on disk before a later
+                // segment can be trusted to follow it.
+                if let Err(e) = self.open.file.sync_data() {
+                    warn!(error = %e, "write-ahead log: syncing the finished segment failed");
+                }
+                let old = std::mem::replace(&mut self.open, open);
+                self.kept
+                    .push_back((old.number, self.dir.join(segment::name(old.number))));
+                metrics::gauge!("tally_wal_segments").set((self.kept.len() + 1) as f64);
+            }
+            Err(e) => warn!(error = %e, "write-ahead log: could not create a new segment"),
+        }
+    }
+
+    /// Deletes the segments every record of which is durable in the store:
+    /// those before the segment holding the newest marker at or below
+    /// `durable` (that segment's checkpoint and markers carry the baselines
+    /// forward).
+    fn release(&mut self, durable: u64) {
+        let Some(&(_, seg)) = self.markers.iter().rev().find(|(id, _)| *id <= durable) else {
+            return;
+        };
+        while let Some((number, path)) = self.kept.front().cloned() {
+            if number >= seg {
+                break;
+            }
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    warn!(error = %e, segment = %path.display(), "write-ahead log: could not delete a segment");
+                    return;
+                }
+            }
+            self.kept.pop_front();
+            while self.markers.front().is_some_and(|(_, s)| *s <= number) {
+                self.markers.pop_front();
+            }
+        }
+        metrics::gauge!("tally_wal_segments").set((self.kept.len() + 1) as f64);
+    }
+
+    /// At shutdown: a checkpoint of every baseline, so they survive the
+    /// restart, then a sync.
+    fn close(&mut self) {
+        let mut buf = Vec::new();
+        segment::frame(
+            &mut buf,
+            &record::encode_checkpoint(self.baselines.values()),
+        );
+        let done = self
+            .open
+            .write(&buf)
+            .and_then(|()| self.open.file.sync_data());
+        match done {
+            Ok(()) => info!(segments = self.kept.len() + 1, "write-ahead log closed"),
+            Err(e) => warn!(error = %e, "write-ahead log: the closing checkpoint failed"),
+        }
+    }
+}
