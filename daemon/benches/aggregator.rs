@@ -172,7 +172,11 @@ fn flush(c: &mut Criterion) {
                 id += 1;
                 let batch = FlushBatch {
                     id: FlushId(id),
-                    series: agg.drain(None).iter().map(SeriesUpdate::from_minutes).collect(),
+                    series: agg
+                        .drain(None)
+                        .iter()
+                        .map(SeriesUpdate::from_minutes)
+                        .collect(),
                 };
                 let started = Instant::now();
                 rt.block_on(store.apply(&batch)).expect("apply");

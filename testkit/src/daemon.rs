@@ -182,6 +182,11 @@ impl Daemon {
         }
     }
 
+    /// The daemon's data directory (the embedded store, the write-ahead log).
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// `http://127.0.0.1:PORT` of the gRPC listener.
     pub fn grpc_url(&self) -> String {
         format!("http://{}", self.grpc)

@@ -77,6 +77,7 @@ mod mongo_store;
 mod prometheus_api;
 mod robustness;
 mod security;
+mod wal_damage;
 
 use tally_testkit::DaemonOpts;
 
