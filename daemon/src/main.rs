@@ -184,6 +184,7 @@ impl Parts {
         let watch = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
         let gate = Arc::new(IngestGate::default());
         let ingestor = Arc::new(Ingestor::new(agg.clone(), rollups.clone(), gate.clone()));
+        ingestor.watch_store(store.clone());
         Ok(Parts {
             store,
             agg,

@@ -21,6 +21,7 @@ use crate::auth::Grant;
 use crate::labels::LabelArena;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
+use crate::store::Store;
 use crate::wal::Wal;
 
 /// Which front door a request came through, for the ingest metrics.
@@ -79,6 +80,8 @@ pub enum IngestError {
     ShuttingDown,
     #[error("nothing of this request was taken: {0}")]
     Log(String),
+    #[error("the store has failed and cannot keep new samples ({0}); nothing of this request was taken: send to another instance")]
+    StoreFailed(String),
     #[error("no source of this request may be pushed with this token: {0}")]
     Denied(String),
 }
@@ -91,6 +94,7 @@ impl IngestError {
             IngestError::Pushback { .. } => "pushback",
             IngestError::ShuttingDown => "shutting_down",
             IngestError::Log(_) => "log_failed",
+            IngestError::StoreFailed(_) => "store_failed",
             IngestError::Denied(_) => "denied",
         }
     }
@@ -112,6 +116,9 @@ pub struct Ingestor {
     gate: Arc<IngestGate>,
     /// Set once replay at start is done; requests are logged from then on.
     wal: OnceLock<Arc<Wal>>,
+    /// Asked before every request: a store that failed for good cannot
+    /// keep what would be acknowledged.
+    store: OnceLock<Arc<dyn Store>>,
 }
 
 impl Ingestor {
@@ -121,7 +128,13 @@ impl Ingestor {
             rollups,
             gate,
             wal: OnceLock::new(),
+            store: OnceLock::new(),
         }
+    }
+
+    /// Refuses ingest from the moment `store` reports a fault.
+    pub fn watch_store(&self, store: Arc<dyn Store>) {
+        let _ = self.store.set(store);
     }
 
     /// Logs every request from now on. Called once, after replay.
@@ -194,6 +207,9 @@ impl Ingestor {
                 samples,
                 limit: limits.max_batch_samples,
             });
+        }
+        if let Some(fault) = self.store.get().and_then(|s| s.fault()) {
+            return Err(IngestError::StoreFailed(fault));
         }
         if self.agg.over_memory_bound() {
             return Err(IngestError::Pushback {

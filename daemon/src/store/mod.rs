@@ -262,7 +262,7 @@ pub(crate) fn observe<T>(
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store could not be reached or did not answer; worth retrying.
     #[error("store unavailable: {0}")]
@@ -337,6 +337,14 @@ pub trait Store: Send + Sync + 'static {
     /// durable (MongoDB, with its write concern) returns `applied`.
     fn durable_through(&self, applied: u64) -> u64 {
         applied
+    }
+
+    /// Why the store cannot be used any more, once something (a corrupt
+    /// file, a panicked operation) made it so; None while it can. Unlike
+    /// [`Store::health`] it is cheap and does no I/O, so ingest asks it for
+    /// every request.
+    fn fault(&self) -> Option<String> {
+        None
     }
 
     /// Called when there is nothing to flush: a store that defers durability

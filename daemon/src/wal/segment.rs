@@ -106,6 +106,7 @@ impl Open {
         })
     }
 
+    /// Appends `bytes`; `len` counts them only once all are written.
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all(bytes)?;
         self.len += bytes.len() as u64;

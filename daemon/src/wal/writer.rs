@@ -51,8 +51,9 @@ pub(super) struct Writer {
     /// Baselines older than this (by sample time) are dropped at each
     /// segment roll: the aggregator forgets such idle counters too.
     pub max_baseline_age: Duration,
-    /// Set once a write failed: the log cannot be trusted past it, so every
-    /// later append fails too until the daemon restarts.
+    /// Set once a failed write could not be undone: the log cannot be
+    /// trusted past it, so every later append fails too until the daemon
+    /// restarts.
     pub broken: Option<String>,
 }
 
@@ -126,16 +127,29 @@ impl Writer {
         if buf.is_empty() {
             return Ok(());
         }
+        let before = self.open.len;
         let written = self.open.write(buf).and_then(|()| match self.cfg.sync {
             SyncMode::Fsync => self.open.file.sync_data(),
             SyncMode::Os => Ok(()),
         });
         if let Err(e) = written {
-            let why = format!("writing {}: {e}", segment::name(self.open.number));
-            error!(error = %why, "write-ahead log write failed; ingest stops acknowledging until restart");
             metrics::counter!("tally_wal_errors_total").increment(1);
-            self.broken = Some(why.clone());
-            return Err(WalError::Broken(why));
+            let why = format!("writing {}: {e}", segment::name(self.open.number));
+            // Cut off whatever part of the group reached the file, so the
+            // log ends on a whole record and the next group (once the disk
+            // has room again) can follow it. If even that fails, the log
+            // cannot be trusted any more.
+            self.open.len = before;
+            if let Err(cut) = self.open.file.set_len(before) {
+                error!(error = %why, truncate_error = %cut, "write-ahead log write failed and could not be undone; ingest stops acknowledging until restart");
+                self.broken = Some(why.clone());
+                return Err(WalError::Broken(why));
+            }
+            warn!(error = %why, "write-ahead log write failed; the requests of this group were not taken");
+            return Err(WalError::Io {
+                dir: self.dir.display().to_string(),
+                reason: why,
+            });
         }
         metrics::counter!("tally_wal_bytes_total").increment(buf.len() as u64);
         metrics::counter!("tally_wal_groups_total").increment(1);

@@ -1,7 +1,7 @@
-//! The write-ahead log's damaged tails, through the binary: a crash leaves
-//! a torn frame (or a record whose bytes were damaged) at the end of the
-//! log; the next start cuts it off, says so, and replays everything before
-//! it.
+//! Damage on disk, through the binary: a crash leaves a torn frame (or a
+//! record whose bytes were damaged) at the end of the write-ahead log, and
+//! the next start cuts it off, says so, and replays everything before it;
+//! an empty store file stops the daemon at start.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -116,5 +116,35 @@ async fn a_torn_or_damaged_tail_is_cut_and_what_precedes_it_replayed() {
         sum(&d, "h2").await,
         10.0,
         "the damaged record alone is lost"
+    );
+}
+
+/// An empty store file where data was is a truncation: tallyd refuses to
+/// start on it, saying so, rather than silently starting a new store.
+#[test]
+fn an_empty_store_file_stops_the_daemon_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tally.redb"), b"").unwrap();
+    let data_dir = dir.path().to_str().unwrap();
+    let args = [
+        "--data-dir",
+        data_dir,
+        "--grpc-listen",
+        "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
+    ];
+    let run = tally_testkit::process::run(
+        std::path::Path::new(env!("CARGO_BIN_EXE_tallyd")),
+        &args,
+        Duration::from_secs(30),
+    );
+    assert!(!run.status.success(), "{}", run.describe());
+    assert!(run.stderr.contains("empty (0 bytes)"), "{}", run.describe());
+    assert_eq!(
+        std::fs::metadata(dir.path().join("tally.redb"))
+            .unwrap()
+            .len(),
+        0
     );
 }

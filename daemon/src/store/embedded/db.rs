@@ -62,6 +62,10 @@ pub(super) struct Db {
     committed_flush_id: AtomicU64,
     /// Highest flush id known to be on disk.
     durable_flush_id: AtomicU64,
+    /// Set by the first error that means the store cannot be trusted any
+    /// more (the file is corrupt, or an operation panicked): from then on
+    /// the daemon is unready and ingest refuses what it could not keep.
+    fault: Mutex<Option<StoreError>>,
 }
 
 impl Db {
@@ -74,6 +78,18 @@ impl Db {
             ))
         })?;
         let path = dir.join(FILE_NAME);
+        // redb would quietly make a new database in an empty file: refuse,
+        // for an empty store file where data was is a truncation (a full
+        // disk, a bad copy), not a fresh start.
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+            return Err(StoreError::Corrupt {
+                doc: path.display().to_string(),
+                reason: "the file is empty (0 bytes): it was truncated, and starting would \
+                         silently begin a new, empty store. Move it aside to start afresh, or \
+                         restore it from a backup"
+                    .into(),
+            });
+        }
         let db = redb::Builder::new()
             .set_cache_size(config.cache_size_bytes)
             .create(&path)
@@ -94,6 +110,7 @@ impl Db {
             }),
             committed_flush_id: AtomicU64::new(last_flush_id),
             durable_flush_id: AtomicU64::new(last_flush_id),
+            fault: Mutex::new(None),
         })
     }
 
@@ -137,6 +154,30 @@ impl Db {
             st.commits_since_durable = st.commits_since_durable.saturating_add(1);
         }
         Ok(())
+    }
+
+    /// Latches `r`'s error if it is one the store cannot recover from by
+    /// itself: corruption of the file (not of one document's value) or a
+    /// failed (panicked) operation.
+    pub(super) fn note<T>(&self, r: &Result<T, StoreError>) {
+        let fatal = match r {
+            Err(StoreError::Corrupt { doc, .. }) => doc.as_str() == FILE_NAME,
+            Err(StoreError::Io(msg)) => msg.contains("task failed"),
+            _ => false,
+        };
+        if let (true, Err(e)) = (fatal, r) {
+            let mut fault = self.fault.lock();
+            if fault.is_none() {
+                tracing::error!(error = %e, "embedded store failed: tallyd is unready and refuses ingest until restarted");
+                metrics::gauge!("tally_store_failed", "store" => "embedded").set(1.0);
+                *fault = Some(e.clone());
+            }
+        }
+    }
+
+    /// The error that made the store unusable, if one did.
+    pub(super) fn fault(&self) -> Option<StoreError> {
+        self.fault.lock().clone()
     }
 
     /// Makes the commits since the last durable one durable, if there are

@@ -99,9 +99,12 @@ impl EmbeddedStore {
         F: FnOnce(&Db) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || f(&inner))
+        let r = tokio::task::spawn_blocking(move || f(&inner))
             .await
-            .map_err(|e| StoreError::Io(format!("embedded store task failed: {e}")))?
+            .map_err(|e| StoreError::Io(format!("embedded store task failed: {e}")))
+            .and_then(|r| r);
+        self.inner.note(&r);
+        r
     }
 }
 
@@ -162,7 +165,14 @@ impl Store for EmbeddedStore {
     }
 
     async fn health(&self) -> Result<(), StoreError> {
+        if let Some(fault) = self.inner.fault() {
+            return Err(fault);
+        }
         self.blocking(|inner| inner.health()).await
+    }
+
+    fn fault(&self) -> Option<String> {
+        self.inner.fault().map(|e| e.to_string())
     }
 
     /// The embedded equivalent of MongoDB's TTL index: documents go once
@@ -174,7 +184,7 @@ impl Store for EmbeddedStore {
         day_retention_s: i64,
     ) -> Result<usize, StoreError> {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || {
+        let r = tokio::task::spawn_blocking(move || {
             store.sweep_expired(
                 now_s,
                 Retention {
@@ -184,7 +194,10 @@ impl Store for EmbeddedStore {
             )
         })
         .await
-        .map_err(|e| StoreError::Io(format!("retention sweep task failed: {e}")))?
+        .map_err(|e| StoreError::Io(format!("retention sweep task failed: {e}")))
+        .and_then(|r| r);
+        self.inner.note(&r);
+        r
     }
 
     async fn close(&self) -> Result<(), StoreError> {

@@ -150,3 +150,42 @@ async fn wrong_value_length_is_corrupt_not_a_panic() {
         Err(StoreError::Corrupt { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_corrupt_file_or_a_failed_operation_fails_the_store_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    assert!(store.health().await.is_ok());
+    assert_eq!(store.fault(), None);
+    // One document's bad value is that document's problem, not the store's.
+    store.inner.note(&Err::<(), _>(StoreError::Corrupt {
+        doc: "a|m|2026".into(),
+        reason: "bad value".into(),
+    }));
+    assert_eq!(store.fault(), None);
+    // The file itself: the store cannot be trusted any more.
+    store.inner.note(&Err::<(), _>(StoreError::Corrupt {
+        doc: super::layout::FILE_NAME.into(),
+        reason: "page checksum".into(),
+    }));
+    assert!(store.fault().is_some_and(|f| f.contains("page checksum")));
+    assert!(store.health().await.is_err(), "unready from then on");
+}
+
+#[test]
+fn an_empty_store_file_is_refused_not_reinitialised() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(super::layout::FILE_NAME), b"").unwrap();
+    let err = super::EmbeddedStore::open(dir.path()).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { reason, .. } if reason.contains("empty (0 bytes)")),
+        "{err:?}"
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join(super::layout::FILE_NAME))
+            .unwrap()
+            .len(),
+        0,
+        "left as it was"
+    );
+}

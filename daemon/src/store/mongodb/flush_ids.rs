@@ -30,22 +30,8 @@ impl MongoStore {
             return Ok(false);
         }
         let next = flush_id.saturating_add(ID_RESERVATION).min(i64::MAX as u64);
-        let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
-        let stmt = to_raw(&doc! {
-            "q": { "_id": self.writer.as_str() },
-            "u": { "$max": { "next": next as i64 }, "$currentDate": { "updated": true } },
-            "upsert": true,
-        })?;
-        cmd.push(&stmt);
-        let cmd = cmd.finish(self.write_concern.as_deref())?;
-        let reply = self.command(Op::ReserveIds, cmd, 0, true).await?;
-        let reply = parse_write_reply(&reply, 1)?;
-        if !reply.duplicates.is_empty() {
-            // Two first reservations raced; the next attempt updates.
-            return Err(StoreError::Unavailable(
-                "flush id reservation raced with another; retrying".into(),
-            ));
-        }
+        let update = doc! { "$max": { "next": next as i64 }, "$currentDate": { "updated": true } };
+        self.update_writer(Op::ReserveIds, update).await?;
         self.reserved_id.fetch_max(next, Ordering::AcqRel);
         debug!(writer = %self.writer, next, "reserved flush ids");
         Ok(true)
@@ -55,38 +41,39 @@ impl MongoStore {
     /// in the store: the point the write-ahead log replays from after a
     /// crash. Kept apart from the reservation, which runs ahead of writes.
     pub(super) async fn record_complete(&self, flush_id: u64) -> Result<(), StoreError> {
+        let update = doc! { "$max": { "complete": flush_id.min(i64::MAX as u64) as i64 } };
+        self.update_writer(Op::Complete, update).await
+    }
+
+    /// Upserts this writer's document with `update`, with the configured
+    /// write concern.
+    async fn update_writer(&self, op: Op, update: bson::Document) -> Result<(), StoreError> {
         let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
         let stmt = to_raw(&doc! {
             "q": { "_id": self.writer.as_str() },
-            "u": { "$max": { "complete": flush_id.min(i64::MAX as u64) as i64 } },
+            "u": update,
             "upsert": true,
         })?;
         cmd.push(&stmt);
         let cmd = cmd.finish(self.write_concern.as_deref())?;
-        let reply = self.command(Op::Complete, cmd, 0, true).await?;
+        let reply = self.command(op, cmd, 0, true).await?;
         let reply = parse_write_reply(&reply, 1)?;
         if !reply.duplicates.is_empty() {
-            return Err(StoreError::Unavailable(
-                "recording a complete flush raced with a reservation; retrying".into(),
-            ));
+            // Two first upserts of the document raced; the next attempt
+            // updates it.
+            return Err(StoreError::Unavailable(format!(
+                "{} raced with another update of this writer's document; retrying",
+                op.as_str()
+            )));
         }
         Ok(())
     }
 
     /// The newest flush recorded complete, 0 when none is.
     pub(super) async fn complete_flush_id_inner(&self) -> Result<u64, StoreError> {
-        self.ready().await?;
-        let find = async {
-            let filter = doc! { "_id": self.writer.as_str() };
-            self.writers
-                .find_one(filter)
-                .await
-                .map_err(|e| classify(&e, false))
-        };
-        let found = self
-            .timed(Op::LastFlushId, 0, self.timeout, "", find)
-            .await?;
-        Ok(found
+        Ok(self
+            .writer_doc()
+            .await?
             .and_then(|d| d.get("complete").and_then(as_i64))
             .map_or(0, |n| n.max(0) as u64))
     }
@@ -95,6 +82,20 @@ impl MongoStore {
     /// It is the daemon's first call at startup, so the first contact
     /// (feature probes and their warnings, indexes) happens here.
     pub(super) async fn last_flush_id_inner(&self) -> Result<u64, StoreError> {
+        let Some(doc) = self.writer_doc().await? else {
+            return Ok(0);
+        };
+        match doc.get("next").and_then(as_i64) {
+            Some(n) if n >= 0 => Ok(n as u64),
+            _ => Err(StoreError::Corrupt {
+                doc: format!("{}.{WRITERS_COLLECTION}/{}", self.db.name(), self.writer),
+                reason: format!("`next` is {:?}; expected a flush id", doc.get("next")),
+            }),
+        }
+    }
+
+    /// This writer's document, if it has one.
+    async fn writer_doc(&self) -> Result<Option<bson::Document>, StoreError> {
         self.ready().await?;
         let find = async {
             let filter = doc! { "_id": self.writer.as_str() };
@@ -103,16 +104,6 @@ impl MongoStore {
                 .await
                 .map_err(|e| classify(&e, false))
         };
-        let found = self
-            .timed(Op::LastFlushId, 0, self.timeout, "", find)
-            .await?;
-        let Some(doc) = found else { return Ok(0) };
-        match doc.get("next").and_then(as_i64) {
-            Some(n) if n >= 0 => Ok(n as u64),
-            _ => Err(StoreError::Corrupt {
-                doc: format!("{}.{WRITERS_COLLECTION}/{}", self.db.name(), self.writer),
-                reason: format!("`next` is {:?}; expected a flush id", doc.get("next")),
-            }),
-        }
+        self.timed(Op::LastFlushId, 0, self.timeout, "", find).await
     }
 }
