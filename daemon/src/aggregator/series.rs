@@ -135,8 +135,14 @@ impl Aggregator {
             metric: b.metric,
             labels: b.labels,
         };
-        let Some(state) = self.series_for(series, b, hash, key, out) else {
-            return 0;
+        // The hot path: one probe for a known series (`series_for`, which
+        // the cold paths use, probes for an insert slot as well).
+        let state = match series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
+            Some(state) => state,
+            None => match self.series_for(series, b, hash, key, out) {
+                Some(state) => state,
+                None => return 0,
+            },
         };
         if state.kind != kind {
             let n = b.values.len() as u64;
