@@ -5,22 +5,25 @@
 //! # Data path
 //!
 //! ```text
-//!  agents ─▶ grpc::ingest ─▶ aggregator ──drain──▶ flush ──apply──▶ store
-//!            (tally.v1)      per (series,          numbered        ├ embedded
-//!              │             minute) slots         batches,        └ mongodb
-//!              ▼                  ▲                 rollup,           ▲
-//!            ingest               │                 catalog           │
-//!            (limits, gate)       │                    ▲              │
-//!                                 └──── query ─────────┴──────────────┘
+//!  agents ─▶ grpc (tally.v1, OTLP) ─▶ ingest ─▶ aggregator ──drain──▶ flush ──apply──▶ store
+//!            http (OTLP, remote-   (admission,  per (series,  numbered   ├ embedded
+//!                  write)           gate)       minute) slots batches,   └ mongodb
+//!                                     │              ▲        rollup,       ▲
+//!                                     ▼              │        catalog       │
+//!                                    wal ◀─ markers ─┼─────────┘            │
+//!                                  (replayed by      │                      │
+//!                                   recovery)        └──── query ───────────┘
 //!  dashboards ◀── grpc::query / http::api / http::prometheus / watch
 //! ```
 //!
-//! Samples are acknowledged once they are in the aggregator; every
-//! `flush.interval` the flush pipeline drains the aggregator into a batch
-//! with its own id, merges group rollups into it and applies it to the
-//! store, whose per-document watermarks make a retried batch count once.
-//! Reads merge what the store has with the batches in flight and the slots
-//! still in memory, so a graph is fresh to the second.
+//! Every protocol's request becomes a `tally.v1` request and passes one
+//! admission; it is written to the write-ahead log, then folded into the
+//! aggregator, and only then acknowledged. Every `flush.interval` the flush
+//! pipeline drains the aggregator into a batch with its own id (its marker
+//! goes into the log), merges group rollups into it and applies it to the
+//! store, whose per-document watermarks make a retried or replayed batch
+//! count once. Reads merge what the store has with the batches in flight
+//! and the slots still in memory, so a graph is fresh to the second.
 //!
 //! # Layout
 //!
