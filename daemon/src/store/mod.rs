@@ -6,7 +6,7 @@
 //! flushes; the conformance tests hold them to it.
 //!
 //! Exactly-once: every document carries, per writer, the highest
-//! [`FlushId`] applied to it (its watermark). `apply` skips a document whose
+//! [`FlushId`](crate::model::FlushId) applied to it (its watermark). `apply` skips a document whose
 //! watermark is already at or past the batch's id, so replaying a batch after
 //! an ambiguous failure never counts twice. `read` returns the watermark so the
 //! query engine can tell which in-flight batches a document already contains.
