@@ -264,8 +264,8 @@ impl Parts {
             // shutdown would wait on them for the whole grace period.
             watch: tokio::spawn(self.watch.clone().run(shutdown.close.clone())),
             maintenance: tokio::spawn(maintenance.run(stop.clone())),
-            health: tokio::spawn(grpc::track_store_health(
-                self.store.clone(),
+            health: tokio::spawn(grpc::track_health(
+                self.pipeline.clone(),
                 health.clone(),
                 stop,
             )),

@@ -40,6 +40,9 @@ pub struct DaemonOpts {
     pub args: Vec<String>,
     /// Extra environment variables, e.g. `TALLYD_FLUSH_INTERVAL`.
     pub env: Vec<(String, String)>,
+    /// The data directory, if not a fresh temporary one (e.g. one on a
+    /// small file system the test made).
+    pub data_dir: Option<PathBuf>,
 }
 
 impl DaemonOpts {
@@ -49,7 +52,14 @@ impl DaemonOpts {
             bin: bin.into(),
             args: Vec::new(),
             env: Vec::new(),
+            data_dir: None,
         }
+    }
+
+    /// Runs in `dir` instead of a fresh temporary directory.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> DaemonOpts {
+        self.data_dir = Some(dir.into());
+        self
     }
 
     pub fn arg(mut self, arg: impl Into<String>) -> DaemonOpts {
@@ -80,7 +90,10 @@ impl DaemonOpts {
 /// A running `tallyd` process.
 pub struct Daemon {
     opts: DaemonOpts,
-    dir: tempfile::TempDir,
+    /// Removed with the daemon; the data directory unless the options name
+    /// one.
+    _dir: tempfile::TempDir,
+    data: PathBuf,
     child: Option<Child>,
     grpc: SocketAddr,
     http: SocketAddr,
@@ -99,10 +112,15 @@ impl Daemon {
             .tempdir()
             .expect("creating a temporary data directory");
         let logs = Arc::new(Mutex::new(String::new()));
-        let (child, grpc, http) = spawn(&opts, dir.path(), &logs, None);
+        let data = opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| dir.path().to_path_buf());
+        let (child, grpc, http) = spawn(&opts, &data, &logs, None);
         Daemon {
             opts,
-            dir,
+            _dir: dir,
+            data,
             child: Some(child),
             grpc,
             http,
@@ -122,6 +140,12 @@ impl Daemon {
     /// is still running, then starts a new one with the same options on the
     /// same data directory. Ports change.
     pub fn restart(&mut self) {
+        self.try_restart().unwrap_or_else(|why| panic!("{why}"));
+    }
+
+    /// [`Daemon::restart`], but a daemon that exits before it listens (it
+    /// refused its data, say) is an `Err` with its output, not a panic.
+    pub fn try_restart(&mut self) -> Result<(), String> {
         if self.is_running() {
             self.sigterm();
             let status = self.wait(Duration::from_secs(40));
@@ -135,10 +159,11 @@ impl Daemon {
             .lock()
             .unwrap()
             .push_str("\n----- harness: restarting tallyd on the same data dir -----\n");
-        let (child, grpc, http) = spawn(&self.opts, self.dir.path(), &self.logs, None);
+        let (child, grpc, http) = try_spawn(&self.opts, &self.data, &self.logs, None)?;
         self.child = Some(child);
         self.grpc = grpc;
         self.http = http;
+        Ok(())
     }
 
     /// SIGKILLs the current process (a crash: nothing is flushed or
@@ -151,7 +176,7 @@ impl Daemon {
             .unwrap()
             .push_str("\n----- harness: SIGKILLed; restarting on the same ports -----\n");
         let ports = Some((self.grpc, self.http));
-        let (child, grpc, http) = spawn(&self.opts, self.dir.path(), &self.logs, ports);
+        let (child, grpc, http) = spawn(&self.opts, &self.data, &self.logs, ports);
         self.child = Some(child);
         self.grpc = grpc;
         self.http = http;
@@ -162,7 +187,7 @@ impl Daemon {
     /// start, write-ahead log replay included. Leaves nothing running.
     pub fn crash_during_start(&mut self, after: Duration) {
         self.crash();
-        let mut child = command(&self.opts, self.dir.path(), Some((self.grpc, self.http)))
+        let mut child = command(&self.opts, &self.data, Some((self.grpc, self.http)))
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", self.opts.bin.display()));
@@ -184,7 +209,7 @@ impl Daemon {
 
     /// The daemon's data directory (the embedded store, the write-ahead log).
     pub fn data_dir(&self) -> &Path {
-        self.dir.path()
+        &self.data
     }
 
     /// `http://127.0.0.1:PORT` of the gRPC listener.
@@ -340,7 +365,7 @@ impl Drop for Daemon {
         if std::thread::panicking() {
             eprintln!(
                 "===== tallyd log (data dir {}) =====\n{}\n===== end of tallyd log =====",
-                self.dir.path().display(),
+                &self.data.display(),
                 self.logs()
             );
         }
@@ -393,6 +418,15 @@ fn spawn(
     logs: &Arc<Mutex<String>>,
     ports: Option<(SocketAddr, SocketAddr)>,
 ) -> (Child, SocketAddr, SocketAddr) {
+    try_spawn(opts, data_dir, logs, ports).unwrap_or_else(|why| panic!("{why}"))
+}
+
+fn try_spawn(
+    opts: &DaemonOpts,
+    data_dir: &Path,
+    logs: &Arc<Mutex<String>>,
+    ports: Option<(SocketAddr, SocketAddr)>,
+) -> Result<(Child, SocketAddr, SocketAddr), String> {
     let mut child = command(opts, data_dir, ports)
         .spawn()
         .unwrap_or_else(|e| panic!("starting {}: {e}", opts.bin.display()));
@@ -405,16 +439,16 @@ fn spawn(
         .expect("spawning the stderr reader");
 
     match rx.recv_timeout(STARTUP_TIMEOUT) {
-        Ok((grpc, http)) => (child, grpc, http),
+        Ok((grpc, http)) => Ok((child, grpc, http)),
         Err(mpsc::RecvTimeoutError::Disconnected) => {
             // stderr closed before the line: the daemon exited.
             let status = child.wait().ok();
             // Give the reader a moment to store the last lines.
             std::thread::sleep(Duration::from_millis(50));
-            panic!(
+            Err(format!(
                 "tallyd exited ({status:?}) before printing its listening line\n{}",
                 logs.lock().unwrap()
-            );
+            ))
         }
         Err(mpsc::RecvTimeoutError::Timeout) => {
             let _ = child.kill();

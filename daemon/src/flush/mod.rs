@@ -191,11 +191,14 @@ impl Pipeline {
             baselines: Some(&mut baselines),
             id: None,
         })?;
-        if let Err(e) = wal.marker(batch.id.0, baselines).await {
+        let receipt = wal.marker(batch.id.0, baselines).await;
+        drop(barrier);
+        // Waited for outside the barrier: while the disk is full the marker
+        // waits for room, and ingest must meanwhile answer, not hang.
+        if let Err(e) = async { receipt?.written().await }.await {
             // The log is closed or broken: ingest already answers errors.
             warn!(error = %e, "write-ahead log marker not written");
         }
-        drop(barrier);
         Some(batch)
     }
 
@@ -215,6 +218,23 @@ impl Pipeline {
         }
         self.unfinished.fetch_sub(1, Ordering::SeqCst);
         landed
+    }
+
+    /// Why the write-ahead log cannot take appends now, if it cannot.
+    pub fn log_failure(&self) -> Option<String> {
+        self.wal.get().and_then(|(wal, _)| wal.failing())
+    }
+
+    /// Whether the daemon can keep what it is sent: the log writable and
+    /// the store healthy. Readiness (`/readyz`, gRPC health) follows it.
+    pub async fn ready(&self) -> Result<(), String> {
+        if let Some(why) = self.log_failure() {
+            return Err(format!("write-ahead log not writable: {why}"));
+        }
+        self.store
+            .health()
+            .await
+            .map_err(|e| format!("{} store not ready: {e}", self.store.name()))
     }
 
     /// Tells the log how far the store is durable, so it can drop what it

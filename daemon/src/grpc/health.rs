@@ -1,16 +1,17 @@
-//! `grpc.health.v1` follows the store: gRPC load balancers route around a
-//! daemon whose store is down.
+//! `grpc.health.v1` follows readiness (the store and the write-ahead log):
+//! gRPC load balancers route around a daemon that cannot keep what it is
+//! sent.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::store::Store;
+use crate::flush::Pipeline;
 
-/// Mirrors the store's health into `health` until `stop` is cancelled.
-pub async fn track_store_health(
-    store: Arc<dyn Store>,
+/// Mirrors [`Pipeline::ready`] into `health` until `stop` is cancelled.
+pub async fn track_health(
+    pipeline: Arc<Pipeline>,
     health: tonic_health::server::HealthReporter,
     stop: CancellationToken,
 ) {
@@ -21,12 +22,12 @@ pub async fn track_store_health(
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let ok = store.health().await;
+        let ok = pipeline.ready().await;
         let now_healthy = ok.is_ok();
         if now_healthy != healthy {
             match &ok {
-                Ok(()) => info!(store = store.name(), "store healthy again"),
-                Err(e) => warn!(store = store.name(), error = %e, "store unhealthy"),
+                Ok(()) => info!("ready again"),
+                Err(e) => warn!(error = %e, "not ready"),
             }
             let status = if now_healthy {
                 tonic_health::ServingStatus::Serving

@@ -25,7 +25,7 @@ use crate::auth::{AuthInterceptor, Authenticator, Need};
 use crate::tls::SecureListener;
 
 pub use config::GrpcConfig;
-pub use health::track_store_health;
+pub use health::track_health;
 pub use ingest::IngestService;
 pub use otlp::OtlpService;
 pub use query::QueryService;

@@ -56,7 +56,6 @@ pub struct HttpState {
 pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
     let ops = ops::router().with_state(OpsState {
         pipeline: state.pipeline,
-        store: state.store,
         metrics: state.metrics,
         draining: state.draining,
     });

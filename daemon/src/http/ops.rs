@@ -14,14 +14,12 @@ use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::flush::Pipeline;
-use crate::store::Store;
 
 /// What the operations endpoints read.
 #[derive(Clone)]
 pub(crate) struct OpsState {
     /// Read at scrape time for the gauges of what is pending.
     pub(crate) pipeline: Arc<Pipeline>,
-    pub(crate) store: Arc<dyn Store>,
     pub(crate) metrics: Option<PrometheusHandle>,
     /// Set when shutdown begins, so load balancers stop sending traffic.
     pub(crate) draining: tokio_util::sync::CancellationToken,
@@ -51,12 +49,8 @@ async fn readyz(State(s): State<OpsState>) -> Response {
     if s.draining.is_cancelled() {
         return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
     }
-    match s.store.health().await {
+    match s.pipeline.ready().await {
         Ok(()) => "ready\n".into_response(),
-        Err(e) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{} store not ready: {e}\n", s.store.name()),
-        )
-            .into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response(),
     }
 }

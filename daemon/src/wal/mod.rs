@@ -19,6 +19,7 @@ mod writer;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -162,9 +163,20 @@ pub fn recover(dir: &Path) -> Result<Vec<RecoveredSegment>, WalError> {
     Ok(out)
 }
 
+/// Hears when a marker is written; see [`Wal::marker`].
+pub struct MarkerReceipt(oneshot::Receiver<Result<(), WalError>>);
+
+impl MarkerReceipt {
+    /// Waits until the marker is written.
+    pub async fn written(self) -> Result<(), WalError> {
+        self.0.await.map_err(|_| WalError::Closed)?
+    }
+}
+
 /// The running log: appends go to its writer thread.
 pub struct Wal {
     tx: SyncSender<Cmd>,
+    failing: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
 impl Wal {
@@ -213,13 +225,15 @@ impl Wal {
             baselines,
             max_baseline_age,
             broken: None,
+            failing: Arc::default(),
         };
+        let failing = writer.failing.clone();
         std::thread::Builder::new()
             .name("tally-wal".into())
             .spawn(move || writer.run(rx))
             .map_err(io)?;
         info!(dir = %dir.display(), segment = number, "write-ahead log open");
-        Ok(Wal { tx })
+        Ok(Wal { tx, failing })
     }
 
     /// Sends `cmd`, waiting while the queue is full (backpressure).
@@ -253,13 +267,23 @@ impl Wal {
     }
 
     /// Records that flush `flush_id` was cut here, with the baselines that
-    /// changed since the previous one.
-    pub async fn marker(&self, flush_id: u64, baselines: Vec<Baseline>) -> Result<(), WalError> {
+    /// changed since the previous one. Returns once the marker is queued, in
+    /// order with the appends; the receipt says when it is written. The
+    /// flush must not reach the store before that: replay finds flushes by
+    /// their markers.
+    pub async fn marker(
+        &self,
+        flush_id: u64,
+        baselines: Vec<Baseline>,
+    ) -> Result<MarkerReceipt, WalError> {
+        let (done, wait) = oneshot::channel();
         self.send(Cmd::Marker {
             flush_id,
             baselines,
+            done,
         })
-        .await
+        .await?;
+        Ok(MarkerReceipt(wait))
     }
 
     /// The store holds every flush up to `flush_id` durably: segments only
@@ -267,6 +291,12 @@ impl Wal {
     /// covers it).
     pub fn durable(&self, flush_id: u64) {
         let _ = self.tx.try_send(Cmd::Durable(flush_id));
+    }
+
+    /// Why appends fail now, if they do (a full disk); cleared by the
+    /// next write that succeeds.
+    pub fn failing(&self) -> Option<String> {
+        self.failing.lock().clone()
     }
 
     /// Writes a closing checkpoint and stops the writer.

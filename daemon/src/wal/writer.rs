@@ -7,9 +7,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
@@ -24,10 +26,13 @@ pub(super) enum Cmd {
         payload: Vec<u8>,
         done: oneshot::Sender<Result<(), WalError>>,
     },
-    /// A flush was cut: its marker, written in order with the appends.
+    /// A flush was cut: its marker, written in order with the appends;
+    /// `done` hears when it is written, which may be in a later group than
+    /// its own if that one fails.
     Marker {
         flush_id: u64,
         baselines: Vec<Baseline>,
+        done: oneshot::Sender<Result<(), WalError>>,
     },
     /// The store holds every flush up to this id durably.
     Durable(u64),
@@ -37,6 +42,26 @@ pub(super) enum Cmd {
 
 /// Most bytes written in one group.
 const MAX_GROUP: usize = 8 << 20;
+
+/// While writes fail (a full disk), how often the writer tries again by
+/// itself when no command comes: the markers of failed groups, or else a
+/// probe, so that readiness returns with the space even if no agent sends.
+const RETRY: Duration = Duration::from_millis(200);
+
+/// Bytes a probe writes (and takes back) to see whether the disk has room.
+const PROBE_BYTES: usize = 64 * 1024;
+
+type Done = oneshot::Sender<Result<(), WalError>>;
+
+/// Markers not yet written because their group failed (a full disk). A
+/// flush's marker must reach the log before the store may hold the flush,
+/// so they are written first in the next group: the requests of the failed
+/// group were refused, so nothing taken comes between.
+#[derive(Default)]
+struct Carry {
+    frames: Vec<u8>,
+    done: Vec<Done>,
+}
 
 pub(super) struct Writer {
     pub dir: PathBuf,
@@ -55,55 +80,46 @@ pub(super) struct Writer {
     /// trusted past it, so every later append fails too until the daemon
     /// restarts.
     pub broken: Option<String>,
+    /// Why the last write failed, until one succeeds: readiness shows it.
+    pub failing: Arc<Mutex<Option<String>>>,
 }
 
 impl Writer {
     pub fn run(mut self, rx: Receiver<Cmd>) {
         let mut buf = Vec::with_capacity(1 << 20);
-        let mut waiting: Vec<oneshot::Sender<Result<(), WalError>>> = Vec::new();
-        while let Ok(first) = rx.recv() {
-            let deadline = Instant::now() + self.group_window();
-            let mut next = Some(first);
-            let mut closing = None;
-            // Take what is queued (and, with fsync, what arrives within the
-            // window), so one write and one sync serve them all.
-            while let Some(cmd) = next.take() {
-                match cmd {
-                    Cmd::Append { payload, done } => {
-                        segment::frame(&mut buf, &payload);
-                        waiting.push(done);
-                    }
-                    Cmd::Marker {
-                        flush_id,
-                        baselines,
-                    } => {
-                        segment::frame(&mut buf, &record::encode_marker(flush_id, &baselines));
-                        self.markers.push_back((flush_id, self.open.number));
-                        for b in baselines {
-                            self.baselines.insert(b.key(), b);
-                        }
-                    }
-                    Cmd::Durable(id) => self.release(id),
-                    Cmd::Close { done } => {
-                        closing = Some(done);
-                        break;
-                    }
-                }
-                if buf.len() >= MAX_GROUP {
-                    break;
-                }
-                next = match rx.try_recv() {
+        let mut waiting: Vec<Done> = Vec::new();
+        let mut carry = Carry::default();
+        loop {
+            let first = if carry.frames.is_empty() && self.failing.lock().is_none() {
+                match rx.recv() {
                     Ok(c) => Some(c),
-                    Err(_) if self.cfg.sync == SyncMode::Fsync => rx
-                        .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                        .ok(),
-                    Err(_) => None,
-                };
-            }
+                    Err(_) => break,
+                }
+            } else {
+                match rx.recv_timeout(RETRY) {
+                    Ok(c) => Some(c),
+                    Err(RecvTimeoutError::Timeout) if carry.frames.is_empty() => {
+                        self.probe();
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            };
+            buf.extend_from_slice(&carry.frames);
+            let mut markers = std::mem::take(&mut carry);
+            let closing = self.gather(&rx, first, &mut buf, &mut waiting, &mut markers);
             let result = self.write_group(&buf);
             buf.clear();
             for w in waiting.drain(..) {
                 let _ = w.send(result.clone());
+            }
+            if result.is_ok() || closing.is_some() {
+                for w in markers.done.drain(..) {
+                    let _ = w.send(result.clone());
+                }
+            } else {
+                carry = markers;
             }
             if let Some(done) = closing {
                 self.close();
@@ -111,6 +127,56 @@ impl Writer {
                 return;
             }
         }
+    }
+
+    /// Takes what is queued (and, with fsync, what arrives within the
+    /// window) into one group, so one write and one sync serve them all.
+    /// Returns the close request if one came.
+    fn gather(
+        &mut self,
+        rx: &Receiver<Cmd>,
+        first: Option<Cmd>,
+        buf: &mut Vec<u8>,
+        waiting: &mut Vec<Done>,
+        markers: &mut Carry,
+    ) -> Option<oneshot::Sender<()>> {
+        let deadline = Instant::now() + self.group_window();
+        let mut next = first;
+        while let Some(cmd) = next.take() {
+            match cmd {
+                Cmd::Append { payload, done } => {
+                    segment::frame(buf, &payload);
+                    waiting.push(done);
+                }
+                Cmd::Marker {
+                    flush_id,
+                    baselines,
+                    done,
+                } => {
+                    let at = buf.len();
+                    segment::frame(buf, &record::encode_marker(flush_id, &baselines));
+                    markers.frames.extend_from_slice(&buf[at..]);
+                    markers.done.push(done);
+                    self.markers.push_back((flush_id, self.open.number));
+                    for b in baselines {
+                        self.baselines.insert(b.key(), b);
+                    }
+                }
+                Cmd::Durable(id) => self.release(id),
+                Cmd::Close { done } => return Some(done),
+            }
+            if buf.len() >= MAX_GROUP {
+                break;
+            }
+            next = match rx.try_recv() {
+                Ok(c) => Some(c),
+                Err(_) if self.cfg.sync == SyncMode::Fsync => rx
+                    .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    .ok(),
+                Err(_) => None,
+            };
+        }
+        None
     }
 
     fn group_window(&self) -> Duration {
@@ -135,6 +201,7 @@ impl Writer {
         if let Err(e) = written {
             metrics::counter!("tally_wal_errors_total").increment(1);
             let why = format!("writing {}: {e}", segment::name(self.open.number));
+            *self.failing.lock() = Some(why.clone());
             // Cut off whatever part of the group reached the file, so the
             // log ends on a whole record and the next group (once the disk
             // has room again) can follow it. If even that fails, the log
@@ -151,12 +218,39 @@ impl Writer {
                 reason: why,
             });
         }
+        self.recovered();
         metrics::counter!("tally_wal_bytes_total").increment(buf.len() as u64);
         metrics::counter!("tally_wal_groups_total").increment(1);
         if self.open.len >= self.cfg.segment_bytes {
             self.roll();
         }
         Ok(())
+    }
+
+    /// Writes and takes back a block of zeros at the end of the segment: if
+    /// that works, the disk has room again.
+    fn probe(&mut self) {
+        if self.broken.is_some() {
+            return;
+        }
+        let before = self.open.len;
+        let wrote = self.open.write(&vec![0; PROBE_BYTES]);
+        self.open.len = before;
+        match self.open.file.set_len(before) {
+            Err(cut) => {
+                error!(truncate_error = %cut, "write-ahead log probe could not be undone; ingest stops acknowledging until restart");
+                self.broken = Some(format!("undoing a probe write: {cut}"));
+            }
+            Ok(()) if wrote.is_ok() => self.recovered(),
+            Ok(()) => {}
+        }
+    }
+
+    fn recovered(&self) {
+        let mut failing = self.failing.lock();
+        if failing.take().is_some() {
+            info!("write-ahead log writable again");
+        }
     }
 
     /// Starts the next segment, opening it with a checkpoint.

@@ -71,6 +71,7 @@ mod dashboards;
 mod e2e;
 mod fleet_dashboard;
 mod fold_property;
+mod full_disk;
 mod labelled_reads;
 mod mongo_standin;
 mod mongo_store;

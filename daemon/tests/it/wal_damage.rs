@@ -1,7 +1,8 @@
 //! Damage on disk, through the binary: a crash leaves a torn frame (or a
 //! record whose bytes were damaged) at the end of the write-ahead log, and
 //! the next start cuts it off, says so, and replays everything before it;
-//! an empty store file stops the daemon at start.
+//! an empty store file stops the daemon at start; damaged pages in the
+//! store file stop it, or make it unready and refuse ingest.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -147,4 +148,71 @@ fn an_empty_store_file_stops_the_daemon_at_start() {
             .len(),
         0
     );
+}
+
+/// A value no other sample has, to find the pages holding its documents.
+const MARK: f64 = 8_675_309.125;
+
+/// Damaged pages in the store file, as a failing disk might leave them:
+/// the pages holding one series' documents, and every page past the first
+/// 64 KiB. The storage engine panics on such damage rather than report it.
+/// tallyd must refuse the file at start, naming it, or, where the damage
+/// only shows once it reads those pages (the retention sweep at start
+/// reads every document), turn unready and acknowledge nothing; never
+/// report ready on it. (On this layout both are refused at start.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_store_pages_fail_loudly() {
+    for broad in [false, true] {
+        let mut d = damaged_store(broad).await;
+        match tokio::task::block_in_place(|| d.try_restart()) {
+            Err(out) => {
+                assert!(
+                    out.contains("corrupt") && out.contains("tally.redb"),
+                    "refused, naming the file: {out}"
+                );
+            }
+            Ok(()) => {
+                d.wait_for_log("embedded store failed", 1, Duration::from_secs(20))
+                    .await;
+                let (status, body) = tally_testkit::client::http_get(&d, "/readyz").await;
+                assert_eq!(status, 503, "{body}");
+                let mut ingest = d.ingest_client().await;
+                let refused = within("Push", ingest.push(gauge("pg-new", now_ms(), 1.0)))
+                    .await
+                    .unwrap_err();
+                assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+            }
+        }
+    }
+}
+
+/// A stopped daemon whose store file has been damaged (see above).
+async fn damaged_store(broad: bool) -> Daemon {
+    let mut d = Daemon::start_async(tallyd().flush_interval("100ms")).await;
+    let mut ingest = d.ingest_client().await;
+    let t = now_ms();
+    for i in 0..300 {
+        let v = if i == 150 { MARK } else { 1.0 };
+        within("Push", ingest.push(gauge(&format!("pg-{i:03}"), t, v)))
+            .await
+            .unwrap();
+    }
+    // Stopped cleanly, so that the damage is all there is to find.
+    d.sigterm();
+    assert!(d.wait_async(Duration::from_secs(40)).await.success());
+    let store = d.data_dir().join("tally.redb");
+    let mut bytes = std::fs::read(&store).unwrap();
+    assert!(bytes.len() > 256 * 1024, "a store of many pages");
+    let mark = MARK.to_le_bytes();
+    let mut damaged = 0;
+    for page in (64 * 1024..bytes.len()).step_by(4096) {
+        let end = (page + 4096).min(bytes.len());
+        if broad || bytes[page..end].windows(8).any(|w| w == mark) {
+            bytes[page..page + 64].fill(0xA5);
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "pages to damage");
+    std::fs::write(&store, &bytes).unwrap();
+    d
 }

@@ -12,12 +12,14 @@
 //! step only a move along a leaf).
 
 use std::ops::Bound;
+use std::sync::Arc;
 
-use redb::{ReadOnlyTable, ReadableDatabase, ReadableTable};
+use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
 
 use super::codec::{checked, decode_catalog, encode_catalog};
 use super::db::{db_err, Db};
 use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SERIES_CATALOG};
+use super::reopen::Redo;
 use crate::model::{SampleKind, SeriesId};
 use crate::selector::combined_prefix;
 use crate::store::{check_catalog_entries, merge_catalog_entries, CatalogEntry, CatalogQuery};
@@ -30,12 +32,20 @@ const CATALOG_STEPS_BEFORE_SEEK: usize = 16;
 type CatalogTable = ReadOnlyTable<&'static str, &'static [u8]>;
 
 impl Db {
-    pub(super) fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
+    pub(super) fn catalog_upsert(&self, entries: &Arc<[CatalogEntry]>) -> Result<(), StoreError> {
+        self.catalog_upsert_on(&*self.database()?, entries)
+    }
+
+    pub(super) fn catalog_upsert_on(
+        &self,
+        db: &Database,
+        entries: &Arc<[CatalogEntry]>,
+    ) -> Result<(), StoreError> {
         check_catalog_entries(entries)?;
         if entries.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = db.begin_write().map_err(db_err)?;
         {
             let mut table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
             // In key order, for the same page locality as `apply`.
@@ -59,7 +69,7 @@ impl Db {
                 }
             }
         }
-        self.commit(txn, None, false)
+        self.commit(txn, None, false, Some(Redo::Catalog(entries.clone())))
     }
 
     pub(super) fn catalog_list(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
@@ -74,7 +84,8 @@ impl Db {
             accepted_source: None,
         };
         let (mut from, mut inclusive) = q.scan_start(&listing.prefix);
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let db = self.database()?;
+        let txn = db.begin_read().map_err(db_err)?;
         let table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
         while let Some(key) = listing.scan(&table, &from, inclusive, &mut out)? {
             from = key;

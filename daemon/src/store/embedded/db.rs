@@ -19,7 +19,9 @@
 //! half-applied. The write-ahead log keeps every flush above the durable
 //! flush id (`Db::durable_flush_id`) for replay; the watermarks make that
 //! replay exactly-once. When the daemon is idle, `sync_if_due` makes the
-//! last commits durable once they have waited the interval.
+//! last commits durable once they have waited the interval. The commits
+//! since the last durable one are also kept in memory, so that the file can
+//! be reopened after an I/O error without losing them (see `reopen.rs`).
 //!
 //! The cadence is a trade-off. A non-durable commit skips only the `fsync`;
 //! its pages are still written. Leaves it copied can be reused only after
@@ -33,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use parking_lot::Mutex;
+use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use redb::{Database, Durability, ReadableTable, WriteTransaction};
 
 use super::config::EmbeddedConfig;
@@ -41,27 +43,47 @@ use super::layout::{
     DAY_MINUTES, DAY_SUMMARY, FILE_NAME, HOUR_DOCS, LAYOUT_VERSION, META, META_LAST_FLUSH_ID,
     META_LAYOUT_VERSION, SERIES_CATALOG,
 };
+use super::reopen::{Opener, Redo};
 use crate::store::StoreError;
 
 /// When the last durable commit was, and how many commits followed it.
 #[derive(Debug)]
-struct SyncState {
-    last_durable: Instant,
-    commits_since_durable: u32,
+pub(super) struct SyncState {
+    pub(super) last_durable: Instant,
+    pub(super) commits_since_durable: u32,
+}
+
+impl SyncState {
+    pub(super) fn now() -> SyncState {
+        SyncState {
+            last_durable: Instant::now(),
+            commits_since_durable: 0,
+        }
+    }
 }
 
 /// The database and its commit bookkeeping; shared by every clone of the
 /// store. Writes, reads, the catalog and the sweep add their methods to it
 /// in their own modules.
 pub(super) struct Db {
-    pub(super) db: Database,
+    /// `None` only while reopening after an I/O error has failed. Every
+    /// operation holds the read lock for as long as its transaction lives,
+    /// so that a reopen (the write lock) never overlaps one.
+    pub(super) db: RwLock<Option<Database>>,
+    pub(super) opener: Opener,
     pub(super) path: PathBuf,
     pub(super) config: EmbeddedConfig,
-    sync: Mutex<SyncState>,
+    pub(super) sync: Mutex<SyncState>,
     /// Highest flush id committed (durably or not) in this process.
-    committed_flush_id: AtomicU64,
+    pub(super) committed_flush_id: AtomicU64,
     /// Highest flush id known to be on disk.
     durable_flush_id: AtomicU64,
+    /// The writes committed since the last durable commit, oldest first:
+    /// what a reopen must do again. Bounded by the durability cadence.
+    pub(super) redo: Mutex<Vec<Redo>>,
+    /// The I/O error after which redb refuses every operation until the
+    /// file is reopened; cleared by a successful reopen.
+    pub(super) io_failure: Mutex<Option<StoreError>>,
     /// Set by the first error that means the store cannot be trusted any
     /// more (the file is corrupt, or an operation panicked): from then on
     /// the daemon is unready and ingest refuses what it could not keep.
@@ -90,27 +112,46 @@ impl Db {
                     .into(),
             });
         }
-        let db = redb::Builder::new()
-            .set_cache_size(config.cache_size_bytes)
-            .create(&path)
-            .map_err(|e| match db_err(e) {
-                StoreError::Io(msg) => {
-                    StoreError::Io(format!("cannot open {}: {msg}", path.display()))
-                }
-                other => other,
-            })?;
-        let last_flush_id = prepare_tables(&db, &path)?;
+        let opener = Opener::file(&path, &config);
+        Db::open_via(path, config, opener)
+    }
+
+    /// Opens the database at `path` (already checked) with `opener`.
+    pub(super) fn open_via(
+        path: PathBuf,
+        config: EmbeddedConfig,
+        opener: Opener,
+    ) -> Result<Db, StoreError> {
+        let (db, last_flush_id) = open_checked(&opener, &path).map_err(|e| match e {
+            StoreError::Io(msg) => StoreError::Io(format!("cannot open {}: {msg}", path.display())),
+            other => other,
+        })?;
         Ok(Db {
-            db,
+            db: RwLock::new(Some(db)),
+            opener,
             path,
             config,
-            sync: Mutex::new(SyncState {
-                last_durable: Instant::now(),
-                commits_since_durable: 0,
-            }),
+            sync: Mutex::new(SyncState::now()),
             committed_flush_id: AtomicU64::new(last_flush_id),
             durable_flush_id: AtomicU64::new(last_flush_id),
+            redo: Mutex::new(Vec::new()),
+            io_failure: Mutex::new(None),
             fault: Mutex::new(None),
+        })
+    }
+
+    /// The open database, read-locked: hold the guard for as long as a
+    /// transaction begun on it lives.
+    pub(super) fn database(&self) -> Result<MappedRwLockReadGuard<'_, Database>, StoreError> {
+        RwLockReadGuard::try_map(self.db.read(), Option::as_ref).map_err(|_| {
+            StoreError::Unavailable(format!(
+                "{} could not be reopened after an I/O error yet: {}",
+                self.path.display(),
+                self.io_failure
+                    .lock()
+                    .as_ref()
+                    .map_or_else(String::new, ToString::to_string)
+            ))
         })
     }
 
@@ -125,11 +166,14 @@ impl Db {
     ///
     /// Writers are serialised by redb (one write transaction at a time), and
     /// `txn` is still open here, so no other commit can interleave.
+    /// `redo` is the write to do again should the file have to be reopened
+    /// before a durable commit covers this one.
     pub(super) fn commit(
         &self,
         mut txn: WriteTransaction,
         flush_id: Option<u64>,
         force_durable: bool,
+        redo: Option<Redo>,
     ) -> Result<(), StoreError> {
         let durable = force_durable || {
             let st = self.sync.lock();
@@ -150,34 +194,51 @@ impl Db {
             // A durable commit persists every commit before it as well.
             let committed = self.committed_flush_id.load(Ordering::Acquire);
             self.durable_flush_id.fetch_max(committed, Ordering::AcqRel);
+            self.redo.lock().clear();
         } else {
             st.commits_since_durable = st.commits_since_durable.saturating_add(1);
+            self.redo.lock().extend(redo);
         }
         Ok(())
     }
 
     /// Latches `r`'s error if it is one the store cannot recover from by
     /// itself: corruption of the file (not of one document's value) or a
-    /// failed (panicked) operation.
+    /// failed (panicked) operation. An I/O error (a full disk, a failing
+    /// device) is remembered instead: the next operation reopens the file.
     pub(super) fn note<T>(&self, r: &Result<T, StoreError>) {
-        let fatal = match r {
-            Err(StoreError::Corrupt { doc, .. }) => doc.as_str() == FILE_NAME,
-            Err(StoreError::Io(msg)) => msg.contains("task failed"),
-            _ => false,
-        };
-        if let (true, Err(e)) = (fatal, r) {
-            let mut fault = self.fault.lock();
-            if fault.is_none() {
-                tracing::error!(error = %e, "embedded store failed: tallyd is unready and refuses ingest until restarted");
-                metrics::gauge!("tally_store_failed", "store" => "embedded").set(1.0);
-                *fault = Some(e.clone());
+        let Err(e) = r else { return };
+        match e {
+            StoreError::Corrupt { doc, .. } if doc.as_str() == FILE_NAME => {}
+            StoreError::Io(msg) if msg.contains("task failed") => {}
+            StoreError::Io(_) => {
+                let mut failure = self.io_failure.lock();
+                if failure.is_none() {
+                    tracing::error!(error = %e, "embedded store I/O failed: tallyd is unready and refuses ingest until the store file is reopened");
+                    metrics::gauge!("tally_store_failed", "store" => "embedded").set(1.0);
+                    *failure = Some(e.clone());
+                }
+                return;
             }
+            _ => return,
+        }
+        let mut fault = self.fault.lock();
+        if fault.is_none() {
+            tracing::error!(error = %e, "embedded store failed: tallyd is unready and refuses ingest until restarted");
+            metrics::gauge!("tally_store_failed", "store" => "embedded").set(1.0);
+            *fault = Some(e.clone());
         }
     }
 
-    /// The error that made the store unusable, if one did.
+    /// The error that made the store unusable for good, if one did.
     pub(super) fn fault(&self) -> Option<StoreError> {
         self.fault.lock().clone()
+    }
+
+    /// Why the store cannot take writes now, if it cannot: a fault, or an
+    /// I/O error that no reopen has cured yet.
+    pub(super) fn failing(&self) -> Option<StoreError> {
+        self.fault().or_else(|| self.io_failure.lock().clone())
     }
 
     /// Makes the commits since the last durable one durable, if there are
@@ -197,9 +258,40 @@ impl Db {
 
     /// Makes every commit so far durable now, with an empty durable commit.
     pub(super) fn sync_now(&self) -> Result<(), StoreError> {
-        let txn = self.db.begin_write().map_err(db_err)?;
-        self.commit(txn, None, true)
+        self.sync_on(&*self.database()?)
     }
+
+    pub(super) fn sync_on(&self, db: &Database) -> Result<(), StoreError> {
+        let txn = db.begin_write().map_err(db_err)?;
+        self.commit(txn, None, true, None)
+    }
+}
+
+/// Opens the database and prepares its tables; returns the last flush id
+/// on file. The storage engine panics on some kinds of damage to the file
+/// (a garbage length inside a page) instead of returning an error: that is
+/// a corrupt file too, and is refused as one rather than crashing the
+/// daemon.
+pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<(Database, u64), StoreError> {
+    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let db = opener.open()?;
+        let last_flush_id = prepare_tables(&db, path)?;
+        Ok((db, last_flush_id))
+    }));
+    opened.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err(StoreError::Corrupt {
+            doc: path.display().to_string(),
+            reason: format!(
+                "the storage engine failed reading it ({what}). Move the file aside or \
+                 restore it from a backup"
+            ),
+        })
+    })
 }
 
 /// Creates every table, so that read transactions always find them, and

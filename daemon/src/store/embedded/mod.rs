@@ -12,6 +12,7 @@
 //! | `layout.rs`    | tables, keys, value sizes: how documents map onto redb       |
 //! | `codec.rs`     | slots, headers and catalog values to and from bytes          |
 //! | `db.rs`        | opening the file, commits and their durability, redb errors  |
+//! | `reopen.rs`    | reopening the file after an I/O error, redoing lost commits  |
 //! | `write.rs`     | `apply` (flushes) and `preallocate`                          |
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
 //! | `catalog.rs`   | catalog upserts and listings                                 |
@@ -26,6 +27,7 @@ mod config;
 mod db;
 mod layout;
 mod read;
+mod reopen;
 mod retention;
 mod write;
 
@@ -39,6 +41,8 @@ mod tests_corrupt;
 mod tests_durability;
 #[cfg(test)]
 mod tests_read;
+#[cfg(test)]
+mod tests_reopen;
 #[cfg(test)]
 mod tests_retention;
 #[cfg(test)]
@@ -99,13 +103,26 @@ impl EmbeddedStore {
         F: FnOnce(&Db) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = self.inner.clone();
-        let r = tokio::task::spawn_blocking(move || f(&inner))
-            .await
-            .map_err(|e| StoreError::Io(format!("embedded store task failed: {e}")))
-            .and_then(|r| r);
+        let r = tokio::task::spawn_blocking(move || {
+            inner.reopen_if_needed()?;
+            f(&inner)
+        })
+        .await
+        .map_err(|e| panicked("embedded store", &e))
+        .and_then(|r| r);
         self.inner.note(&r);
         r
     }
+}
+
+/// A store operation that panicked. `Db::note` latches it ("task failed"):
+/// the storage engine panics on some kinds of damage to the file.
+fn panicked(what: &str, e: &tokio::task::JoinError) -> StoreError {
+    StoreError::Io(format!(
+        "{what} task failed: {e}. A panic inside the storage engine usually means a damaged \
+         store file: stop tallyd, move {} aside or restore it from a backup",
+        layout::FILE_NAME
+    ))
 }
 
 #[async_trait::async_trait]
@@ -115,8 +132,9 @@ impl Store for EmbeddedStore {
     }
 
     async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        // spawn_blocking needs an owned batch.
-        let batch = batch.clone();
+        // spawn_blocking needs an owned batch; shared, because the store
+        // keeps it until a durable commit covers it (see `reopen.rs`).
+        let batch = Arc::new(batch.clone());
         self.blocking(move |inner| inner.apply(&batch)).await
     }
 
@@ -147,7 +165,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
-        let entries = entries.to_vec();
+        let entries: Arc<[CatalogEntry]> = entries.into();
         let started = Instant::now();
         let r = self
             .blocking(move |inner| inner.catalog_upsert(&entries))
@@ -168,11 +186,13 @@ impl Store for EmbeddedStore {
         if let Some(fault) = self.inner.fault() {
             return Err(fault);
         }
+        // Also the probe that reopens the file after an I/O error once the
+        // cause (a full disk) is gone.
         self.blocking(|inner| inner.health()).await
     }
 
     fn fault(&self) -> Option<String> {
-        self.inner.fault().map(|e| e.to_string())
+        self.inner.failing().map(|e| e.to_string())
     }
 
     /// The embedded equivalent of MongoDB's TTL index: documents go once
@@ -185,6 +205,7 @@ impl Store for EmbeddedStore {
     ) -> Result<usize, StoreError> {
         let store = self.clone();
         let r = tokio::task::spawn_blocking(move || {
+            store.inner.reopen_if_needed()?;
             store.sweep_expired(
                 now_s,
                 Retention {
@@ -194,7 +215,7 @@ impl Store for EmbeddedStore {
             )
         })
         .await
-        .map_err(|e| StoreError::Io(format!("retention sweep task failed: {e}")))
+        .map_err(|e| panicked("retention sweep", &e))
         .and_then(|r| r);
         self.inner.note(&r);
         r

@@ -33,7 +33,8 @@ impl Db {
         let lo = q
             .tier
             .period_start(q.from.max(i64::MIN / 2).div_euclid(MINUTE_S));
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let db = self.database()?;
+        let txn = db.begin_read().map_err(db_err)?;
         match q.tier {
             Tier::Hour => read_hour_docs(&txn, q, lo),
             Tier::Day => read_day_docs(&txn, q, lo),
@@ -41,13 +42,15 @@ impl Db {
     }
 
     pub(super) fn last_flush_id(&self) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let db = self.database()?;
+        let txn = db.begin_read().map_err(db_err)?;
         let meta = txn.open_table(META).map_err(db_err)?;
         Ok(meta_value(&meta, META_LAST_FLUSH_ID)?.unwrap_or(0))
     }
 
     pub(super) fn health(&self) -> Result<(), StoreError> {
-        let txn = self.db.begin_read().map_err(db_err)?;
+        let db = self.database()?;
+        let txn = db.begin_read().map_err(db_err)?;
         let meta = txn.open_table(META).map_err(db_err)?;
         meta_value(&meta, META_LAYOUT_VERSION)?;
         Ok(())

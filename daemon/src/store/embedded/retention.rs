@@ -50,7 +50,8 @@ impl Db {
     ) -> Result<usize, StoreError> {
         let hour_cutoff = now_s.saturating_sub(retention.hour_s);
         let day_cutoff = now_s.saturating_sub(retention.day_s);
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let db = self.database()?;
+        let txn = db.begin_write().map_err(db_err)?;
         let (hours, days, blocks, series) = {
             let mut t = txn.open_table(HOUR_DOCS).map_err(db_err)?;
             let hours = sweep_periods(&mut t, hour_cutoff)?;
@@ -62,7 +63,7 @@ impl Db {
             let series = sweep_catalog(&mut t, day_cutoff)?;
             (hours, days, blocks, series)
         };
-        self.commit(txn, None, true)?;
+        self.commit(txn, None, true, None)?;
         tracing::debug!(
             hour_docs = hours,
             day_docs = days,

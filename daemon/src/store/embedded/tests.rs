@@ -122,7 +122,7 @@ pub(super) fn raw_len(
     table: TableDefinition<HourKey, &[u8]>,
     key: HourKey,
 ) -> Option<usize> {
-    let txn = store.inner.db.begin_read().unwrap();
+    let txn = store.inner.database().unwrap().begin_read().unwrap();
     let t = txn.open_table(table).unwrap();
     let len = t.get(key).unwrap().map(|v| v.value().len());
     len
@@ -134,7 +134,7 @@ pub(super) fn raw_blocks(
     met: &str,
     day: i64,
 ) -> Vec<(u8, Vec<u8>)> {
-    let txn = store.inner.db.begin_read().unwrap();
+    let txn = store.inner.database().unwrap().begin_read().unwrap();
     let t = txn.open_table(DAY_MINUTES).unwrap();
     let blocks = t
         .range::<MinutesKey>((src, met, day, 0)..=(src, met, day, u8::MAX))
@@ -153,7 +153,7 @@ pub(super) fn write_raw<K: redb::Key + 'static>(
     key: K::SelfType<'_>,
     value: &[u8],
 ) {
-    let txn = store.inner.db.begin_write().unwrap();
+    let txn = store.inner.database().unwrap().begin_write().unwrap();
     txn.open_table(table).unwrap().insert(key, value).unwrap();
     txn.commit().unwrap();
 }

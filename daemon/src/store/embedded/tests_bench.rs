@@ -119,7 +119,7 @@ async fn bench_apply_20k_series_one_minute() {
     }
     let b = make(10, 10);
     let start = Instant::now();
-    store.inner.apply(&b).unwrap();
+    store.inner.apply(&std::sync::Arc::new(b)).unwrap();
     let d = start.elapsed();
     let start = Instant::now();
     store.sync().unwrap();

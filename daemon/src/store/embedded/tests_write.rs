@@ -177,7 +177,7 @@ async fn preallocate_creates_empty_docs() {
         }
     }
     {
-        let txn = store.inner.db.begin_read().unwrap();
+        let txn = store.inner.database().unwrap().begin_read().unwrap();
         let t = txn.open_table(HOUR_DOCS).unwrap();
         let v = t.get(("db-01", "op_counter", h10)).unwrap().unwrap();
         let v = v.value();

@@ -10,7 +10,9 @@
 //! it makes a flush atomic: either all of its documents move to the new
 //! watermark or none do.
 
-use redb::{ReadableTable, Table, WriteTransaction};
+use std::sync::Arc;
+
+use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::codec::{checked, empty_value, header, merge_slot, put_header};
 use super::db::{db_err, invalid, meta_value, Db};
@@ -19,6 +21,7 @@ use super::layout::{
     MinuteBlock, MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN,
     HEADER_LEN, HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
 };
+use super::reopen::Redo;
 use crate::model::{
     DayDocUpdate, DayHourUpdate, DocKey, FlushBatch, HourDocUpdate, SeriesUpdate, Slot, Tier,
     DAY_S, HOUR_S,
@@ -45,7 +48,15 @@ impl<'txn> DocTables<'txn> {
 }
 
 impl Db {
-    pub(super) fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
+    pub(super) fn apply(&self, batch: &Arc<FlushBatch>) -> Result<ApplyStats, StoreError> {
+        self.apply_on(&*self.database()?, batch)
+    }
+
+    pub(super) fn apply_on(
+        &self,
+        db: &Database,
+        batch: &Arc<FlushBatch>,
+    ) -> Result<ApplyStats, StoreError> {
         let id = batch.id.0;
         if id == 0 {
             return Err(invalid(
@@ -62,7 +73,7 @@ impl Db {
         order.sort_unstable_by(|a, b| a.series.cmp(&b.series));
 
         let mut stats = ApplyStats::default();
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let txn = db.begin_write().map_err(db_err)?;
         {
             let mut tables = DocTables::open(&txn)?;
             for su in order {
@@ -84,13 +95,14 @@ impl Db {
         }
         // On any error above, dropping `txn` aborts it: nothing of the batch
         // is written.
-        self.commit(txn, Some(id), false)?;
+        self.commit(txn, Some(id), false, Some(Redo::Apply(batch.clone())))?;
         Ok(stats)
     }
 
     pub(super) fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
         let mut stats = PreallocStats::default();
-        let txn = self.db.begin_write().map_err(db_err)?;
+        let db = self.database()?;
+        let txn = db.begin_write().map_err(db_err)?;
         {
             let DocTables {
                 mut hours,
@@ -139,7 +151,7 @@ impl Db {
                 }
             }
         }
-        self.commit(txn, None, false)?;
+        self.commit(txn, None, false, None)?;
         Ok(stats)
     }
 }

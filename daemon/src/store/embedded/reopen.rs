@@ -1,0 +1,116 @@
+//! Surviving an I/O error. After one failed write (a full disk, a failing
+//! device) redb refuses every later operation on that `Database` until it is
+//! reopened, and a reopened file lands on the last *durable* commit: the
+//! non-durable commits after it are gone. So the store keeps those commits'
+//! writes ([`Redo`]) until a durable commit covers them, and the first
+//! operation after an I/O error reopens the file and does them again, in
+//! order, before any other operation may touch it. Watermarks make a redone
+//! flush count once even where the file did keep it.
+//!
+//! While the file cannot be reopened (the disk is still full), operations
+//! answer `Unavailable` and the store reports itself failing: `/readyz` is
+//! unready and ingest refuses what it could not keep. Each later operation
+//! (a flush retry, a readiness probe) tries again, so the store resumes by
+//! itself once space returns.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redb::Database;
+
+use super::config::EmbeddedConfig;
+use super::db::{db_err, open_checked, Db, SyncState};
+use crate::model::FlushBatch;
+use crate::store::{CatalogEntry, StoreError};
+
+/// A write committed without `fsync`, kept until a durable commit covers it.
+#[derive(Debug, Clone)]
+pub(super) enum Redo {
+    Apply(Arc<FlushBatch>),
+    Catalog(Arc<[CatalogEntry]>),
+}
+
+type OpenFn = dyn Fn() -> Result<Database, StoreError> + Send + Sync;
+
+/// How to open the database: the file, or in tests a file behind a storage
+/// backend that fails on demand.
+pub(super) struct Opener(Box<OpenFn>);
+
+impl Opener {
+    pub(super) fn file(path: &Path, config: &EmbeddedConfig) -> Opener {
+        let path = path.to_path_buf();
+        let cache = config.cache_size_bytes;
+        Opener(Box::new(move || {
+            redb::Builder::new()
+                .set_cache_size(cache)
+                .create(&path)
+                .map_err(db_err)
+        }))
+    }
+
+    #[cfg(test)]
+    pub(super) fn new(
+        f: impl Fn() -> Result<Database, StoreError> + Send + Sync + 'static,
+    ) -> Opener {
+        Opener(Box::new(f))
+    }
+
+    pub(super) fn open(&self) -> Result<Database, StoreError> {
+        (self.0)()
+    }
+}
+
+impl Db {
+    /// Reopens the file if an I/O error has made redb refuse it, and redoes
+    /// what the reopen lost. Blocking.
+    pub(super) fn reopen_if_needed(&self) -> Result<(), StoreError> {
+        if self.io_failure.lock().is_none() {
+            return Ok(());
+        }
+        let mut slot = self.db.write();
+        // Another operation may have reopened it while this one waited.
+        if self.io_failure.lock().is_none() {
+            return Ok(());
+        }
+        // Closed first: redb locks the file while it is open.
+        *slot = None;
+        let (db, last_flush_id) = open_checked(&self.opener, &self.path)?;
+        self.committed_flush_id
+            .store(last_flush_id, Ordering::Release);
+        *self.sync.lock() = SyncState::now();
+        let redo = std::mem::take(&mut *self.redo.lock());
+        if let Err(e) = self.redo_all(&db, &redo) {
+            // Kept whole for the next attempt: what was redone is redone
+            // again then, harmlessly.
+            *self.redo.lock() = redo;
+            return Err(e);
+        }
+        *slot = Some(db);
+        *self.io_failure.lock() = None;
+        if self.fault().is_none() {
+            metrics::gauge!("tally_store_failed", "store" => "embedded").set(0.0);
+        }
+        tracing::info!(
+            path = %self.path.display(),
+            redone = redo.len(),
+            last_flush_id,
+            "embedded store reopened after an I/O error; the commits since its last durable one were made again"
+        );
+        Ok(())
+    }
+
+    fn redo_all(&self, db: &Database, redo: &[Redo]) -> Result<(), StoreError> {
+        for r in redo {
+            match r {
+                Redo::Apply(batch) => {
+                    self.apply_on(db, batch)?;
+                }
+                Redo::Catalog(entries) => self.catalog_upsert_on(db, entries)?,
+            }
+        }
+        // Durable, so that the redone writes are safe again and the list
+        // they were kept in empties.
+        self.sync_on(db)
+    }
+}
