@@ -149,6 +149,27 @@ impl Aggregator {
             .unwrap_or_default()
     }
 
+    /// The series in memory that `keep` accepts, at most `limit`. Visits
+    /// every series, a shard at a time: for reads that cannot ask the
+    /// catalog because the store is unreachable, not for the hot path.
+    pub fn series_where(
+        &self,
+        keep: impl Fn(&crate::model::SeriesId) -> bool,
+        limit: usize,
+    ) -> Vec<Arc<crate::model::SeriesId>> {
+        let mut out = Vec::new();
+        for cell in self.shards.iter() {
+            let shard = cell.shard.lock();
+            for s in shard.series.iter().filter(|s| keep(&s.id)) {
+                if out.len() == limit {
+                    return out;
+                }
+                out.push(s.id.clone());
+            }
+        }
+        out
+    }
+
     /// Whether the unlabelled series `source`/`metric` is in memory.
     pub fn has_series(&self, key: SeriesRef<'_>) -> bool {
         let hash = self.hasher.hash_one(key);

@@ -16,6 +16,7 @@ use super::convert::{
     series_points, step_spec, token,
 };
 use crate::labels::validate_label_name;
+use crate::query::partial::tracking;
 use crate::query::{AggregateQuery, Names, QueryEngine, Selection, Sources};
 use crate::store::CatalogQuery;
 use crate::watch::{Subscription, WatchHub};
@@ -105,11 +106,13 @@ impl pb::query_server::Query for QueryService {
         let step = step_spec(r.step, r.step_ms, r.max_points)?;
         let aggs = aggregates(&r.aggregates)?;
         let (from, to) = seconds(r.from_ms, r.to_ms);
-        let result = self.engine.range(&sel, from, to, step, &aggs).await?;
-        Ok(Response::new(pb::RangeResponse {
+        let (result, partial) = tracking(self.engine.range(&sel, from, to, step, &aggs)).await;
+        let result = result?;
+        let resp = pb::RangeResponse {
             step_ms: result.step_s * 1000,
             series: result.series.iter().map(series_points).collect(),
-        }))
+        };
+        Ok(answer(resp, partial))
     }
 
     async fn latest(
@@ -119,10 +122,11 @@ impl pb::query_server::Query for QueryService {
         let r = request.into_inner();
         let sel = selection(&r.source, &r.metric, &r.labels, &self.patterns())?;
         let now = chrono::Utc::now().timestamp();
-        let latest = self.engine.latest(&sel, now).await?;
-        Ok(Response::new(pb::LatestResponse {
-            series: latest.into_iter().map(latest_series).collect(),
-        }))
+        let (latest, partial) = tracking(self.engine.latest(&sel, now)).await;
+        let resp = pb::LatestResponse {
+            series: latest?.into_iter().map(latest_series).collect(),
+        };
+        Ok(answer(resp, partial))
     }
 
     async fn list_series(
@@ -211,21 +215,20 @@ impl pb::query_server::Query for QueryService {
             None => Sources::Matching(Vec::new()),
         };
         let (from, to) = seconds(r.from_ms, r.to_ms);
-        let result = self
-            .engine
-            .aggregate(&AggregateQuery {
-                metric: r.metric,
-                sources,
-                from,
-                to,
-                step: step_spec(r.step, r.step_ms, r.max_points)?,
-                aggregates: aggregates(&r.aggregates)?,
-                use_rollup: !r.fan_out,
-                labels: label_matchers(&r.labels, &self.patterns())?,
-                by: group_by(&r.by)?,
-            })
-            .await?;
-        Ok(Response::new(pb::AggregateResponse {
+        let q = AggregateQuery {
+            metric: r.metric,
+            sources,
+            from,
+            to,
+            step: step_spec(r.step, r.step_ms, r.max_points)?,
+            aggregates: aggregates(&r.aggregates)?,
+            use_rollup: !r.fan_out,
+            labels: label_matchers(&r.labels, &self.patterns())?,
+            by: group_by(&r.by)?,
+        };
+        let (result, partial) = tracking(self.engine.aggregate(&q)).await;
+        let result = result?;
+        let resp = pb::AggregateResponse {
             kind: kind_to_proto(result.kind) as i32,
             step_ms: result.step_s * 1000,
             fanned_out: result.fanned_out.map(|n| n.min(u32::MAX as usize) as u32),
@@ -241,7 +244,8 @@ impl pb::query_server::Query for QueryService {
                 .collect(),
             rollup: result.rollup,
             metric: result.metric,
-        }))
+        };
+        Ok(answer(resp, partial))
     }
 
     type WatchStream = WatchUpdates;
@@ -255,4 +259,27 @@ impl pb::query_server::Query for QueryService {
         let sub = self.watch.subscribe(sel, r.window_minutes).await?;
         Ok(Response::new(watch_updates(sub)))
     }
+}
+
+/// A read's reply; one answered from memory alone because the store is
+/// unreachable carries the reason in the `tally-partial` metadata.
+fn answer<T>(msg: T, partial: Option<String>) -> Response<T> {
+    let mut resp = Response::new(msg);
+    if let Some(why) = partial {
+        // Metadata values are visible ASCII: anything else becomes `?`.
+        let ascii: String = why
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        if let Ok(v) = ascii.parse() {
+            resp.metadata_mut().insert("tally-partial", v);
+        }
+    }
+    resp
 }

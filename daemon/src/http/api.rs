@@ -83,6 +83,24 @@ impl IntoResponse for QueryError {
 }
 
 /// Records a read's latency under its endpoint.
+/// A read's answer, with `partial` beside its fields when it was answered
+/// from memory alone because the store is unreachable.
+#[derive(serde::Serialize)]
+struct MaybePartial<T> {
+    #[serde(flatten)]
+    body: T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partial: Option<String>,
+}
+
+/// Runs a read, noting whether it had to answer from memory alone.
+async fn read<T>(
+    read: impl std::future::Future<Output = Result<T, QueryError>>,
+) -> Result<Json<MaybePartial<T>>, QueryError> {
+    let (r, partial) = crate::query::partial::tracking(read).await;
+    r.map(|body| Json(MaybePartial { body, partial }))
+}
+
 fn timed<T: IntoResponse>(
     endpoint: &'static str,
     started: Instant,
@@ -241,7 +259,7 @@ async fn range(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejectio
     let step = tri!(p.step());
     let aggs = tri!(p.aggregates());
     let started = Instant::now();
-    let r = s.query.range(&sel, from, to, step, &aggs).await.map(Json);
+    let r = read(s.query.range(&sel, from, to, step, &aggs)).await;
     timed("range", started, r)
 }
 
@@ -250,12 +268,11 @@ async fn latest(State(s): State<ApiState>, q: Result<Query<Params>, QueryRejecti
     let sel = tri!(p.selection(&s.patterns()));
     let started = Instant::now();
     let now = chrono::Utc::now().timestamp();
-    let r = s
-        .query
-        .latest(&sel, now)
-        .await
-        .map(|series| Json(serde_json::json!({ "series": series })));
-    timed("latest", started, r)
+    let latest = async {
+        let series = s.query.latest(&sel, now).await?;
+        Ok(serde_json::json!({ "series": series }))
+    };
+    timed("latest", started, read(latest).await)
 }
 
 fn parse_kind(k: &Option<String>) -> Result<Option<SampleKind>, QueryError> {
@@ -422,7 +439,7 @@ async fn aggregate(
         by: tri!(p.group_by()),
     };
     let started = Instant::now();
-    let r = s.query.aggregate(&q).await.map(Json);
+    let r = read(s.query.aggregate(&q)).await;
     timed("aggregate", started, r)
 }
 

@@ -21,7 +21,9 @@ use crate::model::{
 };
 use crate::rollup::Rollups;
 use crate::selector::{all_match, all_match_labels, LabelMatcher, NameMatcher};
-use crate::store::{CatalogEntry, CatalogQuery, ReadQuery, Store};
+use crate::store::{
+    source_selected, CatalogEntry, CatalogQuery, DocRead, ReadQuery, Store, StoreError,
+};
 
 /// Non-empty buckets: (bucket start, merged slot), ascending.
 pub type Buckets = Vec<(i64, Slot)>;
@@ -237,29 +239,77 @@ impl QueryEngine {
         let key = id.series_ref();
         // Unflushed first, then the store: see `flush::Inflight`.
         let unflushed = self.inflight.unflushed(key);
-        let started = std::time::Instant::now();
         let docs = self
-            .store
-            .read(&ReadQuery {
+            .read_docs(&ReadQuery {
                 series: id.clone(),
                 tier,
                 resolution: w.step.resolution,
                 from: w.from,
                 to: w.end(),
             })
-            .await;
+            .await?;
+        let (kind, buckets) = merge_unflushed(docs, &unflushed, tier, w);
+        Ok(SeriesBuckets {
+            series: id.clone(),
+            kind,
+            buckets,
+        })
+    }
+
+    /// The store's documents for `q`; none, noted as partial, while the
+    /// store is unreachable (see [`partial`](super::partial)).
+    async fn read_docs(&self, q: &ReadQuery) -> Result<Vec<DocRead>, QueryError> {
+        if let Some(why) = self.store.outage() {
+            super::partial::note(&why);
+            return Ok(Vec::new());
+        }
+        let started = std::time::Instant::now();
+        let docs = self.store.read(q).await;
         crate::telemetry::store_operation(
             self.store.name(),
             "read",
             started.elapsed().as_secs_f64(),
         );
         // Stores count their own read errors in `tally_store_errors_total`.
-        let (kind, buckets) = merge_unflushed(docs?, &unflushed, tier, w);
-        Ok(SeriesBuckets {
-            series: id.clone(),
-            kind,
-            buckets,
-        })
+        match docs {
+            Err(StoreError::Unavailable(why)) => {
+                super::partial::note(&why);
+                Ok(Vec::new())
+            }
+            docs => Ok(docs?),
+        }
+    }
+
+    /// The series a catalog query selects, for a read: from the catalog,
+    /// or while the store is unreachable from the series in memory (noted
+    /// as partial; the second value says so).
+    pub(super) async fn listed(
+        &self,
+        q: &CatalogQuery,
+    ) -> Result<(Vec<SeriesId>, bool), QueryError> {
+        let why = match self.store.outage() {
+            Some(why) => why,
+            None => match self.store.catalog_list(q).await {
+                Ok(found) => return Ok((found.into_iter().map(|e| e.series).collect(), false)),
+                Err(StoreError::Unavailable(why)) => why,
+                Err(e) => return Err(e.into()),
+            },
+        };
+        super::partial::note(&why);
+        let keep = |id: &SeriesId| {
+            source_selected(&q.source, &id.source)
+                && all_match(&q.metric, &id.metric)
+                && all_match_labels(&q.labels, &id.labels)
+                && q.after.as_ref().is_none_or(|after| id.key() > after.key())
+        };
+        let mut ids: Vec<SeriesId> = self
+            .agg
+            .series_where(keep, q.limit)
+            .into_iter()
+            .map(|id| SeriesId::clone(&id))
+            .collect();
+        ids.sort_by_key(SeriesId::key);
+        Ok((ids, true))
     }
 
     /// The series a selection covers: named outright, or looked up in the
@@ -302,8 +352,8 @@ impl QueryEngine {
             }
             return Ok(ids);
         }
-        let found = self
-            .catalog(&CatalogQuery {
+        let (found, _) = self
+            .listed(&CatalogQuery {
                 source: sel.source.clone(),
                 metric: sel.metric.clone(),
                 labels: sel.labels.clone(),
@@ -316,7 +366,7 @@ impl QueryEngine {
         if found.len() > limit {
             return Err(too_many(format!("more than {limit}")));
         }
-        Ok(found.into_iter().map(|e| e.series).collect())
+        Ok(found)
     }
 
     pub(super) async fn catalog(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, QueryError> {

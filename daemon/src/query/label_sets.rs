@@ -69,8 +69,11 @@ impl QueryEngine {
         let stored = match self.label_sets.get(&key) {
             Some(sets) => sets,
             None => {
-                let sets = self.stored_label_sets(source, metric, limit).await?;
-                self.label_sets.put(&key, sets.clone());
+                let (sets, from_memory) = self.stored_label_sets(source, metric, limit).await?;
+                // What memory alone says is not the catalog's answer.
+                if !from_memory {
+                    self.label_sets.put(&key, sets.clone());
+                }
                 sets
             }
         };
@@ -98,9 +101,9 @@ impl QueryEngine {
         source: &str,
         metric: &str,
         limit: usize,
-    ) -> Result<Vec<Labels>, QueryError> {
-        let found = self
-            .catalog(&CatalogQuery {
+    ) -> Result<(Vec<Labels>, bool), QueryError> {
+        let (found, from_memory) = self
+            .listed(&CatalogQuery {
                 source: vec![NameMatcher::exact(source)],
                 metric: vec![NameMatcher::exact(metric)],
                 labels: Vec::new(),
@@ -110,6 +113,6 @@ impl QueryEngine {
                 limit: limit.saturating_add(1),
             })
             .await?;
-        Ok(found.into_iter().map(|e| e.series.labels).collect())
+        Ok((found.into_iter().map(|id| id.labels).collect(), from_memory))
     }
 }

@@ -25,6 +25,7 @@
 //! | `label_sets`   | the label sets of a source's metric: memory and catalog     |
 //! | `cross_source` | one metric across sources: rollup or fan-out               |
 //! | `discovery`    | series, sources and metrics listings                       |
+//! | `partial`      | answering from memory while the store is unreachable      |
 //! | `error`        | [`QueryError`]                                             |
 //! | `limits`       | [`QueryConfig`], the `[query]` section                     |
 
@@ -36,6 +37,7 @@ mod error;
 mod label_sets;
 mod limits;
 mod merge;
+pub mod partial;
 mod step;
 
 pub use aggregate::{Aggregate, Point};

@@ -374,6 +374,14 @@ pub trait Store: Send + Sync + 'static {
     /// (`tally_store_errors_total`) themselves, with `op = "catalog_upsert"`.
     async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError>;
 
+    /// Why the store is known to be unreachable now, if it is: reads then
+    /// answer from memory at once (flagged partial) instead of waiting for
+    /// it. Cleared by the next operation that reaches it (the readiness
+    /// probe runs every two seconds).
+    fn outage(&self) -> Option<String> {
+        None
+    }
+
     /// Lists catalog entries matching `query`, in key order.
     ///
     /// Metrics as for [`Store::catalog_upsert`], with `op = "catalog_list"`.

@@ -73,6 +73,7 @@ mod fleet_dashboard;
 mod fold_property;
 mod full_disk;
 mod labelled_reads;
+mod mongo_outage;
 mod mongo_standin;
 mod mongo_store;
 mod prometheus_api;

@@ -8,7 +8,7 @@ use serde_json::{json, Value as Json_};
 use super::eval::{Evaluator, Labels, Value};
 use super::params::{parse_duration_ms, Params};
 use super::plan::{self, AggOp, Plan};
-use super::response::{labels_json, sample, success, timed, with_rollups, ApiError};
+use super::response::{labels_json, sample, success_with_warnings, timed, with_rollups, ApiError};
 use super::state::PromState;
 
 fn query_text(p: &Params) -> Result<&str, ApiError> {
@@ -55,7 +55,8 @@ async fn run_range(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
     let plan = plan::plan_within(q, engine.limits())?;
     let times: Vec<i64> = (0..points).map(|i| start + i * step).collect();
     let mut ev = Evaluator::new(engine, cache, times);
-    let value = ev.eval(&plan).await?;
+    let (value, partial) = crate::query::partial::tracking(ev.eval(&plan)).await;
+    let value = value?;
     let times = ev.times_ms();
     let result: Vec<Json_> = match value {
         Value::Scalar(v) => vec![json!({
@@ -78,7 +79,10 @@ async fn run_range(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
         }
     };
     Ok(with_rollups(
-        success(json!({ "resultType": "matrix", "result": result })),
+        success_with_warnings(
+            json!({ "resultType": "matrix", "result": result }),
+            partial.into_iter().collect(),
+        ),
         &ev.rollups,
     ))
 }
@@ -96,7 +100,8 @@ async fn run_instant(prom: &PromState, p: &Params) -> Result<Response, ApiError>
     };
     let plan = plan::plan_within(q, engine.limits())?;
     let mut ev = Evaluator::new(engine, cache, vec![t]);
-    let data = match ev.eval(&plan).await? {
+    let (value, partial) = crate::query::partial::tracking(ev.eval(&plan)).await;
+    let data = match value? {
         Value::Scalar(v) => json!({
             "resultType": "scalar",
             "result": sample(t, v.first().copied().unwrap_or(f64::NAN)),
@@ -124,5 +129,8 @@ async fn run_instant(prom: &PromState, p: &Params) -> Result<Response, ApiError>
             json!({ "resultType": "vector", "result": result })
         }
     };
-    Ok(with_rollups(success(data), &ev.rollups))
+    Ok(with_rollups(
+        success_with_warnings(data, partial.into_iter().collect()),
+        &ev.rollups,
+    ))
 }

@@ -207,11 +207,34 @@ impl MongoStore {
         let started = Instant::now();
         let result = tokio::time::timeout(limit, call).await;
         self.record(op, 0, bytes, started);
-        result.unwrap_or_else(|_| {
+        let result = result.unwrap_or_else(|_| {
             Err(StoreError::Unavailable(format!(
                 "{what}no answer within {limit:?}"
             )))
-        })
+        });
+        self.note_reach(&result);
+        result
+    }
+
+    /// Keeps [`Store::outage`](crate::store::Store::outage) current: set by
+    /// an operation that could not reach the server, cleared by one that
+    /// did.
+    pub(super) fn note_reach<T>(&self, result: &Result<T, StoreError>) {
+        let mut outage = self.outage.lock();
+        match result {
+            Err(StoreError::Unavailable(why)) => {
+                if outage.is_none() {
+                    tracing::warn!(error = %why, "MongoDB unreachable: reads answer from memory, flagged partial, until it answers again");
+                }
+                *outage = Some(why.clone());
+            }
+            Err(_) => {}
+            Ok(_) => {
+                if outage.take().is_some() {
+                    tracing::info!("MongoDB reachable again");
+                }
+            }
+        }
     }
 
     /// Sends write statements, grouped by collection, in commands of

@@ -281,6 +281,9 @@ pub struct MongoStore {
     known: Mutex<KnownDocs>,
     hasher: ahash::RandomState,
     counters: Counters,
+    /// Why the last operation could not reach the server, until one does:
+    /// see [`Store::outage`].
+    outage: Mutex<Option<String>>,
 }
 
 impl fmt::Debug for MongoStore {
@@ -344,6 +347,7 @@ impl MongoStore {
             known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
             hasher: ahash::RandomState::new(),
             counters: Counters::default(),
+            outage: Mutex::new(None),
         })
     }
 
@@ -456,6 +460,10 @@ impl Store for MongoStore {
         let r = self.catalog_list_inner(query).await;
         observe(self.name(), "catalog_list", started, &r);
         r
+    }
+
+    fn outage(&self) -> Option<String> {
+        self.outage.lock().clone()
     }
 
     async fn health(&self) -> Result<(), StoreError> {

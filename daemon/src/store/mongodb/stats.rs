@@ -182,6 +182,9 @@ impl MongoStore {
     /// Errors of operations no caller counts (`apply` and `preallocate`
     /// are counted by the flush pipeline and maintenance).
     pub(super) fn count_error(&self, op: Op, e: &StoreError) {
+        if matches!(e, StoreError::Unavailable(_)) {
+            self.note_reach::<()>(&Err(e.clone()));
+        }
         metrics::counter!("tally_store_errors_total", "store" => "mongodb", "op" => op.as_str(), "kind" => e.kind())
             .increment(1);
     }
