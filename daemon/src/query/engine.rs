@@ -352,17 +352,18 @@ impl QueryEngine {
             }
             return Ok(ids);
         }
-        let (found, _) = self
-            .listed(&CatalogQuery {
-                source: sel.source.clone(),
-                metric: sel.metric.clone(),
-                labels: sel.labels.clone(),
-                kind: None,
-                seen_since: None,
-                after: None,
-                limit: limit + 1,
-            })
-            .await?;
+        // Boxed, like `series_of` above: the listing's future would
+        // otherwise sit inside every level of a nested PromQL evaluation.
+        let (found, _) = Box::pin(self.listed(&CatalogQuery {
+            source: sel.source.clone(),
+            metric: sel.metric.clone(),
+            labels: sel.labels.clone(),
+            kind: None,
+            seen_since: None,
+            after: None,
+            limit: limit + 1,
+        }))
+        .await?;
         if found.len() > limit {
             return Err(too_many(format!("more than {limit}")));
         }
