@@ -34,7 +34,9 @@ use tally::{grpc, http, telemetry};
 
 // Ingest decodes many small strings and arrays per request; mimalloc's
 // per-thread free lists measured faster than the system allocator here (see
-// BENCHMARKS.md).
+// BENCHMARKS.md). It is built without transparent huge pages (`no_thp`):
+// with them, every fresh or purged region it touches again costs the kernel
+// zeroing a whole 2 MiB page, and peak RSS measured about 50 MiB higher.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
