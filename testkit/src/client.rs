@@ -27,6 +27,17 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A push of `series`, all of `source`.
+pub fn push_of(source: &str, series: Vec<pb::SeriesSamples>) -> pb::PushRequest {
+    pb::PushRequest {
+        sources: vec![pb::SourceBatch {
+            source: source.to_string(),
+            series,
+            groups: Vec::new(),
+        }],
+    }
+}
+
 /// One series' samples for a push.
 pub fn series(metric: &str, kind: pb::SampleKind, samples: &[(i64, f64)]) -> pb::SeriesSamples {
     pb::SeriesSamples {

@@ -103,6 +103,19 @@ pub struct CatalogQuery {
 }
 
 impl CatalogQuery {
+    /// Every series, at most `limit` of them.
+    pub fn everything(limit: usize) -> CatalogQuery {
+        CatalogQuery {
+            source: Vec::new(),
+            metric: Vec::new(),
+            labels: Vec::new(),
+            kind: None,
+            seen_since: None,
+            after: None,
+            limit,
+        }
+    }
+
     /// Every key this query can list starts with this, so a scan in key order
     /// can begin at it and stop at the first key without it. An exact source
     /// fixes the whole `source|` part, and then the metric's prefix counts

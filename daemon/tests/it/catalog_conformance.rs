@@ -26,15 +26,7 @@ pub fn entry(source: &str, metric: &str, kind: SampleKind, first: i64, last: i64
 }
 
 pub fn query() -> CatalogQuery {
-    CatalogQuery {
-        source: Vec::new(),
-        metric: Vec::new(),
-        labels: Vec::new(),
-        kind: None,
-        seen_since: None,
-        after: None,
-        limit: 10_000,
-    }
+    CatalogQuery::everything(10_000)
 }
 
 pub fn exact(name: &str) -> NameMatcher {

@@ -53,6 +53,18 @@ impl SmallDisk {
     }
 }
 
+/// A 12 MiB tmpfs and a data directory on it, or `None` (saying why)
+/// where one cannot be mounted.
+fn small_data_dir() -> Option<(SmallDisk, PathBuf)> {
+    let Some(disk) = SmallDisk::mount("12m") else {
+        eprintln!("full_disk: skipped, a tmpfs cannot be mounted here (needs root)");
+        return None;
+    };
+    let data = disk.path().join("data");
+    std::fs::create_dir_all(&data).ok()?;
+    Some((disk, data))
+}
+
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(self.path()).status();
@@ -226,12 +238,9 @@ async fn fill_and_free(d: &Daemon, disk: &SmallDisk, fleet: Fleet, max: usize) -
 /// The log fills first: its appends fail, are undone, and resume.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_log_a_full_disk_stops_acks_until_space_returns() {
-    let Some(disk) = SmallDisk::mount("12m") else {
-        eprintln!("full_disk: skipped, a tmpfs cannot be mounted here (needs root)");
+    let Some((disk, data)) = small_data_dir() else {
         return;
     };
-    let data: PathBuf = disk.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
     let mut d = Daemon::start_async(tallyd().flush_interval("1s").data_dir(&data)).await;
     let fleet = Fleet {
         sources: 20,
@@ -257,12 +266,9 @@ async fn with_the_log_a_full_disk_stops_acks_until_space_returns() {
 /// unready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_meets_a_full_disk_and_reopens_when_space_returns() {
-    let Some(disk) = SmallDisk::mount("12m") else {
-        eprintln!("full_disk: skipped, a tmpfs cannot be mounted here (needs root)");
+    let Some((disk, data)) = small_data_dir() else {
         return;
     };
-    let data: PathBuf = disk.path().join("data");
-    std::fs::create_dir_all(&data).unwrap();
     let opts = tallyd()
         .flush_interval("200ms")
         .env("TALLYD_WAL_ENABLED", "false")

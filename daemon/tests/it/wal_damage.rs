@@ -9,25 +9,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tally_proto::v1 as pb;
-use tally_testkit::client::{get_ok, now_ms, within};
+use tally_testkit::client::{get_ok, now_ms, push_of, series, within};
 use tally_testkit::Daemon;
 
 use crate::tallyd;
 
 fn gauge(source: &str, t_ms: i64, v: f64) -> pb::PushRequest {
-    pb::PushRequest {
-        sources: vec![pb::SourceBatch {
-            source: source.into(),
-            series: vec![pb::SeriesSamples {
-                metric: "temp".into(),
-                kind: pb::SampleKind::Gauge as i32,
-                timestamps_ms: vec![t_ms],
-                values: vec![v],
-                labels: Vec::new(),
-            }],
-            groups: Vec::new(),
-        }],
-    }
+    push_of(
+        source,
+        vec![series("temp", pb::SampleKind::Gauge, &[(t_ms, v)])],
+    )
 }
 
 /// The newest segment of the daemon's log.

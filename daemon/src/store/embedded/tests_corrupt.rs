@@ -13,15 +13,7 @@ use crate::store::{CatalogEntry, CatalogQuery, Store, StoreError};
 async fn bad_catalog_values_are_corrupt_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir);
-    let list = CatalogQuery {
-        source: Vec::new(),
-        metric: Vec::new(),
-        labels: Vec::new(),
-        kind: None,
-        seen_since: None,
-        after: None,
-        limit: 10,
-    };
+    let list = CatalogQuery::everything(10);
     write_raw(&store, SERIES_CATALOG, "a|m", &[1, 2, 3]);
     for err in [
         store.catalog_list(&list).await.unwrap_err(),

@@ -125,15 +125,7 @@ fn entry(source: &str) -> CatalogEntry {
 }
 
 fn all_entries() -> CatalogQuery {
-    CatalogQuery {
-        source: Vec::new(),
-        metric: Vec::new(),
-        labels: Vec::new(),
-        kind: None,
-        seen_since: None,
-        after: None,
-        limit: 100,
-    }
+    CatalogQuery::everything(100)
 }
 
 #[tokio::test]
