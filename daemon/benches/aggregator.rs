@@ -86,6 +86,7 @@ fn batches<'a>(fleet: &'a Fleet, data: &'a [(Vec<i64>, Vec<f64>)]) -> Vec<Series
             kind: Some(*k),
             timestamps_ms: ts,
             values: vs,
+            start_times_ms: &[],
             source_index: (i / METRICS) as u32,
             series_index: (i % METRICS) as u32,
         })

@@ -155,6 +155,7 @@ impl Fleet {
                 kind: Some(*k),
                 timestamps_ms: &ts,
                 values: v,
+                start_times_ms: &[],
                 source_index: (i / METRICS_PER_SOURCE) as u32,
                 series_index: (i % METRICS_PER_SOURCE) as u32,
             })

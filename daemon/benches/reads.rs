@@ -325,6 +325,7 @@ async fn bench_watch_delivery(
                 kind: Some(SampleKind::Gauge),
                 timestamps_ms: &[ts],
                 values: &[v],
+                start_times_ms: &[],
                 source_index: 0,
                 series_index: 0,
             }],

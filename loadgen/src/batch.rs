@@ -132,6 +132,7 @@ impl WorkerSeries {
                         kind: fleet.kind(metric).proto() as i32,
                         timestamps_ms: plan.tick_range().map(|k| tl.ts_ms(src, k)).collect(),
                         values: plan.tick_range().map(|k| fleet.value(src, j, k)).collect(),
+                        start_times_ms: Vec::new(),
                     }
                 })
                 .collect();

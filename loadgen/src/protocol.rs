@@ -170,6 +170,7 @@ mod tests {
             kind: kind as i32,
             timestamps_ms: vec![1_000, 2_000],
             values: vec![1.0, 2.0],
+            start_times_ms: Vec::new(),
             labels: vec![pb::Label {
                 name: "cpu".into(),
                 value: cpu.into(),

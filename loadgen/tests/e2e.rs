@@ -268,6 +268,7 @@ fn corrupted_store_fails_verification() {
                                 kind: pb::SampleKind::Gauge as i32,
                                 timestamps_ms: vec![at_ms],
                                 values: vec![12345.5],
+                                start_times_ms: Vec::new(),
                             }],
                             groups: Vec::new(),
                         }],
@@ -404,6 +405,7 @@ fn push_gauges(d: &Daemon, at_ms: i64, series: &[(&str, &str, &str, &str)]) {
             kind: pb::SampleKind::Gauge as i32,
             timestamps_ms: vec![at_ms],
             values: vec![12345.5],
+            start_times_ms: Vec::new(),
         }],
         groups: Vec::new(),
     };

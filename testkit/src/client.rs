@@ -46,6 +46,7 @@ pub fn series(metric: &str, kind: pb::SampleKind, samples: &[(i64, f64)]) -> pb:
         kind: kind as i32,
         timestamps_ms: samples.iter().map(|s| s.0).collect(),
         values: samples.iter().map(|s| s.1).collect(),
+        start_times_ms: Vec::new(),
     }
 }
 

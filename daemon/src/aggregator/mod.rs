@@ -245,6 +245,16 @@ impl Aggregator {
                 });
                 continue;
             }
+            if !b.start_times_ms.is_empty() && b.start_times_ms.len() != b.values.len() {
+                out.reject(cap, b, None, count, RejectReason::LengthMismatch, || {
+                    format!(
+                        "{} start times but {} values (send one per value, or none)",
+                        b.start_times_ms.len(),
+                        b.values.len()
+                    )
+                });
+                continue;
+            }
             let hash = self.hasher.hash_one(SeriesRef {
                 source: b.source,
                 metric: b.metric,
@@ -326,6 +336,7 @@ impl Aggregator {
             kind: Some(SampleKind::CumulativeCounter),
             timestamps_ms: &[],
             values: &[],
+            start_times_ms: &[],
             source_index: 0,
             series_index: 0,
         };

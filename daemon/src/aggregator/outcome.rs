@@ -110,6 +110,9 @@ pub struct SeriesBatch<'a> {
     pub kind: Option<SampleKind>,
     pub timestamps_ms: &'a [i64],
     pub values: &'a [f64],
+    /// A cumulative counter's start time per value (0 where unknown), or
+    /// empty: see `tally.v1.SeriesSamples.start_times_ms`.
+    pub start_times_ms: &'a [i64],
     /// Position in the request, echoed in rejections.
     pub source_index: u32,
     pub series_index: u32,
@@ -158,6 +161,7 @@ impl IngestOutcome {
             kind: None,
             timestamps_ms: &[],
             values: &[],
+            start_times_ms: &[],
             source_index: u32::MAX,
             series_index: u32::MAX,
         };

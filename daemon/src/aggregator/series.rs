@@ -34,6 +34,9 @@ pub(super) struct SeriesState {
     pub(super) kind: SampleKind,
     /// Last (timestamp, value) of a cumulative counter: the base of the next delta.
     pub(super) last_cumulative: Option<(i64, f64)>,
+    /// When the cumulative counter's count began, as its agent last said
+    /// (0: never said); a different one is a reset.
+    pub(super) start_ms: i64,
     /// The newest sample by timestamp, as sent (a cumulative counter's raw
     /// value), for latest-value reads. `i64::MIN` before the first.
     pub(super) last_sample: (i64, f64),
@@ -68,6 +71,7 @@ impl SeriesState {
             hash,
             kind,
             last_cumulative: None,
+            start_ms: 0,
             last_sample: (i64::MIN, 0.0),
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
@@ -335,6 +339,7 @@ impl Aggregator {
                 None => {
                     // The first value is only the baseline of the next delta.
                     state.last_cumulative = Some((ts, v));
+                    state.start_ms = start_of(b, index);
                     out.accepted += 1;
                     None
                 }
@@ -347,11 +352,17 @@ impl Aggregator {
                 }),
                 Some((_, last_v)) => {
                     state.last_cumulative = Some((ts, v));
-                    if v >= last_v {
+                    let start = start_of(b, index);
+                    let restarted = start != 0 && state.start_ms != 0 && start != state.start_ms;
+                    if start != 0 {
+                        state.start_ms = start;
+                    }
+                    if v >= last_v && !restarted {
                         Some(v - last_v)
                     } else {
-                        // A reset: the counted process restarted from zero,
-                        // so everything it counted since is `v`.
+                        // A reset: the counted process restarted from zero
+                        // (its value went down, or its agent says its count
+                        // began anew), so everything it counted since is `v`.
                         out.counter_resets += 1;
                         Some(v)
                     }
@@ -386,6 +397,11 @@ struct Sample {
     index: u32,
     ts: i64,
     v: f64,
+}
+
+/// The start time the batch gives its `index`th value, 0 when none.
+fn start_of(b: &SeriesBatch<'_>, index: u32) -> i64 {
+    b.start_times_ms.get(index as usize).copied().unwrap_or(0)
 }
 
 pub(super) fn truncate(s: &str) -> &str {

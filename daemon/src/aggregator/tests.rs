@@ -22,6 +22,7 @@ fn batch<'a>(
         kind: Some(kind),
         timestamps_ms: ts,
         values: vs,
+        start_times_ms: &[],
         source_index: 0,
         series_index: 0,
     }
@@ -407,4 +408,36 @@ fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines()
     assert!(a.drain(Some(&mut baselines)).is_empty());
     assert_eq!(baselines.len(), 1);
     assert_eq!(baselines[0].metric, "d");
+}
+
+#[test]
+fn a_new_start_time_is_a_reset_even_when_the_value_did_not_go_down() {
+    let a = agg();
+    let ts = [NOW, NOW + 1000, NOW + 2000, NOW + 3000, NOW + 4000];
+    // Baseline 10 (count began at 5); +5; the count began anew at 2500 and
+    // is already 20: all 20 count, though 20 > 15; no start: +5; the same
+    // start again: +1.
+    let starts = [5, 5, 2500, 0, 2500];
+    let b = SeriesBatch {
+        start_times_ms: &starts,
+        ..batch(
+            "s",
+            "c",
+            SampleKind::CumulativeCounter,
+            &ts,
+            &[10.0, 15.0, 20.0, 25.0, 26.0],
+        )
+    };
+    let out = a.ingest(&[b], NOW);
+    assert_eq!((out.accepted, out.counter_resets), (5, 1));
+    assert_eq!(slot_sum(&a), (4, 31.0));
+
+    // Start times, when given, come one per value.
+    let b = SeriesBatch {
+        start_times_ms: &starts[..2],
+        ..batch("s", "c", SampleKind::CumulativeCounter, &ts[..1], &[30.0])
+    };
+    let out = a.ingest(&[b], NOW);
+    assert_eq!(out.rejected, 1);
+    assert_eq!(out.rejections[0].reason, RejectReason::LengthMismatch);
 }

@@ -429,6 +429,7 @@ mod tests {
                 kind: Some(SampleKind::Gauge),
                 timestamps_ms: &[ts_ms],
                 values: &[v],
+                start_times_ms: &[],
                 source_index: 0,
                 series_index: 0,
             }],

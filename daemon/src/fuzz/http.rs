@@ -244,6 +244,7 @@ pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
                 kind: Some(kind),
                 timestamps_ms: &ts,
                 values: &[1.0, 5.0, 9.0],
+                start_times_ms: &[],
                 source_index: 0,
                 series_index: 0,
             }],

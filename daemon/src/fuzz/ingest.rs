@@ -68,14 +68,18 @@ fn series(now_ms: i64) -> impl Strategy<Value = pb::SeriesSamples> {
         -1i32..5,
         proptest::collection::vec(timestamp(now_ms), 0..12),
         proptest::collection::vec(value(), 0..12),
+        proptest::collection::vec(timestamp(now_ms), 0..3),
     )
-        .prop_map(|(metric, kind, timestamps_ms, values)| pb::SeriesSamples {
-            labels: Vec::new(),
-            metric,
-            kind,
-            timestamps_ms,
-            values,
-        })
+        .prop_map(
+            |(metric, kind, timestamps_ms, values, start_times_ms)| pb::SeriesSamples {
+                labels: Vec::new(),
+                metric,
+                kind,
+                timestamps_ms,
+                values,
+                start_times_ms,
+            },
+        )
 }
 
 fn request(now_ms: i64) -> impl Strategy<Value = pb::PushRequest> {

@@ -311,6 +311,7 @@ impl Ingestor {
                     kind: kind_from_proto(series.kind),
                     timestamps_ms: &series.timestamps_ms,
                     values: &series.values,
+                    start_times_ms: &series.start_times_ms,
                     source_index: si as u32,
                     series_index: mi as u32,
                 };

@@ -117,6 +117,7 @@ pub fn convert(
                 kind: kind(&name.value, &types) as i32,
                 timestamps_ms: fresh.iter().map(|s| s.timestamp).collect(),
                 values: fresh.iter().map(|s| s.value).collect(),
+                start_times_ms: Vec::new(),
                 labels,
             },
         )?;

@@ -147,6 +147,7 @@ pub async fn run_case(store: Arc<dyn Store>, case: &Case) {
                     kind: Some(SampleKind::Gauge),
                     timestamps_ms: ts,
                     values: vs,
+                    start_times_ms: &[],
                     source_index: 0,
                     series_index: 0,
                 }

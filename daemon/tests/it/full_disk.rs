@@ -92,6 +92,7 @@ impl Fleet {
             kind: pb::SampleKind::Gauge as i32,
             timestamps_ms: timestamps.clone(),
             values: vec![1.0; self.per_series],
+            start_times_ms: Vec::new(),
             labels: Vec::new(),
         };
         pb::PushRequest {

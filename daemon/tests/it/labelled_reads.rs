@@ -40,6 +40,7 @@ fn fleet(t: i64) -> pb::PushRequest {
                     kind: pb::SampleKind::Gauge as i32,
                     timestamps_ms: vec![t],
                     values: vec![value(si, ci, mi)],
+                    start_times_ms: Vec::new(),
                 });
             }
         }
@@ -50,6 +51,7 @@ fn fleet(t: i64) -> pb::PushRequest {
                 kind: pb::SampleKind::Gauge as i32,
                 timestamps_ms: vec![t],
                 values: vec![1.0],
+                start_times_ms: Vec::new(),
             });
         }
         sources.push(pb::SourceBatch {

@@ -111,6 +111,7 @@ pub fn convert(
             points: &mut points,
             refused_points: &mut refused_points,
             max_attributes: MAX_POINT_ATTRIBUTES,
+            start_ms: 0,
         };
         for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
             if source.is_some() {
@@ -192,4 +193,74 @@ pub fn partial_success(
         rejected_data_points: rejected as i64,
         error_message: super::first_problems(out),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+        ResourceMetrics, ScopeMetrics, Sum,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+
+    use super::*;
+
+    fn point(start_ns: u64, time_ns: u64, v: f64) -> NumberDataPoint {
+        NumberDataPoint {
+            start_time_unix_nano: start_ns,
+            time_unix_nano: time_ns,
+            value: Some(number_data_point::Value::AsDouble(v)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cumulative_counters_carry_their_start_times_and_nothing_else_does() {
+        let sum = Metric {
+            name: "requests".into(),
+            data: Some(Data::Sum(Sum {
+                data_points: vec![point(1_000_000_000, 5_000_000_000, 7.0)],
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                is_monotonic: true,
+            })),
+            ..Default::default()
+        };
+        let gauge = Metric {
+            name: "temp".into(),
+            data: Some(Data::Gauge(Gauge {
+                data_points: vec![point(1_000_000_000, 5_000_000_000, 20.0)],
+            })),
+            ..Default::default()
+        };
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![KeyValue {
+                        key: "host.name".into(),
+                        value: Some(AnyValue {
+                            value: Some(any_value::Value::StringValue("h1".into())),
+                        }),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![sum, gauge],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let budget = Budget {
+            samples: 100,
+            bytes: 1 << 20,
+        };
+        let out = convert(&req, &OtlpConfig::default(), 10, budget).unwrap();
+        let series = &out.converted.request.sources[0].series;
+        assert_eq!(series[0].metric, "requests");
+        assert_eq!(series[0].start_times_ms, vec![1_000]);
+        assert_eq!(series[1].metric, "temp");
+        assert!(series[1].start_times_ms.is_empty());
+    }
 }

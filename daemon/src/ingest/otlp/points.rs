@@ -43,6 +43,9 @@ pub(super) struct Target<'a> {
     pub refused_points: &'a mut u64,
     /// Most attributes a point may carry before it is refused unread.
     pub max_attributes: usize,
+    /// The open point's start time in milliseconds (0: not given), which
+    /// its cumulative counters carry: a new one is a reset.
+    pub start_ms: i64,
 }
 
 impl Target<'_> {
@@ -65,6 +68,10 @@ impl Target<'_> {
         labels: Vec<pb::Label>,
         (ts_ms, value): (i64, f64),
     ) -> Result<(), Full> {
+        let start_times_ms = match kind {
+            pb::SampleKind::CumulativeCounter if self.start_ms != 0 => vec![self.start_ms],
+            _ => Vec::new(),
+        };
         let ordinal = self.b.push(
             self.source,
             pb::SeriesSamples {
@@ -72,6 +79,7 @@ impl Target<'_> {
                 kind: kind as i32,
                 timestamps_ms: vec![ts_ms],
                 values: vec![value],
+                start_times_ms,
                 labels,
             },
         )?;
@@ -86,10 +94,11 @@ impl Target<'_> {
         &mut self,
         name: &str,
         attributes: &[KeyValue],
-        time_unix_nano: u64,
+        (time_unix_nano, start_time_unix_nano): (u64, u64),
         flags: u32,
     ) -> Option<(u32, i64, Vec<pb::Label>)> {
         let point = self.next_point();
+        self.start_ms = (start_time_unix_nano / 1_000_000).min(i64::MAX as u64) as i64;
         if flags & NO_RECORDED_VALUE != 0 {
             return None;
         }
@@ -198,8 +207,12 @@ fn numbers(
         Err(why) => return refuse_all(t, m, points.len(), why),
     };
     for p in points {
-        let Some((point, ts, labels)) = t.open(&m.name, &p.attributes, p.time_unix_nano, p.flags)
-        else {
+        let Some((point, ts, labels)) = t.open(
+            &m.name,
+            &p.attributes,
+            (p.time_unix_nano, p.start_time_unix_nano),
+            p.flags,
+        ) else {
             continue;
         };
         let value = match p.value {
@@ -223,7 +236,12 @@ fn histogram(
     p: &HistogramDataPoint,
     kind: pb::SampleKind,
 ) -> Result<(), Full> {
-    let Some((point, ts, labels)) = t.open(name, &p.attributes, p.time_unix_nano, p.flags) else {
+    let Some((point, ts, labels)) = t.open(
+        name,
+        &p.attributes,
+        (p.time_unix_nano, p.start_time_unix_nano),
+        p.flags,
+    ) else {
         return Ok(());
     };
     if let Err(why) = check_buckets(p) {
@@ -294,14 +312,24 @@ fn exponential(
     p: &ExponentialHistogramDataPoint,
     kind: pb::SampleKind,
 ) -> Result<(), Full> {
-    let Some((point, ts, labels)) = t.open(name, &p.attributes, p.time_unix_nano, p.flags) else {
+    let Some((point, ts, labels)) = t.open(
+        name,
+        &p.attributes,
+        (p.time_unix_nano, p.start_time_unix_nano),
+        p.flags,
+    ) else {
         return Ok(());
     };
     count_and_sum(t, point, name, kind, &labels, (ts, p.count, p.sum))
 }
 
 fn summary(t: &mut Target<'_>, name: &str, p: &SummaryDataPoint) -> Result<(), Full> {
-    let Some((point, ts, labels)) = t.open(name, &p.attributes, p.time_unix_nano, p.flags) else {
+    let Some((point, ts, labels)) = t.open(
+        name,
+        &p.attributes,
+        (p.time_unix_nano, p.start_time_unix_nano),
+        p.flags,
+    ) else {
         return Ok(());
     };
     let kind = pb::SampleKind::CumulativeCounter;

@@ -2,14 +2,15 @@
 //! generated OTLP client: refused points come back as `partial_success`
 //! while the good points of the same request are kept, gzip-compressed
 //! requests are read, an oversized message is refused whole, and the daemon
-//! goes on serving.
+//! goes on serving. And a cumulative counter whose start time changes is
+//! reset, even when its value did not go down.
 
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric::Data, number_data_point, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
-    ResourceMetrics, ScopeMetrics,
+    metric::Data, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint,
+    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use tally_testkit::client::{get_ok, now_ms};
@@ -156,4 +157,62 @@ async fn otlp_grpc_keeps_good_points_of_bad_requests() {
         &[("protocol", "otlp_grpc")],
     );
     assert_eq!(rejected, Some(3.0), "{m}");
+}
+
+/// The sum of `metric`'s points of source h1 over the last minutes.
+async fn stored_sum(d: &Daemon, metric: &str) -> f64 {
+    let from = (now_ms() / 1000 - 600).to_string();
+    let body = get_ok(
+        d,
+        "/api/v1/range",
+        &[
+            ("source", "h1"),
+            ("metric", metric),
+            ("from", &from),
+            ("step", "1h"),
+        ],
+    )
+    .await;
+    body["series"][0]["points"]
+        .as_array()
+        .map_or(0.0, |p| p.iter().filter_map(|p| p["sum"].as_f64()).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_start_time_resets_a_cumulative_counter() {
+    let mut d = Daemon::start_async(tallyd().flush_interval("200ms")).await;
+    let mut client = MetricsServiceClient::new(d.channel().await);
+    let t_ns = (now_ms() as u64 - 30_000) * 1_000_000;
+    let (first_start, restart) = (t_ns - 60_000_000_000, t_ns + 1_500_000_000);
+    // 10 is the baseline, then +20; then the agent restarted (a new start
+    // time) and has counted 40 since, more than the 30 before it.
+    for (i, (start, v)) in [(first_start, 10.0), (first_start, 30.0), (restart, 40.0)]
+        .into_iter()
+        .enumerate()
+    {
+        let point = NumberDataPoint {
+            start_time_unix_nano: start,
+            time_unix_nano: t_ns + i as u64 * 1_000_000_000,
+            value: Some(number_data_point::Value::AsDouble(v)),
+            ..Default::default()
+        };
+        let sum = Metric {
+            name: "requests".into(),
+            data: Some(Data::Sum(Sum {
+                data_points: vec![point],
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                is_monotonic: true,
+            })),
+            ..Default::default()
+        };
+        let req = ExportMetricsServiceRequest {
+            resource_metrics: vec![resource(Some("h1"), vec![sum])],
+        };
+        let resp = client.export(req).await.unwrap().into_inner();
+        assert_eq!(resp.partial_success, None);
+    }
+    assert_eq!(stored_sum(&d, "requests").await, 60.0);
+    // The same after a crash: the log replays the start times too.
+    tokio::task::block_in_place(|| d.crash_and_restart());
+    assert_eq!(stored_sum(&d, "requests").await, 60.0, "{}", d.logs());
 }

@@ -109,6 +109,7 @@ impl Sent {
             kind: self.kind.proto() as i32,
             timestamps_ms: self.samples.iter().map(|s| s.0).collect(),
             values: self.samples.iter().map(|s| s.1).collect(),
+            start_times_ms: Vec::new(),
         }
     }
 

@@ -59,6 +59,7 @@ fn fleet(t0_ms: i64) -> pb::PushRequest {
                                 .map(|k| t0_ms + k * 60_000 + 30_000)
                                 .collect(),
                             values: vec![per_minute(si, ci, mi); MINUTES as usize],
+                            start_times_ms: Vec::new(),
                         })
                 })
                 .collect(),

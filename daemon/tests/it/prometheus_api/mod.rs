@@ -161,6 +161,7 @@ fn push_request(fleet: &[Series]) -> pb::PushRequest {
             } as i32,
             timestamps_ms: s.sent.iter().map(|x| x.0).collect(),
             values: s.sent.iter().map(|x| x.1).collect(),
+            start_times_ms: Vec::new(),
         };
         match sources.iter_mut().find(|b| b.source == s.source) {
             Some(b) => b.series.push(series),

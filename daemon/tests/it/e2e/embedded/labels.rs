@@ -25,6 +25,7 @@ fn labelled(metric: &str, labels: &[(&str, &str)], t: i64) -> pb::SeriesSamples 
         kind: pb::SampleKind::Gauge as i32,
         timestamps_ms: vec![t],
         values: vec![1.0],
+        start_times_ms: Vec::new(),
     }
 }
 

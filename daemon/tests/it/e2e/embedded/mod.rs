@@ -37,6 +37,7 @@ async fn push_stream_sums_accepted_counts_and_data_is_readable() {
         kind: pb::SampleKind::Gauge as i32,
         timestamps_ms: vec![t0],
         values: vec![f64::NAN],
+        start_times_ms: Vec::new(),
     });
     let messages = vec![
         request(std::slice::from_ref(gauge)),

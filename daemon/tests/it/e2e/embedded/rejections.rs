@@ -88,6 +88,7 @@ fn gauge(metric: &str, timestamps_ms: Vec<i64>, values: Vec<f64>) -> pb::SeriesS
         kind: pb::SampleKind::Gauge as i32,
         timestamps_ms,
         values,
+        start_times_ms: Vec::new(),
     }
 }
 
