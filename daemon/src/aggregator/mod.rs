@@ -24,7 +24,7 @@ use crate::wal::Baseline;
 pub use outcome::{IngestOutcome, RejectReason, Rejection, SeriesBatch};
 use series::{truncate, Shard, ShardCell};
 
-use crate::ingest::IngestConfig;
+use crate::ingest::config::IngestConfig;
 use crate::model::{
     validate_metric, validate_source, EpochMinute, SampleKind, SeriesMinutes, SeriesRef, Slot,
 };

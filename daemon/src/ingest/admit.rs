@@ -408,3 +408,21 @@ fn record(out: &IngestOutcome, protocol: Protocol) {
         metrics::counter!("tally_counter_resets_total").increment(out.counter_resets);
     }
 }
+
+/// A short message naming the first few reasons `out` refused samples, for
+/// protocols that answer with one message rather than a list.
+pub(crate) fn first_problems(out: &IngestOutcome) -> String {
+    const SHOWN: usize = 3;
+    let mut msg = format!("{} samples rejected", out.rejected);
+    for (i, r) in out.rejections.iter().take(SHOWN).enumerate() {
+        msg.push_str(if i == 0 { ": " } else { "; " });
+        msg.push_str(r.reason.as_str());
+        msg.push_str(" (");
+        msg.push_str(&r.detail);
+        msg.push(')');
+    }
+    if out.rejections.len() > SHOWN || out.rejections_truncated {
+        msg.push_str("; …");
+    }
+    msg
+}

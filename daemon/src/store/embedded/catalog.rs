@@ -17,9 +17,8 @@ use std::sync::Arc;
 use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
 
 use super::codec::{checked, decode_catalog, encode_catalog};
-use super::db::{db_err, Db};
+use super::db::{db_err, Db, Redo};
 use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SERIES_CATALOG};
-use super::reopen::Redo;
 use crate::model::{SampleKind, SeriesId};
 use crate::selector::combined_prefix;
 use crate::store::{check_catalog_entries, merge_catalog_entries, CatalogEntry, CatalogQuery};

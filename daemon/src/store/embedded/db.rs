@@ -33,6 +33,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
@@ -43,8 +44,45 @@ use super::layout::{
     DAY_MINUTES, DAY_SUMMARY, FILE_NAME, HOUR_DOCS, LAYOUT_VERSION, META, META_LAST_FLUSH_ID,
     META_LAYOUT_VERSION, SERIES_CATALOG,
 };
-use super::reopen::{Opener, Redo};
-use crate::store::StoreError;
+use crate::model::FlushBatch;
+use crate::store::{CatalogEntry, StoreError};
+
+/// A write committed without `fsync`, kept until a durable commit covers it.
+#[derive(Debug, Clone)]
+pub(super) enum Redo {
+    Apply(Arc<FlushBatch>),
+    Catalog(Arc<[CatalogEntry]>),
+}
+
+type OpenFn = dyn Fn() -> Result<Database, StoreError> + Send + Sync;
+
+/// How to open the database: the file, or in tests a file behind a storage
+/// backend that fails on demand.
+pub(super) struct Opener(Box<OpenFn>);
+
+impl Opener {
+    pub(super) fn file(path: &Path, config: &EmbeddedConfig) -> Opener {
+        let path = path.to_path_buf();
+        let cache = config.cache_size_bytes;
+        Opener(Box::new(move || {
+            redb::Builder::new()
+                .set_cache_size(cache)
+                .create(&path)
+                .map_err(db_err)
+        }))
+    }
+
+    #[cfg(test)]
+    pub(super) fn new(
+        f: impl Fn() -> Result<Database, StoreError> + Send + Sync + 'static,
+    ) -> Opener {
+        Opener(Box::new(f))
+    }
+
+    pub(super) fn open(&self) -> Result<Database, StoreError> {
+        (self.0)()
+    }
+}
 
 /// When the last durable commit was, and how many commits followed it.
 #[derive(Debug)]

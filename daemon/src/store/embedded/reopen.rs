@@ -13,53 +13,12 @@
 //! (a flush retry, a readiness probe) tries again, so the store resumes by
 //! itself once space returns.
 
-use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use redb::Database;
 
-use super::config::EmbeddedConfig;
-use super::db::{db_err, open_checked, Db, SyncState};
-use crate::model::FlushBatch;
-use crate::store::{CatalogEntry, StoreError};
-
-/// A write committed without `fsync`, kept until a durable commit covers it.
-#[derive(Debug, Clone)]
-pub(super) enum Redo {
-    Apply(Arc<FlushBatch>),
-    Catalog(Arc<[CatalogEntry]>),
-}
-
-type OpenFn = dyn Fn() -> Result<Database, StoreError> + Send + Sync;
-
-/// How to open the database: the file, or in tests a file behind a storage
-/// backend that fails on demand.
-pub(super) struct Opener(Box<OpenFn>);
-
-impl Opener {
-    pub(super) fn file(path: &Path, config: &EmbeddedConfig) -> Opener {
-        let path = path.to_path_buf();
-        let cache = config.cache_size_bytes;
-        Opener(Box::new(move || {
-            redb::Builder::new()
-                .set_cache_size(cache)
-                .create(&path)
-                .map_err(db_err)
-        }))
-    }
-
-    #[cfg(test)]
-    pub(super) fn new(
-        f: impl Fn() -> Result<Database, StoreError> + Send + Sync + 'static,
-    ) -> Opener {
-        Opener(Box::new(f))
-    }
-
-    pub(super) fn open(&self) -> Result<Database, StoreError> {
-        (self.0)()
-    }
-}
+use super::db::{open_checked, Db, Redo, SyncState};
+use crate::store::StoreError;
 
 impl Db {
     /// Reopens the file if an I/O error has made redb refuse it, and redoes

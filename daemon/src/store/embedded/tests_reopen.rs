@@ -13,9 +13,8 @@ use std::time::Duration;
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
-use super::db::{db_err, Db};
+use super::db::{db_err, Db, Opener};
 use super::layout::FILE_NAME;
-use super::reopen::Opener;
 use super::tests::*;
 use super::{EmbeddedConfig, EmbeddedStore};
 use crate::model::{Resolution, SampleKind, SeriesId, Tier};

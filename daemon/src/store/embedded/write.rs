@@ -15,13 +15,12 @@ use std::sync::Arc;
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::codec::{checked, empty_value, header, merge_slot, put_header};
-use super::db::{db_err, invalid, meta_value, Db};
+use super::db::{db_err, invalid, meta_value, Db, Redo};
 use super::layout::{
     day_minutes_name, day_summary_name, hour_doc_name, DayKey, DaySummary, HourDoc, HourKey,
     MinuteBlock, MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN,
     HEADER_LEN, HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
 };
-use super::reopen::Redo;
 use crate::model::{
     DayDocUpdate, DayHourUpdate, DocKey, FlushBatch, HourDocUpdate, SeriesUpdate, Slot, Tier,
     DAY_S, HOUR_S,

@@ -194,6 +194,7 @@
 //! | `catalog.rs` | the series catalog |
 //! | `indexes.rs` | first contact: feature probes, TTL indexes |
 //! | `features.rs` | what the server lacks, and the fallbacks |
+//! | `probes.rs` | trying each feature once, at the first contact |
 //! | `expire.rs` | retention deletes where the server has no TTL |
 //! | `stats.rs` | [`MongoStats`], metrics |
 
@@ -210,6 +211,7 @@ mod ids;
 mod indexes;
 mod known_docs;
 mod prealloc;
+mod probes;
 mod reads;
 mod statements;
 mod stats;
