@@ -27,6 +27,22 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The sum of the points of `source`'s `metric` (its first series) from
+/// `since_s` seconds ago, hourly, through the range API; 0 when it has none.
+pub async fn range_sum(d: &Daemon, source: &str, metric: &str, since_s: i64) -> f64 {
+    let from = (now_ms() / 1000 - since_s).to_string();
+    let params = [
+        ("source", source),
+        ("metric", metric),
+        ("from", from.as_str()),
+        ("step", "1h"),
+    ];
+    let body = get_ok(d, "/api/v1/range", &params).await;
+    body["series"][0]["points"]
+        .as_array()
+        .map_or(0.0, |p| p.iter().filter_map(|p| p["sum"].as_f64()).sum())
+}
+
 /// A push of `series`, all of `source`.
 pub fn push_of(source: &str, series: Vec<pb::SeriesSamples>) -> pb::PushRequest {
     pb::PushRequest {

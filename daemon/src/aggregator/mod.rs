@@ -235,24 +235,8 @@ impl Aggregator {
                 });
                 continue;
             }
-            if b.timestamps_ms.len() != b.values.len() {
-                out.reject(cap, b, None, count, RejectReason::LengthMismatch, || {
-                    format!(
-                        "{} timestamps but {} values",
-                        b.timestamps_ms.len(),
-                        b.values.len()
-                    )
-                });
-                continue;
-            }
-            if !b.start_times_ms.is_empty() && b.start_times_ms.len() != b.values.len() {
-                out.reject(cap, b, None, count, RejectReason::LengthMismatch, || {
-                    format!(
-                        "{} start times but {} values (send one per value, or none)",
-                        b.start_times_ms.len(),
-                        b.values.len()
-                    )
-                });
+            if let Some(why) = length_mismatch(b) {
+                out.reject(cap, b, None, count, RejectReason::LengthMismatch, || why);
                 continue;
             }
             let hash = self.hasher.hash_one(SeriesRef {
@@ -461,3 +445,18 @@ fn baseline_of(id: &crate::model::SeriesId, ts_ms: i64, value: f64) -> Baseline 
 
 #[cfg(test)]
 mod tests;
+
+/// Why a group's arrays do not line up, if they do not: one timestamp per
+/// value, and one start time per value or none.
+fn length_mismatch(b: &SeriesBatch<'_>) -> Option<String> {
+    let values = b.values.len();
+    if b.timestamps_ms.len() != values {
+        return Some(format!(
+            "{} timestamps but {values} values",
+            b.timestamps_ms.len()
+        ));
+    }
+    let starts = b.start_times_ms.len();
+    (starts != 0 && starts != values)
+        .then(|| format!("{starts} start times but {values} values (send one per value, or none)"))
+}

@@ -308,7 +308,7 @@ impl QueryEngine {
             .into_iter()
             .map(|id| SeriesId::clone(&id))
             .collect();
-        ids.sort_by_key(SeriesId::key);
+        ids.sort_by_cached_key(SeriesId::key);
         Ok((ids, true))
     }
 

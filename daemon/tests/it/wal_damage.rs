@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tally_proto::v1 as pb;
-use tally_testkit::client::{get_ok, now_ms, push_of, series, within};
+use tally_testkit::client::{now_ms, push_of, range_sum, series, within};
 use tally_testkit::Daemon;
 
 use crate::tallyd;
@@ -34,21 +34,7 @@ fn last_segment(d: &Daemon) -> PathBuf {
 
 /// The sum `source`'s `temp` holds over the last hour.
 async fn sum(d: &Daemon, source: &str) -> f64 {
-    let from = (now_ms() / 1000 - 3600).to_string();
-    let body = get_ok(
-        d,
-        "/api/v1/range",
-        &[
-            ("source", source),
-            ("metric", "temp"),
-            ("from", &from),
-            ("step", "1h"),
-        ],
-    )
-    .await;
-    body["series"][0]["points"]
-        .as_array()
-        .map_or(0.0, |p| p.iter().filter_map(|p| p["sum"].as_f64()).sum())
+    range_sum(d, source, "temp", 3600).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

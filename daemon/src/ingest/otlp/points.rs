@@ -90,14 +90,10 @@ impl Target<'_> {
 
     /// The point's ordinal, time and labels, or None when it is skipped or
     /// refused (already counted).
-    fn open(
-        &mut self,
-        name: &str,
-        attributes: &[KeyValue],
-        (time_unix_nano, start_time_unix_nano): (u64, u64),
-        flags: u32,
-    ) -> Option<(u32, i64, Vec<pb::Label>)> {
+    fn open(&mut self, name: &str, p: &impl DataPoint) -> Option<(u32, i64, Vec<pb::Label>)> {
         let point = self.next_point();
+        let (attributes, (time_unix_nano, start_time_unix_nano), flags) =
+            (p.attributes(), p.times(), p.flags());
         self.start_ms = (start_time_unix_nano / 1_000_000).min(i64::MAX as u64) as i64;
         if flags & NO_RECORDED_VALUE != 0 {
             return None;
@@ -123,6 +119,37 @@ impl Target<'_> {
         ))
     }
 }
+
+/// What every kind of OTLP data point has that [`Target::open`] reads.
+trait DataPoint {
+    fn attributes(&self) -> &[KeyValue];
+    /// `time_unix_nano` and `start_time_unix_nano`.
+    fn times(&self) -> (u64, u64);
+    fn flags(&self) -> u32;
+}
+
+macro_rules! data_point {
+    ($($t:ty),*) => {$(
+        impl DataPoint for $t {
+            fn attributes(&self) -> &[KeyValue] {
+                &self.attributes
+            }
+            fn times(&self) -> (u64, u64) {
+                (self.time_unix_nano, self.start_time_unix_nano)
+            }
+            fn flags(&self) -> u32 {
+                self.flags
+            }
+        }
+    )*};
+}
+
+data_point!(
+    NumberDataPoint,
+    HistogramDataPoint,
+    ExponentialHistogramDataPoint,
+    SummaryDataPoint
+);
 
 /// Adds every point of `m`.
 pub(super) fn metric(t: &mut Target<'_>, m: &Metric) -> Result<(), Full> {
@@ -207,12 +234,7 @@ fn numbers(
         Err(why) => return refuse_all(t, m, points.len(), why),
     };
     for p in points {
-        let Some((point, ts, labels)) = t.open(
-            &m.name,
-            &p.attributes,
-            (p.time_unix_nano, p.start_time_unix_nano),
-            p.flags,
-        ) else {
+        let Some((point, ts, labels)) = t.open(&m.name, p) else {
             continue;
         };
         let value = match p.value {
@@ -236,12 +258,7 @@ fn histogram(
     p: &HistogramDataPoint,
     kind: pb::SampleKind,
 ) -> Result<(), Full> {
-    let Some((point, ts, labels)) = t.open(
-        name,
-        &p.attributes,
-        (p.time_unix_nano, p.start_time_unix_nano),
-        p.flags,
-    ) else {
+    let Some((point, ts, labels)) = t.open(name, p) else {
         return Ok(());
     };
     if let Err(why) = check_buckets(p) {
@@ -312,24 +329,14 @@ fn exponential(
     p: &ExponentialHistogramDataPoint,
     kind: pb::SampleKind,
 ) -> Result<(), Full> {
-    let Some((point, ts, labels)) = t.open(
-        name,
-        &p.attributes,
-        (p.time_unix_nano, p.start_time_unix_nano),
-        p.flags,
-    ) else {
+    let Some((point, ts, labels)) = t.open(name, p) else {
         return Ok(());
     };
     count_and_sum(t, point, name, kind, &labels, (ts, p.count, p.sum))
 }
 
 fn summary(t: &mut Target<'_>, name: &str, p: &SummaryDataPoint) -> Result<(), Full> {
-    let Some((point, ts, labels)) = t.open(
-        name,
-        &p.attributes,
-        (p.time_unix_nano, p.start_time_unix_nano),
-        p.flags,
-    ) else {
+    let Some((point, ts, labels)) = t.open(name, p) else {
         return Ok(());
     };
     let kind = pb::SampleKind::CumulativeCounter;

@@ -13,7 +13,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
     Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use tally_testkit::client::{get_ok, now_ms};
+use tally_testkit::client::{get_ok, now_ms, range_sum};
 use tally_testkit::metrics::{metric, metrics_text};
 use tally_testkit::Daemon;
 use tonic::codec::CompressionEncoding;
@@ -159,25 +159,6 @@ async fn otlp_grpc_keeps_good_points_of_bad_requests() {
     assert_eq!(rejected, Some(3.0), "{m}");
 }
 
-/// The sum of `metric`'s points of source h1 over the last minutes.
-async fn stored_sum(d: &Daemon, metric: &str) -> f64 {
-    let from = (now_ms() / 1000 - 600).to_string();
-    let body = get_ok(
-        d,
-        "/api/v1/range",
-        &[
-            ("source", "h1"),
-            ("metric", metric),
-            ("from", &from),
-            ("step", "1h"),
-        ],
-    )
-    .await;
-    body["series"][0]["points"]
-        .as_array()
-        .map_or(0.0, |p| p.iter().filter_map(|p| p["sum"].as_f64()).sum())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_start_time_resets_a_cumulative_counter() {
     let mut d = Daemon::start_async(tallyd().flush_interval("200ms")).await;
@@ -211,8 +192,13 @@ async fn a_new_start_time_resets_a_cumulative_counter() {
         let resp = client.export(req).await.unwrap().into_inner();
         assert_eq!(resp.partial_success, None);
     }
-    assert_eq!(stored_sum(&d, "requests").await, 60.0);
+    assert_eq!(range_sum(&d, "h1", "requests", 600).await, 60.0);
     // The same after a crash: the log replays the start times too.
     tokio::task::block_in_place(|| d.crash_and_restart());
-    assert_eq!(stored_sum(&d, "requests").await, 60.0, "{}", d.logs());
+    assert_eq!(
+        range_sum(&d, "h1", "requests", 600).await,
+        60.0,
+        "{}",
+        d.logs()
+    );
 }
