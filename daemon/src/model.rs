@@ -516,7 +516,9 @@ pub struct DayDocUpdate {
     pub total: Slot,
 }
 
-/// All document updates of one series in one flush.
+/// All document updates of one series in one flush. `hours` and `days`
+/// hold the same minutes ([`SeriesUpdate::from_minutes`] makes both from
+/// one list), so a store may keep either and derive the other.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeriesUpdate {
     pub series: std::sync::Arc<SeriesId>,
@@ -574,6 +576,17 @@ impl SeriesUpdate {
             hours,
             days,
         }
+    }
+
+    /// The minute slots this update was made of, ascending: the inverse of
+    /// [`SeriesUpdate::from_minutes`].
+    pub fn minutes(&self) -> impl Iterator<Item = (EpochMinute, Slot)> + '_ {
+        self.hours.iter().flat_map(|h| {
+            let first = h.hour_start.div_euclid(MINUTE_S);
+            h.minutes
+                .iter()
+                .map(move |&(m, slot)| (first + EpochMinute::from(m), slot))
+        })
     }
 }
 

@@ -102,6 +102,8 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Counter, "tally_wal_groups_total", Unit::Count, "Group commits of the write-ahead log (one write, and with sync = fsync one sync, each)."),
     (Kind::Counter, "tally_wal_errors_total", Unit::Count, "Failed writes to the write-ahead log (a full disk); ingest answers UNAVAILABLE and tallyd is unready until a write succeeds again."),
     (Kind::Counter, "tally_wal_queue_full_total", Unit::Count, "Times a request waited because the write-ahead log's queue (wal.queue) was full."),
+    (Kind::Gauge, "tally_store_pending_series", Unit::Count, "Series whose flushed minutes the embedded store holds in its flush log, not yet folded into their documents."),
+    (Kind::Counter, "tally_store_folded_series_total", Unit::Count, "Series the embedded store folded from its flush log into their documents."),
     (Kind::Gauge, "tally_store_failed", Unit::Count, "1 while the embedded store cannot be used: its file is damaged (until restarted) or an I/O error has not been cured by reopening it yet."),
     (Kind::Gauge, "tally_wal_segments", Unit::Count, "Write-ahead log segments on disk, the one being written included."),
     (Kind::Counter, "tally_flushes_total", Unit::Count, "Flush batches applied to the store."),

@@ -174,6 +174,22 @@ async fn damaged_store(broad: bool) -> Daemon {
             .await
             .unwrap();
     }
+    // Flushed minutes reach their documents when the store folds its flush
+    // log, a slice per flush interval: wait for that, so that the pages to
+    // damage are documents.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = tally_testkit::metrics::metrics_text(&d).await;
+        let pending = tally_testkit::metrics::metric(&text, "tally_store_pending_series", &[]);
+        if pending == Some(0.0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still pending: {pending:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Stopped cleanly, so that the damage is all there is to find.
     d.sigterm();
     assert!(d.wait_async(Duration::from_secs(40)).await.success());

@@ -17,7 +17,8 @@ use std::sync::Arc;
 use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
 
 use super::codec::{checked, decode_catalog, encode_catalog};
-use super::db::{db_err, Db, Redo};
+use super::db::{Db, Redo};
+use super::errors::db_err;
 use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SERIES_CATALOG};
 use crate::model::{SampleKind, SeriesId};
 use crate::selector::combined_prefix;

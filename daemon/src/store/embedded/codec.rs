@@ -32,7 +32,7 @@ pub(super) fn slot_at(buf: &[u8], base: usize, i: usize) -> Slot {
     }
 }
 
-fn put_slot(buf: &mut [u8], base: usize, i: usize, s: &Slot) {
+pub(super) fn put_slot(buf: &mut [u8], base: usize, i: usize, s: &Slot) {
     let o = base + i * SLOT_LEN;
     buf[o..o + 8].copy_from_slice(&s.n.to_le_bytes());
     buf[o + 8..o + 16].copy_from_slice(&s.sum.to_le_bytes());

@@ -23,6 +23,12 @@ pub struct EmbeddedConfig {
     /// commit durable. Not a setting, as above.
     #[serde(skip)]
     pub(crate) durable_every_flushes: u32,
+    /// Each flush folds the logged minutes of about `1 / fold_over_flushes`
+    /// of the pending series into their documents, oldest first, so every
+    /// series is folded about once per this many flushes (see the store's
+    /// `pending.rs`). 1 folds everything at every flush. Not a setting.
+    #[serde(skip)]
+    pub(crate) fold_over_flushes: u32,
 }
 
 impl Default for EmbeddedConfig {
@@ -31,6 +37,7 @@ impl Default for EmbeddedConfig {
             cache_size_bytes: 64 * 1024 * 1024,
             durable_interval: Duration::from_secs(5),
             durable_every_flushes: 8,
+            fold_over_flushes: 60,
         }
     }
 }

@@ -40,10 +40,13 @@ use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use redb::{Database, Durability, ReadableTable, WriteTransaction};
 
 use super::config::EmbeddedConfig;
+use super::errors::db_err;
+use super::flush_log::load_pending;
 use super::layout::{
-    DAY_MINUTES, DAY_SUMMARY, FILE_NAME, HOUR_DOCS, LAYOUT_VERSION, META, META_LAST_FLUSH_ID,
-    META_LAYOUT_VERSION, SERIES_CATALOG,
+    DAY_MINUTES, DAY_SUMMARY, FILE_NAME, FLUSH_LOG, HOUR_DOCS, LAYOUT_VERSION, META,
+    META_LAST_FLUSH_ID, META_LAYOUT_VERSION, SERIES_CATALOG, UPGRADABLE_LAYOUTS,
 };
+use super::pending::Pending;
 use crate::model::FlushBatch;
 use crate::store::{CatalogEntry, StoreError};
 
@@ -122,6 +125,9 @@ pub(super) struct Db {
     /// The I/O error after which redb refuses every operation until the
     /// file is reopened; cleared by a successful reopen.
     pub(super) io_failure: Mutex<Option<StoreError>>,
+    /// Flushed minutes not yet folded into their documents, loaded from
+    /// the flush log at open (see `pending.rs`).
+    pub(super) pending: Mutex<Pending>,
     /// Set by the first error that means the store cannot be trusted any
     /// more (the file is corrupt, or an operation panicked): from then on
     /// the daemon is unready and ingest refuses what it could not keep.
@@ -160,11 +166,17 @@ impl Db {
         config: EmbeddedConfig,
         opener: Opener,
     ) -> Result<Db, StoreError> {
-        let (db, last_flush_id) = open_checked(&opener, &path).map_err(|e| match e {
+        let opened = open_checked(&opener, &path).map_err(|e| match e {
             StoreError::Io(msg) => StoreError::Io(format!("cannot open {}: {msg}", path.display())),
             other => other,
         })?;
+        let Opened {
+            db,
+            last_flush_id,
+            pending,
+        } = opened;
         Ok(Db {
+            pending: Mutex::new(pending),
             db: RwLock::new(Some(db)),
             opener,
             path,
@@ -305,16 +317,28 @@ impl Db {
     }
 }
 
-/// Opens the database and prepares its tables; returns the last flush id
-/// on file. The storage engine panics on some kinds of damage to the file
+/// A database just opened: the last flush id on file, and the pending
+/// minutes of its flush log.
+pub(super) struct Opened {
+    pub(super) db: Database,
+    pub(super) last_flush_id: u64,
+    pub(super) pending: Pending,
+}
+
+/// Opens the database, prepares its tables and loads its flush log. The storage engine panics on some kinds of damage to the file
 /// (a garbage length inside a page) instead of returning an error: that is
 /// a corrupt file too, and is refused as one rather than crashing the
 /// daemon.
-pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<(Database, u64), StoreError> {
+pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<Opened, StoreError> {
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let db = opener.open()?;
         let last_flush_id = prepare_tables(&db, path)?;
-        Ok((db, last_flush_id))
+        let pending = load_pending(&db)?;
+        Ok(Opened {
+            db,
+            last_flush_id,
+            pending,
+        })
     }));
     opened.unwrap_or_else(|panic| {
         let what = panic
@@ -341,6 +365,7 @@ fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
         txn.open_table(DAY_SUMMARY).map_err(db_err)?;
         txn.open_table(DAY_MINUTES).map_err(db_err)?;
         txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+        txn.open_table(FLUSH_LOG).map_err(db_err)?;
         let mut meta = txn.open_table(META).map_err(db_err)?;
         match meta_value(&meta, META_LAYOUT_VERSION)? {
             None => {
@@ -348,6 +373,10 @@ fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
                     .map_err(db_err)?;
             }
             Some(LAYOUT_VERSION) => {}
+            Some(v) if UPGRADABLE_LAYOUTS.contains(&v) => {
+                meta.insert(META_LAYOUT_VERSION, LAYOUT_VERSION)
+                    .map_err(db_err)?;
+            }
             Some(v) => {
                 return Err(StoreError::Corrupt {
                     doc: path.display().to_string(),
@@ -369,29 +398,4 @@ pub(super) fn meta_value(
     key: &str,
 ) -> Result<Option<u64>, StoreError> {
     Ok(meta.get(key).map_err(db_err)?.map(|g| g.value()))
-}
-
-/// Maps a redb error onto the store's error kinds.
-pub(super) fn db_err(e: impl Into<redb::Error>) -> StoreError {
-    match e.into() {
-        redb::Error::Corrupted(reason) => StoreError::Corrupt {
-            doc: FILE_NAME.to_string(),
-            reason,
-        },
-        e @ (redb::Error::TableTypeMismatch { .. }
-        | redb::Error::TypeDefinitionChanged { .. }
-        | redb::Error::TableIsMultimap(_)
-        | redb::Error::UpgradeRequired(_)) => StoreError::Corrupt {
-            doc: FILE_NAME.to_string(),
-            reason: e.to_string(),
-        },
-        redb::Error::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
-            "{FILE_NAME} is already open (is another tallyd using the same --data-dir?)"
-        )),
-        e => StoreError::Io(e.to_string()),
-    }
-}
-
-pub(super) fn invalid(msg: String) -> StoreError {
-    StoreError::Invalid(msg)
 }

@@ -39,6 +39,7 @@
 //! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            |   816 |
 //! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 1,920 |
 //! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
+//! | `flush_log`   | `(flush id: u64, chunk: u32)`                 | minute slots of many series  | ≤ ~1 MiB |
 //! | `meta`        | `&str`                                        | `u64`                        |       |
 //!
 //! * Hour document: slot 0 is the hour's running slot, slots 1..=60 are
@@ -72,8 +73,15 @@
 //!   how a listing scans it is in [`super::catalog`]. The table was added
 //!   without a new layout version: opening creates it empty, older files
 //!   gain it and nothing else changes.
+//! * `flush_log`: the minute slots flushed but not yet folded into the
+//!   documents above; a document's true content is its stored value plus
+//!   these. Why, and how reads and replays count them once, is in
+//!   `pending.rs`; the encoding is in `flush_log.rs`.
 //! * `meta`: `last_flush_id` (highest flush id ever applied, so a restarted
-//!   daemon continues above it) and `layout_version` (this layout is 1).
+//!   daemon continues above it) and `layout_version` (this layout is 2).
+//!   Layout 1 had no flush log; its files open unchanged and gain the empty
+//!   table, and are marked 2 so that an older tallyd, which would not see
+//!   the log, refuses them instead of losing what it holds.
 //!
 //! Why this key order: keys sort by source, then metric, then period start
 //! (redb compares `i64` numerically, so periods before 1970 sort correctly
@@ -93,7 +101,10 @@ use crate::store::StoreError;
 pub(super) const FILE_NAME: &str = "tally.redb";
 
 /// Version of the layout described in the module documentation.
-pub(super) const LAYOUT_VERSION: u64 = 1;
+pub(super) const LAYOUT_VERSION: u64 = 2;
+
+/// Older layouts this one opens, upgrading them in place (see above).
+pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1];
 
 pub(super) const META_LAST_FLUSH_ID: &str = "last_flush_id";
 pub(super) const META_LAYOUT_VERSION: &str = "layout_version";
@@ -106,6 +117,8 @@ pub(super) const HOUR_DOCS: TableDefinition<HourKey, &[u8]> = TableDefinition::n
 pub(super) const DAY_SUMMARY: TableDefinition<DayKey, &[u8]> = TableDefinition::new("day_summary");
 pub(super) const DAY_MINUTES: TableDefinition<MinutesKey, &[u8]> =
     TableDefinition::new("day_minutes");
+pub(super) type FlushLogKey = (u64, u32);
+pub(super) const FLUSH_LOG: TableDefinition<FlushLogKey, &[u8]> = TableDefinition::new("flush_log");
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(super) const SERIES_CATALOG: TableDefinition<&str, &[u8]> =
     TableDefinition::new("series_catalog");
@@ -147,4 +160,8 @@ pub(super) fn day_summary_name(source: &str, metric: &str, start: i64) -> String
 
 pub(super) fn day_minutes_name(source: &str, metric: &str, start: i64, hour: u8) -> String {
     format!("day_minutes[{source}/{metric}@{start} hour {hour}]")
+}
+
+pub(super) fn flush_log_name(id: u64, chunk: u32) -> String {
+    format!("flush_log[flush {id} chunk {chunk}]")
 }

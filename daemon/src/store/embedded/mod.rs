@@ -11,9 +11,13 @@
 //! | `config.rs`    | [`EmbeddedConfig`], the `[embedded]` settings                |
 //! | `layout.rs`    | tables, keys, value sizes: how documents map onto redb       |
 //! | `codec.rs`     | slots, headers and catalog values to and from bytes          |
-//! | `db.rs`        | opening the file, commits and their durability, redb errors  |
+//! | `db.rs`        | opening the file, commits and their durability               |
+//! | `errors.rs`    | redb's errors as the store's                                 |
 //! | `reopen.rs`    | reopening the file after an I/O error, redoing lost commits  |
-//! | `write.rs`     | `apply` (flushes) and `preallocate`                          |
+//! | `fold.rs`      | `apply` (flushes): log, pending minutes, folds; replays      |
+//! | `pending.rs`   | flushed minutes not yet folded into documents, and reads     |
+//! | `flush_log.rs` | the same minutes in the file, so they survive a crash        |
+//! | `write.rs`     | merging into documents, and `preallocate`                    |
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
 //! | `catalog.rs`   | catalog upserts and listings                                 |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
@@ -25,7 +29,11 @@ mod catalog;
 mod codec;
 mod config;
 mod db;
+mod errors;
+mod flush_log;
+mod fold;
 mod layout;
+mod pending;
 mod read;
 mod reopen;
 mod retention;
@@ -39,6 +47,8 @@ mod tests_bench;
 mod tests_corrupt;
 #[cfg(test)]
 mod tests_durability;
+#[cfg(test)]
+mod tests_fold;
 #[cfg(test)]
 mod tests_read;
 #[cfg(test)]
@@ -158,6 +168,7 @@ impl Store for EmbeddedStore {
 
     async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
         self.blocking(|inner| {
+            inner.fold_idle()?;
             inner.sync_if_due()?;
             Ok(Some(inner.durable_flush_id()))
         })

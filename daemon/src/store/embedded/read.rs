@@ -1,12 +1,14 @@
 //! Range reads of hour and day documents, and the small reads of `meta`.
 //! Separate from writes because reads never touch a watermark or a write
 //! transaction; they turn stored slots into the points of one tier and
-//! resolution, reading only the parts of a day that resolution needs.
+//! resolution, reading only the parts of a day that resolution needs, and
+//! add the series' minutes not yet folded into them (`pending.rs`).
 
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase};
 
 use super::codec::{checked, decode_kind, header, slot_at};
-use super::db::{db_err, invalid, meta_value, Db};
+use super::db::{meta_value, Db};
+use super::errors::{db_err, invalid};
 use super::layout::{
     day_minutes_name, day_summary_name, hour_doc_name, DaySummary, HourDoc, HourKey, MinuteBlock,
     MinutesKey, DAY_MINUTES, DAY_SUMMARY, HEADER_LEN, HOURS_PER_DAY, HOUR_DOCS, META,
@@ -34,11 +36,19 @@ impl Db {
             .tier
             .period_start(q.from.max(i64::MIN / 2).div_euclid(MINUTE_S));
         let db = self.database()?;
+        // The pending minutes before the documents, and under the database
+        // lock so that no reopen comes between: see `pending.rs` for why
+        // this order counts every minute once.
+        let pending = self.pending.lock().view(&q.series);
         let txn = db.begin_read().map_err(db_err)?;
-        match q.tier {
-            Tier::Hour => read_hour_docs(&txn, q, lo),
-            Tier::Day => read_day_docs(&txn, q, lo),
+        let mut docs = match q.tier {
+            Tier::Hour => read_hour_docs(&txn, q, lo)?,
+            Tier::Day => read_day_docs(&txn, q, lo)?,
+        };
+        if let Some(pending) = pending {
+            pending.merge_into(q, lo, &mut docs);
         }
+        Ok(docs)
     }
 
     pub(super) fn last_flush_id(&self) -> Result<u64, StoreError> {

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 
 use redb::Database;
 
-use super::db::{open_checked, Db, Redo, SyncState};
+use super::db::{open_checked, Db, Opened, Redo, SyncState};
 use crate::store::StoreError;
 
 impl Db {
@@ -34,10 +34,17 @@ impl Db {
         }
         // Closed first: redb locks the file while it is open.
         *slot = None;
-        let (db, last_flush_id) = open_checked(&self.opener, &self.path)?;
+        let Opened {
+            db,
+            last_flush_id,
+            pending,
+        } = open_checked(&self.opener, &self.path)?;
         self.committed_flush_id
             .store(last_flush_id, Ordering::Release);
         *self.sync.lock() = SyncState::now();
+        // What was pending in memory may hold flushes the reopened file
+        // lost; the redo below brings them back, through the log again.
+        *self.pending.lock() = pending;
         let redo = std::mem::take(&mut *self.redo.lock());
         if let Err(e) = self.redo_all(&db, &redo) {
             // Kept whole for the next attempt: what was redone is redone

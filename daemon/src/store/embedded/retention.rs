@@ -16,7 +16,8 @@ use std::ops::Bound;
 use redb::{ReadableTable, Table};
 
 use super::codec::decode_catalog;
-use super::db::{db_err, Db};
+use super::db::Db;
+use super::errors::db_err;
 use super::layout::{CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG};
 use crate::store::StoreError;
 

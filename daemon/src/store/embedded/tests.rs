@@ -32,6 +32,11 @@ impl EmbeddedStore {
     pub(super) fn sync(&self) -> Result<(), StoreError> {
         self.inner.sync_now()
     }
+
+    /// Folds every pending minute into the stored documents. Blocking.
+    pub(super) fn fold_all(&self) -> Result<(), StoreError> {
+        self.inner.fold_some(usize::MAX)
+    }
 }
 
 /// Unix seconds of a UTC time.
@@ -80,8 +85,27 @@ pub(super) fn slot(n: u64, sum: f64, min: f64, max: f64) -> Slot {
     Slot { n, sum, min, max }
 }
 
+/// Every (tier, resolution) a read may ask for.
+pub(super) const EVERY_READ: [(Tier, Resolution); 5] = [
+    (Tier::Hour, Resolution::Minute),
+    (Tier::Hour, Resolution::Hour),
+    (Tier::Day, Resolution::Minute),
+    (Tier::Day, Resolution::Hour),
+    (Tier::Day, Resolution::Day),
+];
+
 pub(super) fn open(dir: &tempfile::TempDir) -> EmbeddedStore {
     EmbeddedStore::open(dir.path()).unwrap()
+}
+
+/// A store that merges every flush straight into its documents, as a
+/// replayed flush always is.
+pub(super) fn open_direct(dir: &tempfile::TempDir) -> EmbeddedStore {
+    let config = super::EmbeddedConfig {
+        fold_over_flushes: 1,
+        ..Default::default()
+    };
+    EmbeddedStore::open_with(dir.path(), config).unwrap()
 }
 
 /// Samples of db-01/op_counter on 2026-03-14: two at 10:05, one at 10:59,

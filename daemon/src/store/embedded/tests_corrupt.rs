@@ -68,7 +68,7 @@ async fn bad_catalog_values_are_corrupt_not_a_panic() {
 #[tokio::test]
 async fn wrong_value_length_is_corrupt_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir);
+    let store = open_direct(&dir);
     let h10 = ts(2026, 3, 14, 10, 0);
     let day = ts(2026, 3, 14, 0, 0);
     write_raw(&store, HOUR_DOCS, ("db-01", "op_counter", h10), &[1, 2, 3]);

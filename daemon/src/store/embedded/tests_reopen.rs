@@ -13,7 +13,8 @@ use std::time::Duration;
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
-use super::db::{db_err, Db, Opener};
+use super::db::{Db, Opener};
+use super::errors::db_err;
 use super::layout::FILE_NAME;
 use super::tests::*;
 use super::{EmbeddedConfig, EmbeddedStore};

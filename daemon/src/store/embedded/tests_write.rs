@@ -189,13 +189,7 @@ async fn preallocate_creates_empty_docs() {
     }
 
     // Reads see the documents, unknown kind, watermark 0, no slots.
-    for (tier, res) in [
-        (Tier::Hour, Resolution::Minute),
-        (Tier::Hour, Resolution::Hour),
-        (Tier::Day, Resolution::Minute),
-        (Tier::Day, Resolution::Hour),
-        (Tier::Day, Resolution::Day),
-    ] {
+    for (tier, res) in EVERY_READ {
         let docs = read(&store, query(tier, res, day, day + DAY_S)).await;
         assert_eq!(docs.len(), 1, "{tier:?} {res:?}");
         assert_eq!(docs[0].kind, None);
@@ -216,6 +210,7 @@ async fn preallocate_never_modifies_a_document() {
     // Apply into the pre-allocated documents, then pre-allocate again:
     // nothing changes.
     store.apply(&sample_batch(1)).await.unwrap();
+    store.fold_all().unwrap();
     let h_before = read_day(&store, Tier::Hour, Resolution::Minute, day).await;
     let d_before = read_day(&store, Tier::Day, Resolution::Minute, day).await;
     let s_before = read_day(&store, Tier::Day, Resolution::Hour, day).await;
@@ -261,6 +256,7 @@ async fn preallocate_leaves_an_applied_day_as_it_is_and_refuses_misaligned_keys(
     // it does not fill in the rest (absent blocks read as empty).
     let other = series("db-02", "m", SampleKind::Gauge, &[(h10, 1.0)]);
     store.apply(&batch(2, vec![other])).await.unwrap();
+    store.fold_all().unwrap();
     assert_eq!(raw_blocks(&store, "db-02", "m", day).len(), 1);
     let stats = store
         .preallocate(&[DocKey {

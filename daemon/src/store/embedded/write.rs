@@ -1,7 +1,7 @@
-//! Flushes and pre-allocation, the only writers of documents. Separate from
-//! reads because this is the daemon's hot path, with its own concerns: key
-//! order, one transaction per flush, and the watermark check that makes a
-//! replayed flush count once.
+//! Writing documents: folds and replayed flushes (`fold.rs` decides which),
+//! and pre-allocation. Separate from reads because this is the daemon's hot
+//! path, with its own concerns: key order, one transaction per flush, and
+//! the watermark check that makes a replayed flush count once.
 //!
 //! Why one write transaction per flush: redb rewrites every touched leaf page
 //! and syncs once per commit, so putting all of a flush's documents in one
@@ -10,34 +10,32 @@
 //! it makes a flush atomic: either all of its documents move to the new
 //! watermark or none do.
 
-use std::sync::Arc;
-
-use redb::{Database, ReadableTable, Table, WriteTransaction};
+use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::codec::{checked, empty_value, header, merge_slot, put_header};
-use super::db::{db_err, invalid, meta_value, Db, Redo};
+use super::db::{meta_value, Db};
+use super::errors::{db_err, invalid};
 use super::layout::{
     day_minutes_name, day_summary_name, hour_doc_name, DayKey, DaySummary, HourDoc, HourKey,
     MinuteBlock, MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN,
     HEADER_LEN, HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
 };
 use crate::model::{
-    DayDocUpdate, DayHourUpdate, DocKey, FlushBatch, HourDocUpdate, SeriesUpdate, Slot, Tier,
-    DAY_S, HOUR_S,
+    DayDocUpdate, DayHourUpdate, DocKey, HourDocUpdate, SeriesUpdate, Slot, Tier, DAY_S, HOUR_S,
 };
 use crate::store::{ApplyStats, PreallocStats, StoreError};
 
 type DocTable<'txn, K> = Table<'txn, K, &'static [u8]>;
 
 /// The three document tables, opened once per write transaction.
-struct DocTables<'txn> {
+pub(super) struct DocTables<'txn> {
     hours: DocTable<'txn, HourKey<'static>>,
     summaries: DocTable<'txn, DayKey<'static>>,
     blocks: DocTable<'txn, MinutesKey<'static>>,
 }
 
 impl<'txn> DocTables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
+    pub(super) fn open(txn: &'txn WriteTransaction) -> Result<Self, StoreError> {
         Ok(DocTables {
             hours: txn.open_table(HOUR_DOCS).map_err(db_err)?,
             summaries: txn.open_table(DAY_SUMMARY).map_err(db_err)?,
@@ -47,57 +45,6 @@ impl<'txn> DocTables<'txn> {
 }
 
 impl Db {
-    pub(super) fn apply(&self, batch: &Arc<FlushBatch>) -> Result<ApplyStats, StoreError> {
-        self.apply_on(&*self.database()?, batch)
-    }
-
-    pub(super) fn apply_on(
-        &self,
-        db: &Database,
-        batch: &Arc<FlushBatch>,
-    ) -> Result<ApplyStats, StoreError> {
-        let id = batch.id.0;
-        if id == 0 {
-            return Err(invalid(
-                "flush id 0 is reserved (it is the watermark of a document no flush has touched)"
-                    .into(),
-            ));
-        }
-        // Visit the documents in key order (redb compares `&str` bytewise, as
-        // `SeriesId`'s `Ord` does): consecutive updates then land in the same
-        // or neighbouring B-tree pages, which are already cached and already
-        // copied for this transaction. Batches come out of a hash map in
-        // random order; sorting costs far less than it saves.
-        let mut order: Vec<&SeriesUpdate> = batch.series.iter().collect();
-        order.sort_unstable_by(|a, b| a.series.cmp(&b.series));
-
-        let mut stats = ApplyStats::default();
-        let txn = db.begin_write().map_err(db_err)?;
-        {
-            let mut tables = DocTables::open(&txn)?;
-            for su in order {
-                let met = su.series.metric_key();
-                let series = SeriesWrite {
-                    src: &su.series.source,
-                    met: &met,
-                    kind: su.kind.code(),
-                    id,
-                };
-                for h in &su.hours {
-                    count(&mut stats, series.hour(&mut tables.hours, h)?);
-                }
-                for d in &su.days {
-                    count(&mut stats, series.day(&mut tables, d)?);
-                }
-            }
-            raise_last_flush_id(&txn, id)?;
-        }
-        // On any error above, dropping `txn` aborts it: nothing of the batch
-        // is written.
-        self.commit(txn, Some(id), false, Some(Redo::Apply(batch.clone())))?;
-        Ok(stats)
-    }
-
     pub(super) fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
         let mut stats = PreallocStats::default();
         let db = self.database()?;
@@ -163,8 +110,35 @@ fn count(stats: &mut ApplyStats, written: bool) {
     }
 }
 
+/// Merges `su` into its documents with watermark `id`, skipping each
+/// document that already holds `id`. Callers go in key order (redb compares
+/// `&str` bytewise, as `SeriesId`'s `Ord` does): consecutive updates then
+/// land in the same or neighbouring B-tree pages, already cached and copied
+/// for the transaction.
+pub(super) fn write_series(
+    tables: &mut DocTables<'_>,
+    su: &SeriesUpdate,
+    id: u64,
+    stats: &mut ApplyStats,
+) -> Result<(), StoreError> {
+    let met = su.series.metric_key();
+    let series = SeriesWrite {
+        src: &su.series.source,
+        met: &met,
+        kind: su.kind.code(),
+        id,
+    };
+    for h in &su.hours {
+        count(stats, series.hour(&mut tables.hours, h)?);
+    }
+    for d in &su.days {
+        count(stats, series.day(tables, d)?);
+    }
+    Ok(())
+}
+
 /// Moves `meta.last_flush_id` up to `id`; it never goes down.
-fn raise_last_flush_id(txn: &WriteTransaction, id: u64) -> Result<(), StoreError> {
+pub(super) fn raise_last_flush_id(txn: &WriteTransaction, id: u64) -> Result<(), StoreError> {
     let mut meta = txn.open_table(META).map_err(db_err)?;
     let old = meta_value(&meta, META_LAST_FLUSH_ID)?.unwrap_or(0);
     if id > old {

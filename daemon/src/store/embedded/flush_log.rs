@@ -1,0 +1,235 @@
+//! The flush log: each flush's minute slots of the series it did not fold,
+//! kept in the store file until they are folded into their documents (see
+//! `pending.rs`). It is what makes the pending minutes survive a crash: the
+//! log entries of a flush commit in that flush's transaction, and opening
+//! the file loads them back into memory.
+//!
+//! # Encoding
+//!
+//! The `flush_log` table maps `(flush id, chunk)` to up to about
+//! [`CHUNK_BYTES`] of entries, so that no value grows with the fleet. An
+//! entry is one series of one flush, all integers little-endian:
+//!
+//! | bytes | field                                                   |
+//! |-------|---------------------------------------------------------|
+//! | 2     | source length `s`                                       |
+//! | `s`   | source                                                  |
+//! | 2     | metric key length `k` ([`SeriesId::metric_key`])        |
+//! | `k`   | metric key (metric and canonical labels)                |
+//! | 1     | kind code                                               |
+//! | 4     | number of minutes `n`                                   |
+//! | 40 n  | per minute: epoch minute (i64), slot (32 bytes, as in documents) |
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, Table};
+
+use super::codec::{checked, header, put_slot, slot_at};
+use super::errors::{db_err, invalid};
+use super::layout::{hour_doc_name, FlushLogKey, HourDoc, FLUSH_LOG, HOUR_DOCS, SLOT_LEN};
+use super::pending::Pending;
+use crate::model::{EpochMinute, SampleKind, SeriesId, Slot, Tier};
+use crate::store::StoreError;
+
+/// A chunk is written once it holds at least this many bytes.
+pub(super) const CHUNK_BYTES: usize = 1 << 20;
+
+const MINUTE_LEN: usize = 8 + SLOT_LEN;
+
+type LogTable<'txn> = Table<'txn, FlushLogKey, &'static [u8]>;
+
+/// The log entries of one flush, written chunk by chunk.
+pub(super) struct LogWriter {
+    id: u64,
+    chunk: u32,
+    buf: Vec<u8>,
+    entries: usize,
+}
+
+impl LogWriter {
+    pub(super) fn new(id: u64) -> LogWriter {
+        LogWriter {
+            id,
+            chunk: 0,
+            buf: Vec::new(),
+            entries: 0,
+        }
+    }
+
+    /// Appends one series' minutes; writes a chunk when one is full.
+    pub(super) fn push(
+        &mut self,
+        table: &mut LogTable<'_>,
+        series: &SeriesId,
+        kind: SampleKind,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) -> Result<(), StoreError> {
+        let metric_key = series.metric_key();
+        put_str(&mut self.buf, &series.source, series)?;
+        put_str(&mut self.buf, &metric_key, series)?;
+        self.buf.push(kind.code());
+        let count_at = self.buf.len();
+        self.buf.extend_from_slice(&[0; 4]);
+        let mut n: u32 = 0;
+        for (m, slot) in minutes {
+            self.buf.extend_from_slice(&m.to_le_bytes());
+            let at = self.buf.len();
+            self.buf.resize(at + SLOT_LEN, 0);
+            put_slot(&mut self.buf, at, 0, &slot);
+            n += 1;
+        }
+        self.buf[count_at..count_at + 4].copy_from_slice(&n.to_le_bytes());
+        self.entries += 1;
+        if self.buf.len() >= CHUNK_BYTES {
+            self.write_chunk(table)?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is left; returns whether the flush logged anything.
+    pub(super) fn finish(mut self, table: &mut LogTable<'_>) -> Result<bool, StoreError> {
+        if !self.buf.is_empty() {
+            self.write_chunk(table)?;
+        }
+        Ok(self.entries > 0)
+    }
+
+    fn write_chunk(&mut self, table: &mut LogTable<'_>) -> Result<(), StoreError> {
+        table
+            .insert((self.id, self.chunk), self.buf.as_slice())
+            .map_err(db_err)?;
+        self.chunk += 1;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+fn put_str(buf: &mut Vec<u8>, s: &str, series: &SeriesId) -> Result<(), StoreError> {
+    let len = u16::try_from(s.len()).map_err(|_| {
+        invalid(format!(
+            "{series}: a name of {} bytes is too long to log",
+            s.len()
+        ))
+    })?;
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+/// Deletes the log entries of every flush below `id`.
+pub(super) fn trim_below(table: &mut LogTable<'_>, id: u64) -> Result<(), StoreError> {
+    table.retain_in(..(id, 0u32), |_, _| false).map_err(db_err)
+}
+
+/// One decoded entry: a series' minutes from one flush.
+pub(super) struct Entry {
+    pub(super) series: SeriesId,
+    pub(super) kind: SampleKind,
+    pub(super) minutes: Vec<(EpochMinute, Slot)>,
+}
+
+/// Every entry of the log, oldest flush first, with its flush id.
+/// `keep(entry, id)` decides which minutes of an entry are still pending
+/// (those already in their documents are not).
+fn load(
+    table: &impl ReadableTable<FlushLogKey, &'static [u8]>,
+    mut keep: impl FnMut(&Entry, u64) -> Result<Vec<(EpochMinute, Slot)>, StoreError>,
+) -> Result<Pending, StoreError> {
+    let mut pending = Pending::default();
+    for row in table.iter().map_err(db_err)? {
+        let (k, v) = row.map_err(db_err)?;
+        let (id, chunk) = k.value();
+        let name = || super::layout::flush_log_name(id, chunk);
+        let mut bytes = v.value();
+        while !bytes.is_empty() {
+            let entry = decode_entry(&mut bytes).ok_or_else(|| StoreError::Corrupt {
+                doc: name(),
+                reason: "a log entry is cut short or malformed".into(),
+            })?;
+            let minutes = keep(&entry, id)?;
+            if !minutes.is_empty() {
+                let series = Arc::new(entry.series);
+                pending.add(&series, entry.kind, id, minutes.into_iter());
+            }
+        }
+    }
+    Ok(pending)
+}
+
+fn decode_entry(bytes: &mut &[u8]) -> Option<Entry> {
+    let source = take_str(bytes)?;
+    let metric_key = take_str(bytes)?;
+    let series = SeriesId::from_metric_key(source, metric_key)?;
+    let kind = SampleKind::from_code(*take(bytes, 1)?.first()?)?;
+    let n = u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize;
+    let raw = take(bytes, n.checked_mul(MINUTE_LEN)?)?;
+    let minutes = raw
+        .chunks_exact(MINUTE_LEN)
+        .map(|c| {
+            let mut m = [0u8; 8];
+            m.copy_from_slice(&c[..8]);
+            (i64::from_le_bytes(m), slot_at(c, 8, 0))
+        })
+        .collect();
+    Some(Entry {
+        series,
+        kind,
+        minutes,
+    })
+}
+
+fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    if bytes.len() < n {
+        return None;
+    }
+    let (head, rest) = bytes.split_at(n);
+    *bytes = rest;
+    Some(head)
+}
+
+fn take_str<'a>(bytes: &mut &'a [u8]) -> Option<&'a str> {
+    let len = u16::from_le_bytes(take(bytes, 2)?.try_into().ok()?);
+    std::str::from_utf8(take(bytes, usize::from(len))?).ok()
+}
+
+/// The pending minutes of `db`'s flush log: its entries, less the minutes
+/// whose documents already hold their flush (a fold wrote them, and the
+/// log entry was not trimmed yet).
+pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
+    let txn = db.begin_read().map_err(db_err)?;
+    let log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+    let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
+    // Watermarks of the hour documents seen so far, by (series key, hour).
+    let mut watermarks: HashMap<(String, i64), u64> = HashMap::new();
+    let pending = load(&log, |entry, id| {
+        let met = entry.series.metric_key();
+        let src = &*entry.series.source;
+        let key = entry.series.key();
+        let mut keep = Vec::with_capacity(entry.minutes.len());
+        for &(m, slot) in &entry.minutes {
+            let hour = Tier::Hour.period_start(m);
+            let watermark = match watermarks.get(&(key.clone(), hour)) {
+                Some(&w) => w,
+                None => {
+                    let w = match hours.get((src, &*met, hour)).map_err(db_err)? {
+                        Some(v) => {
+                            let doc: HourDoc =
+                                checked(v.value(), || hour_doc_name(src, &met, hour))?;
+                            header(&doc).1
+                        }
+                        None => 0,
+                    };
+                    watermarks.insert((key.clone(), hour), w);
+                    w
+                }
+            };
+            if watermark < id {
+                keep.push((m, slot));
+            }
+        }
+        Ok(keep)
+    })?;
+    metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
+    Ok(pending)
+}

@@ -1,0 +1,255 @@
+//! A flush's way into the store. Its minutes go to the flush log and to the
+//! pending map, and the series pending longest are folded into their
+//! documents, a slice of them per flush (why: `pending.rs`). One write
+//! transaction holds all of it, so a flush is still atomic: its log
+//! entries, the fold and `last_flush_id` commit together or not at all.
+//!
+//! A flush at or below one already committed is a replay (a retry after an
+//! ambiguous failure, or the write-ahead log's replay at start). Some of its
+//! documents may already hold it, and only their stored watermarks can tell;
+//! so a replay folds everything pending and then merges the flush straight
+//! into the documents with the watermark check (`write.rs`). Replays are
+//! rare, so that path's cost does not matter.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redb::{Database, WriteTransaction};
+
+use super::db::{Db, Redo};
+use super::errors::{db_err, invalid};
+use super::flush_log::{trim_below, LogWriter};
+use super::layout::FLUSH_LOG;
+use super::pending::{Fold, Pending};
+use super::write::{raise_last_flush_id, write_series, DocTables};
+use crate::model::{FlushBatch, SeriesId, SeriesUpdate, DAY_S, HOUR_S};
+use crate::store::{ApplyStats, StoreError};
+
+impl Db {
+    pub(super) fn apply(&self, batch: &Arc<FlushBatch>) -> Result<ApplyStats, StoreError> {
+        self.apply_on(&*self.database()?, batch)
+    }
+
+    pub(super) fn apply_on(
+        &self,
+        db: &Database,
+        batch: &Arc<FlushBatch>,
+    ) -> Result<ApplyStats, StoreError> {
+        let id = batch.id.0;
+        if id == 0 {
+            return Err(invalid(
+                "flush id 0 is reserved (it is the watermark of a document no flush has touched)"
+                    .into(),
+            ));
+        }
+        for su in &batch.series {
+            check_update(su)?;
+        }
+        let txn = db.begin_write().map_err(db_err)?;
+        // redb has one write transaction at a time: until this one ends,
+        // nothing else changes `pending`.
+        let spread = self.config.fold_over_flushes.max(1) as usize;
+        // Folding over one flush is writing every flush straight into its
+        // documents, which is the replay's way.
+        let replay = spread == 1 || id <= self.committed_flush_id.load(Ordering::Acquire);
+        let (mut folds, oldest) = {
+            let mut pending = self.pending.lock();
+            let n = if replay {
+                usize::MAX
+            } else {
+                pending.len().div_ceil(spread)
+            };
+            let folds = pending.start_fold(n);
+            (folds, pending.oldest())
+        };
+        let written = write_flush(&txn, batch, &mut folds, replay, oldest).and_then(|w| {
+            // On an error above, dropping `txn` aborts it: nothing of the
+            // batch is written.
+            self.commit(txn, Some(id), false, Some(Redo::Apply(batch.clone())))?;
+            Ok(w)
+        });
+        let mut pending = self.pending.lock();
+        match written {
+            Ok((stats, logged)) => {
+                pending.end_fold(&folds);
+                for su in logged {
+                    pending.add(&su.series, su.kind, id, su.minutes());
+                }
+                folded(&pending, folds.len());
+                Ok(stats)
+            }
+            Err(e) => {
+                pending.abort_fold(&folds);
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Db {
+    /// Folds the next slice of the pending series with no flush to carry
+    /// it: an idle daemon's log empties too.
+    pub(super) fn fold_idle(&self) -> Result<(), StoreError> {
+        let spread = self.config.fold_over_flushes.max(1) as usize;
+        let n = self.pending.lock().len().div_ceil(spread);
+        if n > 0 {
+            self.fold_some(n)?;
+        }
+        Ok(())
+    }
+
+    /// Folds the `n` series pending longest, outside any flush.
+    pub(super) fn fold_some(&self, n: usize) -> Result<(), StoreError> {
+        let db = self.database()?;
+        let txn = db.begin_write().map_err(db_err)?;
+        let (mut folds, oldest) = {
+            let mut pending = self.pending.lock();
+            let folds = pending.start_fold(n);
+            (folds, pending.oldest())
+        };
+        let written = (|| {
+            let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+            trim_below(&mut log, oldest.unwrap_or(u64::MAX))?;
+            drop(log);
+            write_folds(&txn, &mut folds)
+        })();
+        let r = written.and_then(|()| self.commit(txn, None, false, None));
+        let mut pending = self.pending.lock();
+        match r {
+            Ok(()) => {
+                pending.end_fold(&folds);
+                folded(&pending, folds.len());
+            }
+            Err(_) => pending.abort_fold(&folds),
+        }
+        r
+    }
+}
+
+/// The metrics of a committed fold of `n` series.
+fn folded(pending: &Pending, n: usize) {
+    metrics::counter!("tally_store_folded_series_total", "store" => "embedded").increment(n as u64);
+    metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
+}
+
+/// Writes `folds` into their documents, in key order.
+fn write_folds(txn: &WriteTransaction, folds: &mut [Fold]) -> Result<(), StoreError> {
+    let mut tables = DocTables::open(txn)?;
+    folds.sort_unstable_by(|a, b| a.series.cmp(&b.series));
+    for f in folds.iter() {
+        write_series(
+            &mut tables,
+            &f.update(),
+            f.watermark,
+            &mut ApplyStats::default(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Refuses an update that is not what [`SeriesUpdate::from_minutes`] makes:
+/// the log keeps only its minutes, so its hours must be where those minutes
+/// are, and its days must hold the same minutes.
+fn check_update(su: &SeriesUpdate) -> Result<(), StoreError> {
+    let bad = |what: String| Err(invalid(format!("{}: {what}", su.series)));
+    let mut minutes = 0usize;
+    for h in &su.hours {
+        if h.hour_start.rem_euclid(HOUR_S) != 0 {
+            return bad(format!(
+                "hour_start {} is not on an hour boundary",
+                h.hour_start
+            ));
+        }
+        if let Some(&(m, _)) = h.minutes.iter().find(|&&(m, _)| usize::from(m) >= 60) {
+            return bad(format!(
+                "minute {m} of hour {} is out of range",
+                h.hour_start
+            ));
+        }
+        minutes += h.minutes.len();
+    }
+    for d in &su.days {
+        if d.day_start.rem_euclid(DAY_S) != 0 {
+            return bad(format!(
+                "day_start {} is not on a day boundary",
+                d.day_start
+            ));
+        }
+        for hu in &d.hours {
+            if hu.hour >= 24 || hu.minutes.iter().any(|&(m, _)| m >= 60) {
+                return bad(format!(
+                    "hour {} of day {} holds a slot out of range",
+                    hu.hour, d.day_start
+                ));
+            }
+            minutes = minutes.wrapping_sub(hu.minutes.len());
+        }
+    }
+    if minutes != 0 {
+        return bad("its hour and day updates do not hold the same minutes".into());
+    }
+    Ok(())
+}
+
+/// The writes of flush `batch` inside `txn`: the log entries of the series
+/// not in `folds`, the folds (which take the flush's minutes of their
+/// series), or for a replay the flush itself after the folds; then the log
+/// trimmed to what is still pending. `oldest` is the oldest flush pending
+/// outside the folds. Returns the stats and the logged series.
+fn write_flush<'b>(
+    txn: &WriteTransaction,
+    batch: &'b FlushBatch,
+    folds: &mut [Fold],
+    replay: bool,
+    oldest: Option<u64>,
+) -> Result<(ApplyStats, Vec<&'b SeriesUpdate>), StoreError> {
+    let id = batch.id.0;
+    let mut stats = ApplyStats::default();
+    let mut logged = Vec::new();
+    let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+    if !replay {
+        let index: HashMap<&SeriesId, usize> = folds
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (&*f.series, i))
+            .collect();
+        let routes: Vec<Option<usize>> = batch
+            .series
+            .iter()
+            .map(|su| index.get(&*su.series).copied())
+            .collect();
+        drop(index);
+        let mut writer = LogWriter::new(id);
+        for (su, route) in batch.series.iter().zip(routes) {
+            match route {
+                Some(i) => folds[i].add(id, su.kind, su.minutes()),
+                None => {
+                    writer.push(&mut log, &su.series, su.kind, su.minutes())?;
+                    logged.push(su);
+                }
+            }
+        }
+        let wrote_log = writer.finish(&mut log)?;
+        stats.documents_written = batch.document_count();
+        // The log keeps the oldest pending flush and everything after it.
+        let keep_from = oldest.into_iter().chain(wrote_log.then_some(id)).min();
+        trim_below(&mut log, keep_from.unwrap_or(u64::MAX))?;
+    } else {
+        // Everything pending is in `folds`: the whole log goes.
+        trim_below(&mut log, u64::MAX)?;
+    }
+    drop(log);
+
+    write_folds(txn, folds)?;
+    if replay {
+        let mut tables = DocTables::open(txn)?;
+        let mut order: Vec<&SeriesUpdate> = batch.series.iter().collect();
+        order.sort_unstable_by(|a, b| a.series.cmp(&b.series));
+        for su in order {
+            write_series(&mut tables, su, id, &mut stats)?;
+        }
+    }
+    raise_last_flush_id(txn, id)?;
+    Ok((stats, logged))
+}

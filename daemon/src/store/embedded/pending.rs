@@ -1,0 +1,277 @@
+//! Flushed minutes not yet folded into their documents.
+//!
+//! redb stores and copies values whole, so merging a flush straight into a
+//! series' hour document, day summary and minute block rewrites about 4.7 KB
+//! (and the B-tree pages around them) for the one or two 32-byte slots a
+//! 1-second flush changes. Instead, a flush appends its minute slots to the
+//! flush log (`flush_log.rs`, in the same file and the same commit, so it is
+//! exactly as durable) and merges them here; each series is then folded into
+//! its documents about once every [`EmbeddedConfig::fold_over_flushes`]
+//! flushes, oldest first, a few series per flush (`fold.rs`).
+//!
+//! # Why reads count every minute once
+//!
+//! A series' pending minutes hold every flush that touched it since its last
+//! fold, up to `watermark`; a fold writes each document it touches with the
+//! watermark of what it folded. So a stored document whose watermark is below
+//! the pending watermark lacks exactly the pending minutes of its period, and
+//! one at or above it already holds them. A read takes a snapshot of the
+//! series' pending minutes *before* it begins its read transaction (see
+//! `read.rs`), and the pending minutes leave this map only *after* the fold
+//! that wrote them committed: whichever side of that commit the read lands
+//! on, it counts each minute once.
+//!
+//! [`EmbeddedConfig::fold_over_flushes`]: super::EmbeddedConfig
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+
+use crate::model::{
+    EpochMinute, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier,
+    MINUTE_S,
+};
+use crate::store::{DocRead, ReadQuery};
+
+#[cfg(doc)]
+use super::EmbeddedConfig;
+
+type Minutes = Vec<(EpochMinute, Slot)>;
+
+/// One series' minutes since its last fold.
+#[derive(Debug)]
+struct SeriesPending {
+    kind: SampleKind,
+    /// The highest flush whose minutes are here.
+    watermark: u64,
+    /// The flush that started this run: its place in the fold queue.
+    since: u64,
+    /// Taken by the fold in progress; dropped when that commits.
+    folding: bool,
+    /// Ascending, no duplicates.
+    minutes: Minutes,
+}
+
+/// What a fold writes for one series: its minutes, into its documents, with
+/// `watermark`.
+#[derive(Debug, Clone)]
+pub(super) struct Fold {
+    pub(super) series: Arc<SeriesId>,
+    pub(super) kind: SampleKind,
+    pub(super) watermark: u64,
+    pub(super) minutes: Minutes,
+}
+
+impl Fold {
+    /// Adds flush `id`'s minutes of this series, which was being folded
+    /// when the flush came: they go to the documents with the rest.
+    pub(super) fn add(
+        &mut self,
+        id: u64,
+        kind: SampleKind,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) {
+        self.kind = kind;
+        self.watermark = self.watermark.max(id);
+        for (m, slot) in minutes {
+            merge_minute(&mut self.minutes, m, &slot);
+        }
+    }
+
+    /// The document updates of the fold.
+    pub(super) fn update(&self) -> SeriesUpdate {
+        SeriesUpdate::from_minutes(&SeriesMinutes {
+            series: self.series.clone(),
+            kind: self.kind,
+            minutes: self.minutes.clone(),
+        })
+    }
+}
+
+/// Every series with minutes not yet folded, and the order they fold in.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    series: HashMap<Arc<SeriesId>, SeriesPending, ahash::RandomState>,
+    /// `(since, series)` of every entry not being folded, oldest first.
+    /// Flush ids only grow, so this is also ascending by `since`.
+    queue: VecDeque<(u64, Arc<SeriesId>)>,
+}
+
+impl Pending {
+    /// Series with pending minutes.
+    pub(super) fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Merges flush `id`'s minutes of `series`.
+    pub(super) fn add(
+        &mut self,
+        series: &Arc<SeriesId>,
+        kind: SampleKind,
+        id: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) {
+        let mut fresh = false;
+        let p = self.series.entry(series.clone()).or_insert_with(|| {
+            fresh = true;
+            SeriesPending {
+                kind,
+                watermark: id,
+                since: id,
+                folding: false,
+                minutes: Vec::new(),
+            }
+        });
+        if fresh {
+            self.queue.push_back((id, series.clone()));
+        }
+        p.kind = kind;
+        p.watermark = p.watermark.max(id);
+        for (m, slot) in minutes {
+            merge_minute(&mut p.minutes, m, &slot);
+        }
+    }
+
+    /// Takes the `n` series pending longest for a fold. They stay readable
+    /// here until [`Pending::end_fold`].
+    pub(super) fn start_fold(&mut self, n: usize) -> Vec<Fold> {
+        let mut folds = Vec::with_capacity(n.min(self.queue.len()));
+        while folds.len() < n {
+            let Some((since, series)) = self.queue.pop_front() else {
+                break;
+            };
+            let Some(p) = self.series.get_mut(&*series) else {
+                continue;
+            };
+            if p.since != since || p.folding {
+                continue;
+            }
+            p.folding = true;
+            folds.push(Fold {
+                kind: p.kind,
+                watermark: p.watermark,
+                minutes: p.minutes.clone(),
+                series,
+            });
+        }
+        folds
+    }
+
+    /// The oldest flush whose minutes are pending outside the fold in
+    /// progress: the flush log must keep it and everything after it.
+    pub(super) fn oldest(&self) -> Option<u64> {
+        self.queue.front().map(|&(since, _)| since)
+    }
+
+    /// The fold committed: its series leave.
+    pub(super) fn end_fold(&mut self, folds: &[Fold]) {
+        for f in folds {
+            self.series.remove(&*f.series);
+        }
+    }
+
+    /// The fold failed: its series go back to the front of the queue, in
+    /// the order they were taken, which keeps the queue ascending.
+    pub(super) fn abort_fold(&mut self, folds: &[Fold]) {
+        let mut back: Vec<(u64, Arc<SeriesId>)> = Vec::with_capacity(folds.len());
+        for f in folds {
+            if let Some(p) = self.series.get_mut(&*f.series) {
+                p.folding = false;
+                back.push((p.since, f.series.clone()));
+            }
+        }
+        back.sort_unstable_by_key(|&(since, _)| since);
+        for entry in back.into_iter().rev() {
+            self.queue.push_front(entry);
+        }
+    }
+
+    /// What a read of `series` must add to the stored documents.
+    pub(super) fn view(&self, series: &SeriesId) -> Option<PendingView> {
+        self.series.get(series).map(|p| PendingView {
+            kind: p.kind,
+            watermark: p.watermark,
+            minutes: p.minutes.clone(),
+        })
+    }
+}
+
+/// Adds `slot` to minute `m` of an ascending list.
+fn merge_minute(minutes: &mut Minutes, m: EpochMinute, slot: &Slot) {
+    // Flushes mostly bring the newest minute: look at the end first.
+    match minutes.last_mut() {
+        Some((last, s)) if *last == m => s.merge(slot),
+        Some((last, _)) if *last < m => minutes.push((m, *slot)),
+        None => minutes.push((m, *slot)),
+        Some(_) => match minutes.binary_search_by_key(&m, |&(k, _)| k) {
+            Ok(i) => minutes[i].1.merge(slot),
+            Err(i) => minutes.insert(i, (m, *slot)),
+        },
+    }
+}
+
+/// A snapshot of one series' pending minutes, taken for a read.
+#[derive(Debug)]
+pub(super) struct PendingView {
+    kind: SampleKind,
+    watermark: u64,
+    minutes: Minutes,
+}
+
+impl PendingView {
+    /// Adds the pending minutes to `docs`, the stored documents of `q`
+    /// starting in `[lo, q.to)`, ascending: into each document whose stored
+    /// watermark is below the pending one, at `q`'s resolution, the slots in
+    /// `[q.from, q.to)`. A document not stored yet is created, as a read of
+    /// a stored one returns it even when none of its slots is in range. Afterwards every document counts as holding the
+    /// pending watermark: the series' flushes up to it are all in the
+    /// documents or in the pending minutes (see the module documentation).
+    pub(super) fn merge_into(&self, q: &ReadQuery, lo: i64, docs: &mut Vec<DocRead>) {
+        for &(m, slot) in &self.minutes {
+            let start = q.tier.period_start(m);
+            if start < lo || start >= q.to {
+                continue;
+            }
+            let i = match docs.binary_search_by_key(&start, |d| d.period_start) {
+                Ok(i) => i,
+                Err(i) => {
+                    docs.insert(
+                        i,
+                        DocRead {
+                            period_start: start,
+                            kind: Some(self.kind),
+                            watermark: 0,
+                            slots: Vec::new(),
+                        },
+                    );
+                    i
+                }
+            };
+            let doc = &mut docs[i];
+            let t = bucket_start(q.resolution, m);
+            if doc.watermark >= self.watermark || t < q.from || t >= q.to {
+                continue;
+            }
+            match doc.slots.binary_search_by_key(&t, |&(k, _)| k) {
+                Ok(j) => doc.slots[j].1.merge(&slot),
+                Err(j) => doc.slots.insert(j, (t, slot)),
+            }
+        }
+        for doc in docs {
+            if doc.watermark < self.watermark {
+                doc.watermark = self.watermark;
+                doc.kind.get_or_insert(self.kind);
+            }
+        }
+    }
+}
+
+/// Where minute `m`'s slot lands at `resolution`, Unix seconds.
+fn bucket_start(resolution: Resolution, m: EpochMinute) -> i64 {
+    match resolution {
+        Resolution::Minute => m * MINUTE_S,
+        Resolution::Hour => Tier::Hour.period_start(m),
+        Resolution::Day => Tier::Day.period_start(m),
+    }
+}

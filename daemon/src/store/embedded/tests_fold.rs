@@ -1,0 +1,199 @@
+//! The flush log and folds: whatever the fold cadence, replays and
+//! restarts, reads equal those of a store that writes every flush straight
+//! into its documents; and a read racing flushes and folds counts every
+//! minute once.
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+use super::tests::*;
+use super::{EmbeddedConfig, EmbeddedStore};
+use crate::model::{FlushBatch, Resolution, SampleKind, SeriesId, Tier, DAY_S};
+use crate::store::{DocRead, ReadQuery};
+
+/// Minute offsets from 22:30 on a day: they cross an hour and a day.
+const OFFSETS: [i64; 8] = [0, 1, 29, 30, 31, 89, 90, 150];
+const SERIES: [(&str, &str); 3] = [("a", "m"), ("a", "n"), ("b", "m")];
+
+fn t0() -> i64 {
+    ts(2026, 3, 14, 22, 30)
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    /// A new flush: per series, samples as (offset index, value).
+    Flush(Vec<(usize, Vec<(usize, i32)>)>),
+    /// The `k`-th earlier flush again (a retry after an ambiguous failure).
+    Replay(usize),
+    /// Close and open the store again.
+    Reopen,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let samples = prop::collection::vec((0..OFFSETS.len(), -50i32..50), 1..4);
+    let flush = prop::collection::vec((0..SERIES.len(), samples), 1..4).prop_map(Step::Flush);
+    prop_oneof![
+        6 => flush,
+        1 => (0usize..20).prop_map(Step::Replay),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+fn make_batch(id: u64, parts: &[(usize, Vec<(usize, i32)>)]) -> FlushBatch {
+    let mut by_series: Vec<Vec<(i64, f64)>> = vec![Vec::new(); SERIES.len()];
+    for (s, samples) in parts {
+        for &(o, v) in samples {
+            by_series[*s].push((t0() + 60 * OFFSETS[o], f64::from(v)));
+        }
+    }
+    let series = by_series
+        .iter()
+        .enumerate()
+        .filter(|(_, samples)| !samples.is_empty())
+        .map(|(i, samples)| {
+            let (src, met) = SERIES[i];
+            super::tests::series(src, met, SampleKind::Gauge, samples)
+        })
+        .collect();
+    batch(id, series)
+}
+
+fn open_spread(dir: &tempfile::TempDir, spread: u32) -> EmbeddedStore {
+    let config = EmbeddedConfig {
+        fold_over_flushes: spread,
+        ..Default::default()
+    };
+    EmbeddedStore::open_with(dir.path(), config).unwrap()
+}
+
+/// Every read the store answers about the case's series, without watermarks
+/// (they differ by design: a pending watermark covers the whole series).
+fn all_reads(store: &EmbeddedStore) -> Vec<(usize, Tier, Resolution, Vec<DocRead>)> {
+    let mut out = Vec::new();
+    for (i, (src, met)) in SERIES.iter().enumerate() {
+        for (tier, res) in EVERY_READ {
+            let q = ReadQuery {
+                series: SeriesId::new(src, met),
+                tier,
+                resolution: res,
+                from: t0() - DAY_S,
+                to: t0() + 2 * DAY_S,
+            };
+            let docs = store.inner.read(&q).unwrap();
+            out.push((i, tier, res, docs));
+        }
+    }
+    out
+}
+
+fn strip(reads: &[(usize, Tier, Resolution, Vec<DocRead>)]) -> Vec<String> {
+    reads
+        .iter()
+        .map(|(i, tier, res, docs)| {
+            let docs: Vec<_> = docs
+                .iter()
+                .map(|d| (d.period_start, d.kind, d.slots.clone()))
+                .collect();
+            format!("{i} {tier:?} {res:?} {docs:?}")
+        })
+        .collect()
+}
+
+fn run(steps: &[Step], spread: u32) {
+    let (dir, direct_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut store = open_spread(&dir, spread);
+    let direct = open_direct(&direct_dir);
+    let mut sent: Vec<Arc<FlushBatch>> = Vec::new();
+    for step in steps {
+        let b = match step {
+            Step::Flush(parts) => {
+                let b = Arc::new(make_batch(sent.len() as u64 + 1, parts));
+                sent.push(b.clone());
+                b
+            }
+            Step::Replay(k) if !sent.is_empty() => sent[k % sent.len()].clone(),
+            Step::Replay(_) => continue,
+            Step::Reopen => {
+                store.sync().unwrap();
+                drop(store);
+                store = open_spread(&dir, spread);
+                continue;
+            }
+        };
+        store.inner.apply(&b).unwrap();
+        direct.inner.apply(&b).unwrap();
+        let (got, want) = (all_reads(&store), all_reads(&direct));
+        assert_eq!(strip(&got), strip(&want));
+        for ((_, _, _, g), (_, _, _, w)) in got.iter().zip(&want) {
+            for (g, w) in g.iter().zip(w) {
+                assert!(g.watermark >= w.watermark, "{g:?} holds less than {w:?}");
+            }
+        }
+    }
+    store.fold_all().unwrap();
+    assert_eq!(strip(&all_reads(&store)), strip(&all_reads(&direct)));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn folded_reads_equal_direct_writes(
+        steps in prop::collection::vec(step(), 1..24),
+        spread in 2u32..6,
+    ) {
+        run(&steps, spread);
+    }
+}
+
+/// One sample per flush into one minute: a read is right exactly when each
+/// slot's count equals its watermark, whatever flushes and folds it races.
+#[test]
+fn reads_racing_flushes_and_folds_count_every_minute_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_spread(&dir, 3);
+    let (h, day) = (ts(2026, 3, 14, 10, 0), ts(2026, 3, 14, 0, 0));
+    // Other series, so that folds take a few at a time.
+    let others: Vec<_> = (0..6).map(|i| format!("o{i}")).collect();
+    let writer = {
+        let store = store.clone();
+        let others = others.clone();
+        std::thread::spawn(move || {
+            for id in 1..=300u64 {
+                let mut all = vec![series(
+                    "db-01",
+                    "op_counter",
+                    SampleKind::Gauge,
+                    &[(h, 1.0)],
+                )];
+                all.extend(
+                    others
+                        .iter()
+                        .map(|o| series(o, "m", SampleKind::Gauge, &[(h, 1.0)])),
+                );
+                store.inner.apply(&Arc::new(batch(id, all))).unwrap();
+            }
+        })
+    };
+    let mut reads = 0;
+    loop {
+        let done = writer.is_finished();
+        for (tier, res) in EVERY_READ {
+            let docs = store
+                .inner
+                .read(&query(tier, res, day, day + DAY_S))
+                .unwrap();
+            for d in docs {
+                let n: u64 = d.slots.iter().map(|(_, s)| s.n).sum();
+                assert_eq!(n, d.watermark, "{tier:?} {res:?}: {d:?}");
+            }
+            reads += 1;
+        }
+        if done {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert!(reads > 5, "{reads}");
+}
