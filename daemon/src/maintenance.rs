@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::aggregator::Aggregator;
+use crate::aggregator::{Aggregator, PreallocWindow};
 use crate::catalog::CatalogWriter;
 use crate::model::{Tier, MINUTE_S};
 use crate::rollup::Rollups;
@@ -96,7 +96,7 @@ impl Maintenance {
     }
 
     async fn preallocate(&self) {
-        preallocate(&self.agg, &*self.store, &self.prealloc).await
+        preallocate(&self.agg, &self.rollups, &*self.store, &self.prealloc).await
     }
 
     async fn sweep(&self) {
@@ -112,14 +112,17 @@ impl Maintenance {
     }
 }
 
-async fn preallocate(agg: &Aggregator, store: &dyn Store, cfg: &PreallocConfig) {
+async fn preallocate(agg: &Aggregator, rollups: &Rollups, store: &dyn Store, cfg: &PreallocConfig) {
     let now = chrono::Utc::now().timestamp();
-    let due = agg.due_preallocations(
-        now,
+    let (hour_window, day_window) = (
         cfg.hour_window.as_secs() as i64,
         cfg.day_window.as_secs() as i64,
-        cfg.max_per_second as usize,
     );
+    let limit = cfg.max_per_second as usize;
+    let mut due = agg.due_preallocations(now, hour_window, day_window, limit);
+    if let Some(window) = PreallocWindow::at(now, hour_window, day_window) {
+        due.extend(rollups.due_preallocations(&window, limit.saturating_sub(due.len())));
+    }
     if due.is_empty() {
         return;
     }

@@ -12,6 +12,7 @@
 
 mod outcome;
 mod prealloc;
+pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
 
 use std::num::NonZeroUsize;

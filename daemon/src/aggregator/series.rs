@@ -10,6 +10,7 @@ use hashbrown::HashTable;
 use parking_lot::Mutex;
 use smallvec::SmallVec;
 
+use super::prealloc::PreallocMarks;
 use super::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::labels::Labels;
 use crate::model::{
@@ -45,9 +46,8 @@ pub(super) struct SeriesState {
     pub(super) last_minute: EpochMinute,
     /// Unflushed minutes, inline: almost always one (the current minute).
     pub(super) pending: SmallVec<[(EpochMinute, Slot); 1]>,
-    /// Start of the next hour / day whose document was already pre-allocated.
-    pub(super) prealloc_hour: i64,
-    pub(super) prealloc_day: i64,
+    /// The next hour / day whose document was already pre-allocated.
+    pub(super) prealloc: PreallocMarks,
 }
 
 impl SeriesState {
@@ -75,8 +75,7 @@ impl SeriesState {
             last_sample: (i64::MIN, 0.0),
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
-            prealloc_hour: i64::MIN,
-            prealloc_day: i64::MIN,
+            prealloc: PreallocMarks::default(),
         }
     }
 

@@ -30,14 +30,19 @@ use hashbrown::HashMap;
 use parking_lot::{Mutex, RwLock};
 use smallvec::SmallVec;
 
+use crate::aggregator::{PreallocMarks, PreallocWindow};
 use crate::labels::Labels;
 use crate::model::{
-    sum_in_range, validate_source, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot,
+    sum_in_range, validate_source, DocKey, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot,
 };
 use crate::selector::{NameMatcher, SelectorError};
 
 /// The first character of every rollup series' source.
 pub const GROUP_PREFIX: char = '@';
+
+/// Fixed seeds: a rollup series' pre-allocation moment is the same in every
+/// daemon writing it, so several daemons ask for its documents together.
+static PREALLOC_HASH: ahash::RandomState = ahash::RandomState::with_seeds(7, 11, 13, 17);
 
 /// The group every source belongs to when `rollup.all` is on.
 pub const ALL_GROUP: &str = "all";
@@ -124,9 +129,10 @@ pub struct Rollups {
     /// `cfg.prefix_delimiter` as the one character it must be.
     prefix: Option<char>,
     named: Vec<Compiled>,
-    /// Each rollup series' kind, fixed by its first member: merging gauges
-    /// with counters would be meaningless.
-    kinds: Mutex<HashMap<Arc<SeriesId>, SampleKind>>,
+    /// Every rollup series: its kind, fixed by its first member (merging
+    /// gauges with counters would be meaningless), and what pre-allocating
+    /// its next documents needs.
+    kinds: Mutex<HashMap<Arc<SeriesId>, RollupSeries>>,
     /// The label sets of each rollup source's metric (`@group|metric`), as
     /// `kinds` learnt them: what a read of a group's metric reads before
     /// the catalog has them.
@@ -140,6 +146,17 @@ pub struct Rollups {
     /// Whether any source has ever declared groups, so pushes that declare
     /// none skip the lock while no agent uses the feature.
     any_declared: AtomicBool,
+}
+
+/// One rollup series, as the drain-time merge knows it.
+#[derive(Debug)]
+struct RollupSeries {
+    kind: SampleKind,
+    /// Latest minute with data, as for an agent's series.
+    last_minute: EpochMinute,
+    /// Spreads its pre-allocation moment over the period's final window.
+    hash: u64,
+    prealloc: PreallocMarks,
 }
 
 /// The group names of one source.
@@ -494,6 +511,23 @@ impl Rollups {
         self.prefix
     }
 
+    /// The next hour and day documents of rollup series that are due for
+    /// pre-allocation now, at most about `limit`: the same rule as for
+    /// agents' series ([`PreallocWindow::check`]).
+    pub fn due_preallocations(&self, window: &PreallocWindow, limit: usize) -> Vec<DocKey> {
+        let mut due = Vec::new();
+        let mut kinds = self.kinds.lock();
+        for (id, r) in kinds.iter_mut() {
+            if due.len() >= limit {
+                break;
+            }
+            if r.last_minute != EpochMinute::MIN {
+                window.check(id, r.hash, r.last_minute, &mut r.prealloc, &mut due);
+            }
+        }
+        due
+    }
+
     /// Adds the rollup series of a drained batch to it.
     pub fn expand(&self, mut drained: Vec<SeriesMinutes>) -> Vec<SeriesMinutes> {
         if !self.is_enabled() {
@@ -521,13 +555,19 @@ impl Rollups {
                         member.series.labels.clone(),
                     );
                     let known = match kinds.get(&id) {
-                        Some(k) => *k,
+                        Some(r) => r.kind,
                         None if kinds.len() >= self.cfg.max_series => {
                             skipped += 1;
                             continue;
                         }
                         None => {
-                            kinds.insert(Arc::new(id.clone()), kind);
+                            let r = RollupSeries {
+                                kind,
+                                last_minute: EpochMinute::MIN,
+                                hash: PREALLOC_HASH.hash_one(&id),
+                                prealloc: PreallocMarks::default(),
+                            };
+                            kinds.insert(Arc::new(id.clone()), r);
                             self.learn_label_set(&id);
                             kind
                         }
@@ -547,6 +587,11 @@ impl Rollups {
                             skipped += 1;
                         }
                     }
+                }
+            }
+            for (id, (_, minutes)) in &acc {
+                if let (Some(r), Some((&last, _))) = (kinds.get_mut(id), minutes.last_key_value()) {
+                    r.last_minute = r.last_minute.max(last);
                 }
             }
         }

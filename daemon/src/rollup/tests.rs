@@ -316,3 +316,66 @@ fn a_member_that_would_overflow_the_rollup_is_left_out() {
     // 6e299 + 6e299 is beyond 1e300: only the first member is merged.
     assert_eq!(all.minutes[0].1, Slot::of(6e299));
 }
+
+/// Rollup series exist only at drain time, so the aggregator cannot
+/// pre-allocate their next documents: the rollups do, by the same rule,
+/// once each, and only for rollup series active in the current period.
+#[test]
+fn rollup_series_are_preallocated_once_each() {
+    use crate::model::{Tier, DAY_S, HOUR_S};
+    let r = rollups();
+    let day = 20_000 * DAY_S;
+    let minute = |s: i64| s / 60;
+    // Active at 23:10 (web-01 is in `all`, `web` and `edge`), and an older
+    // series of another metric whose last data is in an earlier hour.
+    r.expand(vec![member(
+        "web-01",
+        "cpu",
+        SampleKind::Gauge,
+        &[(minute(day + 23 * HOUR_S + 600), 1.0)],
+    )]);
+    r.expand(vec![member(
+        "db-1",
+        "mem",
+        SampleKind::Gauge,
+        &[(minute(day + 22 * HOUR_S), 1.0)],
+    )]);
+
+    // Before the final windows nothing is due.
+    assert!(PreallocWindow::at(day + 23 * HOUR_S + 1200, 600, 600).is_none());
+    // At the very end of the day, with 10-minute windows, everything due is.
+    let w = PreallocWindow::at(day + DAY_S - 1, 600, 600).unwrap();
+    let mut due = r.due_preallocations(&w, 1000);
+    due.sort();
+    let cpu_groups = ["@all", "@edge", "@web"];
+    let mut want: Vec<DocKey> = cpu_groups
+        .iter()
+        .flat_map(|g| {
+            [(Tier::Hour, day + DAY_S), (Tier::Day, day + DAY_S)].map(|(tier, start)| DocKey {
+                series: SeriesId::new(g, "cpu"),
+                tier,
+                period_start: start,
+            })
+        })
+        .collect();
+    // db-1's rollups were active today, not this hour: their next day only.
+    for g in ["@all", "@db"] {
+        want.push(DocKey {
+            series: SeriesId::new(g, "mem"),
+            tier: Tier::Day,
+            period_start: day + DAY_S,
+        });
+    }
+    want.sort();
+    assert_eq!(due, want);
+    assert!(r.due_preallocations(&w, 1000).is_empty(), "asked once");
+    // The limit holds.
+    let r = rollups();
+    r.expand(vec![member(
+        "web-01",
+        "cpu",
+        SampleKind::Gauge,
+        &[(minute(day + 23 * HOUR_S + 600), 1.0)],
+    )]);
+    assert!(r.due_preallocations(&w, 2).len() <= 3);
+}
