@@ -97,6 +97,7 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Gauge, "tally_sources", Unit::Count, "Sources with series tracked by the aggregator."),
     (Kind::Counter, "tally_series_refused_total", Unit::Count, "New series refused because a series limit was reached: limit=\"daemon\" (ingest.max_series) or \"source\" (ingest.max_series_per_source)."),
     (Kind::Gauge, "tally_flush_inflight_batches", Unit::Count, "Flush batches drained and not yet finished (applied to the store and recorded in the catalog, or given up)."),
+    (Kind::Counter, "tally_flush_paced_total", Unit::Count, "Flush ticks skipped to keep the store's server under mongodb.max_statements_per_s."),
     (Kind::Counter, "tally_flush_deferred_total", Unit::Count, "Flush ticks skipped because the store is behind (backpressure)."),
     (Kind::Counter, "tally_wal_bytes_total", Unit::Bytes, "Bytes written to the write-ahead log."),
     (Kind::Counter, "tally_wal_groups_total", Unit::Count, "Group commits of the write-ahead log (one write, and with sync = fsync one sync, each)."),

@@ -14,6 +14,7 @@
 //! them and is all of the pipeline the engine sees.
 
 mod inflight;
+mod pace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -34,6 +35,7 @@ use crate::wal::Wal;
 use inflight::Cut;
 pub(crate) use inflight::Unflushed;
 pub use inflight::{Inflight, InflightBatch};
+use pace::Pace;
 
 /// `[flush]`: how often memory is drained to the store and how failed
 /// flushes are retried.
@@ -98,6 +100,8 @@ pub struct Pipeline {
     /// The write-ahead log and the gate its markers are cut under; set
     /// once replay at start is done.
     wal: OnceLock<(Arc<Wal>, Arc<IngestGate>)>,
+    /// Spaces flushes under the store's statement budget.
+    pace: Pace,
 }
 
 impl Pipeline {
@@ -111,6 +115,7 @@ impl Pipeline {
         last_applied: u64,
     ) -> Pipeline {
         Pipeline {
+            pace: Pace::new(store.max_statements_per_s()),
             inflight: Arc::new(Inflight::new(agg.clone(), last_applied)),
             agg,
             store,
@@ -274,6 +279,7 @@ impl Pipeline {
                         seconds = elapsed,
                         "flush applied"
                     );
+                    self.pace.flushed(started, stats.statements);
                     self.inflight.retire(batch.id);
                     self.note_durable(batch.id.0);
                     return true;
@@ -353,6 +359,10 @@ impl Pipeline {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.cancelled() => break,
+            }
+            if self.pace.holds(Instant::now()) {
+                metrics::counter!("tally_flush_paced_total").increment(1);
+                continue;
             }
             if !self.send_batch(&tx).await && self.unfinished.load(Ordering::SeqCst) == 0 {
                 self.idle().await;

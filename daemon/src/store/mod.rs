@@ -395,6 +395,13 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// The most update statements per second the store's server should be
+    /// asked for; the flush pipeline spaces its flushes to stay under it.
+    /// None: no bound.
+    fn max_statements_per_s(&self) -> Option<f64> {
+        None
+    }
+
     /// Lists catalog entries matching `query`, in key order.
     ///
     /// Metrics as for [`Store::catalog_upsert`], with `op = "catalog_list"`.

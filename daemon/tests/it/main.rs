@@ -79,6 +79,7 @@ mod mongo_store;
 mod prometheus_api;
 mod robustness;
 mod security;
+mod statement_budget;
 mod two_daemons;
 mod wal_damage;
 

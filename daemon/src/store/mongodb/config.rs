@@ -34,6 +34,10 @@ pub struct MongoDbConfig {
     /// Deadline for each database operation.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// The most update statements per second this daemon sends; flushes
+    /// are spaced to stay under it (reads still see the data in between,
+    /// from memory). 0: no bound.
+    pub max_statements_per_s: u64,
 }
 
 impl Default for MongoDbConfig {
@@ -47,6 +51,7 @@ impl Default for MongoDbConfig {
             statements_per_batch: 1000,
             max_concurrent_batches: 4,
             timeout: Duration::from_secs(10),
+            max_statements_per_s: 0,
         }
     }
 }

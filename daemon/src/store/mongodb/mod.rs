@@ -265,6 +265,8 @@ pub struct MongoStore {
     watermark_path: String,
     retention: (u64, u64),
     statements_per_batch: usize,
+    /// `mongodb.max_statements_per_s`; 0 is no bound.
+    max_statements_per_s: u64,
     max_concurrent: usize,
     timeout: Duration,
     /// The client's write concern: `run_command` does not add it by itself.
@@ -337,6 +339,7 @@ impl MongoStore {
             watermark_path: format!("w.{writer_id}"),
             retention,
             statements_per_batch: cfg.statements_per_batch.clamp(1, MAX_WRITE_BATCH),
+            max_statements_per_s: cfg.max_statements_per_s,
             max_concurrent: cfg.max_concurrent_batches.max(1),
             timeout: cfg.timeout.max(Duration::from_millis(1)),
             write_concern,
@@ -394,6 +397,10 @@ impl Store for MongoStore {
             return Err(e);
         }
         Ok(stats)
+    }
+
+    fn max_statements_per_s(&self) -> Option<f64> {
+        (self.max_statements_per_s > 0).then_some(self.max_statements_per_s as f64)
     }
 
     async fn complete_flush_id(&self) -> Result<u64, StoreError> {

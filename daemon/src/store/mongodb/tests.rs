@@ -421,6 +421,7 @@ fn settings_problems_name_their_keys() {
         statements_per_batch: 0,
         max_concurrent_batches: 0,
         timeout: std::time::Duration::ZERO,
+        max_statements_per_s: 0,
     };
     let problems = problems(&bad);
     let keys: Vec<&str> = problems.iter().map(|(k, _)| *k).collect();

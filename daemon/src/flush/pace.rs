@@ -1,0 +1,75 @@
+//! Spacing flushes so that a store's server is never asked for more
+//! statements per second than configured (`mongodb.max_statements_per_s`).
+//!
+//! A flush costs about one statement per touched document whatever the
+//! interval, because a longer interval only puts more samples into the same
+//! documents. So after a flush of `s` statements the next one waits until
+//! `s / budget` seconds after this one began, and the fleet's statements
+//! per second stay under the budget however large it grows. Samples merge
+//! in memory meanwhile; reads merge memory, so they stay fresh, and the
+//! aggregator's memory bound still holds (ingest pushes back at it).
+
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// When the next flush may be cut.
+#[derive(Debug)]
+pub(super) struct Pace {
+    /// Statements per second; None: no bound.
+    budget: Option<f64>,
+    not_before: Mutex<Option<Instant>>,
+}
+
+impl Pace {
+    pub(super) fn new(budget: Option<f64>) -> Pace {
+        Pace {
+            budget: budget.filter(|b| *b > 0.0),
+            not_before: Mutex::new(None),
+        }
+    }
+
+    /// A flush that began at `started` sent `statements`.
+    pub(super) fn flushed(&self, started: Instant, statements: usize) {
+        let Some(budget) = self.budget else { return };
+        let gap = Duration::from_secs_f64(statements as f64 / budget);
+        let next = started + gap;
+        let mut not_before = self.not_before.lock();
+        if not_before.is_none_or(|t| t < next) {
+            *not_before = Some(next);
+        }
+    }
+
+    /// Whether a flush cut at `now` would outrun the budget.
+    pub(super) fn holds(&self, now: Instant) -> bool {
+        self.not_before.lock().is_some_and(|t| now < t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flush_waits_its_statements_over_the_budget() {
+        let pace = Pace::new(Some(1000.0));
+        let t = Instant::now();
+        assert!(!pace.holds(t), "nothing flushed yet");
+        pace.flushed(t, 2500);
+        assert!(pace.holds(t + Duration::from_millis(2400)));
+        assert!(!pace.holds(t + Duration::from_millis(2500)));
+        // A smaller flush later does not shorten a longer wait.
+        pace.flushed(t + Duration::from_millis(100), 10);
+        assert!(pace.holds(t + Duration::from_millis(2400)));
+    }
+
+    #[test]
+    fn no_budget_never_holds() {
+        for budget in [None, Some(0.0)] {
+            let pace = Pace::new(budget);
+            let t = Instant::now();
+            pace.flushed(t, 1_000_000);
+            assert!(!pace.holds(t));
+        }
+    }
+}
