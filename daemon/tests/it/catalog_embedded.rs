@@ -75,6 +75,19 @@ fn retention_sweep_drops_catalog_entries_last_seen_before_the_day_retention() {
         let mut want = vec![at(cutoff), at(cutoff + MINUTE_S), at(now)];
         want.sort_by_key(|e| e.series.key());
         assert_eq!(left, want);
+        // The same through the catalog by metric (one metric, a source
+        // pattern): the sweep dropped its entries too.
+        let by_metric = |t: i64| {
+            let mut q = query();
+            q.source = vec![cc::glob("db-*")];
+            q.metric = vec![cc::exact(&format!("m{t}"))];
+            q
+        };
+        assert!(store.catalog_list(&by_metric(T0)).await.unwrap().is_empty());
+        assert_eq!(
+            store.catalog_list(&by_metric(now)).await.unwrap(),
+            vec![at(now)]
+        );
         // A refreshed entry is kept: the sweep looks at last_seen only.
         store.catalog_upsert(&[at(now + DAY_S)]).await.unwrap();
         dyn_store

@@ -3,7 +3,9 @@
 //! unlike the document reads, and because the catalog shares nothing with
 //! documents but the file.
 //!
-//! A listing is one range scan over `series_catalog` (keyed `source|metric`,
+//! A listing of one metric named exactly, across sources not named exactly,
+//! reads the metric's entries in `catalog_by_metric` (`catalog_index.rs`).
+//! Any other listing is one range scan over `series_catalog` (keyed `source|metric`,
 //! see [`super::layout`]): it starts at the larger of the cursor and the
 //! source matchers' literal prefix and stops at the first key without that
 //! prefix. Inside the range it skips, by seeking, the rest of a source the
@@ -16,11 +18,11 @@ use std::sync::Arc;
 
 use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
 
-use super::codec::{checked, decode_catalog, encode_catalog};
+use super::catalog_index;
+use super::codec::{checked, decode_catalog, decode_entry, encode_catalog};
 use super::db::{Db, Redo};
 use super::errors::db_err;
-use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SERIES_CATALOG};
-use crate::model::{SampleKind, SeriesId};
+use super::layout::{catalog_name, CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, SERIES_CATALOG};
 use crate::selector::combined_prefix;
 use crate::store::{check_catalog_entries, merge_catalog_entries, CatalogEntry, CatalogQuery};
 use crate::store::{source_selected, StoreError};
@@ -48,6 +50,7 @@ impl Db {
         let txn = db.begin_write().map_err(db_err)?;
         {
             let mut table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
+            let mut index = txn.open_table(CATALOG_BY_METRIC).map_err(db_err)?;
             // In key order, for the same page locality as `apply`.
             for (key, e) in merge_catalog_entries(entries) {
                 let key = key.as_str();
@@ -66,6 +69,10 @@ impl Db {
                 };
                 if let Some(value) = merged {
                     table.insert(key, &value[..]).map_err(db_err)?;
+                    let index_key = catalog_index::index_key(&e.series, key);
+                    index
+                        .insert(index_key.as_str(), &value[..])
+                        .map_err(db_err)?;
                 }
             }
         }
@@ -86,6 +93,11 @@ impl Db {
         let (mut from, mut inclusive) = q.scan_start(&listing.prefix);
         let db = self.database()?;
         let txn = db.begin_read().map_err(db_err)?;
+        if let Some(metric) = catalog_index::indexed_metric(q) {
+            let index = txn.open_table(CATALOG_BY_METRIC).map_err(db_err)?;
+            catalog_index::list(&index, q, metric, &mut out)?;
+            return Ok(out);
+        }
         let table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
         while let Some(key) = listing.scan(&table, &from, inclusive, &mut out)? {
             from = key;
@@ -187,28 +199,4 @@ impl Listing<'_> {
             Some(format!("{source}}}"))
         }
     }
-}
-
-fn decode_entry(
-    key: &str,
-    source: &str,
-    metric: &str,
-    raw: &[u8],
-) -> Result<CatalogEntry, StoreError> {
-    let value: [u8; CATALOG_ENTRY_LEN] = checked(raw, || catalog_name(key))?;
-    let (code, first_seen, last_seen) = decode_catalog(&value);
-    let kind = SampleKind::from_code(code).ok_or_else(|| StoreError::Corrupt {
-        doc: catalog_name(key),
-        reason: format!("unknown kind code {code}"),
-    })?;
-    let series = SeriesId::from_metric_key(source, metric).ok_or_else(|| StoreError::Corrupt {
-        doc: catalog_name(key),
-        reason: "the key's labels are not in canonical form".into(),
-    })?;
-    Ok(CatalogEntry {
-        series,
-        kind,
-        first_seen,
-        last_seen,
-    })
 }

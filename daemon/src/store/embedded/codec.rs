@@ -7,9 +7,9 @@
 //! out of bounds for any slot index the callers pass (they validate those
 //! too).
 
-use super::layout::{CATALOG_ENTRY_LEN, SLOT_LEN};
-use crate::model::{SampleKind, Slot};
-use crate::store::StoreError;
+use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SLOT_LEN};
+use crate::model::{SampleKind, SeriesId, Slot};
+use crate::store::{CatalogEntry, StoreError};
 
 fn u64_at(buf: &[u8], at: usize) -> u64 {
     let mut b = [0u8; 8];
@@ -109,4 +109,29 @@ pub(super) fn encode_catalog(
     buf[1..9].copy_from_slice(&first_seen.to_le_bytes());
     buf[9..17].copy_from_slice(&last_seen.to_le_bytes());
     buf
+}
+
+/// The catalog entry stored under `key` (`source|metric`) with value `raw`.
+pub(super) fn decode_entry(
+    key: &str,
+    source: &str,
+    metric: &str,
+    raw: &[u8],
+) -> Result<CatalogEntry, StoreError> {
+    let value: [u8; CATALOG_ENTRY_LEN] = checked(raw, || catalog_name(key))?;
+    let (code, first_seen, last_seen) = decode_catalog(&value);
+    let kind = SampleKind::from_code(code).ok_or_else(|| StoreError::Corrupt {
+        doc: catalog_name(key),
+        reason: format!("unknown kind code {code}"),
+    })?;
+    let series = SeriesId::from_metric_key(source, metric).ok_or_else(|| StoreError::Corrupt {
+        doc: catalog_name(key),
+        reason: "the key's labels are not in canonical form".into(),
+    })?;
+    Ok(CatalogEntry {
+        series,
+        kind,
+        first_seen,
+        last_seen,
+    })
 }

@@ -40,6 +40,7 @@ use std::time::Instant;
 use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
 use redb::{Database, Durability, ReadableTable, WriteTransaction};
 
+use super::catalog_index;
 use super::config::EmbeddedConfig;
 use super::errors::db_err;
 use super::flush_log::load_pending;
@@ -367,6 +368,7 @@ fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
         txn.open_table(DAY_MINUTES).map_err(db_err)?;
         txn.open_table(SERIES_CATALOG).map_err(db_err)?;
         txn.open_table(FLUSH_LOG).map_err(db_err)?;
+        catalog_index::build_once(&txn)?;
         let mut meta = txn.open_table(META).map_err(db_err)?;
         match meta_value(&meta, META_LAYOUT_VERSION)? {
             None => {

@@ -39,6 +39,7 @@
 //! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            |   816 |
 //! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 1,920 |
 //! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
+//! | `catalog_by_metric` | `"metric|source|metric key"`            | as `series_catalog`          |    17 |
 //! | `flush_log`   | `(flush id: u64, chunk: u32)`                 | minute slots of many series  | ≤ ~1 MiB |
 //! | `meta`        | `&str`                                        | `u64`                        |       |
 //!
@@ -73,6 +74,10 @@
 //!   how a listing scans it is in [`super::catalog`]. The table was added
 //!   without a new layout version: opening creates it empty, older files
 //!   gain it and nothing else changes.
+//! * `catalog_by_metric`: `series_catalog` again, keyed by metric first, so
+//!   that listing one metric across sources reads its entries only (see
+//!   `catalog_index.rs`). Added without a new layout version: opening a file
+//!   without it builds it from the catalog once (`meta.catalog_by_metric`).
 //! * `flush_log`: the minute slots flushed but not yet folded into the
 //!   documents above; a document's true content is its stored value plus
 //!   these. Why, and how reads and replays count them once, is in
@@ -108,6 +113,7 @@ pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1];
 
 pub(super) const META_LAST_FLUSH_ID: &str = "last_flush_id";
 pub(super) const META_LAYOUT_VERSION: &str = "layout_version";
+pub(super) const META_CATALOG_BY_METRIC: &str = "catalog_by_metric";
 
 pub(super) type HourKey<'a> = (&'a str, &'a str, i64);
 pub(super) type DayKey<'a> = (&'a str, &'a str, i64);
@@ -117,6 +123,8 @@ pub(super) const HOUR_DOCS: TableDefinition<HourKey, &[u8]> = TableDefinition::n
 pub(super) const DAY_SUMMARY: TableDefinition<DayKey, &[u8]> = TableDefinition::new("day_summary");
 pub(super) const DAY_MINUTES: TableDefinition<MinutesKey, &[u8]> =
     TableDefinition::new("day_minutes");
+pub(super) const CATALOG_BY_METRIC: TableDefinition<&str, &[u8]> =
+    TableDefinition::new("catalog_by_metric");
 pub(super) type FlushLogKey = (u64, u32);
 pub(super) const FLUSH_LOG: TableDefinition<FlushLogKey, &[u8]> = TableDefinition::new("flush_log");
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");

@@ -20,12 +20,14 @@
 //! | `write.rs`     | merging into documents, and `preallocate`                    |
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
 //! | `catalog.rs`   | catalog upserts and listings                                 |
+//! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
 //!
 //! Unit tests sit in the sibling `tests*.rs` files: `tests.rs` holds the
 //! fixtures, the others one concern each.
 
 mod catalog;
+mod catalog_index;
 mod codec;
 mod config;
 mod db;
@@ -43,6 +45,8 @@ mod write;
 mod tests;
 #[cfg(test)]
 mod tests_bench;
+#[cfg(test)]
+mod tests_catalog_index;
 #[cfg(test)]
 mod tests_corrupt;
 #[cfg(test)]

@@ -18,7 +18,9 @@ use redb::{ReadableTable, Table};
 use super::codec::decode_catalog;
 use super::db::Db;
 use super::errors::db_err;
-use super::layout::{CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG};
+use super::layout::{
+    CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG,
+};
 use crate::store::StoreError;
 
 /// How long hour and day documents are kept.
@@ -62,6 +64,9 @@ impl Db {
             let blocks = sweep_periods(&mut t, day_cutoff)?;
             let mut t = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
             let series = sweep_catalog(&mut t, day_cutoff)?;
+            // The same entries, by metric.
+            let mut t = txn.open_table(CATALOG_BY_METRIC).map_err(db_err)?;
+            sweep_catalog(&mut t, day_cutoff)?;
             (hours, days, blocks, series)
         };
         self.commit(txn, None, true, None)?;

@@ -24,6 +24,9 @@ pub(super) const PERIOD_FIELD: &str = "t";
 /// Field of the series catalog's TTL index.
 pub(super) const LAST_SEEN_FIELD: &str = "last_seen";
 
+/// Name of the series catalog's index by metric.
+pub(super) const METRIC_INDEX: &str = "metric_1__id_1";
+
 /// After index creation failed for a reason retrying cannot fix (say, the
 /// user may not run `collMod`), writes go on without it and the next attempt
 /// waits this long, so the log is not flooded.
@@ -95,7 +98,25 @@ impl MongoStore {
                 other => other.map_err(|f| f.into_store(true))?,
             }
         }
-        Ok(())
+        self.ensure_metric_index()
+            .await
+            .map_err(|f| f.into_store(true))
+    }
+
+    /// `{metric: 1, _id: 1}` on the series catalog, so that a listing of
+    /// one metric across sources (`{metric, _id: {$gt: cursor}}` sorted by
+    /// `_id`, see `catalog.rs`) reads that metric's index keys only, already
+    /// in `_id` order, instead of the whole `_id` range. An index on the same
+    /// key under another name (made by hand, or by another daemon) is
+    /// adopted.
+    async fn ensure_metric_index(&self) -> Result<(), Failure> {
+        let spec = doc! { "key": { "metric": 1, "_id": 1 }, "name": METRIC_INDEX };
+        let cmd = raw_command(&doc! { "createIndexes": self.series.name(), "indexes": [spec] });
+        match self.send(Op::Indexes, cmd, 0).await {
+            Ok(_) => Ok(()),
+            Err(f) if f.code() == Some(INDEX_OPTIONS_CONFLICT) => Ok(()),
+            Err(f) => Err(f),
+        }
     }
 
     /// Makes `{<field>: 1}` on `coll` a TTL index of `ttl` seconds, or a
