@@ -23,6 +23,11 @@ pub struct EmbeddedConfig {
     /// commit durable. Not a setting, as above.
     #[serde(skip)]
     pub(crate) durable_every_flushes: u32,
+    /// ... or when the writes kept in memory since it (for a reopen after
+    /// an I/O error) would take more than about this many bytes. Not a
+    /// setting, as above.
+    #[serde(skip)]
+    pub(crate) redo_max_bytes: usize,
     /// Each flush folds the logged minutes of about `1 / fold_over_flushes`
     /// of the pending series into their documents, oldest first, so every
     /// series is folded about once per this many flushes (see the store's
@@ -37,6 +42,7 @@ impl Default for EmbeddedConfig {
             cache_size_bytes: 64 * 1024 * 1024,
             durable_interval: Duration::from_secs(5),
             durable_every_flushes: 8,
+            redo_max_bytes: 64 * 1024 * 1024,
             fold_over_flushes: 60,
         }
     }

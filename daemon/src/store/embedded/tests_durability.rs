@@ -66,3 +66,30 @@ async fn durable_policy_every_k_flushes() {
     store.sync().unwrap();
     assert_eq!(store.durable_flush_id(), 4);
 }
+
+/// The writes kept for a reopen stay under `redo_max_bytes`: a commit that
+/// would keep more is made durable, which lets them go.
+#[tokio::test]
+async fn durable_policy_bounds_the_memory_kept_for_a_reopen() {
+    let one = super::db::Redo::Apply(std::sync::Arc::new(sample_batch(1))).approx_bytes();
+    assert!(one > 0);
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(
+        dir.path(),
+        EmbeddedConfig {
+            durable_interval: Duration::from_secs(3600),
+            durable_every_flushes: 100,
+            redo_max_bytes: one * 3 / 2,
+            ..EmbeddedConfig::default()
+        },
+    )
+    .unwrap();
+    store.apply(&sample_batch(1)).await.unwrap();
+    assert_eq!(store.durable_flush_id(), 0, "one batch fits");
+    store.apply(&sample_batch(2)).await.unwrap();
+    assert_eq!(store.durable_flush_id(), 2, "two would not");
+    assert!(store.inner.redo.lock().is_empty());
+    store.apply(&sample_batch(3)).await.unwrap();
+    assert_eq!(store.durable_flush_id(), 2);
+    assert_eq!(store.inner.redo.lock().len(), 1);
+}
