@@ -13,6 +13,7 @@ mod batch;
 mod cli;
 mod expect;
 mod fleet;
+mod foreign_wire;
 mod labels;
 mod pace;
 mod progress;

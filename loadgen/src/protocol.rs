@@ -1,7 +1,9 @@
 //! The protocols the load generator speaks besides `tally.v1`: the same
 //! batches as OTLP metrics (over gRPC or HTTP) or as a Prometheus
 //! remote-write request, so one fleet and one `--verify` measure every
-//! front door of the daemon.
+//! front door of the daemon. The requests are encoded by
+//! [`crate::foreign_wire`]; the reference built with the generated types,
+//! which the tests hold that encoding to, is here.
 //!
 //! Kinds map as the daemon maps them back: a gauge is an OTLP Gauge, a
 //! delta counter a monotonic delta Sum, a cumulative counter a monotonic
@@ -11,15 +13,8 @@
 //! delta counters. The source is the resource's `service.instance.id`
 //! (OTLP) or the `instance` label (remote-write), the daemon's defaults.
 
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
-use opentelemetry_proto::tonic::metrics::v1::{
-    metric::Data, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
-    ResourceMetrics, ScopeMetrics, Sum,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
-use tally_proto::prometheus as rw;
-use tally_proto::v1 as pb;
+#[cfg(test)]
+pub use reference::{otlp, remote_write};
 
 /// How batches reach the daemon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -35,134 +30,153 @@ pub enum Protocol {
     RemoteWrite,
 }
 
-fn string_kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.to_owned(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(value.to_owned())),
-        }),
-        ..Default::default()
-    }
-}
+/// The requests built with the generated types: slower than
+/// [`crate::foreign_wire`], which must produce the same messages, and kept
+/// as its reference.
+#[cfg(test)]
+mod reference {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, AggregationTemporality, Gauge, Metric, NumberDataPoint,
+        ResourceMetrics, ScopeMetrics, Sum,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use tally_proto::prometheus as rw;
+    use tally_proto::v1 as pb;
 
-/// `req` as an OTLP export: one resource per source, one metric per run of
-/// series with the same name, one data point per sample.
-pub fn otlp(req: &pb::PushRequest) -> ExportMetricsServiceRequest {
-    let resource_metrics = req
-        .sources
-        .iter()
-        .map(|src| {
-            let mut metrics: Vec<Metric> = Vec::new();
-            for s in &src.series {
-                let points = points(s);
-                match metrics.last_mut() {
-                    Some(m) if m.name == s.metric => append(m, points),
-                    _ => metrics.push(metric(s, points)),
-                }
-            }
-            ResourceMetrics {
-                resource: Some(Resource {
-                    attributes: vec![string_kv("service.instance.id", &src.source)],
-                    ..Default::default()
-                }),
-                scope_metrics: vec![ScopeMetrics {
-                    metrics,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }
-        })
-        .collect();
-    ExportMetricsServiceRequest { resource_metrics }
-}
-
-fn points(s: &pb::SeriesSamples) -> Vec<NumberDataPoint> {
-    let attributes: Vec<KeyValue> = s
-        .labels
-        .iter()
-        .map(|l| string_kv(&l.name, &l.value))
-        .collect();
-    s.timestamps_ms
-        .iter()
-        .zip(&s.values)
-        .map(|(t, v)| NumberDataPoint {
-            attributes: attributes.clone(),
-            time_unix_nano: (*t as u64).saturating_mul(1_000_000),
-            value: Some(number_data_point::Value::AsDouble(*v)),
+    fn string_kv(key: &str, value: &str) -> KeyValue {
+        KeyValue {
+            key: key.to_owned(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(value.to_owned())),
+            }),
             ..Default::default()
-        })
-        .collect()
-}
-
-fn metric(s: &pb::SeriesSamples, data_points: Vec<NumberDataPoint>) -> Metric {
-    let sum = |t: AggregationTemporality, data_points| {
-        Data::Sum(Sum {
-            data_points,
-            aggregation_temporality: t as i32,
-            is_monotonic: true,
-        })
-    };
-    let data = match pb::SampleKind::try_from(s.kind) {
-        Ok(pb::SampleKind::DeltaCounter) => sum(AggregationTemporality::Delta, data_points),
-        Ok(pb::SampleKind::CumulativeCounter) => {
-            sum(AggregationTemporality::Cumulative, data_points)
         }
-        _ => Data::Gauge(Gauge { data_points }),
-    };
-    Metric {
-        name: s.metric.clone(),
-        data: Some(data),
-        ..Default::default()
     }
-}
 
-fn append(m: &mut Metric, mut more: Vec<NumberDataPoint>) {
-    match &mut m.data {
-        Some(Data::Gauge(g)) => g.data_points.append(&mut more),
-        Some(Data::Sum(s)) => s.data_points.append(&mut more),
-        _ => {}
-    }
-}
-
-/// `req` as a remote-write request: one time series per series, its labels
-/// sorted by name as the specification asks.
-pub fn remote_write(req: &pb::PushRequest) -> rw::WriteRequest {
-    let label = |name: &str, value: &str| rw::Label {
-        name: name.to_owned(),
-        value: value.to_owned(),
-    };
-    let timeseries = req
-        .sources
-        .iter()
-        .flat_map(|src| {
-            src.series.iter().map(move |s| {
-                let mut labels = vec![label("__name__", &s.metric), label("instance", &src.source)];
-                labels.extend(s.labels.iter().map(|l| label(&l.name, &l.value)));
-                labels.sort_by(|a, b| a.name.cmp(&b.name));
-                rw::TimeSeries {
-                    labels,
-                    samples: s
-                        .timestamps_ms
-                        .iter()
-                        .zip(&s.values)
-                        .map(|(t, v)| rw::Sample {
-                            timestamp: *t,
-                            value: *v,
-                        })
-                        .collect(),
+    /// `req` as an OTLP export: one resource per source, one metric per run of
+    /// series with the same name, one data point per sample.
+    pub fn otlp(req: &pb::PushRequest) -> ExportMetricsServiceRequest {
+        let resource_metrics = req
+            .sources
+            .iter()
+            .map(|src| {
+                let mut metrics: Vec<Metric> = Vec::new();
+                for s in &src.series {
+                    let points = points(s);
+                    match metrics.last_mut() {
+                        Some(m) if m.name == s.metric => append(m, points),
+                        _ => metrics.push(metric(s, points)),
+                    }
+                }
+                ResourceMetrics {
+                    resource: Some(Resource {
+                        attributes: vec![string_kv("service.instance.id", &src.source)],
+                        ..Default::default()
+                    }),
+                    scope_metrics: vec![ScopeMetrics {
+                        metrics,
+                        ..Default::default()
+                    }],
+                    ..Default::default()
                 }
             })
-        })
-        .collect();
-    rw::WriteRequest {
-        timeseries,
-        metadata: Vec::new(),
+            .collect();
+        ExportMetricsServiceRequest { resource_metrics }
+    }
+
+    fn points(s: &pb::SeriesSamples) -> Vec<NumberDataPoint> {
+        let attributes: Vec<KeyValue> = s
+            .labels
+            .iter()
+            .map(|l| string_kv(&l.name, &l.value))
+            .collect();
+        s.timestamps_ms
+            .iter()
+            .zip(&s.values)
+            .map(|(t, v)| NumberDataPoint {
+                attributes: attributes.clone(),
+                time_unix_nano: (*t as u64).saturating_mul(1_000_000),
+                value: Some(number_data_point::Value::AsDouble(*v)),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn metric(s: &pb::SeriesSamples, data_points: Vec<NumberDataPoint>) -> Metric {
+        let sum = |t: AggregationTemporality, data_points| {
+            Data::Sum(Sum {
+                data_points,
+                aggregation_temporality: t as i32,
+                is_monotonic: true,
+            })
+        };
+        let data = match pb::SampleKind::try_from(s.kind) {
+            Ok(pb::SampleKind::DeltaCounter) => sum(AggregationTemporality::Delta, data_points),
+            Ok(pb::SampleKind::CumulativeCounter) => {
+                sum(AggregationTemporality::Cumulative, data_points)
+            }
+            _ => Data::Gauge(Gauge { data_points }),
+        };
+        Metric {
+            name: s.metric.clone(),
+            data: Some(data),
+            ..Default::default()
+        }
+    }
+
+    fn append(m: &mut Metric, mut more: Vec<NumberDataPoint>) {
+        match &mut m.data {
+            Some(Data::Gauge(g)) => g.data_points.append(&mut more),
+            Some(Data::Sum(s)) => s.data_points.append(&mut more),
+            _ => {}
+        }
+    }
+
+    /// `req` as a remote-write request: one time series per series, its labels
+    /// sorted by name as the specification asks.
+    pub fn remote_write(req: &pb::PushRequest) -> rw::WriteRequest {
+        let label = |name: &str, value: &str| rw::Label {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        };
+        let timeseries = req
+            .sources
+            .iter()
+            .flat_map(|src| {
+                src.series.iter().map(move |s| {
+                    let mut labels =
+                        vec![label("__name__", &s.metric), label("instance", &src.source)];
+                    labels.extend(s.labels.iter().map(|l| label(&l.name, &l.value)));
+                    labels.sort_by(|a, b| a.name.cmp(&b.name));
+                    rw::TimeSeries {
+                        labels,
+                        samples: s
+                            .timestamps_ms
+                            .iter()
+                            .zip(&s.values)
+                            .map(|(t, v)| rw::Sample {
+                                timestamp: *t,
+                                value: *v,
+                            })
+                            .collect(),
+                    }
+                })
+            })
+            .collect();
+        rw::WriteRequest {
+            timeseries,
+            metadata: Vec::new(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, AggregationTemporality};
+    use tally_proto::v1 as pb;
 
     fn req() -> pb::PushRequest {
         let series = |metric: &str, kind: pb::SampleKind, cpu: &str| pb::SeriesSamples {

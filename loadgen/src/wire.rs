@@ -15,9 +15,10 @@
 //! built with the generated types ([`WorkerSeries::build`]); the tests check
 //! that over many plan shapes, so the two cannot drift apart silently.
 
+use std::marker::PhantomData;
+
 use bytes::{BufMut, Bytes};
 use prost::encoding::{encode_varint, encoded_len_varint};
-use prost::Message as _;
 use tally_proto::v1 as pb;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
@@ -182,27 +183,37 @@ fn put_series(
 }
 
 /// Sends pre-encoded `PushRequest` bytes; decodes `PushResponse`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PushCodec;
+/// Sends pre-encoded bytes and decodes the reply as `R`.
+#[derive(Debug, Clone, Copy)]
+pub struct RawCodec<R>(PhantomData<fn() -> R>);
+
+impl<R> Default for RawCodec<R> {
+    fn default() -> Self {
+        RawCodec(PhantomData)
+    }
+}
+
+/// `tally.v1` `Push` and `PushStream`.
+pub type PushCodec = RawCodec<pb::PushResponse>;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RawEncoder;
 
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ResponseDecoder;
+#[derive(Debug, Clone, Copy)]
+pub struct ResponseDecoder<R>(PhantomData<fn() -> R>);
 
-impl Codec for PushCodec {
+impl<R: prost::Message + Default + Send + 'static> Codec for RawCodec<R> {
     type Encode = Bytes;
-    type Decode = pb::PushResponse;
+    type Decode = R;
     type Encoder = RawEncoder;
-    type Decoder = ResponseDecoder;
+    type Decoder = ResponseDecoder<R>;
 
     fn encoder(&mut self) -> RawEncoder {
         RawEncoder
     }
 
-    fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder
+    fn decoder(&mut self) -> ResponseDecoder<R> {
+        ResponseDecoder(PhantomData)
     }
 }
 
@@ -218,14 +229,14 @@ impl Encoder for RawEncoder {
     }
 }
 
-impl Decoder for ResponseDecoder {
-    type Item = pb::PushResponse;
+impl<R: prost::Message + Default> Decoder for ResponseDecoder<R> {
+    type Item = R;
     type Error = Status;
 
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<pb::PushResponse>, Status> {
-        pb::PushResponse::decode(buf)
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<R>, Status> {
+        R::decode(buf)
             .map(Some)
-            .map_err(|e| Status::internal(format!("undecodable PushResponse: {e}")))
+            .map_err(|e| Status::internal(format!("undecodable reply: {e}")))
     }
 }
 
@@ -249,6 +260,7 @@ fn path(method: &str) -> tonic::codegen::http::uri::PathAndQuery {
 mod tests {
     use super::*;
     use crate::fleet::FleetSpec;
+    use prost::Message as _;
 
     #[test]
     fn encoding_matches_the_generated_types_byte_for_byte() {

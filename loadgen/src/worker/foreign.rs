@@ -11,22 +11,28 @@
 
 use std::time::Duration;
 
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use prost::Message as _;
 use tally_proto::v1 as pb;
 use tokio::time::Instant;
+use tonic::client::Grpc;
+use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use super::{hint, Worker, INITIAL_BACKOFF};
+use super::{hint, unary, Worker, INITIAL_BACKOFF};
 use crate::batch::Plan;
-use crate::protocol::{self, Protocol};
+use crate::foreign_wire::{self, Scratch};
+use crate::protocol::Protocol;
 use crate::transport::{classify, Backoff, Verdict};
 
-/// Where a worker sends: the OTLP gRPC client, or HTTP.
+/// OTLP's gRPC method.
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// Where a worker sends: the OTLP gRPC channel, or HTTP.
 pub(super) enum Sink {
-    Grpc(MetricsServiceClient<Channel>),
+    Grpc(Grpc<Channel>),
     Http {
         client: reqwest::Client,
         url: String,
@@ -41,7 +47,7 @@ impl Sink {
         timeout: Duration,
     ) -> Result<Sink, String> {
         let path = match protocol {
-            Protocol::OtlpGrpc => return Ok(Sink::Grpc(MetricsServiceClient::new(ch))),
+            Protocol::OtlpGrpc => return Ok(Sink::Grpc(Grpc::new(ch))),
             Protocol::OtlpHttp => "/v1/metrics",
             Protocol::RemoteWrite => "/api/v1/write",
             Protocol::Tally => return Err("tally.v1 is not sent by this path".into()),
@@ -74,8 +80,10 @@ impl Worker {
     pub(super) async fn run_foreign(&mut self, ch: Channel) -> Result<(), String> {
         let protocol = self.opts.protocol;
         let mut sink = Sink::new(protocol, ch, &self.opts.http, self.opts.timeout)?;
+        let mut scratch = Scratch::default();
         while let Some(plan) = self.next_plan().await {
-            self.send_foreign(&mut sink, protocol, plan).await?;
+            self.send_foreign(&mut sink, protocol, plan, &mut scratch)
+                .await?;
         }
         Ok(())
     }
@@ -85,9 +93,11 @@ impl Worker {
         sink: &mut Sink,
         protocol: Protocol,
         plan: Plan,
+        scratch: &mut Scratch,
     ) -> Result<(), String> {
         let req = self.ws.build(&self.fleet, &self.tl, &plan);
-        let body = encode(protocol, &req);
+        // Encoded once; a resend sends the same bytes.
+        let body = Bytes::from(encode(protocol, &req, scratch));
         let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
         let mut attempts = 0;
         loop {
@@ -97,16 +107,15 @@ impl Worker {
             }
             attempts += 1;
             let started = Instant::now();
-            let (status, verdict) =
-                match attempt(sink, protocol, &req, &body, self.opts.timeout).await {
-                    Ok(refused) => {
-                        self.record_latency(started.elapsed());
-                        self.record_ack();
-                        self.settle(&[plan], &response(&plan, refused));
-                        return Ok(());
-                    }
-                    Err(e) => e,
-                };
+            let (status, verdict) = match attempt(sink, protocol, &body, self.opts.timeout).await {
+                Ok(refused) => {
+                    self.record_latency(started.elapsed());
+                    self.record_ack();
+                    self.settle(&[plan], &response(&plan, refused));
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
             self.record_error(&status);
             let outcome = match verdict {
                 Verdict::Retry => self.back_off(&mut backoff, attempts, &status).await,
@@ -121,15 +130,15 @@ impl Worker {
     }
 }
 
-/// The request body for the HTTP protocols (empty for gRPC, which encodes
-/// its own).
-fn encode(protocol: Protocol, req: &pb::PushRequest) -> Vec<u8> {
+/// The request body: an OTLP export (gRPC or HTTP), or a snappy-compressed
+/// remote-write request.
+fn encode(protocol: Protocol, req: &pb::PushRequest, s: &mut Scratch) -> Vec<u8> {
     match protocol {
-        Protocol::OtlpHttp => protocol::otlp(req).encode_to_vec(),
+        Protocol::OtlpHttp | Protocol::OtlpGrpc => foreign_wire::otlp(req, s),
         Protocol::RemoteWrite => snap::raw::Encoder::new()
-            .compress_vec(&protocol::remote_write(req).encode_to_vec())
+            .compress_vec(&foreign_wire::remote_write(req, s))
             .unwrap_or_default(),
-        Protocol::OtlpGrpc | Protocol::Tally => Vec::new(),
+        Protocol::Tally => Vec::new(),
     }
 }
 
@@ -149,16 +158,11 @@ fn response(plan: &Plan, refused: Refused) -> pb::PushResponse {
     }
 }
 
-async fn attempt(
-    sink: &mut Sink,
-    protocol: Protocol,
-    req: &pb::PushRequest,
-    body: &[u8],
-    timeout: Duration,
-) -> Attempt {
+async fn attempt(sink: &mut Sink, protocol: Protocol, body: &Bytes, timeout: Duration) -> Attempt {
     match sink {
-        Sink::Grpc(client) => {
-            let call = client.export(protocol::otlp(req));
+        Sink::Grpc(grpc) => {
+            let path = PathAndQuery::from_static(EXPORT_PATH);
+            let call = unary::<ExportMetricsServiceResponse>(grpc, body.clone(), path);
             match tokio::time::timeout(timeout, call).await {
                 Ok(Ok(resp)) => Ok(Refused::Count(rejected_points(&resp.into_inner()))),
                 Ok(Err(status)) => {
@@ -181,11 +185,11 @@ fn rejected_points(resp: &ExportMetricsServiceResponse) -> u64 {
         .map_or(0, |p| p.rejected_data_points.max(0) as u64)
 }
 
-async fn http(client: &reqwest::Client, url: &str, protocol: Protocol, body: &[u8]) -> Attempt {
+async fn http(client: &reqwest::Client, url: &str, protocol: Protocol, body: &Bytes) -> Attempt {
     let mut req = client
         .post(url)
         .header("content-type", "application/x-protobuf")
-        .body(body.to_vec());
+        .body(body.clone());
     if protocol == Protocol::RemoteWrite {
         req = req
             .header("content-encoding", "snappy")

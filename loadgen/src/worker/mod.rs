@@ -30,7 +30,7 @@ use crate::pace::{MaxSchedule, RealTimeSchedule};
 use crate::progress::Live;
 use crate::protocol::Protocol;
 use crate::transport::{self, classify, code_name, describe, Backoff, Verdict};
-use crate::wire::{self, PushCodec, Scratch};
+use crate::wire::{self, RawCodec, Scratch};
 
 /// How batches travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -331,17 +331,7 @@ impl Worker {
             }
             attempts += 1;
             let started = Instant::now();
-            let call = async {
-                grpc.ready().await.map_err(|e| {
-                    Status::unknown(format!("Service was not ready: {}", describe_error(&e)))
-                })?;
-                grpc.unary(
-                    tonic::Request::new(msg.clone()),
-                    wire::push_path(),
-                    PushCodec,
-                )
-                .await
-            };
+            let call = unary::<pb::PushResponse>(grpc, msg.clone(), wire::push_path());
             let status = match tokio::time::timeout(self.opts.timeout, call).await {
                 Ok(Ok(resp)) => {
                     self.record_latency(started.elapsed());
@@ -437,6 +427,20 @@ impl Worker {
             expect.commit(&self.fleet, &self.tl, &self.ws, p, rej);
         }
     }
+}
+
+/// One unary call of `path` with pre-encoded `body`, once the channel is
+/// ready.
+async fn unary<R: prost::Message + Default + Send + 'static>(
+    grpc: &mut tonic::client::Grpc<Channel>,
+    body: bytes::Bytes,
+    path: tonic::codegen::http::uri::PathAndQuery,
+) -> Result<tonic::Response<R>, Status> {
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unknown(format!("Service was not ready: {}", describe_error(&e))))?;
+    grpc.unary(tonic::Request::new(body), path, RawCodec::<R>::default())
+        .await
 }
 
 fn describe_error(e: &dyn std::error::Error) -> String {

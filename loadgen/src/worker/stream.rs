@@ -113,8 +113,12 @@ impl Worker {
             grpc.ready().await.map_err(|e| {
                 Status::unknown(format!("Service was not ready: {}", describe_error(&e)))
             })?;
-            grpc.client_streaming(tonic::Request::new(rx), wire::push_stream_path(), PushCodec)
-                .await
+            grpc.client_streaming(
+                tonic::Request::new(rx),
+                wire::push_stream_path(),
+                PushCodec::default(),
+            )
+            .await
         });
         let opened = Instant::now();
         let realtime = self.opts.realtime_t0.is_some();
