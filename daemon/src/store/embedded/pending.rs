@@ -275,3 +275,88 @@ fn bucket_start(resolution: Resolution, m: EpochMinute) -> i64 {
         Resolution::Day => Tier::Day.period_start(m),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> Arc<SeriesId> {
+        Arc::new(SeriesId::new(s, "m"))
+    }
+
+    #[test]
+    fn minutes_merge_in_order_whatever_order_they_come_in() {
+        let mut minutes = Vec::new();
+        for m in [5, 5, 7, 3, 6, 3] {
+            merge_minute(&mut minutes, m, &Slot::of(m as f64));
+        }
+        let keys: Vec<_> = minutes.iter().map(|&(m, s)| (m, s.n)).collect();
+        assert_eq!(keys, [(3, 2), (5, 2), (6, 1), (7, 1)]);
+    }
+
+    /// The queue stays ascending by `since` through folds and failed folds,
+    /// so `oldest` is the flush the log must keep.
+    #[test]
+    fn folds_take_the_oldest_and_a_failed_fold_puts_them_back_in_order() {
+        let mut p = Pending::default();
+        let (a, b, c) = (id("a"), id("b"), id("c"));
+        p.add(&a, SampleKind::Gauge, 1, [(10, Slot::of(1.0))].into_iter());
+        p.add(&b, SampleKind::Gauge, 2, [(10, Slot::of(1.0))].into_iter());
+        p.add(&a, SampleKind::Gauge, 3, [(11, Slot::of(1.0))].into_iter());
+        p.add(&c, SampleKind::Gauge, 3, [(11, Slot::of(1.0))].into_iter());
+        assert_eq!((p.len(), p.oldest()), (3, Some(1)));
+
+        let folds = p.start_fold(2);
+        let names: Vec<_> = folds.iter().map(|f| f.series.source.to_string()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!((folds[0].watermark, folds[0].minutes.len()), (3, 2));
+        assert_eq!(p.oldest(), Some(3), "only c is left outside the fold");
+        // Still readable until the fold commits.
+        assert!(p.view(&a).is_some());
+
+        let mut reversed = folds.clone();
+        reversed.reverse();
+        p.abort_fold(&reversed);
+        assert_eq!(p.oldest(), Some(1));
+        let again = p.start_fold(3);
+        let names: Vec<_> = again.iter().map(|f| f.series.source.to_string()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        p.end_fold(&again);
+        assert_eq!((p.len(), p.oldest()), (0, None));
+        assert!(p.view(&a).is_none());
+    }
+
+    #[test]
+    fn a_read_gets_pending_minutes_only_where_the_document_lacks_them() {
+        let mut p = Pending::default();
+        let s = id("a");
+        // Minutes 0 and 61 (two hours) from flush 7.
+        p.add(
+            &s,
+            SampleKind::Gauge,
+            7,
+            [(0, Slot::of(1.0)), (61, Slot::of(2.0))].into_iter(),
+        );
+        let view = p.view(&s).unwrap();
+        let q = ReadQuery {
+            series: (*s).clone(),
+            tier: Tier::Hour,
+            resolution: Resolution::Minute,
+            from: 0,
+            to: 2 * 3600,
+        };
+        // Hour 0 already folded (watermark 7), hour 1 not stored yet.
+        let mut docs = vec![DocRead {
+            period_start: 0,
+            kind: Some(SampleKind::Gauge),
+            watermark: 7,
+            slots: vec![(0, Slot::of(1.0))],
+        }];
+        view.merge_into(&q, 0, &mut docs);
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].slots, vec![(0, Slot::of(1.0))], "not counted twice");
+        assert_eq!(docs[1].period_start, 3600);
+        assert_eq!(docs[1].slots, vec![(61 * 60, Slot::of(2.0))]);
+        assert!(docs.iter().all(|d| d.watermark == 7));
+    }
+}
