@@ -16,9 +16,7 @@ use redb::{ReadOnlyTable, ReadableTable, WriteTransaction};
 
 use super::codec::decode_entry;
 use super::errors::db_err;
-use super::layout::{
-    catalog_name, CATALOG_BY_METRIC, META, META_CATALOG_BY_METRIC, SERIES_CATALOG,
-};
+use super::layout::{CATALOG_BY_METRIC, META, META_CATALOG_BY_METRIC, SERIES_CATALOG};
 use crate::model::SeriesId;
 use crate::selector::{combined_prefix, NameMatcher};
 use crate::store::{source_selected, CatalogEntry, CatalogQuery, StoreError};
@@ -96,10 +94,11 @@ pub(super) fn build_once(txn: &WriteTransaction) -> Result<(), StoreError> {
     for row in catalog.iter().map_err(db_err)? {
         let (k, v) = row.map_err(db_err)?;
         let key = k.value();
-        let series = SeriesId::from_key(key).ok_or_else(|| StoreError::Corrupt {
-            doc: catalog_name(key),
-            reason: "the key is not a series key".into(),
-        })?;
+        // A damaged key stays out of the index; listings of the catalog
+        // itself report it.
+        let Some(series) = SeriesId::from_key(key) else {
+            continue;
+        };
         index
             .insert(index_key(&series, key).as_str(), v.value())
             .map_err(db_err)?;

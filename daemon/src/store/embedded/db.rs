@@ -160,6 +160,9 @@ pub(super) struct Db {
     /// Flushed minutes not yet folded into their documents, loaded from
     /// the flush log at open (see `pending.rs`).
     pub(super) pending: Mutex<Pending>,
+    /// Held by an apply or an idle fold from its start through the
+    /// bookkeeping after its commit, so that two never interleave there.
+    pub(super) fold_lock: Mutex<()>,
     /// Set by the first error that means the store cannot be trusted any
     /// more (the file is corrupt, or an operation panicked): from then on
     /// the daemon is unready and ingest refuses what it could not keep.
@@ -209,6 +212,7 @@ impl Db {
         } = opened;
         Ok(Db {
             pending: Mutex::new(pending),
+            fold_lock: Mutex::new(()),
             db: RwLock::new(Some(db)),
             opener,
             path,

@@ -25,9 +25,9 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, Table};
 
-use super::codec::{checked, header, put_slot, slot_at};
+use super::codec::{header, put_slot, slot_at};
 use super::errors::{db_err, invalid};
-use super::layout::{hour_doc_name, FlushLogKey, HourDoc, FLUSH_LOG, HOUR_DOCS, SLOT_LEN};
+use super::layout::{FlushLogKey, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS, SLOT_LEN};
 use super::pending::Pending;
 use crate::model::{EpochMinute, SampleKind, SeriesId, Slot, Tier};
 use crate::store::StoreError;
@@ -200,7 +200,11 @@ pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
     let txn = db.begin_read().map_err(db_err)?;
     let log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
     let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
-    // Watermarks of the hour documents seen so far, by (series key, hour).
+    let days = txn.open_table(DAY_SUMMARY).map_err(db_err)?;
+    // Watermarks seen so far, by (series key, hour): the higher of the
+    // hour document's and its day's. Either one at or past a flush holds
+    // that flush's minutes of the hour (a fold writes both together); the
+    // day alone tells once the retention sweep has deleted the hour.
     let mut watermarks: HashMap<(String, i64), u64> = HashMap::new();
     let pending = load(&log, |entry, id| {
         let met = entry.series.metric_key();
@@ -212,14 +216,11 @@ pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
             let watermark = match watermarks.get(&(key.clone(), hour)) {
                 Some(&w) => w,
                 None => {
-                    let w = match hours.get((src, &*met, hour)).map_err(db_err)? {
-                        Some(v) => {
-                            let doc: HourDoc =
-                                checked(v.value(), || hour_doc_name(src, &met, hour))?;
-                            header(&doc).1
-                        }
-                        None => 0,
-                    };
+                    let day = Tier::Day.period_start(m);
+                    let h = hours.get((src, &*met, hour)).map_err(db_err)?;
+                    let d = days.get((src, &*met, day)).map_err(db_err)?;
+                    let w = stored_watermark(h.as_ref().map(|v| v.value()))
+                        .max(stored_watermark(d.as_ref().map(|v| v.value())));
                     watermarks.insert((key.clone(), hour), w);
                     w
                 }
@@ -232,4 +233,15 @@ pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
     })?;
     metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
     Ok(pending)
+}
+
+/// The watermark in a stored document's header; 0 when there is no
+/// document, or a damaged one (its minutes then stay pending, and the fold
+/// that meets the damage drops them, as `fold.rs` describes, rather than
+/// the whole store refusing to open).
+fn stored_watermark(value: Option<&[u8]>) -> u64 {
+    match value {
+        Some(v) if v.len() >= HEADER_LEN => header(v).1,
+        _ => 0,
+    }
 }

@@ -46,9 +46,46 @@ impl Db {
         for su in &batch.series {
             check_update(su)?;
         }
+        // A fold that meets a damaged document drops that series' pending
+        // minutes (they cannot be stored, as a direct write into that
+        // document could not either) and the flush goes again without it:
+        // one bad document must not hold up every later flush.
+        let mut dropped = 0;
+        loop {
+            let mut damaged = None;
+            match self.apply_once(db, batch, &mut damaged) {
+                Err(e) if dropped < MAX_DAMAGED_PER_FLUSH => {
+                    let Some(series) = damaged else { return Err(e) };
+                    self.drop_damaged(&series, &e);
+                    dropped += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Forgets the pending minutes of `series`, whose document `e` says is
+    /// damaged.
+    fn drop_damaged(&self, series: &SeriesId, e: &StoreError) {
+        tracing::error!(series = %series, error = %e, "a damaged document: this series' pending minutes are dropped so that other series' flushes go on");
+        metrics::counter!("tally_store_errors_total", "store" => "embedded", "op" => "fold", "kind" => e.kind())
+            .increment(1);
+        self.pending.lock().drop_series(series);
+    }
+
+    /// One attempt at `apply_on`; `damaged` names the series whose fold met
+    /// a damaged document, if that is why it failed.
+    fn apply_once(
+        &self,
+        db: &Database,
+        batch: &Arc<FlushBatch>,
+        damaged: &mut Option<Arc<SeriesId>>,
+    ) -> Result<ApplyStats, StoreError> {
+        let id = batch.id.0;
+        // Applies and idle folds one at a time, through their bookkeeping
+        // after the commit too.
+        let _turn = self.fold_lock.lock();
         let txn = db.begin_write().map_err(db_err)?;
-        // redb has one write transaction at a time: until this one ends,
-        // nothing else changes `pending`.
         let spread = self.config.fold_over_flushes.max(1) as usize;
         // Folding over one flush is writing every flush straight into its
         // documents, which is the replay's way.
@@ -63,7 +100,7 @@ impl Db {
             let folds = pending.start_fold(n);
             (folds, pending.oldest())
         };
-        let written = write_flush(&txn, batch, &mut folds, replay, oldest).and_then(|w| {
+        let written = write_flush(&txn, batch, &mut folds, replay, oldest, damaged).and_then(|w| {
             // On an error above, dropping `txn` aborts it: nothing of the
             // batch is written.
             self.commit(txn, Some(id), false, Some(Redo::Apply(batch.clone())))?;
@@ -102,6 +139,21 @@ impl Db {
     /// Folds the `n` series pending longest, outside any flush.
     pub(super) fn fold_some(&self, n: usize) -> Result<(), StoreError> {
         let db = self.database()?;
+        let mut damaged = None;
+        let r = self.fold_some_on(&db, n, &mut damaged);
+        if let (Err(e), Some(series)) = (&r, damaged) {
+            self.drop_damaged(&series, e);
+        }
+        r
+    }
+
+    fn fold_some_on(
+        &self,
+        db: &Database,
+        n: usize,
+        damaged: &mut Option<Arc<SeriesId>>,
+    ) -> Result<(), StoreError> {
+        let _turn = self.fold_lock.lock();
         let txn = db.begin_write().map_err(db_err)?;
         let (mut folds, oldest) = {
             let mut pending = self.pending.lock();
@@ -112,7 +164,7 @@ impl Db {
             let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
             trim_below(&mut log, oldest.unwrap_or(u64::MAX))?;
             drop(log);
-            write_folds(&txn, &mut folds)
+            write_folds(&txn, &mut folds, damaged)
         })();
         let r = written.and_then(|()| self.commit(txn, None, false, None));
         let mut pending = self.pending.lock();
@@ -133,20 +185,29 @@ fn folded(pending: &Pending, n: usize) {
     metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
 }
 
-/// Writes `folds` into their documents, in key order.
-fn write_folds(txn: &WriteTransaction, folds: &mut [Fold]) -> Result<(), StoreError> {
+/// Writes `folds` into their documents, in key order. A damaged document
+/// fails the whole write, naming its series in `damaged`.
+fn write_folds(
+    txn: &WriteTransaction,
+    folds: &mut [Fold],
+    damaged: &mut Option<Arc<SeriesId>>,
+) -> Result<(), StoreError> {
     let mut tables = DocTables::open(txn)?;
     folds.sort_unstable_by(|a, b| a.series.cmp(&b.series));
     for f in folds.iter() {
-        write_series(
-            &mut tables,
-            &f.update(),
-            f.watermark,
-            &mut ApplyStats::default(),
-        )?;
+        let mut stats = ApplyStats::default();
+        let r = write_series(&mut tables, &f.update(), f.watermark, &mut stats);
+        if let Err(e @ StoreError::Corrupt { .. }) = &r {
+            *damaged = Some(f.series.clone());
+            return Err(e.clone());
+        }
+        r?;
     }
     Ok(())
 }
+
+/// Damaged series dropped in one flush before it gives up.
+const MAX_DAMAGED_PER_FLUSH: usize = 16;
 
 /// Refuses an update that is not what [`SeriesUpdate::from_minutes`] makes:
 /// the log keeps only its minutes, so its hours must be where those minutes
@@ -203,6 +264,7 @@ fn write_flush<'b>(
     folds: &mut [Fold],
     replay: bool,
     oldest: Option<u64>,
+    damaged: &mut Option<Arc<SeriesId>>,
 ) -> Result<(ApplyStats, Vec<&'b SeriesUpdate>), StoreError> {
     let id = batch.id.0;
     let mut stats = ApplyStats::default();
@@ -241,7 +303,7 @@ fn write_flush<'b>(
     }
     drop(log);
 
-    write_folds(txn, folds)?;
+    write_folds(txn, folds, damaged)?;
     if replay {
         let mut tables = DocTables::open(txn)?;
         let mut order: Vec<&SeriesUpdate> = batch.series.iter().collect();

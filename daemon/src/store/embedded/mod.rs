@@ -172,8 +172,11 @@ impl Store for EmbeddedStore {
 
     async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
         self.blocking(|inner| {
-            inner.fold_idle()?;
+            // A failed fold must not keep the last commits from becoming
+            // durable.
+            let folded = inner.fold_idle();
             inner.sync_if_due()?;
+            folded?;
             Ok(Some(inner.durable_flush_id()))
         })
         .await

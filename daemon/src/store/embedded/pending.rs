@@ -187,6 +187,12 @@ impl Pending {
         }
     }
 
+    /// Forgets `series`' pending minutes (its documents are damaged).
+    pub(super) fn drop_series(&mut self, series: &SeriesId) {
+        // Its queue entry, if any, is skipped by `start_fold` from now on.
+        self.series.remove(series);
+    }
+
     /// What a read of `series` must add to the stored documents.
     pub(super) fn view(&self, series: &SeriesId) -> Option<PendingView> {
         self.series.get(series).map(|p| PendingView {

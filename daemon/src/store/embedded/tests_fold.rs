@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use super::tests::*;
 use super::{EmbeddedConfig, EmbeddedStore};
 use crate::model::{FlushBatch, Resolution, SampleKind, SeriesId, Tier, DAY_S};
-use crate::store::{DocRead, ReadQuery};
+use crate::store::{DocRead, ReadQuery, StoreError};
 
 /// Minute offsets from 22:30 on a day: they cross an hour and a day.
 const OFFSETS: [i64; 8] = [0, 1, 29, 30, 31, 89, 90, 150];
@@ -196,4 +196,36 @@ fn reads_racing_flushes_and_folds_count_every_minute_once() {
     }
     writer.join().unwrap();
     assert!(reads > 5, "{reads}");
+}
+
+/// A damaged document holds up only its own series: when a fold meets it,
+/// that series' pending minutes are dropped and every flush still lands.
+#[test]
+fn a_damaged_document_drops_its_series_not_every_later_flush() {
+    use super::layout::HOUR_DOCS;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_spread(&dir, 2);
+    let h = ts(2026, 3, 14, 10, 0);
+    write_raw(&store, HOUR_DOCS, ("bad", "m", h), &[1, 2, 3]);
+    for id in 1..=10u64 {
+        let all = vec![
+            series("bad", "m", SampleKind::Gauge, &[(h, 1.0)]),
+            series("good", "m", SampleKind::Gauge, &[(h, 1.0)]),
+        ];
+        store.inner.apply(&Arc::new(batch(id, all))).unwrap();
+    }
+    // An idle fold that meets the damage fails once, dropping the series.
+    if let Err(e) = store.fold_all() {
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e:?}");
+    }
+    store.fold_all().unwrap();
+    let q = ReadQuery {
+        series: SeriesId::new("good", "m"),
+        tier: Tier::Day,
+        resolution: Resolution::Minute,
+        from: h,
+        to: h + 60,
+    };
+    let docs = store.inner.read(&q).unwrap();
+    assert_eq!(docs[0].slots[0].1.n, 10, "{docs:?}");
 }
