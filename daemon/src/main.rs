@@ -175,14 +175,17 @@ impl Parts {
                 .with_rollups(rollups.clone())
                 .with_catalog(catalog.clone()),
         );
-        let engine = Arc::new(QueryEngine::new(
-            store.clone(),
-            agg.clone(),
-            rollups.clone(),
-            pipeline.inflight().clone(),
-            config.query.clone(),
-            config.retention.hour.as_secs() as i64,
-        ));
+        let engine = Arc::new(
+            QueryEngine::new(
+                store.clone(),
+                agg.clone(),
+                rollups.clone(),
+                pipeline.inflight().clone(),
+                config.query.clone(),
+                config.retention.hour.as_secs() as i64,
+            )
+            .with_lateness(config.ingest.lateness_window),
+        );
         let watch = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
         let gate = Arc::new(IngestGate::default());
         let ingestor = Arc::new(Ingestor::new(agg.clone(), rollups.clone(), gate.clone()));

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::{StreamExt, TryStreamExt};
 
 use super::error::too_many_series;
-use super::merge::merge_unflushed;
+use super::merge::{merge_unflushed, Recent};
 use super::{Aggregate, Point, QueryConfig, QueryError, Step, StepSpec, Window};
 use crate::aggregator::Aggregator;
 use crate::flush::Inflight;
@@ -154,6 +154,8 @@ pub struct QueryEngine {
     inflight: Arc<Inflight>,
     limits: QueryConfig,
     hour_retention_s: i64,
+    /// `ingest.lateness_window`, seconds: how far back a flush's minutes go.
+    lateness_s: i64,
     pub(super) label_sets: super::label_sets::LabelSetCache,
 }
 
@@ -184,8 +186,16 @@ impl QueryEngine {
             inflight,
             limits,
             hour_retention_s,
+            lateness_s: HOUR_S,
             label_sets: Default::default(),
         }
+    }
+
+    /// How old a minute a flush may bring (`ingest.lateness_window`; 1 h
+    /// unless told).
+    pub fn with_lateness(mut self, lateness: std::time::Duration) -> QueryEngine {
+        self.lateness_s = i64::try_from(lateness.as_secs()).unwrap_or(i64::MAX / 4);
+        self
     }
 
     pub fn limits(&self) -> &QueryConfig {
@@ -232,6 +242,21 @@ impl QueryEngine {
         }
     }
 
+    /// Where a day-tier read of `w` switches to the hour documents: the
+    /// start of the oldest hour a flush of the last `day_tier_lag` can have
+    /// touched, whose minutes another daemon's day documents may still lack.
+    /// None when the day documents are never behind.
+    fn recent_cut(&self, w: &Window) -> Option<i64> {
+        let lag = i64::try_from(self.store.day_tier_lag().as_secs()).unwrap_or(i64::MAX / 4);
+        if lag == 0 {
+            return None;
+        }
+        let now = chrono::Utc::now().timestamp();
+        let oldest = now.saturating_sub(lag).saturating_sub(self.lateness_s);
+        let cut = Tier::Hour.period_start(oldest.div_euclid(MINUTE_S));
+        (cut < w.end()).then_some(cut.max(w.from))
+    }
+
     /// One series' non-empty buckets: the store merged with what is not in
     /// it yet.
     pub async fn buckets(&self, id: &SeriesId, w: &Window) -> Result<SeriesBuckets, QueryError> {
@@ -239,16 +264,38 @@ impl QueryEngine {
         let key = id.series_ref();
         // Unflushed first, then the store: see `flush::Inflight`.
         let unflushed = self.inflight.unflushed(key);
-        let docs = self
-            .read_docs(&ReadQuery {
-                series: id.clone(),
-                tier,
-                resolution: w.step.resolution,
-                from: w.from,
-                to: w.end(),
-            })
-            .await?;
-        let (kind, buckets) = merge_unflushed(docs, &unflushed, tier, w);
+        let read = |tier, resolution, from, to| ReadQuery {
+            series: id.clone(),
+            tier,
+            resolution,
+            from,
+            to,
+        };
+        let cut = match tier {
+            Tier::Day => self.recent_cut(w),
+            Tier::Hour => None,
+        };
+        let (docs, recent) = match cut {
+            None => {
+                let q = read(tier, w.step.resolution, w.from, w.end());
+                (self.read_docs(&q).await?, None)
+            }
+            Some(cut) => {
+                // Hour documents serve minutes and hours; daily buckets add
+                // up the hours on both sides of the cut.
+                let res = match w.step.resolution {
+                    Resolution::Day => Resolution::Hour,
+                    r => r,
+                };
+                let older = match w.from < cut {
+                    true => self.read_docs(&read(Tier::Day, res, w.from, cut)).await?,
+                    false => Vec::new(),
+                };
+                let docs = self.read_docs(&read(Tier::Hour, res, cut, w.end())).await?;
+                (older, Some(Recent { cut, docs }))
+            }
+        };
+        let (kind, buckets) = merge_unflushed(docs, &unflushed, tier, recent, w);
         Ok(SeriesBuckets {
             series: id.clone(),
             kind,

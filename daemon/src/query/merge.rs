@@ -19,31 +19,52 @@ use crate::flush::Unflushed;
 use crate::model::{EpochMinute, SampleKind, Slot, Tier, MINUTE_S};
 use crate::store::DocRead;
 
+/// Hour documents read for the recent part of a day-tier window: from
+/// `cut` (an hour start) on, they stand in for the day documents, which may
+/// still lack those minutes (see `Store::day_tier_lag`).
+pub(super) struct Recent {
+    pub(super) cut: i64,
+    pub(super) docs: Vec<DocRead>,
+}
+
 /// The kind and non-empty buckets of one series in `w`, from `docs` (read
-/// from `tier`) and `unflushed` (taken before the read).
+/// from `tier`; before `recent.cut` when there is a recent part) and
+/// `unflushed` (taken before the read).
 pub(super) fn merge_unflushed(
     docs: Vec<DocRead>,
     unflushed: &Unflushed,
     tier: Tier,
+    recent: Option<Recent>,
     w: &Window,
 ) -> (Option<SampleKind>, Buckets) {
     let step = w.step;
     let end = w.end();
     let mut buckets: BTreeMap<i64, Slot> = BTreeMap::new();
-    let mut watermarks: BTreeMap<i64, u64> = BTreeMap::new();
     let mut kind = None;
-    for doc in docs {
-        watermarks.insert(doc.period_start, doc.watermark);
-        kind = kind.or(doc.kind);
-        for (t, slot) in doc.slots {
-            buckets.entry(step.floor(t)).or_default().merge(&slot);
+    let mut add_docs = |docs: Vec<DocRead>| {
+        let mut watermarks: BTreeMap<i64, u64> = BTreeMap::new();
+        for doc in docs {
+            watermarks.insert(doc.period_start, doc.watermark);
+            kind = kind.or(doc.kind);
+            for (t, slot) in doc.slots {
+                buckets.entry(step.floor(t)).or_default().merge(&slot);
+            }
         }
-    }
-    let watermark = |minute: EpochMinute| {
         watermarks
-            .get(&tier.period_start(minute))
-            .copied()
-            .unwrap_or(0)
+    };
+    let older = add_docs(docs);
+    let (cut, newer) = match recent {
+        Some(r) => (r.cut, add_docs(r.docs)),
+        None => (i64::MAX, BTreeMap::new()),
+    };
+    // Each minute's watermark is that of the document it was read from.
+    let watermark = |minute: EpochMinute| {
+        let found = if minute.saturating_mul(MINUTE_S) >= cut {
+            newer.get(&Tier::Hour.period_start(minute))
+        } else {
+            older.get(&tier.period_start(minute))
+        };
+        found.copied().unwrap_or(0)
     };
     let mut add = |minute: EpochMinute, slot: &Slot| {
         let t = step.floor(minute * MINUTE_S);
@@ -113,7 +134,7 @@ mod tests {
         };
         // The store has applied batch 5, not 7.
         let docs = vec![doc(5, &[(MINUTE, 1.0)])];
-        let (kind, buckets) = merge_unflushed(docs, &unflushed, Tier::Hour, &window());
+        let (kind, buckets) = merge_unflushed(docs, &unflushed, Tier::Hour, None, &window());
         assert_eq!(kind, Some(SampleKind::Gauge));
         assert_eq!(
             sums(&buckets),
@@ -132,10 +153,10 @@ mod tests {
         // Batch 8, cut after the snapshot, drained the pending slot and
         // landed before the store read.
         let landed = vec![doc(8, &[(MINUTE, 4.0)])];
-        let (_, buckets) = merge_unflushed(landed, &unflushed, Tier::Hour, &window());
+        let (_, buckets) = merge_unflushed(landed, &unflushed, Tier::Hour, None, &window());
         assert_eq!(sums(&buckets), vec![(MINUTE, 4.0)]);
         // Not landed yet: the pending slot is only in memory.
-        let (kind, buckets) = merge_unflushed(Vec::new(), &unflushed, Tier::Hour, &window());
+        let (kind, buckets) = merge_unflushed(Vec::new(), &unflushed, Tier::Hour, None, &window());
         assert_eq!(sums(&buckets), vec![(MINUTE, 4.0)]);
         assert_eq!(kind, None);
     }
@@ -148,7 +169,51 @@ mod tests {
             pending: vec![(MINUTE + 60, Slot::of(2.0))],
             cut_through: 1,
         };
-        let (_, buckets) = merge_unflushed(Vec::new(), &unflushed, Tier::Hour, &window());
+        let (_, buckets) = merge_unflushed(Vec::new(), &unflushed, Tier::Hour, None, &window());
         assert!(buckets.is_empty());
+    }
+
+    #[test]
+    fn recent_hours_count_by_their_own_watermarks() {
+        // A day window split at the hour after HOUR_DOC: the day document
+        // (watermark 5) before the cut, the hour document (watermark 7,
+        // which holds batch 6) after it.
+        let cut = HOUR_DOC + 3_600;
+        let day_start = Tier::Day.period_start(MINUTE);
+        let day_doc = DocRead {
+            period_start: day_start,
+            kind: Some(SampleKind::Gauge),
+            watermark: 5,
+            slots: vec![(HOUR_DOC, Slot::of(1.0))],
+        };
+        let hour_doc = DocRead {
+            period_start: cut,
+            kind: Some(SampleKind::Gauge),
+            watermark: 7,
+            slots: vec![(cut, Slot::of(2.0))],
+        };
+        let unflushed = Unflushed {
+            kind: None,
+            inflight: vec![(
+                FlushId(6),
+                vec![(MINUTE + 1, Slot::of(4.0)), (cut / MINUTE_S, Slot::of(2.0))],
+            )],
+            pending: Vec::new(),
+            cut_through: 6,
+        };
+        let w = Window {
+            from: day_start,
+            to: day_start + 86_400,
+            step: Step::HOUR,
+        };
+        let recent = Recent {
+            cut,
+            docs: vec![hour_doc],
+        };
+        let (_, buckets) = merge_unflushed(vec![day_doc], &unflushed, Tier::Day, Some(recent), &w);
+        // Before the cut batch 6 is added (the day document lacks it);
+        // after it, the hour document already holds it.
+        let sums: Vec<(i64, f64)> = buckets.iter().map(|(t, s)| (*t, s.sum)).collect();
+        assert_eq!(sums, vec![(HOUR_DOC, 5.0), (cut, 2.0)]);
     }
 }

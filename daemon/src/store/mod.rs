@@ -13,6 +13,7 @@
 
 pub mod embedded;
 pub mod mongodb;
+pub(crate) mod pending;
 
 use std::time::Duration;
 
@@ -350,6 +351,13 @@ pub trait Store: Send + Sync + 'static {
     /// durable (MongoDB, with its write concern) returns `applied`.
     fn durable_through(&self, applied: u64) -> u64 {
         applied
+    }
+
+    /// How long after a flush another daemon's reads may still miss its
+    /// minutes in the day documents (this daemon's own reads never do): the
+    /// query engine reads the hours that recent from the hour documents.
+    fn day_tier_lag(&self) -> Duration {
+        Duration::ZERO
     }
 
     /// Why the store cannot be used any more, once something (a corrupt

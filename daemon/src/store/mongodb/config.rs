@@ -38,7 +38,18 @@ pub struct MongoDbConfig {
     /// are spaced to stay under it (reads still see the data in between,
     /// from memory). 0: no bound.
     pub max_statements_per_s: u64,
+    /// How long a flush's minutes may wait before they reach the day
+    /// documents (the hour documents get them at once): each flush writes
+    /// the day documents of a share of the series, so that every series' day
+    /// document is written about once per this period instead of once per
+    /// flush. 0: with every flush.
+    #[serde(with = "humantime_serde")]
+    pub day_write_delay: Duration,
 }
+
+/// The longest `mongodb.day_write_delay`: the write-ahead log keeps every
+/// flush whose minutes wait, and a restart replays them.
+pub(super) const MAX_DAY_WRITE_DELAY: Duration = Duration::from_secs(3600);
 
 impl Default for MongoDbConfig {
     fn default() -> Self {
@@ -52,6 +63,7 @@ impl Default for MongoDbConfig {
             max_concurrent_batches: 4,
             timeout: Duration::from_secs(10),
             max_statements_per_s: 0,
+            day_write_delay: Duration::from_secs(60),
         }
     }
 }
@@ -109,6 +121,11 @@ impl MongoDbConfig {
             "mongodb.max_concurrent_batches",
         );
         p.positive(self.timeout, "mongodb.timeout");
+        p.require(
+            self.day_write_delay <= MAX_DAY_WRITE_DELAY,
+            "mongodb.day_write_delay",
+            "must be at most 1h: the write-ahead log keeps every flush whose minutes wait for their day document",
+        );
     }
 
     /// The checks `connect` cannot do without: names the server would refuse

@@ -82,6 +82,17 @@
 //! (`values.H.total`) and day (`total`) levels. No path appears twice across
 //! the operators, which a real server would reject.
 //!
+//! Hour documents get their statement with every flush; day documents about
+//! once per [`MongoDbConfig::day_write_delay`] (60 s): each flush also writes
+//! the day documents of the share of series that waited longest, with every
+//! minute they gathered, under the newest flush id among them. At a 1 s
+//! flush interval that is 1 + 1/60 statements per active series per flush
+//! instead of 2. Flushes whose minutes wait are not complete: the
+//! write-ahead log keeps them, and a restart replays them. This daemon's
+//! reads merge the waiting minutes; the query engine reads the recent hours
+//! of a day-tier range from the hour documents, so reads through any daemon
+//! see what every daemon flushed (`day_writes.rs`).
+//!
 //! Statements go out as the `update` command with many statements,
 //! `ordered: false`, in commands of at most
 //! [`MongoDbConfig::statements_per_batch`] statements and about 12 MiB, with
@@ -187,6 +198,7 @@
 //! | `command.rs` | building write commands, sending every command |
 //! | `errors.rs` | replies and driver errors as [`StoreError`] kinds |
 //! | `writes.rs` | `apply`: a flush's statements, update rounds |
+//! | `day_writes.rs` | day documents once per delay: plans, waiting minutes, replays |
 //! | `prealloc.rs` | pre-allocation and first-sighting inserts |
 //! | `known_docs.rs` | the first-sighting memory |
 //! | `flush_ids.rs` | flush-id reservations |
@@ -201,6 +213,7 @@
 mod catalog;
 mod command;
 mod config;
+mod day_writes;
 mod decode;
 mod documents;
 mod errors;
@@ -236,6 +249,7 @@ pub use self::features::Feature;
 pub use self::stats::MongoStats;
 
 use self::config::{check_retention, MAX_WRITE_BATCH};
+use self::day_writes::DayWrites;
 use self::documents::{EmptyBounds, Templates};
 use self::errors::classify;
 use self::features::Features;
@@ -283,6 +297,8 @@ pub struct MongoStore {
     /// `tally_writers`.
     reserved_id: AtomicU64,
     known: Mutex<KnownDocs>,
+    /// Day parts waiting for their day documents.
+    days: DayWrites,
     hasher: ahash::RandomState,
     counters: Counters,
     /// Why the last operation could not reach the server, until one does:
@@ -350,6 +366,7 @@ impl MongoStore {
             index_attempt: tokio::sync::Mutex::new(None),
             reserved_id: AtomicU64::new(0),
             known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
+            days: DayWrites::new(cfg.day_write_delay.min(config::MAX_DAY_WRITE_DELAY)),
             hasher: ahash::RandomState::new(),
             counters: Counters::default(),
             outage: Mutex::new(None),
@@ -377,6 +394,33 @@ impl MongoStore {
         }
     }
 
+    /// Writes every waiting day part, then records where the store is
+    /// complete. Returns that point, or None when nothing was waiting.
+    async fn drain_days(&self) -> Result<Option<u64>, StoreError> {
+        let _turn = self.days.turn.lock().await;
+        let folds = self.days.take_all();
+        if folds.is_empty() {
+            return Ok(None);
+        }
+        if let Err(e) = self.write_folds(&folds).await {
+            self.days.drain_failed(&folds);
+            return Err(e);
+        }
+        self.days.drained(&folds);
+        let complete = self.days.complete(self.days.applied_through());
+        self.note_complete(complete).await?;
+        Ok(Some(complete))
+    }
+
+    async fn note_complete(&self, complete: u64) -> Result<(), StoreError> {
+        if complete == 0 {
+            return Ok(());
+        }
+        self.record_complete(complete).await.inspect_err(|e| {
+            self.count_error(Op::Complete, e);
+        })
+    }
+
     fn doc_name(&self, tier: Tier, id: &str) -> String {
         format!("{}.{}/{id}", self.db.name(), self.collection(tier).name())
     }
@@ -390,13 +434,23 @@ impl Store for MongoStore {
 
     async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
         let stats = self.apply_inner(batch).await?;
-        // Only once every document of the flush is in: a crash before this
-        // replays the flush, and the watermarks skip what is already there.
-        if let Err(e) = self.record_complete(batch.id.0).await {
-            self.count_error(Op::Complete, &e);
-            return Err(e);
-        }
+        // Only flushes whose every document is in: a crash replays the rest,
+        // and the watermarks skip what is already there.
+        self.note_complete(self.days.complete(batch.id.0)).await?;
         Ok(stats)
+    }
+
+    fn durable_through(&self, applied: u64) -> u64 {
+        self.days.complete(applied)
+    }
+
+    fn day_tier_lag(&self) -> Duration {
+        self.days.delay()
+    }
+
+    /// Writes every waiting day part.
+    async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
+        self.drain_days().await
     }
 
     fn max_statements_per_s(&self) -> Option<f64> {
@@ -431,6 +485,7 @@ impl Store for MongoStore {
         match self.last_flush_id_inner().await {
             Ok(id) => {
                 self.reserved_id.fetch_max(id, Ordering::AcqRel);
+                self.days.learn_replay_bound(id);
                 Ok(id)
             }
             Err(e) if e.is_retryable() => {
@@ -491,9 +546,9 @@ impl Store for MongoStore {
         r
     }
 
-    /// Every write was acknowledged when `apply` returned, so there is
-    /// nothing to make durable; the client stays usable.
+    /// Writes every waiting day part; everything else was acknowledged
+    /// when `apply` returned. The client stays usable.
     async fn close(&self) -> Result<(), StoreError> {
-        Ok(())
+        self.drain_days().await.map(|_| ())
     }
 }

@@ -422,6 +422,7 @@ fn settings_problems_name_their_keys() {
         max_concurrent_batches: 0,
         timeout: std::time::Duration::ZERO,
         max_statements_per_s: 0,
+        day_write_delay: std::time::Duration::from_secs(7200),
     };
     let problems = problems(&bad);
     let keys: Vec<&str> = problems.iter().map(|(k, _)| *k).collect();
@@ -435,6 +436,7 @@ fn settings_problems_name_their_keys() {
             "mongodb.statements_per_batch",
             "mongodb.max_concurrent_batches",
             "mongodb.timeout",
+            "mongodb.day_write_delay",
         ]
     );
     assert_eq!(problems[1].1, "must not contain '.'");

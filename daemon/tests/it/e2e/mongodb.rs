@@ -320,8 +320,15 @@ async fn ambiguous_failure_during_a_flush_counts_once() {
         return;
     };
     // No pre-allocation: the next write command must be the flush's.
-    let mut d =
-        Daemon::start_async(store.opts("300ms").env("TALLYD_PREALLOC_ENABLED", "false")).await;
+    // Day documents with every flush: the next write command must be the
+    // flush's own, not a later day write.
+    let mut d = Daemon::start_async(
+        store
+            .opts("300ms")
+            .env("TALLYD_PREALLOC_ENABLED", "false")
+            .env("TALLYD_MONGODB_DAY_WRITE_DELAY", "0s"),
+    )
+    .await;
     // The data's five minutes lie in one hour, so the retried flush finds
     // every document it updates already there.
     let t0 = minute_start_in_one_hour_ms(4, 5);

@@ -78,6 +78,9 @@ impl Store {
         opts.mongodb(&target.uri_selecting_within(2_000), &target.database)
             .env("TALLYD_WRITER_ID", WRITER)
             .env("TALLYD_FLUSH_RETRY_MAX_BACKOFF", "500ms")
+            // Day documents trail the hour documents by this much (the
+            // default is a minute): short, so raw documents settle quickly.
+            .env("TALLYD_MONGODB_DAY_WRITE_DELAY", "2s")
     }
 
     /// Starts `tallyd` on this store with [`Store::opts`].
@@ -158,22 +161,39 @@ async fn stored_totals(target: &MongoTarget) -> StoredTotals {
 }
 
 /// The documents of every expected series hold exactly its samples: each
-/// written once, in the hour and in the day tier.
+/// written once, in the hour and in the day tier. Day documents trail by
+/// `mongodb.day_write_delay`, so this waits for them a while.
 async fn check_stored(target: &MongoTarget, expects: &[Expect]) {
-    let stored = stored_totals(target).await;
-    for e in expects {
-        let n = e.stored.len() as i64;
-        let sum: f64 = e.stored.iter().map(|s| s.1).sum();
-        let got = stored
-            .get(&(e.source.clone(), e.metric.clone()))
-            .copied()
-            .unwrap_or_default();
-        assert_eq!(
-            got,
-            [(n, sum); 2],
-            "{}/{}: (n, sum) of the hour and the day documents in MongoDB",
-            e.source,
-            e.metric
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let stored = stored_totals(target).await;
+        let wrong: Vec<String> = expects
+            .iter()
+            .filter_map(|e| {
+                let n = e.stored.len() as i64;
+                let sum: f64 = e.stored.iter().map(|s| s.1).sum();
+                let got = stored
+                    .get(&(e.source.clone(), e.metric.clone()))
+                    .copied()
+                    .unwrap_or_default();
+                (got != [(n, sum); 2]).then(|| {
+                    format!(
+                        "{}/{}: (n, sum) of the hour and the day documents are {got:?}, want {:?}",
+                        e.source,
+                        e.metric,
+                        [(n, sum); 2]
+                    )
+                })
+            })
+            .collect();
+        if wrong.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "documents in MongoDB:\n{}",
+            wrong.join("\n")
         );
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -13,8 +13,8 @@ use tally::store::{ReadQuery, Store, StoreError};
 use tally_testkit::mongo::{MongoTarget, TargetKind};
 
 use super::{
-    assert_empty_slot, at, batch, config, connect, empty_bounds, points, raw_doc, read, series,
-    slot, slot_paths, DAYS, HOURS, LONG_RETENTION, WRITER,
+    assert_empty_slot, at, batch, config, connect, connect_direct, direct_config, empty_bounds,
+    points, raw_doc, read, series, slot, slot_paths, DAYS, HOURS, LONG_RETENTION, WRITER,
 };
 
 /// The id of the hour document of `db-01/m` at `at(0)`.
@@ -29,7 +29,7 @@ per_mongo_target!(
 );
 
 async fn preallocated_documents_have_every_slot_and_updates_add_none(target: MongoTarget) {
-    let store = connect(&target).await;
+    let store = connect_direct(&target).await;
     let hour = at(0);
     let day = hour - 10 * HOUR_S;
     let s = SeriesId::new("db-01", "m");
@@ -272,7 +272,7 @@ async fn statements_follow_active_series_not_samples(target: MongoTarget) {
     } else {
         (2_500, 500)
     };
-    let mut cfg = config(&target, &target.database);
+    let mut cfg = direct_config(&target, &target.database);
     cfg.statements_per_batch = per_batch;
     cfg.timeout = Duration::from_secs(120);
     let store = MongoStore::connect(&cfg, LONG_RETENTION, WRITER)

@@ -9,7 +9,10 @@ use tally::store::mongodb::MongoStore;
 use tally::store::{ReadQuery, Store, StoreError};
 use tally_testkit::mongo::{mongo_target, Standin};
 
-use super::{at, batch, connect, points, read, series, slot, ttl_of, DAYS, HOURS, LONG_RETENTION};
+use super::{
+    at, batch, connect, connect_direct, points, read, series, slot, ttl_of, DAYS, HOURS,
+    LONG_RETENTION,
+};
 
 /// Retries `apply` until it lands (after the stand-in comes back, the
 /// driver needs a moment to rediscover it).
@@ -49,7 +52,7 @@ async fn ambiguous_failures_count_once() {
         println!("note: fault injection needs the stand-in; skipped against MONGODB_URI");
         return;
     };
-    let store = connect(&target).await;
+    let store = connect_direct(&target).await;
     // Warm-up: indexes made, flush ids reserved, so the next writes are the
     // data's own.
     store

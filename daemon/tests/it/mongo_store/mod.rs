@@ -9,12 +9,17 @@
 //! * `documents`: pre-allocated documents (every slot, the right empty
 //!   values for the server, updates that never add a slot), statement
 //!   counts, and corrupt documents.
+//! * `day_writes`: day documents written once per delay: statement counts
+//!   in steady state and at hour and day boundaries, the day document's
+//!   minutes equal to the hour document's after a drain, a close, and a
+//!   crash with its replay.
 //! * `faults`: exactly once across ambiguous failures (the reply lost after
 //!   the write); MongoDB down at start and in the middle.
 //! * `expiry`: TTL indexes (or, where the server has none, plain indexes
 //!   and the store's own retention deletes), and the catalog's documents,
 //!   commands and expiry.
 
+mod day_writes;
 mod documents;
 mod expiry;
 mod faults;
@@ -67,6 +72,25 @@ async fn connect(target: &MongoTarget) -> MongoStore {
     MongoStore::connect(&config(target, &target.database), LONG_RETENTION, WRITER)
         .await
         .unwrap()
+}
+
+/// [`config`] with the day documents written by every flush, as tests of a
+/// flush's own documents and statements need.
+fn direct_config(target: &MongoTarget, database: &str) -> MongoDbConfig {
+    MongoDbConfig {
+        day_write_delay: Duration::ZERO,
+        ..config(target, database)
+    }
+}
+
+async fn connect_direct(target: &MongoTarget) -> MongoStore {
+    MongoStore::connect(
+        &direct_config(target, &target.database),
+        LONG_RETENTION,
+        WRITER,
+    )
+    .await
+    .unwrap()
 }
 
 /// 2026-11-02 10:00 UTC plus `minutes`.

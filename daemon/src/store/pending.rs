@@ -1,13 +1,14 @@
-//! Flushed minutes not yet folded into their documents.
+//! Flushed minutes not yet folded into their documents, shared by both
+//! stores.
 //!
-//! redb stores and copies values whole, so merging a flush straight into a
-//! series' hour document, day summary and minute block rewrites about 4.7 KB
-//! (and the B-tree pages around them) for the one or two 32-byte slots a
-//! 1-second flush changes. Instead, a flush appends its minute slots to the
-//! flush log (`flush_log.rs`, in the same file and the same commit, so it is
-//! exactly as durable) and merges them here; each series is then folded into
-//! its documents about once every [`EmbeddedConfig::fold_over_flushes`]
-//! flushes, oldest first, a few series per flush (`fold.rs`).
+//! Writing a 1-second flush straight into every document it touches costs
+//! far more than the slots it changes: redb copies values whole, so the
+//! embedded store would rewrite about 4.7 KB per series per flush, and
+//! MongoDB would get a second statement per series per flush for the day
+//! document. Instead a store writes the cheap part of a flush at once (the
+//! embedded store's flush log, MongoDB's hour documents), keeps the minutes
+//! here, and folds each series into the rest of its documents about once
+//! per fold period, oldest first, a few series per flush.
 //!
 //! # Why reads count every minute once
 //!
@@ -16,12 +17,10 @@
 //! watermark of what it folded. So a stored document whose watermark is below
 //! the pending watermark lacks exactly the pending minutes of its period, and
 //! one at or above it already holds them. A read takes a snapshot of the
-//! series' pending minutes *before* it begins its read transaction (see
-//! `read.rs`), and the pending minutes leave this map only *after* the fold
-//! that wrote them committed: whichever side of that commit the read lands
-//! on, it counts each minute once.
-//!
-//! [`EmbeddedConfig::fold_over_flushes`]: super::EmbeddedConfig
+//! series' pending minutes *before* it reads the documents, and the pending
+//! minutes leave this map only *after* the fold that wrote them landed:
+//! whichever side of that write the read lands on, it counts each minute
+//! once.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -33,9 +32,6 @@ use crate::model::{
     MINUTE_S,
 };
 use crate::store::{DocRead, ReadQuery};
-
-#[cfg(doc)]
-use super::EmbeddedConfig;
 
 type Minutes = Vec<(EpochMinute, Slot)>;
 
@@ -56,17 +52,17 @@ struct SeriesPending {
 /// What a fold writes for one series: its minutes, into its documents, with
 /// `watermark`.
 #[derive(Debug, Clone)]
-pub(super) struct Fold {
-    pub(super) series: Arc<SeriesId>,
-    pub(super) kind: SampleKind,
-    pub(super) watermark: u64,
-    pub(super) minutes: Minutes,
+pub(crate) struct Fold {
+    pub(crate) series: Arc<SeriesId>,
+    pub(crate) kind: SampleKind,
+    pub(crate) watermark: u64,
+    pub(crate) minutes: Minutes,
 }
 
 impl Fold {
     /// Adds flush `id`'s minutes of this series, which was being folded
     /// when the flush came: they go to the documents with the rest.
-    pub(super) fn add(
+    pub(crate) fn add(
         &mut self,
         id: u64,
         kind: SampleKind,
@@ -80,7 +76,7 @@ impl Fold {
     }
 
     /// The document updates of the fold.
-    pub(super) fn update(&self) -> SeriesUpdate {
+    pub(crate) fn update(&self) -> SeriesUpdate {
         SeriesUpdate::from_minutes(&SeriesMinutes {
             series: self.series.clone(),
             kind: self.kind,
@@ -91,7 +87,7 @@ impl Fold {
 
 /// Every series with minutes not yet folded, and the order they fold in.
 #[derive(Debug, Default)]
-pub(super) struct Pending {
+pub(crate) struct Pending {
     series: HashMap<Arc<SeriesId>, SeriesPending, ahash::RandomState>,
     /// `(since, series)` of every entry not being folded, oldest first.
     /// Flush ids only grow, so this is also ascending by `since`.
@@ -100,12 +96,12 @@ pub(super) struct Pending {
 
 impl Pending {
     /// Series with pending minutes.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.series.len()
     }
 
     /// Merges flush `id`'s minutes of `series`.
-    pub(super) fn add(
+    pub(crate) fn add(
         &mut self,
         series: &Arc<SeriesId>,
         kind: SampleKind,
@@ -135,7 +131,7 @@ impl Pending {
 
     /// Takes the `n` series pending longest for a fold. They stay readable
     /// here until [`Pending::end_fold`].
-    pub(super) fn start_fold(&mut self, n: usize) -> Vec<Fold> {
+    pub(crate) fn start_fold(&mut self, n: usize) -> Vec<Fold> {
         let mut folds = Vec::with_capacity(n.min(self.queue.len()));
         while folds.len() < n {
             let Some((since, series)) = self.queue.pop_front() else {
@@ -160,12 +156,23 @@ impl Pending {
 
     /// The oldest flush whose minutes are pending outside the fold in
     /// progress: the flush log must keep it and everything after it.
-    pub(super) fn oldest(&self) -> Option<u64> {
+    pub(crate) fn oldest(&self) -> Option<u64> {
         self.queue.front().map(|&(since, _)| since)
     }
 
+    /// Where `series`' pending run began, if it has pending minutes.
+    pub(crate) fn since_of(&self, series: &SeriesId) -> Option<u64> {
+        self.series.get(series).map(|p| p.since)
+    }
+
+    /// How many queued series began their run at or before `before`: an
+    /// upper bound (the queue may hold stale entries), found from the front.
+    pub(crate) fn queued_since_at_most(&self, before: u64) -> usize {
+        self.queue.partition_point(|&(since, _)| since <= before)
+    }
+
     /// The fold committed: its series leave.
-    pub(super) fn end_fold(&mut self, folds: &[Fold]) {
+    pub(crate) fn end_fold(&mut self, folds: &[Fold]) {
         for f in folds {
             self.series.remove(&*f.series);
         }
@@ -173,7 +180,7 @@ impl Pending {
 
     /// The fold failed: its series go back to the front of the queue, in
     /// the order they were taken, which keeps the queue ascending.
-    pub(super) fn abort_fold(&mut self, folds: &[Fold]) {
+    pub(crate) fn abort_fold(&mut self, folds: &[Fold]) {
         let mut back: Vec<(u64, Arc<SeriesId>)> = Vec::with_capacity(folds.len());
         for f in folds {
             if let Some(p) = self.series.get_mut(&*f.series) {
@@ -188,13 +195,13 @@ impl Pending {
     }
 
     /// Forgets `series`' pending minutes (its documents are damaged).
-    pub(super) fn drop_series(&mut self, series: &SeriesId) {
+    pub(crate) fn drop_series(&mut self, series: &SeriesId) {
         // Its queue entry, if any, is skipped by `start_fold` from now on.
         self.series.remove(series);
     }
 
     /// What a read of `series` must add to the stored documents.
-    pub(super) fn view(&self, series: &SeriesId) -> Option<PendingView> {
+    pub(crate) fn view(&self, series: &SeriesId) -> Option<PendingView> {
         self.series.get(series).map(|p| PendingView {
             kind: p.kind,
             watermark: p.watermark,
@@ -219,7 +226,7 @@ fn merge_minute(minutes: &mut Minutes, m: EpochMinute, slot: &Slot) {
 
 /// A snapshot of one series' pending minutes, taken for a read.
 #[derive(Debug)]
-pub(super) struct PendingView {
+pub(crate) struct PendingView {
     kind: SampleKind,
     watermark: u64,
     minutes: Minutes,
@@ -233,7 +240,7 @@ impl PendingView {
     /// a stored one returns it even when none of its slots is in range. Afterwards every document counts as holding the
     /// pending watermark: the series' flushes up to it are all in the
     /// documents or in the pending minutes (see the module documentation).
-    pub(super) fn merge_into(&self, q: &ReadQuery, lo: i64, docs: &mut Vec<DocRead>) {
+    pub(crate) fn merge_into(&self, q: &ReadQuery, lo: i64, docs: &mut Vec<DocRead>) {
         for &(m, slot) in &self.minutes {
             let start = q.tier.period_start(m);
             if start < lo || start >= q.to {
