@@ -34,7 +34,10 @@
 //!
 //! Settings (environment): `TALLY_BENCH_SERIES` (default 20000),
 //! `TALLY_BENCH_SECONDS` simulated seconds per interval (default 60),
-//! `TALLY_BENCH_INTERVALS` flush intervals in seconds (default `1,5,10`).
+//! `TALLY_BENCH_INTERVALS` flush intervals in seconds (default `1,5,10`),
+//! `TALLY_BENCH_DAY_WRITE_DELAY_S` the store's `mongodb.day_write_delay`
+//! (default 60; 0 writes day documents with every flush, as before it
+//! existed).
 
 // A benchmark that cannot set up panics: there is nothing to measure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -206,6 +209,7 @@ async fn run_interval(
         uri: target.uri.clone(),
         database: database.clone(),
         timeout: Duration::from_secs(300),
+        day_write_delay: Duration::from_secs(env_or("TALLY_BENCH_DAY_WRITE_DELAY_S", 60)),
         ..MongoDbConfig::default()
     };
     let store = MongoStore::connect(&cfg, RETENTION, WRITER)
