@@ -25,7 +25,7 @@ use tally::aggregator::{Aggregator, AggregatorConfig};
 use tally::flush::{FlushConfig, Pipeline};
 use tally::ingest::IngestConfig;
 use tally::labels::Labels;
-use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot};
+use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, Slot};
 use tally::query::{Aggregate, AggregateQuery, QueryConfig, QueryEngine, Sources, Step, StepSpec};
 use tally::rollup::{RollupConfig, Rollups};
 use tally::store::embedded::{EmbeddedConfig, EmbeddedStore};
@@ -76,7 +76,7 @@ async fn fill(store: &EmbeddedStore, now_minute: i64) -> Rollups {
     let expanded = rollups.expand(drained);
     let batch = FlushBatch {
         id: FlushId(1),
-        series: expanded.iter().map(SeriesUpdate::from_minutes).collect(),
+        series: expanded.clone(),
     };
     store.apply(&batch).await.unwrap();
     let entries: Vec<CatalogEntry> = expanded

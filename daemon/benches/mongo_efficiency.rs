@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::config::MongoDbConfig;
 use tally::ingest::IngestConfig;
-use tally::model::{DocKey, FlushBatch, FlushId, SampleKind, SeriesId, SeriesUpdate, Tier};
+use tally::model::{DocKey, FlushBatch, FlushId, SampleKind, SeriesId, Tier};
 use tally::store::mongodb::{day_doc_bson_size, hour_doc_bson_size, MongoStats, MongoStore};
 use tally::store::Store;
 use tally_testkit::mongo as standin;
@@ -269,7 +269,7 @@ async fn run_interval(
             // Flush ids are microseconds of the (simulated) clock, as the
             // daemon's are, so id reservations come once a simulated minute.
             id: FlushId((t_ms * 1000) as u64),
-            series: drained.iter().map(SeriesUpdate::from_minutes).collect(),
+            series: drained,
         };
         run.active_series += batch.series.len() as u64;
         let started = Instant::now();

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use tally::config::MongoDbConfig;
 use tally::model::{
-    FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier,
-    HOUR_S, MINUTE_S,
+    FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesMinutes, Slot, Tier, HOUR_S,
+    MINUTE_S,
 };
 use tally::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use tally::store::mongodb::MongoStore;
@@ -56,11 +56,11 @@ fn batches(n: usize) -> Vec<FlushBatch> {
                     let minutes = (first..first + 60)
                         .map(|m| (m, Slot::of((i as i64 + m % 60) as f64)))
                         .collect();
-                    SeriesUpdate::from_minutes(&SeriesMinutes {
+                    SeriesMinutes {
                         series: std::sync::Arc::new(series(i)),
                         kind: SampleKind::Gauge,
                         minutes,
-                    })
+                    }
                 })
                 .collect();
             FlushBatch {

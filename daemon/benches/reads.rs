@@ -17,7 +17,7 @@ use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::catalog::CatalogWriter;
 use tally::flush::{FlushConfig, Pipeline};
 use tally::ingest::IngestConfig;
-use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot};
+use tally::model::{FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, Slot};
 use tally::query::{AggregateQuery, QueryConfig, QueryEngine, Selection, Sources, Step, StepSpec};
 use tally::rollup::{RollupConfig, Rollups};
 use tally::store::embedded::{EmbeddedConfig, EmbeddedStore};
@@ -74,7 +74,7 @@ async fn apply(
     *id += 1;
     let batch = FlushBatch {
         id: FlushId(*id),
-        series: expanded.iter().map(SeriesUpdate::from_minutes).collect(),
+        series: expanded.clone(),
     };
     store.apply(&batch).await.expect("apply");
     let entries: Vec<_> = expanded

@@ -488,6 +488,25 @@ pub struct SeriesMinutes {
     pub minutes: Vec<(EpochMinute, Slot)>,
 }
 
+impl SeriesMinutes {
+    /// The hour- and day-document updates of these minutes.
+    pub fn update(&self) -> SeriesUpdate {
+        SeriesUpdate::from_minutes(self)
+    }
+
+    /// How many hour and day documents the minutes lie in.
+    pub fn document_count(&self) -> usize {
+        let mut count = 0;
+        let (mut hour, mut day) = (None, None);
+        for &(m, _) in &self.minutes {
+            let (h, d) = (hour_slot(m).hour_start, day_slot(m).day_start);
+            count += usize::from(hour != Some(h)) + usize::from(day != Some(d));
+            (hour, day) = (Some(h), Some(d));
+        }
+        count
+    }
+}
+
 /// The update to one hour document: its touched minutes and their sum.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HourDocUpdate {
@@ -596,19 +615,20 @@ impl SeriesUpdate {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FlushId(pub u64);
 
-/// One flush: every touched document of every active series.
+/// One flush: the drained minutes of every active series. Kept as minutes,
+/// as the aggregator drains them (one allocation per series); a store
+/// groups them into document updates ([`SeriesMinutes::update`]) only
+/// where and when it writes documents.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlushBatch {
     pub id: FlushId,
-    pub series: Vec<SeriesUpdate>,
+    pub series: Vec<SeriesMinutes>,
 }
 
 impl FlushBatch {
+    /// The hour and day documents the flush touches.
     pub fn document_count(&self) -> usize {
-        self.series
-            .iter()
-            .map(|s| s.hours.len() + s.days.len())
-            .sum()
+        self.series.iter().map(SeriesMinutes::document_count).sum()
     }
 }
 

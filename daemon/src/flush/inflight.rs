@@ -21,14 +21,14 @@ use parking_lot::Mutex;
 
 use crate::aggregator::Aggregator;
 use crate::model::{
-    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate,
-    Slot,
+    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, Slot,
 };
 
 /// A drained batch that the store has not confirmed yet.
 pub struct InflightBatch {
     pub id: FlushId,
-    pub(super) series: Vec<SeriesMinutes>,
+    /// What the store applies, as drained: no copy is made for it.
+    pub(super) flush: FlushBatch,
     index: hashbrown::HashMap<Arc<SeriesId>, usize>,
 }
 
@@ -39,22 +39,19 @@ impl InflightBatch {
             .enumerate()
             .map(|(i, s)| (s.series.clone(), i))
             .collect();
-        InflightBatch { id, series, index }
+        InflightBatch {
+            id,
+            flush: FlushBatch { id, series },
+            index,
+        }
     }
 
     fn get(&self, key: SeriesRef<'_>) -> Option<&SeriesMinutes> {
-        self.index.get(&key).map(|&i| &self.series[i])
+        self.index.get(&key).map(|&i| &self.flush.series[i])
     }
 
     pub fn slot_count(&self) -> usize {
-        self.series.iter().map(|s| s.minutes.len()).sum()
-    }
-
-    pub(super) fn to_flush_batch(&self) -> FlushBatch {
-        FlushBatch {
-            id: self.id,
-            series: self.series.iter().map(SeriesUpdate::from_minutes).collect(),
-        }
+        self.flush.series.iter().map(|s| s.minutes.len()).sum()
     }
 }
 

@@ -1,7 +1,6 @@
 //! The flush pipeline: every `flush.interval` it drains the aggregator into a
-//! numbered batch, turns the batch into hour- and day-document updates and
-//! applies them to the store, retrying with backoff until the store takes
-//! them.
+//! numbered batch of per-series minute slots and applies it to the store,
+//! retrying with backoff until the store takes it.
 //!
 //! Backpressure: at most `queue_depth` batches are in flight (drained but not
 //! yet applied). When the store falls behind, ticks stop draining, samples
@@ -253,12 +252,12 @@ impl Pipeline {
     /// Applies one batch, retrying retryable failures with exponential
     /// backoff until it lands or `give_up` fires. Returns whether it landed.
     pub async fn apply(&self, batch: &InflightBatch, give_up: &CancellationToken) -> bool {
-        let update = batch.to_flush_batch();
+        let update = &batch.flush;
         let mut backoff = self.cfg.retry_initial_backoff;
         let store = self.store.name();
         loop {
             let started = Instant::now();
-            let result = self.store.apply(&update).await;
+            let result = self.store.apply(update).await;
             let elapsed = started.elapsed().as_secs_f64();
             metrics::histogram!("tally_flush_duration_seconds", "store" => store).record(elapsed);
             crate::telemetry::store_operation(store, "apply", elapsed);
@@ -315,7 +314,7 @@ impl Pipeline {
     /// delays them: they stay due and go with the series' next flush.
     async fn record_catalog(&self, batch: &InflightBatch) {
         let Some(catalog) = &self.catalog else { return };
-        let due = catalog.due(&batch.series);
+        let due = catalog.due(&batch.flush.series);
         if due.is_empty() {
             return;
         }

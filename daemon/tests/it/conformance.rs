@@ -18,8 +18,8 @@ use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::ingest::IngestConfig;
 use tally::labels::Labels;
 use tally::model::{
-    minute_of_ms, FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesUpdate, Slot, Tier,
-    DAY_S, HOUR_S, MINUTE_S,
+    minute_of_ms, FlushBatch, FlushId, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S,
+    MINUTE_S,
 };
 use tally::store::{ReadQuery, Store};
 
@@ -117,7 +117,7 @@ pub async fn run_case(store: Arc<dyn Store>, case: &Case) {
         let drained = agg.drain(None);
         let batch = FlushBatch {
             id: FlushId(next_id),
-            series: drained.iter().map(SeriesUpdate::from_minutes).collect(),
+            series: drained,
         };
         next_id += 1;
         batch

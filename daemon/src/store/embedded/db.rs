@@ -54,7 +54,7 @@ use super::layout::{
     DAY_MINUTES, DAY_SUMMARY, FILE_NAME, FLUSH_LOG, HOUR_DOCS, LAYOUT_VERSION, META,
     META_LAST_FLUSH_ID, META_LAYOUT_VERSION, SERIES_CATALOG, UPGRADABLE_LAYOUTS,
 };
-use crate::model::{DayDocUpdate, DayHourUpdate, FlushBatch, HourDocUpdate, SeriesUpdate, Slot};
+use crate::model::{EpochMinute, FlushBatch, SeriesMinutes, Slot};
 use crate::store::pending::Pending;
 use crate::store::{CatalogEntry, StoreError};
 
@@ -103,12 +103,8 @@ impl Redo {
             Redo::Apply(batch) => batch
                 .series
                 .iter()
-                .map(|su| {
-                    let minutes: usize = su.hours.iter().map(|h| h.minutes.len()).sum();
-                    size_of::<SeriesUpdate>()
-                        + su.hours.len() * size_of::<HourDocUpdate>()
-                        + su.days.len() * (size_of::<DayDocUpdate>() + size_of::<DayHourUpdate>())
-                        + 2 * minutes * size_of::<(u8, Slot)>()
+                .map(|sm| {
+                    size_of::<SeriesMinutes>() + sm.minutes.len() * size_of::<(EpochMinute, Slot)>()
                 })
                 .sum(),
             Redo::Catalog(entries) => entries.len() * (size_of::<CatalogEntry>() + 64),

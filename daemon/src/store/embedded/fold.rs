@@ -22,7 +22,7 @@ use super::errors::{db_err, invalid};
 use super::flush_log::{trim_below, LogWriter};
 use super::layout::FLUSH_LOG;
 use super::write::{raise_last_flush_id, write_series, DocTables};
-use crate::model::{FlushBatch, SeriesId, SeriesUpdate, DAY_S, HOUR_S};
+use crate::model::{FlushBatch, SeriesId, SeriesMinutes};
 use crate::store::pending::{Fold, Pending};
 use crate::store::{ApplyStats, StoreError};
 
@@ -111,7 +111,7 @@ impl Db {
             Ok((stats, logged)) => {
                 pending.end_fold(&folds);
                 for su in logged {
-                    pending.add(&su.series, su.kind, id, su.minutes());
+                    pending.add(&su.series, su.kind, id, su.minutes.iter().copied());
                 }
                 folded(&pending, folds.len());
                 Ok(stats)
@@ -209,48 +209,16 @@ fn write_folds(
 /// Damaged series dropped in one flush before it gives up.
 const MAX_DAMAGED_PER_FLUSH: usize = 16;
 
-/// Refuses an update that is not what [`SeriesUpdate::from_minutes`] makes:
-/// the log keeps only its minutes, so its hours must be where those minutes
-/// are, and its days must hold the same minutes.
-fn check_update(su: &SeriesUpdate) -> Result<(), StoreError> {
-    let bad = |what: String| Err(invalid(format!("{}: {what}", su.series)));
-    let mut minutes = 0usize;
-    for h in &su.hours {
-        if h.hour_start.rem_euclid(HOUR_S) != 0 {
-            return bad(format!(
-                "hour_start {} is not on an hour boundary",
-                h.hour_start
-            ));
-        }
-        if let Some(&(m, _)) = h.minutes.iter().find(|&&(m, _)| usize::from(m) >= 60) {
-            return bad(format!(
-                "minute {m} of hour {} is out of range",
-                h.hour_start
-            ));
-        }
-        minutes += h.minutes.len();
+/// Refuses minutes that are not as the aggregator drains them: ascending,
+/// each at most once (the log and the document updates rely on it).
+fn check_update(sm: &SeriesMinutes) -> Result<(), StoreError> {
+    match sm.minutes.windows(2).find(|w| w[0].0 >= w[1].0) {
+        Some(w) => Err(invalid(format!(
+            "{}: minute {} follows minute {}: minutes must ascend, each once",
+            sm.series, w[1].0, w[0].0
+        ))),
+        None => Ok(()),
     }
-    for d in &su.days {
-        if d.day_start.rem_euclid(DAY_S) != 0 {
-            return bad(format!(
-                "day_start {} is not on a day boundary",
-                d.day_start
-            ));
-        }
-        for hu in &d.hours {
-            if hu.hour >= 24 || hu.minutes.iter().any(|&(m, _)| m >= 60) {
-                return bad(format!(
-                    "hour {} of day {} holds a slot out of range",
-                    hu.hour, d.day_start
-                ));
-            }
-            minutes = minutes.wrapping_sub(hu.minutes.len());
-        }
-    }
-    if minutes != 0 {
-        return bad("its hour and day updates do not hold the same minutes".into());
-    }
-    Ok(())
 }
 
 /// The writes of flush `batch` inside `txn`: the log entries of the series
@@ -265,7 +233,7 @@ fn write_flush<'b>(
     replay: bool,
     oldest: Option<u64>,
     damaged: &mut Option<Arc<SeriesId>>,
-) -> Result<(ApplyStats, Vec<&'b SeriesUpdate>), StoreError> {
+) -> Result<(ApplyStats, Vec<&'b SeriesMinutes>), StoreError> {
     let id = batch.id.0;
     let mut stats = ApplyStats::default();
     let mut logged = Vec::new();
@@ -285,9 +253,9 @@ fn write_flush<'b>(
         let mut writer = LogWriter::new(id);
         for (su, route) in batch.series.iter().zip(routes) {
             match route {
-                Some(i) => folds[i].add(id, su.kind, su.minutes()),
+                Some(i) => folds[i].add(id, su.kind, su.minutes.iter().copied()),
                 None => {
-                    writer.push(&mut log, &su.series, su.kind, su.minutes())?;
+                    writer.push(&mut log, &su.series, su.kind, su.minutes.iter().copied())?;
                     logged.push(su);
                 }
             }
@@ -306,10 +274,10 @@ fn write_flush<'b>(
     write_folds(txn, folds, damaged)?;
     if replay {
         let mut tables = DocTables::open(txn)?;
-        let mut order: Vec<&SeriesUpdate> = batch.series.iter().collect();
+        let mut order: Vec<&SeriesMinutes> = batch.series.iter().collect();
         order.sort_unstable_by(|a, b| a.series.cmp(&b.series));
-        for su in order {
-            write_series(&mut tables, su, id, &mut stats)?;
+        for sm in order {
+            write_series(&mut tables, &sm.update(), id, &mut stats)?;
         }
     }
     raise_last_flush_id(txn, id)?;

@@ -12,7 +12,7 @@ use redb::{ReadableDatabase, TableDefinition};
 use super::layout::{HourKey, MinutesKey, DAY_MINUTES};
 use super::EmbeddedStore;
 use crate::model::{
-    FlushBatch, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier, DAY_S,
+    FlushBatch, Resolution, SampleKind, SeriesId, SeriesMinutes, Slot, Tier, DAY_S,
 };
 use crate::store::{DocRead, ReadQuery, Store, StoreError};
 
@@ -52,19 +52,19 @@ pub(super) fn series(
     metric: &str,
     kind: SampleKind,
     samples: &[(i64, f64)],
-) -> SeriesUpdate {
+) -> SeriesMinutes {
     let mut minutes: BTreeMap<i64, Slot> = BTreeMap::new();
     for &(t, v) in samples {
         minutes.entry(t.div_euclid(60)).or_default().add(v);
     }
-    SeriesUpdate::from_minutes(&SeriesMinutes {
+    SeriesMinutes {
         series: Arc::new(SeriesId::new(source, metric)),
         kind,
         minutes: minutes.into_iter().collect(),
-    })
+    }
 }
 
-pub(super) fn batch(id: u64, series: Vec<SeriesUpdate>) -> FlushBatch {
+pub(super) fn batch(id: u64, series: Vec<SeriesMinutes>) -> FlushBatch {
     FlushBatch {
         id: crate::model::FlushId(id),
         series,

@@ -94,16 +94,16 @@ async fn flush_id_zero_and_malformed_updates_are_refused() {
     let err = store.apply(&sample_batch(0)).await.unwrap_err();
     assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
 
-    // A bad minute index is an error, not a panic, and the batch is not
+    // Minutes out of order are an error, not a panic, and the batch is not
     // applied at all (the good document before it is rolled back).
     let mut b = sample_batch(1);
     let mut bad = series(
         "db-09",
         "m",
         SampleKind::Gauge,
-        &[(ts(2026, 3, 14, 10, 0), 1.0)],
+        &[(ts(2026, 3, 14, 10, 0), 1.0), (ts(2026, 3, 14, 10, 1), 1.0)],
     );
-    bad.hours[0].minutes[0].0 = 60;
+    bad.minutes.reverse();
     b.series.push(bad);
     let err = store.apply(&b).await.unwrap_err();
     assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
@@ -113,11 +113,10 @@ async fn flush_id_zero_and_malformed_updates_are_refused() {
         .is_empty());
     assert_eq!(store.last_flush_id().await.unwrap(), 0);
 
+    // So is a minute listed twice.
     let mut b = sample_batch(1);
-    b.series[0].days[0].hours[0].hour = 24;
-    assert!(matches!(store.apply(&b).await, Err(StoreError::Invalid(_))));
-    let mut b = sample_batch(1);
-    b.series[0].hours[0].hour_start += 60;
+    let twice = b.series[0].minutes[0];
+    b.series[0].minutes.insert(0, twice);
     assert!(matches!(store.apply(&b).await, Err(StoreError::Invalid(_))));
 }
 

@@ -143,8 +143,8 @@ impl DayWrites {
             pending.end_fold(folds);
             let written: HashSet<&SeriesId> = folds.iter().map(|f| &*f.series).collect();
             for su in &batch.series {
-                if !su.days.is_empty() && !written.contains(&*su.series) {
-                    pending.add(&su.series, su.kind, id, su.minutes());
+                if !su.minutes.is_empty() && !written.contains(&*su.series) {
+                    pending.add(&su.series, su.kind, id, su.minutes.iter().copied());
                 }
             }
             metrics::gauge!("tally_store_pending_series", "store" => "mongodb")

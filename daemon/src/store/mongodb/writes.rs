@@ -124,9 +124,12 @@ impl MongoStore {
     ) -> Result<(Vec<PlannedDoc<'b>>, Vec<RawDocumentBuf>), StoreError> {
         let mut docs = Vec::with_capacity(batch.document_count());
         let mut stmts = Vec::with_capacity(batch.document_count());
-        for su in &batch.series {
-            let series = &*su.series;
+        for sm in &batch.series {
+            let series = &*sm.series;
             check_series(series)?;
+            // Grouped by document here, one series at a time, and dropped
+            // once its statements are built.
+            let su = sm.update();
             for h in &su.hours {
                 let id = doc_id(series, Tier::Hour, h.hour_start)?;
                 let ops = hour_ops(series, h)?;
@@ -272,13 +275,13 @@ fn join_folds(folds: &mut [Fold], batch: &FlushBatch) {
         .series
         .iter()
         .enumerate()
-        .filter(|(_, su)| !su.days.is_empty())
+        .filter(|(_, su)| !su.minutes.is_empty())
         .filter_map(|(j, su)| at.get(&*su.series).map(|&i| (i, j)))
         .collect();
     joined.sort_unstable();
     for (i, j) in joined {
         let su = &batch.series[j];
-        folds[i].add(batch.id.0, su.kind, su.minutes());
+        folds[i].add(batch.id.0, su.kind, su.minutes.iter().copied());
     }
 }
 

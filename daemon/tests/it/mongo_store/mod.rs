@@ -38,8 +38,8 @@ use crate::catalog_conformance;
 use crate::conformance;
 use tally::config::MongoDbConfig;
 use tally::model::{
-    FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier,
-    DAY_S, HOUR_S, MINUTE_S,
+    FlushBatch, FlushId, Resolution, SampleKind, SeriesId, SeriesMinutes, Slot, Tier, DAY_S,
+    HOUR_S, MINUTE_S,
 };
 use tally::store::mongodb::{Feature, MongoStore};
 use tally::store::{DocRead, ReadQuery, Store};
@@ -113,7 +113,7 @@ fn series(source: &str, metric: &str, samples: &[(i64, f64)]) -> SeriesMinutes {
 fn batch(id: u64, series: &[SeriesMinutes]) -> FlushBatch {
     FlushBatch {
         id: FlushId(id),
-        series: series.iter().map(SeriesUpdate::from_minutes).collect(),
+        series: series.to_vec(),
     }
 }
 
