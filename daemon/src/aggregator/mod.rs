@@ -380,7 +380,13 @@ impl Aggregator {
         for cell in self.shards.iter() {
             let mut s = cell.shard.lock();
             s.series.retain(|st| {
-                let keep = !st.pending.is_empty() || st.last_minute >= idle_before;
+                // A cumulative counter's baseline alone makes no slot, but
+                // it is data: without it the next sample would be a new
+                // baseline and its increase lost.
+                let baseline = st
+                    .last_cumulative
+                    .is_some_and(|(ts, _)| crate::model::minute_of_ms(ts) >= idle_before);
+                let keep = !st.pending.is_empty() || st.last_minute >= idle_before || baseline;
                 if !keep {
                     gone.push(st.id.clone());
                 }

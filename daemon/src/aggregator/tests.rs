@@ -205,6 +205,23 @@ fn rejection_list_is_capped() {
 }
 
 #[test]
+fn a_fresh_baseline_is_not_idle() {
+    let a = agg();
+    let (t0, t1) = ([NOW], [NOW + 1_000]);
+    let c = SampleKind::CumulativeCounter;
+    a.ingest(&[batch("s", "c", c, &t0, &[10.0])], NOW);
+    // A sweep between the baseline and the next sample keeps the series...
+    assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
+    a.ingest(&[batch("s", "c", c, &t1, &[30.0])], NOW);
+    let (_, mins) = a.pending_for(SeriesRef::new("s", "c"));
+    assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::of(20.0))]);
+    // ... and a baseline that went silent goes.
+    let b = agg();
+    b.ingest(&[batch("s", "c", c, &t0, &[1.0])], NOW);
+    assert_eq!(b.evict_idle(minute_of_ms(NOW) + 1), 1);
+}
+
+#[test]
 fn pending_is_visible_and_idle_series_are_evicted() {
     let a = agg();
     let t = [NOW];
