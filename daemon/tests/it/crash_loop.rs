@@ -4,7 +4,11 @@
 //! the same ports and pushed to again; at the end the load generator's
 //! `--verify` checks every acknowledged sample's minute slot exactly
 //! (requests that failed ambiguously are left out, as they may or may not
-//! have been taken). `scripts/crash-loop` runs hundreds of cycles.
+//! have been taken). On MongoDB, after a clean stop, every series' day
+//! documents must also hold exactly what its hour documents hold (day
+//! documents are written about once per `mongodb.day_write_delay`, and a
+//! crash leaves their part to the write-ahead log's replay).
+//! `scripts/crash-loop` runs hundreds of cycles.
 
 use std::path::Path;
 use std::time::Duration;
@@ -72,8 +76,8 @@ fn loadgen(d: &Daemon, sources: &str, seconds: &str) -> std::thread::JoinHandle<
 /// Crashes `d` `cycles` times while `run` pushes, then checks the run.
 /// Each request carries 40 samples of one series (`--span 40`), so a
 /// request that fails ambiguously leaves only its own series out of the
-/// check.
-fn crash_loop(opts: DaemonOpts, cycles: usize, sources: &str, seconds: &str) {
+/// check. Returns the daemon, still running.
+fn crash_loop(opts: DaemonOpts, cycles: usize, sources: &str, seconds: &str) -> Daemon {
     let mut d = Daemon::start(opts);
     let run = loadgen(&d, sources, seconds);
     let mut rng = rand::rng();
@@ -105,6 +109,7 @@ fn crash_loop(opts: DaemonOpts, cycles: usize, sources: &str, seconds: &str) {
         logs.contains("write-ahead log replayed"),
         "no crash left anything to replay:\n{logs}"
     );
+    d
 }
 
 #[test]
@@ -112,7 +117,7 @@ fn sigkill_loses_no_acknowledged_sample_on_the_embedded_store() {
     let opts = tallyd()
         .flush_interval("100ms")
         .env("TALLYD_INGEST_LATENESS_WINDOW", "2h");
-    crash_loop(opts, 6, "20", "3000");
+    drop(crash_loop(opts, 6, "20", "3000"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,8 +131,65 @@ async fn sigkill_loses_no_acknowledged_sample_on_the_mongodb_standin() {
         .mongodb(&target.uri, &target.database)
         .flush_interval("200ms")
         .env("TALLYD_INGEST_LATENESS_WINDOW", "2h");
-    tokio::task::spawn_blocking(move || crash_loop(opts, 3, "4", "6000"))
+    let mut d = tokio::task::spawn_blocking(move || crash_loop(opts, 3, "4", "6000"))
         .await
         .unwrap();
+    // A clean stop writes the day parts still waiting; then every series'
+    // day documents hold exactly what its hour documents hold, whatever the
+    // crashes cut short.
+    d.sigterm();
+    assert!(d.wait_async(Duration::from_secs(60)).await.success());
+    let (hours, days) = (
+        totals(&target, "metrics_by_hour").await,
+        totals(&target, "metrics_by_day").await,
+    );
+    assert!(!hours.is_empty());
+    let counts = |t: &std::collections::BTreeMap<String, (i64, f64)>| -> Vec<(String, i64)> {
+        t.iter().map(|(k, v)| (k.clone(), v.0)).collect()
+    };
+    assert_eq!(
+        counts(&hours),
+        counts(&days),
+        "counts per series: hour documents, then day documents"
+    );
+    for (series, (_, sum)) in &hours {
+        let day = days.get(series).map_or(f64::NAN, |d| d.1);
+        // Added in another order: equal up to rounding.
+        assert!(
+            (sum - day).abs() <= 1e-9 * sum.abs().max(1.0),
+            "{series}: {sum} in hours, {day} in days"
+        );
+    }
     drop(target);
+}
+
+/// Per series (`s`, `m` and labels), the count and sum of the running slots
+/// of every document of a collection.
+async fn totals(
+    target: &tally_testkit::mongo::MongoTarget,
+    coll: &str,
+) -> std::collections::BTreeMap<String, (i64, f64)> {
+    use futures::TryStreamExt;
+    use mongodb::bson::{doc, Bson, Document};
+    let mut out = std::collections::BTreeMap::new();
+    let mut cursor = target
+        .db()
+        .await
+        .collection::<Document>(coll)
+        .find(doc! {})
+        .await
+        .unwrap();
+    while let Some(d) = cursor.try_next().await.unwrap() {
+        let key = format!(
+            "{}|{}|{}",
+            d.get_str("s").unwrap_or(""),
+            d.get_str("m").unwrap_or(""),
+            d.get("l").map(Bson::to_string).unwrap_or_default()
+        );
+        let total = d.get_document("total").unwrap();
+        let entry = out.entry(key).or_insert((0, 0.0));
+        entry.0 += total.get_i64("n").unwrap();
+        entry.1 += total.get_f64("sum").unwrap();
+    }
+    out
 }
