@@ -11,6 +11,8 @@
 //! one) recording the same series agree. Discovery is thus fresh to one
 //! flush for new series and to `refresh` for `last_seen`.
 
+use std::sync::Arc;
+
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
@@ -50,12 +52,36 @@ struct Recorded {
 }
 
 pub struct CatalogWriter {
-    recorded: Mutex<HashMap<SeriesId, Recorded>>,
+    /// Keyed by the aggregator's own `Arc` of each series, so a recorded
+    /// series costs a pointer here, not another copy of its names.
+    recorded: Mutex<HashMap<Arc<SeriesId>, Recorded>>,
     /// Entries the store refused to take; they go with the next write
     /// whatever series it carries, so a series that never flushes again
     /// is still catalogued. Bounded by the series that failed.
-    failed: Mutex<HashMap<SeriesId, CatalogEntry>>,
+    failed: Mutex<HashMap<Arc<SeriesId>, CatalogEntry>>,
     refresh_s: i64,
+}
+
+/// The entries a batch made due, each with the series' shared id.
+#[derive(Debug, Default)]
+pub struct Due {
+    entries: Vec<CatalogEntry>,
+    ids: Vec<Arc<SeriesId>>,
+}
+
+impl Due {
+    /// What the store is asked to upsert.
+    pub fn entries(&self) -> &[CatalogEntry] {
+        &self.entries
+    }
+}
+
+impl std::ops::Deref for Due {
+    type Target = [CatalogEntry];
+
+    fn deref(&self) -> &[CatalogEntry] {
+        &self.entries
+    }
 }
 
 impl CatalogWriter {
@@ -71,10 +97,10 @@ impl CatalogWriter {
     /// catalogued too, under their `@<group>` source, so that the label
     /// sets of a group's metric are known after a restart; listings select
     /// them only by that exact source (see [`crate::store::source_selected`]).
-    pub fn due<'a>(&self, batch: impl IntoIterator<Item = &'a SeriesMinutes>) -> Vec<CatalogEntry> {
+    pub fn due<'a>(&self, batch: impl IntoIterator<Item = &'a SeriesMinutes>) -> Due {
         let recorded = self.recorded.lock();
         let mut failed = self.failed.lock();
-        let mut due = Vec::new();
+        let mut due = Due::default();
         for s in batch {
             let (Some(first), Some(last)) = (s.minutes.first(), s.minutes.last()) else {
                 continue;
@@ -97,35 +123,39 @@ impl CatalogWriter {
                     e.first_seen = e.first_seen.min(f.first_seen);
                     e.last_seen = e.last_seen.max(f.last_seen);
                 }
-                due.push(e);
+                due.entries.push(e);
+                due.ids.push(s.series.clone());
             }
         }
-        due.extend(failed.drain().map(|(_, e)| e));
+        for (id, e) in failed.drain() {
+            due.entries.push(e);
+            due.ids.push(id);
+        }
         due
     }
 
-    /// The store did not take `entries`: keep them for the next write.
-    pub fn failed(&self, entries: Vec<CatalogEntry>) {
+    /// The store did not take `due`: keep it for the next write.
+    pub fn failed(&self, due: Due) {
         let mut failed = self.failed.lock();
-        for e in entries {
-            match failed.get_mut(&e.series) {
+        for (id, e) in due.ids.into_iter().zip(due.entries) {
+            match failed.get_mut(&*id) {
                 Some(f) => {
                     f.first_seen = f.first_seen.min(e.first_seen);
                     f.last_seen = f.last_seen.max(e.last_seen);
                     f.kind = e.kind;
                 }
                 None => {
-                    failed.insert(e.series.clone(), e);
+                    failed.insert(id, e);
                 }
             }
         }
     }
 
-    /// The store took `entries`.
-    pub fn recorded(&self, entries: Vec<CatalogEntry>) {
+    /// The store took `due`.
+    pub fn recorded(&self, due: Due) {
         let mut recorded = self.recorded.lock();
-        for e in entries {
-            let r = recorded.entry(e.series).or_insert(Recorded {
+        for (id, e) in due.ids.into_iter().zip(due.entries) {
+            let r = recorded.entry(id).or_insert(Recorded {
                 first_seen: e.first_seen,
                 last_seen: e.last_seen,
                 kind: e.kind,

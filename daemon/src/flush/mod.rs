@@ -319,7 +319,7 @@ impl Pipeline {
             return;
         }
         // The store counts the operation, its latency and its errors.
-        match self.store.catalog_upsert(&due).await {
+        match self.store.catalog_upsert(due.entries()).await {
             Ok(()) => {
                 metrics::counter!("tally_catalog_writes_total", "store" => self.store.name())
                     .increment(due.len() as u64);
