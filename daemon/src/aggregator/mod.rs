@@ -278,7 +278,7 @@ impl Aggregator {
                     continue;
                 };
                 if let (Some(out), Some((ts_ms, value))) =
-                    (baselines.as_deref_mut(), st.last_cumulative)
+                    (baselines.as_deref_mut(), st.last_cumulative.get())
                 {
                     out.push(baseline_of(&id, ts_ms, value));
                 }
@@ -299,7 +299,7 @@ impl Aggregator {
                 // One with a slot now was logged with the dirty ones.
                 if let Some((ts_ms, value)) = st
                     .filter(|s| s.pending.is_empty())
-                    .and_then(|s| s.last_cumulative)
+                    .and_then(|s| s.last_cumulative.get())
                 {
                     out.push(baseline_of(&id, ts_ms, value));
                 }
@@ -336,7 +336,7 @@ impl Aggregator {
         let mut out = IngestOutcome::default();
         if let Some(state) = self.series_for(&mut shard.series, &batch, hash, key, &mut out) {
             if state.kind == SampleKind::CumulativeCounter {
-                state.last_cumulative = Some((b.ts_ms, b.value));
+                state.last_cumulative.set(b.ts_ms, b.value);
                 // Idle by its own last sample, not from the start: a series
                 // that has not sent again yet must not be evicted at once,
                 // or its baseline would be lost with it.
@@ -385,6 +385,7 @@ impl Aggregator {
                 // baseline and its increase lost.
                 let baseline = st
                     .last_cumulative
+                    .get()
                     .is_some_and(|(ts, _)| crate::model::minute_of_ms(ts) >= idle_before);
                 let keep = !st.pending.is_empty() || st.last_minute >= idle_before || baseline;
                 if !keep {
