@@ -212,6 +212,12 @@ impl Pending {
 
 /// Adds `slot` to minute `m` of an ascending list.
 fn merge_minute(minutes: &mut Minutes, m: EpochMinute, slot: &Slot) {
+    // Most series wait with one or two minutes: grow by one up to four
+    // (a first push would take room for four, 160 bytes, per series), then
+    // as usual, so a long list still grows in amortised constant time.
+    if minutes.len() == minutes.capacity() && minutes.len() < 4 {
+        minutes.reserve_exact(1);
+    }
     // Flushes mostly bring the newest minute: look at the end first.
     match minutes.last_mut() {
         Some((last, s)) if *last == m => s.merge(slot),
