@@ -7,7 +7,8 @@
 //! order, before any other operation may touch it. Watermarks make a redone
 //! flush count once even where the file did keep it.
 //!
-//! While the file cannot be reopened (the disk is still full), operations
+//! While the file cannot be reopened (its file system has less than 1 MiB
+//! free, or the reopen fails), operations
 //! answer `Unavailable` and the store reports itself failing: `/readyz` is
 //! unready and ingest refuses what it could not keep. Each later operation
 //! (a flush retry, a readiness probe) tries again, so the store resumes by
@@ -32,6 +33,10 @@ impl Db {
         if self.io_failure.lock().is_none() {
             return Ok(());
         }
+        // A reopen with nothing to redo writes nothing, so it would succeed
+        // on a disk that is still full, and the store would look ready
+        // until its next write failed. Free space decides instead.
+        check_free_space(&self.path)?;
         // Closed first: redb locks the file while it is open.
         *slot = None;
         let Opened {
@@ -79,4 +84,26 @@ impl Db {
         // they were kept in empties.
         self.sync_on(db)
     }
+}
+
+/// Free space a reopen needs on the store's file system. Less, and the I/O
+/// error that made the reopen necessary (nearly always a full disk) would
+/// come straight back with the next write.
+const REOPEN_MIN_FREE_BYTES: u64 = 1 << 20;
+
+fn check_free_space(path: &std::path::Path) -> Result<(), StoreError> {
+    // Where free space cannot be read, the reopen's own writes decide.
+    let Ok(st) = rustix::fs::statvfs(path) else {
+        return Ok(());
+    };
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    if free < REOPEN_MIN_FREE_BYTES {
+        return Err(StoreError::Unavailable(format!(
+            "{}: {} KiB free on its file system, {} KiB needed before the store reopens after an I/O error; free some space",
+            path.display(),
+            free >> 10,
+            REOPEN_MIN_FREE_BYTES >> 10
+        )));
+    }
+    Ok(())
 }
