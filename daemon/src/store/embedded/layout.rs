@@ -60,10 +60,12 @@
 //!   split rewrites only the 816-byte summary and the touched hour's 1,920-byte
 //!   block.
 //!
-//!   `preallocate` creates the summary and all 24 blocks. `apply` on a day
-//!   nobody pre-allocated creates the summary and only the blocks it touches;
-//!   an absent block reads as 60 empty slots, so the two are indistinguishable
-//!   to readers, and the flush hot path does not write 23 empty blocks.
+//!   A day's minute blocks are created by the writes that touch them:
+//!   `preallocate` creates the summary only, and a fold creates the blocks
+//!   of the hours it merges. An absent block reads as 60 empty slots, so
+//!   readers cannot tell, and neither pre-allocation (46 KB per series per
+//!   day otherwise, the whole fleet within `prealloc.day_window`) nor the
+//!   flush hot path writes empty blocks.
 //! * `series_catalog`: one entry per series for discovery
 //!   ([`Store::catalog_list`](crate::store::Store::catalog_list)). The value
 //!   is the kind code (u8), `first_seen` (i64 LE) and `last_seen` (i64 LE),

@@ -129,10 +129,7 @@ async fn bench_apply_20k_series_one_minute() {
 
     let start = Instant::now();
     let stats = store.preallocate(&keys).await.unwrap();
-    report(
-        "preallocate next hour + next day (24 blocks each)",
-        start.elapsed(),
-    );
+    report("preallocate next hour + next day summary", start.elapsed());
     assert_eq!(stats.created, 2 * SERIES);
     let start = Instant::now();
     store.sync().unwrap();

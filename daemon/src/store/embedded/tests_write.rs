@@ -166,15 +166,8 @@ async fn preallocate_creates_empty_docs() {
         (HOUR_DOC_LEN, DAY_SUMMARY_LEN, DAY_MINUTES_LEN),
         (1968, 816, 1920)
     );
-    let blocks = raw_blocks(&store, "db-01", "op_counter", day);
-    assert_eq!(blocks.len(), 24);
-    for (h, (hour, bytes)) in blocks.iter().enumerate() {
-        assert_eq!(usize::from(*hour), h);
-        assert_eq!(bytes.len(), DAY_MINUTES_LEN);
-        for m in 0..60 {
-            assert_eq!(slot_at(bytes, 0, m), Slot::EMPTY);
-        }
-    }
+    // No minute blocks: absent ones read as empty (the reads below).
+    assert!(raw_blocks(&store, "db-01", "op_counter", day).is_empty());
     {
         let txn = store.inner.database().unwrap().begin_read().unwrap();
         let t = txn.open_table(HOUR_DOCS).unwrap();

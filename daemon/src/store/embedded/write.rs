@@ -17,8 +17,8 @@ use super::db::{meta_value, Db};
 use super::errors::{db_err, invalid};
 use super::layout::{
     day_minutes_name, day_summary_name, hour_doc_name, DayKey, DaySummary, HourDoc, HourKey,
-    MinuteBlock, MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN,
-    HEADER_LEN, HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
+    MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HEADER_LEN,
+    HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
 };
 use crate::model::{
     DayDocUpdate, DayHourUpdate, DocKey, HourDocUpdate, SeriesUpdate, Slot, Tier, DAY_S, HOUR_S,
@@ -53,11 +53,10 @@ impl Db {
             let DocTables {
                 mut hours,
                 mut summaries,
-                mut blocks,
+                ..
             } = DocTables::open(&txn)?;
             let empty_hour: HourDoc = empty_value(HEADER_LEN);
             let empty_summary: DaySummary = empty_value(HEADER_LEN);
-            let empty_block: MinuteBlock = empty_value(0);
 
             for doc in docs {
                 let met = doc.series.metric_key();
@@ -80,19 +79,17 @@ impl Db {
                             stats.created += 1;
                         }
                     }
+                    // The summary only: an absent minute block reads as 60
+                    // empty slots, so writing 24 empty ones (46 KB per
+                    // series, every day, for the whole fleet within the
+                    // day window) would change nothing a reader can see.
                     Tier::Day => {
                         if summaries.get(key).map_err(db_err)?.is_some() {
                             stats.already_present += 1;
-                            continue;
+                        } else {
+                            summaries.insert(key, &empty_summary[..]).map_err(db_err)?;
+                            stats.created += 1;
                         }
-                        summaries.insert(key, &empty_summary[..]).map_err(db_err)?;
-                        for hour in 0..HOURS_PER_DAY as u8 {
-                            let bkey = (src, met, doc.period_start, hour);
-                            if blocks.get(bkey).map_err(db_err)?.is_none() {
-                                blocks.insert(bkey, &empty_block[..]).map_err(db_err)?;
-                            }
-                        }
-                        stats.created += 1;
                     }
                 }
             }
