@@ -22,6 +22,8 @@ const T0: i64 = 1_795_305_600_000;
 
 struct Fleet {
     names: Vec<(String, String, SampleKind)>,
+    /// Each series' label encoding (empty when unlabelled).
+    labels: Vec<String>,
 }
 
 impl Fleet {
@@ -54,7 +56,27 @@ impl Fleet {
                 })
             })
             .collect();
-        Fleet { names }
+        Fleet {
+            labels: vec![String::new(); SOURCES * METRICS],
+            names,
+        }
+    }
+
+    /// W2's shape: 500 sources × 20 metrics × 10 label sets (`cpu` × `mode`)
+    /// = 100,000 series, gauges and delta counters.
+    fn labelled() -> Fleet {
+        let mut names = Vec::new();
+        let mut labels = Vec::new();
+        for s in 0..500 {
+            for m in 0..METRICS {
+                for l in 0..10 {
+                    let kind = [SampleKind::Gauge, SampleKind::DeltaCounter][m % 2];
+                    names.push((format!("server-{s:05}"), format!("metric_{m:02}"), kind));
+                    labels.push(format!("cpu=\"{}\",mode=\"m{}\"", l / 5, l % 5));
+                }
+            }
+        }
+        Fleet { names, labels }
     }
 }
 
@@ -80,7 +102,7 @@ fn batches<'a>(fleet: &'a Fleet, data: &'a [(Vec<i64>, Vec<f64>)]) -> Vec<Series
         .zip(data)
         .enumerate()
         .map(|(i, ((s, m, k), (ts, vs)))| SeriesBatch {
-            labels: "",
+            labels: &fleet.labels[i],
             source: s,
             metric: m,
             kind: Some(*k),
@@ -127,6 +149,25 @@ fn ingest(c: &mut Criterion) {
             })
         });
     }
+    // W2's fleet in requests of 5,000 series, as the load generator sends
+    // it: the series table (100,000 entries) outgrows the caches.
+    let fleet = Fleet::labelled();
+    let data = requests(&fleet, 1, T0);
+    let b = batches(&fleet, &data);
+    g.throughput(Throughput::Elements(fleet.names.len() as u64));
+    let agg = aggregator();
+    agg.ingest(&b, T0);
+    g.bench_function("100k_labelled_series_x1_samples", |bench| {
+        bench.iter(|| {
+            for request in b.chunks(5_000) {
+                let out = agg.ingest(request, T0);
+                assert_eq!(out.rejected, 0);
+            }
+            if agg.pending_slots() > 1_000_000 {
+                agg.drain(None);
+            }
+        })
+    });
     g.finish();
 }
 
