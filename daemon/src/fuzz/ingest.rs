@@ -10,11 +10,10 @@ use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use prost::Message as _;
 use tally_proto::v1 as pb;
-use tally_proto::v1::ingest_server::Ingest as _;
 use tonic::{Code, Request};
 
 use crate::aggregator::{Aggregator, AggregatorConfig};
-use crate::grpc::IngestService;
+use crate::grpc::{IngestService, WirePush};
 use crate::ingest::{IngestConfig, IngestGate, Ingestor};
 use crate::rollup::{RollupConfig, Rollups};
 
@@ -137,7 +136,11 @@ fn check(
     req: pb::PushRequest,
 ) -> Result<(), TestCaseError> {
     let sent = samples_in(&req);
-    match rt.block_on(svc.push(Request::new(req))) {
+    let push = WirePush {
+        bytes: req.encode_to_vec().into(),
+        request: req,
+    };
+    match rt.block_on(svc.push(Request::new(push))) {
         Ok(resp) => {
             let r = resp.into_inner();
             prop_assert_eq!(r.accepted + r.rejected, sent, "samples unaccounted for");

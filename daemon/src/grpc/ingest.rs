@@ -18,6 +18,7 @@ use tally_proto::v1 as pb;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::reason_to_proto;
+use super::ingest_wire::WirePush;
 use crate::aggregator::IngestOutcome;
 use crate::auth::Grant;
 use crate::ingest::{IngestError, Ingestor, Protocol};
@@ -31,15 +32,22 @@ impl IngestService {
         IngestService { ingest }
     }
 
-    /// Ingests one message; the caller numbers its rejections.
+    /// Ingests one message; the caller numbers its rejections. Its bytes
+    /// go to the write-ahead log as they came.
     async fn ingest_one(
         &self,
-        req: &pb::PushRequest,
+        push: &WirePush,
         grant: &Grant,
         protocol: Protocol,
     ) -> Result<IngestOutcome, Status> {
         self.ingest
-            .ingest(req, grant, protocol, IngestOutcome::default())
+            .ingest_wire(
+                &push.request,
+                Some(&push.bytes),
+                grant,
+                protocol,
+                IngestOutcome::default(),
+            )
             .await
             .map_err(status)
     }
@@ -105,11 +113,12 @@ impl ResponseBuilder {
     }
 }
 
-#[tonic::async_trait]
-impl pb::ingest_server::Ingest for IngestService {
-    async fn push(
+impl IngestService {
+    /// `tally.v1.Ingest/Push`: one batch, answered when its samples are in
+    /// the aggregator (and the log).
+    pub async fn push(
         &self,
-        request: Request<pb::PushRequest>,
+        request: Request<WirePush>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         let grant = granted(&request);
         let out = self
@@ -120,9 +129,11 @@ impl pb::ingest_server::Ingest for IngestService {
         Ok(Response::new(b.resp))
     }
 
-    async fn push_stream(
+    /// `tally.v1.Ingest/PushStream`: many batches, one summary when the
+    /// client closes the stream.
+    pub async fn push_stream(
         &self,
-        request: Request<Streaming<pb::PushRequest>>,
+        request: Request<Streaming<WirePush>>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         let grant = granted(&request);
         let mut stream = request.into_inner();

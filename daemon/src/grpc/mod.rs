@@ -10,6 +10,7 @@ mod config;
 mod convert;
 mod health;
 mod ingest;
+mod ingest_wire;
 mod otlp;
 mod query;
 mod status;
@@ -27,6 +28,7 @@ use crate::tls::SecureListener;
 pub use config::GrpcConfig;
 pub use health::track_health;
 pub use ingest::IngestService;
+pub use ingest_wire::WirePush;
 pub use otlp::OtlpService;
 pub use query::QueryService;
 
@@ -61,16 +63,13 @@ pub async fn serve(
         grpc: cfg,
         max_message_bytes,
     } = limits;
-    let ingest =
-        pb::ingest_server::IngestServer::new(ingest).max_decoding_message_size(max_message_bytes);
+    let ingest = ingest_wire::IngestServer::new(ingest, max_message_bytes);
     // OTLP exporters (the Collector's by default) may gzip their requests.
     let otlp = MetricsServiceServer::new(otlp)
         .max_decoding_message_size(max_message_bytes)
         .accept_compressed(CompressionEncoding::Gzip);
     let query = pb::query_server::QueryServer::new(query);
-    health
-        .set_serving::<pb::ingest_server::IngestServer<IngestService>>()
-        .await;
+    health.set_serving::<ingest_wire::IngestServer>().await;
     health
         .set_serving::<pb::query_server::QueryServer<QueryService>>()
         .await;

@@ -186,7 +186,21 @@ impl Ingestor {
         protocol: Protocol,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
-        let result = self.admit(req, grant, refused).await;
+        self.ingest_wire(req, None, grant, protocol, refused).await
+    }
+
+    /// [`Ingestor::ingest`] of a request that came as `tally.v1` bytes:
+    /// `wire` is its encoding, which the log keeps as it is instead of
+    /// encoding `req` again.
+    pub async fn ingest_wire(
+        &self,
+        req: &pb::PushRequest,
+        wire: Option<&[u8]>,
+        grant: &Grant,
+        protocol: Protocol,
+        refused: IngestOutcome,
+    ) -> Result<IngestOutcome, IngestError> {
+        let result = self.admit(req, wire, grant, refused).await;
         match &result {
             Ok(out) => record(out, protocol),
             Err(e) => count_request(protocol, e.outcome()),
@@ -197,6 +211,7 @@ impl Ingestor {
     async fn admit(
         &self,
         req: &pb::PushRequest,
+        wire: Option<&[u8]>,
         grant: &Grant,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
@@ -233,7 +248,7 @@ impl Ingestor {
             return Err(IngestError::ShuttingDown);
         };
         if let Some(wal) = self.wal.get() {
-            wal.append_request(now_ms, &p.refused_sources, req)
+            wal.append_request(now_ms, &p.refused_sources, req, wire)
                 .await
                 .map_err(|e| IngestError::Log(e.to_string()))?;
         }

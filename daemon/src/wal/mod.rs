@@ -254,13 +254,19 @@ impl Wal {
     }
 
     /// Appends a request and returns once it is written (or synced).
+    /// `wire`, when given, is `request`'s own encoding as it was received,
+    /// logged as it is.
     pub async fn append_request(
         &self,
         now_ms: i64,
         refused_sources: &[u32],
         request: &pb::PushRequest,
+        wire: Option<&[u8]>,
     ) -> Result<(), WalError> {
-        let payload = record::encode_request(now_ms, refused_sources, request);
+        let payload = match wire {
+            Some(bytes) => record::encode_request_bytes(now_ms, refused_sources, bytes),
+            None => record::encode_request(now_ms, refused_sources, request),
+        };
         let (done, wait) = oneshot::channel();
         self.send(Cmd::Append { payload, done }).await?;
         wait.await.map_err(|_| WalError::Closed)?

@@ -72,15 +72,31 @@ pub enum DecodeError {
 /// Encodes a request record straight from the borrowed request, so the log
 /// costs one copy of it.
 pub fn encode_request(now_ms: i64, refused_sources: &[u32], request: &pb::PushRequest) -> Vec<u8> {
-    let mut out = Vec::with_capacity(request.encoded_len() + 16 + 4 * refused_sources.len());
+    let mut out = request_head(now_ms, refused_sources, request.encoded_len());
+    // Writing into a Vec cannot fail.
+    let _ = request.encode(&mut out);
+    out
+}
+
+/// A request record around `wire`, a `tally.v1.PushRequest` as encoded by
+/// its sender: any valid encoding of a request decodes to the same request
+/// on replay, so the bytes need not be prost's own.
+pub fn encode_request_bytes(now_ms: i64, refused_sources: &[u32], wire: &[u8]) -> Vec<u8> {
+    let mut out = request_head(now_ms, refused_sources, wire.len());
+    out.extend_from_slice(wire);
+    out
+}
+
+/// A request record's fields before the request, in a buffer with room for
+/// `request_len` more bytes.
+fn request_head(now_ms: i64, refused_sources: &[u32], request_len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(request_len + 13 + 4 * refused_sources.len());
     out.push(REQUEST);
     out.extend_from_slice(&now_ms.to_le_bytes());
     put_u32(&mut out, refused_sources.len() as u32);
     for s in refused_sources {
         put_u32(&mut out, *s);
     }
-    // Writing into a Vec cannot fail.
-    let _ = request.encode(&mut out);
     out
 }
 
@@ -248,6 +264,11 @@ mod tests {
             };
             let r = Record::Request { now_ms, refused_sources: refused.clone(), request: request.clone() };
             prop_assert!(same(&decode(&encode_request(now_ms, &refused, &request)).unwrap(), &r));
+            // Logged as its sender encoded it, which need not be prost's
+            // encoding: here with an unknown field (15, a varint) after it.
+            let mut wire = request.encode_to_vec();
+            wire.extend_from_slice(&[15 << 3, 1]);
+            prop_assert!(same(&decode(&encode_request_bytes(now_ms, &refused, &wire)).unwrap(), &r));
             let m = Record::Marker { flush_id, baselines: baselines.clone() };
             prop_assert!(same(&decode(&encode_marker(flush_id, &baselines)).unwrap(), &m));
             let c = Record::Checkpoint { baselines: baselines.clone() };
