@@ -12,6 +12,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::ingest::IngestConfig;
 use tally::model::{FlushBatch, FlushId, SampleKind};
+use tally::rollup::{RollupConfig, Rollups};
 use tally::store::embedded::EmbeddedStore;
 use tally::store::Store;
 
@@ -193,6 +194,24 @@ fn flush(c: &mut Criterion) {
             BatchSize::PerIteration,
         )
     });
+
+    // W2's fleet drained and summed into the `all` group's rollup series
+    // (one per metric and label set: 200), as every flush does by default.
+    let labelled = Fleet::labelled();
+    let data = requests(&labelled, 1, T0);
+    let agg = aggregator();
+    agg.ingest(&batches(&labelled, &data), T0);
+    let drained = agg.drain(None);
+    let rollups = Rollups::new(RollupConfig::default()).unwrap();
+    g.throughput(Throughput::Elements(drained.len() as u64));
+    g.bench_function("rollup_expand_100k_labelled_series", |bench| {
+        bench.iter_batched(
+            || drained.clone(),
+            |d| rollups.expand(d),
+            BatchSize::LargeInput,
+        )
+    });
+    g.throughput(Throughput::Elements(series));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,4 +1,5 @@
-//! The gRPC listener: the ingest service (`ingest`), OTLP's metrics service
+//! The gRPC listener: the ingest service (`ingest`, served by the routes in
+//! `ingest_wire`, which keep each request's bytes), OTLP's metrics service
 //! (`otlp`), the query service (`query`), `grpc.health.v1` (tracking the store's health) and server
 //! reflection (`grpc.reflection.v1`, and `v1alpha` for older tools), on
 //! one port, within the `[grpc]` limits (`config`). Conversions between

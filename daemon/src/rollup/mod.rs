@@ -12,8 +12,8 @@
 //! `max` are the extremes. `@` is outside the source charset, so no agent
 //! can write to a rollup series.
 //!
-//! The merge happens when the flush pipeline drains the aggregator, not per
-//! sample: merging slots is associative, so folding each drained (series,
+//! The merge happens when the flush pipeline drains the aggregator
+//! (`expand.rs`), not per sample: merging slots is associative, so folding each drained (series,
 //! minute) slot into its groups gives exactly what folding every sample
 //! would, at a cost that follows the active series per flush, and without
 //! every ingest thread contending on the few group series. A rollup is
@@ -21,6 +21,7 @@
 //! its group was configured.
 
 mod config;
+mod expand;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -32,9 +33,7 @@ use smallvec::SmallVec;
 
 use crate::aggregator::{PreallocMarks, PreallocWindow};
 use crate::labels::Labels;
-use crate::model::{
-    sum_in_range, validate_source, DocKey, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot,
-};
+use crate::model::{validate_source, DocKey, EpochMinute, SampleKind, SeriesId};
 use crate::selector::{NameMatcher, SelectorError};
 
 /// The first character of every rollup series' source.
@@ -526,84 +525,6 @@ impl Rollups {
             }
         }
         due
-    }
-
-    /// Adds the rollup series of a drained batch to it.
-    pub fn expand(&self, mut drained: Vec<SeriesMinutes>) -> Vec<SeriesMinutes> {
-        if !self.is_enabled() {
-            return drained;
-        }
-        let mut acc: HashMap<SeriesId, (SampleKind, BTreeMap<EpochMinute, Slot>)> = HashMap::new();
-        let mut skipped = 0u64;
-        {
-            let mut kinds = self.kinds.lock();
-            for member in &drained {
-                if Rollups::is_rollup_source(&member.series.source) {
-                    continue;
-                }
-                // Counters are stored as deltas whatever the agent sent.
-                let kind = match member.kind {
-                    SampleKind::Gauge => SampleKind::Gauge,
-                    _ => SampleKind::DeltaCounter,
-                };
-                for group in self.groups_of(&member.series.source).iter() {
-                    // One rollup series per label set: a grouping by label
-                    // is then answered from the rollups too.
-                    let id = SeriesId::with_labels(
-                        &Rollups::source(group),
-                        &member.series.metric,
-                        member.series.labels.clone(),
-                    );
-                    let known = match kinds.get(&id) {
-                        Some(r) => r.kind,
-                        None if kinds.len() >= self.cfg.max_series => {
-                            skipped += 1;
-                            continue;
-                        }
-                        None => {
-                            let r = RollupSeries {
-                                kind,
-                                last_minute: EpochMinute::MIN,
-                                hash: PREALLOC_HASH.hash_one(&id),
-                                prealloc: PreallocMarks::default(),
-                            };
-                            kinds.insert(Arc::new(id.clone()), r);
-                            self.learn_label_set(&id);
-                            kind
-                        }
-                    };
-                    if known != kind {
-                        skipped += 1;
-                        continue;
-                    }
-                    let (_, minutes) = acc.entry(id).or_insert_with(|| (kind, BTreeMap::new()));
-                    for (m, slot) in &member.minutes {
-                        let merged = minutes.entry(*m).or_default();
-                        // Members' sums are each bounded; many of them
-                        // together may not be.
-                        if sum_in_range(merged.sum + slot.sum) {
-                            merged.merge(slot);
-                        } else {
-                            skipped += 1;
-                        }
-                    }
-                }
-            }
-            for (id, (_, minutes)) in &acc {
-                if let (Some(r), Some((&last, _))) = (kinds.get_mut(id), minutes.last_key_value()) {
-                    r.last_minute = r.last_minute.max(last);
-                }
-            }
-        }
-        if skipped > 0 {
-            metrics::counter!("tally_rollup_skipped_total").increment(skipped);
-        }
-        drained.extend(acc.into_iter().map(|(id, (kind, minutes))| SeriesMinutes {
-            series: Arc::new(id),
-            kind,
-            minutes: minutes.into_iter().collect(),
-        }));
-        drained
     }
 }
 

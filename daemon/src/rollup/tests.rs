@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::{SeriesMinutes, Slot};
 
 fn rollups() -> Rollups {
     Rollups::new(RollupConfig {
