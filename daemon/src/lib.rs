@@ -31,7 +31,7 @@
 //! |---|---|
 //! | [`model`] | series ids, slots, kinds, periods: the document model's vocabulary |
 //! | [`labels`] | label sets: their rules and the canonical encoding series keys use |
-//! | [`ingest`] | admission every protocol shares: `[ingest]` limits, backpressure, the shutdown gate; what OTLP and remote-write mean in Tally's model |
+//! | [`ingest`] | admission every protocol shares: `[ingest]` limits, backpressure, the shutdown gate; requests read as borrowed columns; what OTLP and remote-write mean in Tally's model |
 //! | [`aggregator`] | the in-memory fold per (series, minute), counter deltas, sample checks |
 //! | [`flush`] | drains the aggregator into batches, applies them, retries, backpressure |
 //! | [`rollup`] | group rollups merged into each drained batch |

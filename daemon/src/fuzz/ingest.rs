@@ -135,20 +135,39 @@ fn check(
     svc: &IngestService,
     req: pb::PushRequest,
 ) -> Result<(), TestCaseError> {
-    let sent = samples_in(&req);
+    push_bytes(rt, svc, req.encode_to_vec(), Some(samples_in(&req)))
+}
+
+/// Pushes `bytes`, which hold a request of `sent` samples or (None) do not
+/// decode, and checks the books balance.
+fn push_bytes(
+    rt: &tokio::runtime::Runtime,
+    svc: &IngestService,
+    bytes: Vec<u8>,
+    sent: Option<u64>,
+) -> Result<(), TestCaseError> {
     let push = WirePush {
-        bytes: req.encode_to_vec().into(),
-        request: req,
+        bytes: bytes.into(),
     };
     match rt.block_on(svc.push(Request::new(push))) {
         Ok(resp) => {
             let r = resp.into_inner();
-            prop_assert_eq!(r.accepted + r.rejected, sent, "samples unaccounted for");
+            prop_assert_eq!(
+                Some(r.accepted + r.rejected),
+                sent,
+                "samples unaccounted for"
+            );
             for rej in &r.rejections {
                 prop_assert!(rej.reason != 0, "rejection without a reason: {rej:?}");
                 prop_assert!(!rej.detail.is_empty(), "rejection without detail: {rej:?}");
             }
         }
+        Err(status) if sent.is_none() => prop_assert_eq!(
+            status.code(),
+            Code::InvalidArgument,
+            "undecodable bytes got {:?}",
+            status
+        ),
         Err(status) => prop_assert!(
             matches!(
                 status.code(),
@@ -189,9 +208,11 @@ fn fuzz_ingest_wire_bytes() {
         any::<Vec<u8>>(),
     ];
     let mut runner = TestRunner::new(super::runner());
-    let result = runner.run(&bytes, |b| match pb::PushRequest::decode(b.as_slice()) {
-        Ok(req) => check(&rt, &svc, req),
-        Err(_) => Ok(()),
+    let result = runner.run(&bytes, |b| {
+        let sent = pb::PushRequest::decode(b.as_slice())
+            .ok()
+            .map(|req| samples_in(&req));
+        push_bytes(&rt, &svc, b, sent)
     });
     if let Err(e) = result {
         panic!("{e}");

@@ -22,6 +22,7 @@ use super::ingest_wire::WirePush;
 use crate::aggregator::IngestOutcome;
 use crate::auth::Grant;
 use crate::ingest::{IngestError, Ingestor, Protocol};
+use crate::wal::Logged;
 
 pub struct IngestService {
     ingest: Arc<Ingestor>,
@@ -40,10 +41,13 @@ impl IngestService {
         grant: &Grant,
         protocol: Protocol,
     ) -> Result<IngestOutcome, Status> {
+        let view = push
+            .view()
+            .inspect_err(|_| self.ingest.count_unread(protocol))?;
         self.ingest
-            .ingest_wire(
-                &push.request,
-                Some(&push.bytes),
+            .ingest_view(
+                &view,
+                Logged::Wire(&push.bytes),
                 grant,
                 protocol,
                 IngestOutcome::default(),

@@ -1,22 +1,23 @@
 //! `tally.v1.Ingest` on the wire: the service's routes, wired by hand
-//! around a codec that keeps each request's bytes beside its decoded form.
+//! around a codec that takes each request's bytes as they came.
 //!
 //! Why not the generated server: its codec hands over only the decoded
-//! message, so the write-ahead log had to encode every request again (about
-//! 8% of the daemon's CPU at one sample per series per message), and prost
-//! decoded it through tonic's segmented buffer, a call per byte advanced.
-//! Here a request's bytes are taken once as one contiguous buffer (a copy
-//! of at most `ingest.max_message_bytes`), decoded from that slice, and
-//! logged as they came: the log's request record is the request's protobuf
-//! encoding either way, and the bytes decode to exactly what was folded.
-//! Compression, message limits and statuses are tonic's, as before.
+//! message, owning every string (see [`crate::ingest::view`]), so the
+//! write-ahead log had to encode every request again (about 8% of the
+//! daemon's CPU at one sample per series per message), and prost decoded it
+//! through tonic's segmented buffer, a call per byte advanced. Here the
+//! codec only takes a request's bytes as one contiguous buffer (a copy of at
+//! most `ingest.max_message_bytes`); the handler reads them as a borrowed
+//! [`PushView`] and the log records them as they came: the log's request
+//! record is the request's protobuf encoding either way, and the bytes
+//! decode to exactly what was folded. Compression and message limits are
+//! tonic's, as before.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes};
-use prost::Message;
 use tally_proto::v1 as pb;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
@@ -25,14 +26,22 @@ use tonic::server::{ClientStreamingService, Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::ingest::IngestService;
+use crate::ingest::view::PushView;
 
-/// A decoded push and the bytes it was decoded from.
+/// A push request's bytes, as they came.
 pub struct WirePush {
-    pub request: pb::PushRequest,
     pub bytes: Bytes,
 }
 
-/// Encodes responses with prost; decodes requests into [`WirePush`].
+impl WirePush {
+    /// The request, borrowed from its bytes; a message that does not
+    /// decode is the client's error, and prost's message names the field.
+    pub fn view(&self) -> Result<PushView<'_>, Status> {
+        PushView::decode(&self.bytes).map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+}
+
+/// Encodes responses with prost; takes requests' bytes as [`WirePush`].
 #[derive(Debug, Default, Clone, Copy)]
 struct PushCodec;
 
@@ -60,11 +69,7 @@ impl Decoder for PushDecoder {
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<WirePush>, Status> {
         let bytes = buf.copy_to_bytes(buf.remaining());
-        // A message that does not decode is the client's error; prost's
-        // message names the field.
-        let request = pb::PushRequest::decode(&bytes[..])
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        Ok(Some(WirePush { request, bytes }))
+        Ok(Some(WirePush { bytes }))
     }
 }
 

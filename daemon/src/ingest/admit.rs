@@ -1,9 +1,10 @@
 //! The admission every protocol shares: request limits, backpressure, the
 //! token's sources, the sources' group declarations and their labels are
 //! checked here, and what passes is folded into the aggregator. Each front
-//! door (tally.v1, OTLP, remote-write) first turns its request into a
-//! `tally.v1.PushRequest`, then turns the [`IngestOutcome`] or
-//! [`IngestError`] back into its own protocol's answer.
+//! door reads its request as a `tally.v1.PushRequest` ([`PushView`]:
+//! tally.v1 straight from its bytes, OTLP and remote-write once converted),
+//! then turns the [`IngestOutcome`] or [`IngestError`] back into its own
+//! protocol's answer.
 //!
 //! Backpressure: when the aggregator has reached its memory bound (the store
 //! is behind), a request is refused whole before anything is taken, so a
@@ -15,6 +16,7 @@ use std::time::Duration;
 use tally_proto::v1 as pb;
 
 use super::builder::Budget;
+use super::view::PushView;
 use super::IngestGate;
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::auth::Grant;
@@ -22,7 +24,7 @@ use crate::labels::LabelArena;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
 use crate::store::Store;
-use crate::wal::Wal;
+use crate::wal::{Logged, Wal};
 
 /// Which front door a request came through, for the ingest metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,21 +188,22 @@ impl Ingestor {
         protocol: Protocol,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
-        self.ingest_wire(req, None, grant, protocol, refused).await
+        let view = PushView::of(req);
+        self.ingest_view(&view, Logged::Request(req), grant, protocol, refused)
+            .await
     }
 
-    /// [`Ingestor::ingest`] of a request that came as `tally.v1` bytes:
-    /// `wire` is its encoding, which the log keeps as it is instead of
-    /// encoding `req` again.
-    pub async fn ingest_wire(
+    /// [`Ingestor::ingest`] of a request read as a [`PushView`]; `log` is
+    /// the same request as the write-ahead log gets it.
+    pub async fn ingest_view(
         &self,
-        req: &pb::PushRequest,
-        wire: Option<&[u8]>,
+        req: &PushView<'_>,
+        log: Logged<'_>,
         grant: &Grant,
         protocol: Protocol,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
-        let result = self.admit(req, wire, grant, refused).await;
+        let result = self.admit(req, log, grant, refused).await;
         match &result {
             Ok(out) => record(out, protocol),
             Err(e) => count_request(protocol, e.outcome()),
@@ -210,13 +213,13 @@ impl Ingestor {
 
     async fn admit(
         &self,
-        req: &pb::PushRequest,
-        wire: Option<&[u8]>,
+        req: &PushView<'_>,
+        log: Logged<'_>,
         grant: &Grant,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
         let limits = self.agg.limits();
-        let samples = samples_in(req);
+        let samples = req.samples();
         if samples > limits.max_batch_samples {
             return Err(IngestError::TooLarge {
                 samples,
@@ -233,7 +236,7 @@ impl Ingestor {
             });
         }
         let now_ms = chrono::Utc::now().timestamp_millis();
-        let by_grant = |_: usize, src: &pb::SourceBatch| grant.source_refusal(&src.source);
+        let by_grant = |_: usize, source: &str| grant.source_refusal(source);
         let labels = encode_labels(req, limits.max_labels);
         let mut p = self.prepare(req, &labels, now_ms, by_grant, refused);
         if p.allowed_sources == 0 && grant.limits_sources() && p.outcome.rejected > 0 {
@@ -248,7 +251,7 @@ impl Ingestor {
             return Err(IngestError::ShuttingDown);
         };
         if let Some(wal) = self.wal.get() {
-            wal.append_request(now_ms, &p.refused_sources, req, wire)
+            wal.append_request(now_ms, &p.refused_sources, log)
                 .await
                 .map_err(|e| IngestError::Log(e.to_string()))?;
         }
@@ -262,13 +265,14 @@ impl Ingestor {
     /// decisions it made when it was taken: the same clock, the same
     /// sources refused.
     pub fn replay(&self, req: &pb::PushRequest, now_ms: i64, refused_sources: &[u32]) {
-        let by_log = |i: usize, _: &pb::SourceBatch| {
+        let by_log = |i: usize, _: &str| {
             refused_sources
                 .contains(&(i as u32))
                 .then(|| "refused when it was taken".to_owned())
         };
-        let labels = encode_labels(req, self.agg.limits().max_labels);
-        let p = self.prepare(req, &labels, now_ms, by_log, IngestOutcome::default());
+        let view = PushView::of(req);
+        let labels = encode_labels(&view, self.agg.limits().max_labels);
+        let p = self.prepare(&view, &labels, now_ms, by_log, IngestOutcome::default());
         self.agg.ingest(&p.batches, now_ms);
     }
 
@@ -291,42 +295,42 @@ impl Ingestor {
     /// label sets. Declares the groups of the sources it keeps.
     fn prepare<'r>(
         &self,
-        req: &'r pb::PushRequest,
+        req: &'r PushView<'_>,
         labels: &'r LabelArena,
         now_ms: i64,
-        by_token: impl Fn(usize, &pb::SourceBatch) -> Option<String>,
+        by_token: impl Fn(usize, &str) -> Option<String>,
         mut refused: IngestOutcome,
     ) -> Prepared<'r> {
         let limits = self.agg.limits();
         let cap = limits.max_rejections_reported;
-        let mut batches = Vec::with_capacity(req.sources.iter().map(|s| s.series.len()).sum());
+        let mut batches = Vec::with_capacity(req.series_len());
         let mut allowed_sources = 0usize;
         let mut refused_sources = Vec::new();
         let mut series_at = 0;
-        for (si, src) in req.sources.iter().enumerate() {
-            let refusal = match by_token(si, src) {
+        for (si, src) in req.sources().enumerate() {
+            let refusal = match by_token(si, src.source()) {
                 Some(why) => {
                     refused_sources.push(si as u32);
                     Some((RejectReason::SourceNotAllowed, why))
                 }
                 None => {
                     allowed_sources += 1;
-                    Rollups::check_declaration(&src.groups)
+                    Rollups::check_declaration(src.groups())
                         .err()
                         .map(|why| (RejectReason::InvalidGroup, why))
                 }
             };
-            for (mi, series) in src.series.iter().enumerate() {
+            for (mi, series) in src.series().enumerate() {
                 let encoded = labels.get(series_at);
                 series_at += 1;
                 let b = SeriesBatch {
-                    source: &src.source,
-                    metric: &series.metric,
+                    source: src.source(),
+                    metric: series.metric,
                     labels: "",
                     kind: kind_from_proto(series.kind),
-                    timestamps_ms: &series.timestamps_ms,
-                    values: &series.values,
-                    start_times_ms: &series.start_times_ms,
+                    timestamps_ms: series.timestamps_ms,
+                    values: series.values,
+                    start_times_ms: series.start_times_ms,
                     source_index: si as u32,
                     series_index: mi as u32,
                 };
@@ -342,7 +346,7 @@ impl Ingestor {
             }
             if refusal.is_none() {
                 self.rollups
-                    .declare(&src.source, &src.groups, now_ms.div_euclid(1000));
+                    .declare(src.source(), src.groups(), now_ms.div_euclid(1000));
             }
         }
         Prepared {
@@ -363,16 +367,6 @@ struct Prepared<'r> {
     outcome: IngestOutcome,
 }
 
-/// Samples a request carries, counting each series' longer array (a series
-/// whose arrays disagree is rejected whole, all of it counted).
-pub fn samples_in(req: &pb::PushRequest) -> usize {
-    req.sources
-        .iter()
-        .flat_map(|s| s.series.iter())
-        .map(|s| s.values.len().max(s.timestamps_ms.len()))
-        .sum()
-}
-
 pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
     match pb::SampleKind::try_from(k).ok()? {
         pb::SampleKind::Gauge => Some(SampleKind::Gauge),
@@ -384,15 +378,16 @@ pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
 
 /// Every series' label encoding, in request order (an empty request-wide
 /// arena when no series has labels).
-fn encode_labels(req: &pb::PushRequest, max_labels: usize) -> LabelArena {
+fn encode_labels(req: &PushView<'_>, max_labels: usize) -> LabelArena {
     let mut arena = LabelArena::default();
-    for src in &req.sources {
-        for series in &src.series {
-            let pairs = series
-                .labels
-                .iter()
-                .map(|l| (l.name.as_str(), l.value.as_str()));
-            arena.push(&src.source, &series.metric, pairs, max_labels);
+    for src in req.sources() {
+        for series in src.series() {
+            arena.push(
+                src.source(),
+                series.metric,
+                series.labels.iter().copied(),
+                max_labels,
+            );
         }
     }
     arena

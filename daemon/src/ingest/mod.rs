@@ -1,8 +1,8 @@
 //! Protocol-neutral ingest: the `[ingest]` limits (`config`), the shutdown
-//! gate (`gate`) and the admission every receiver shares (`admit`). The
-//! receivers themselves live with their listeners: `tally.v1` and OTLP/gRPC
-//! in [`crate::grpc`], OTLP/HTTP and Prometheus remote-write in
-//! [`crate::http`]. What OTLP and remote-write requests mean in Tally's
+//! gate (`gate`), the borrowed form every request is read in (`view`) and
+//! the admission every receiver shares (`admit`). The receivers themselves
+//! live with their listeners: `tally.v1` and OTLP/gRPC in [`crate::grpc`],
+//! OTLP/HTTP and Prometheus remote-write in [`crate::http`]. What OTLP and remote-write requests mean in Tally's
 //! model (sources, labels, kinds) is decided in `otlp` and `remote_write`,
 //! so both transports of a protocol map it the same way.
 
@@ -12,8 +12,9 @@ pub mod config;
 mod gate;
 pub mod otlp;
 pub mod remote_write;
+pub mod view;
 
 pub(crate) use admit::{first_problems, kind_from_proto};
-pub use admit::{samples_in, IngestError, Ingestor, Protocol, PUSHBACK_RETRY_AFTER};
+pub use admit::{IngestError, Ingestor, Protocol, PUSHBACK_RETRY_AFTER};
 pub use config::IngestConfig;
 pub use gate::IngestGate;

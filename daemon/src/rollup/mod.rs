@@ -224,14 +224,14 @@ impl Rollups {
 
     /// Checks the groups a source declares, before any of its samples are
     /// taken; the error says what is wrong, for the agent's operator.
-    pub fn check_declaration(groups: &[String]) -> Result<(), String> {
+    pub fn check_declaration<S: AsRef<str>>(groups: &[S]) -> Result<(), String> {
         if groups.len() > MAX_DECLARED_PER_SOURCE {
             return Err(format!(
                 "{} groups declared; at most {MAX_DECLARED_PER_SOURCE} per source",
                 groups.len()
             ));
         }
-        for g in groups {
+        for g in groups.iter().map(AsRef::as_ref) {
             validate_source(g).map_err(|e| format!("group name {g:?} {e}"))?;
         }
         Ok(())
@@ -241,7 +241,7 @@ impl Rollups {
     /// [`Rollups::check_declaration`]) as of `now_s`. An empty list keeps
     /// the source's membership and only marks it as still active. A source
     /// with an invalid name declares nothing: ingest rejects its samples.
-    pub fn declare(&self, source: &str, groups: &[String], now_s: i64) {
+    pub fn declare<S: AsRef<str>>(&self, source: &str, groups: &[S], now_s: i64) {
         if !self.cfg.agent_groups {
             return;
         }
@@ -249,8 +249,12 @@ impl Rollups {
             return;
         }
         let same = |sent: &[Box<str>]| {
-            groups.iter().all(|g| sent.iter().any(|s| **s == **g))
-                && sent.iter().all(|s| groups.iter().any(|g| **s == **g))
+            groups
+                .iter()
+                .all(|g| sent.iter().any(|s| **s == *g.as_ref()))
+                && sent
+                    .iter()
+                    .all(|s| groups.iter().any(|g| **s == *g.as_ref()))
         };
         {
             let d = self.declared.read();
@@ -274,17 +278,17 @@ impl Rollups {
         }
         let mut kept: SmallVec<[Arc<str>; 4]> = SmallVec::new();
         let mut refused = 0u64;
-        for g in groups {
-            if kept.iter().any(|k| **k == **g) {
+        for g in groups.iter().map(AsRef::as_ref) {
+            if kept.iter().any(|k| **k == *g) {
                 continue;
             }
-            let name: Arc<str> = match d.members.get_key_value(g.as_str()) {
+            let name: Arc<str> = match d.members.get_key_value(g) {
                 Some((k, _)) => k.clone(),
                 None if d.members.len() >= self.cfg.max_agent_groups => {
                     refused += 1;
                     continue;
                 }
-                None => g.as_str().into(),
+                None => g.into(),
             };
             *d.members.entry(name.clone()).or_insert(0) += 1;
             kept.push(name);
@@ -297,7 +301,7 @@ impl Rollups {
         d.by_source.insert(
             source.into(),
             Declaration {
-                sent: groups.iter().map(|g| g.as_str().into()).collect(),
+                sent: groups.iter().map(|g| g.as_ref().into()).collect(),
                 groups: kept.into_iter().collect(),
                 seen: AtomicI64::new(now_s),
             },

@@ -192,7 +192,7 @@ fn agents_declare_groups_within_bounds() {
     r.declare("db-1", &list(&["blue", "edge", "blue"]), 100);
     assert_eq!(names("db-1"), ["all", "db", "blue", "edge"]);
     // An empty list keeps the membership.
-    r.declare("db-1", &[], 200);
+    r.declare::<&str>("db-1", &[], 200);
     assert_eq!(names("db-1"), ["all", "db", "blue", "edge"]);
     // A new list replaces it.
     r.declare("db-1", &list(&["green"]), 200);

@@ -33,6 +33,16 @@ use writer::{Cmd, Writer};
 
 use crate::validate::Problems;
 
+/// A request as the log gets it.
+#[derive(Debug, Clone, Copy)]
+pub enum Logged<'a> {
+    /// A `tally.v1.PushRequest`'s encoding as it was received, logged as
+    /// it is.
+    Wire(&'a [u8]),
+    /// A request built here (from OTLP or remote-write), encoded for the log.
+    Request(&'a pb::PushRequest),
+}
+
 /// When an append counts as written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -254,18 +264,15 @@ impl Wal {
     }
 
     /// Appends a request and returns once it is written (or synced).
-    /// `wire`, when given, is `request`'s own encoding as it was received,
-    /// logged as it is.
     pub async fn append_request(
         &self,
         now_ms: i64,
         refused_sources: &[u32],
-        request: &pb::PushRequest,
-        wire: Option<&[u8]>,
+        request: Logged<'_>,
     ) -> Result<(), WalError> {
-        let payload = match wire {
-            Some(bytes) => record::encode_request_bytes(now_ms, refused_sources, bytes),
-            None => record::encode_request(now_ms, refused_sources, request),
+        let payload = match request {
+            Logged::Wire(bytes) => record::encode_request_bytes(now_ms, refused_sources, bytes),
+            Logged::Request(req) => record::encode_request(now_ms, refused_sources, req),
         };
         let (done, wait) = oneshot::channel();
         self.send(Cmd::Append { payload, done }).await?;

@@ -1,0 +1,90 @@
+//! Reading a `tally.v1.PushRequest` off the wire: prost's generated types
+//! (an owned string for every name, a vector for every series' numbers)
+//! against the borrowed view the ingest path reads. Run with `cargo bench
+//! -p tallyd --bench decode`; figures are in BENCHMARKS.md.
+
+// A benchmark that cannot set up panics: there is nothing to measure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use prost::Message;
+use tally::ingest::view::PushView;
+use tally_proto::v1 as pb;
+
+// The daemon's allocator: both sides allocate per request, prost also per
+// series, and the system allocator's page faults on large buffers would
+// dominate what is measured.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// One message as the load generator sends W2: 5,000 series of one sample
+/// each, 25 sources × 20 metrics × 10 label sets (`cpu` × `mode`).
+fn w2_message() -> Vec<u8> {
+    let sources = (0..25)
+        .map(|s| pb::SourceBatch {
+            source: format!("server-{s:05}"),
+            groups: Vec::new(),
+            series: (0..20)
+                .flat_map(|m| {
+                    (0..10).map(move |l| pb::SeriesSamples {
+                        metric: format!("node_metric_{m:02}_total"),
+                        kind: pb::SampleKind::Gauge as i32,
+                        labels: vec![
+                            pb::Label {
+                                name: "cpu".into(),
+                                value: (l / 5).to_string(),
+                            },
+                            pb::Label {
+                                name: "mode".into(),
+                                value: ["idle", "user", "system", "iowait", "irq"][l % 5].into(),
+                            },
+                        ],
+                        timestamps_ms: vec![1_795_305_600_000 + l as i64],
+                        values: vec![(s * 200 + m * 10 + l) as f64 * 1.5],
+                        start_times_ms: Vec::new(),
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    pb::PushRequest { sources }.encode_to_vec()
+}
+
+/// What admission reads of every series, so neither side's work is
+/// optimised away.
+fn touch_owned(req: &pb::PushRequest) -> usize {
+    req.sources
+        .iter()
+        .flat_map(|src| &src.series)
+        .map(|s| s.metric.len() + s.labels.len() + s.values.len())
+        .sum()
+}
+
+fn touch(view: &PushView<'_>) -> usize {
+    view.sources()
+        .flat_map(|src| src.series())
+        .map(|s| s.metric.len() + s.labels.len() + s.values.len())
+        .sum()
+}
+
+fn decode(c: &mut Criterion) {
+    let bytes = w2_message();
+    let mut g = c.benchmark_group("decode");
+    g.measurement_time(Duration::from_secs(5));
+    g.throughput(Throughput::Elements(5_000));
+    g.bench_function("w2_message_5000_series/prost_owned", |b| {
+        b.iter(|| {
+            let req = pb::PushRequest::decode(&bytes[..]).unwrap();
+            touch_owned(&req)
+        })
+    });
+    g.bench_function("w2_message_5000_series/borrowed_view", |b| {
+        b.iter(|| touch(&PushView::decode(&bytes).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decode);
+criterion_main!(benches);
