@@ -300,6 +300,15 @@ pub struct LabelArena {
 }
 
 impl LabelArena {
+    /// An arena with room for `series` series and `bytes` bytes of
+    /// encodings, so that a request's arena is not copied as it grows.
+    pub fn with_capacity(series: usize, bytes: usize) -> LabelArena {
+        LabelArena {
+            buf: String::with_capacity(bytes),
+            spans: Vec::with_capacity(series),
+        }
+    }
+
     /// Encodes one series' `pairs` (any order) and checks the whole key of
     /// `source|metric{labels}` against [`MAX_SERIES_KEY_LEN`]. Returns the
     /// series' index for [`LabelArena::get`].

@@ -47,7 +47,7 @@ impl IngestService {
         self.ingest
             .ingest_view(
                 &view,
-                Logged::Wire(&push.bytes),
+                Logged::Wire(push.bytes.clone()),
                 grant,
                 protocol,
                 IngestOutcome::default(),

@@ -379,7 +379,7 @@ pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
 /// Every series' label encoding, in request order (an empty request-wide
 /// arena when no series has labels).
 fn encode_labels(req: &PushView<'_>, max_labels: usize) -> LabelArena {
-    let mut arena = LabelArena::default();
+    let mut arena = LabelArena::with_capacity(req.series_len(), req.label_bytes());
     for src in req.sources() {
         for series in src.series() {
             arena.push(

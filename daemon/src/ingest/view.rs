@@ -169,6 +169,15 @@ impl<'a> PushView<'a> {
         self.series.len()
     }
 
+    /// About the bytes the request's label sets take encoded (`name="value"`
+    /// and a comma each), to size their arena.
+    pub fn label_bytes(&self) -> usize {
+        self.labels
+            .iter()
+            .map(|(name, value)| name.len() + value.len() + 4)
+            .sum()
+    }
+
     /// Samples the request carries, counting each series' longer array (a
     /// series whose arrays disagree is rejected whole, all of it counted).
     pub fn samples(&self) -> usize {

@@ -22,6 +22,7 @@ use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
 use tokio::sync::oneshot;
@@ -34,11 +35,11 @@ use writer::{Cmd, Writer};
 use crate::validate::Problems;
 
 /// A request as the log gets it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Logged<'a> {
     /// A `tally.v1.PushRequest`'s encoding as it was received, logged as
-    /// it is.
-    Wire(&'a [u8]),
+    /// it is (shared, not copied, until the writer frames it).
+    Wire(Bytes),
     /// A request built here (from OTLP or remote-write), encoded for the log.
     Request(&'a pb::PushRequest),
 }
@@ -270,12 +271,15 @@ impl Wal {
         refused_sources: &[u32],
         request: Logged<'_>,
     ) -> Result<(), WalError> {
-        let payload = match request {
-            Logged::Wire(bytes) => record::encode_request_bytes(now_ms, refused_sources, bytes),
-            Logged::Request(req) => record::encode_request(now_ms, refused_sources, req),
+        let (head, body) = match request {
+            Logged::Wire(bytes) => (record::request_head(now_ms, refused_sources, 0), bytes),
+            Logged::Request(req) => (
+                record::encode_request(now_ms, refused_sources, req),
+                Bytes::new(),
+            ),
         };
         let (done, wait) = oneshot::channel();
-        self.send(Cmd::Append { payload, done }).await?;
+        self.send(Cmd::Append { head, body, done }).await?;
         wait.await.map_err(|_| WalError::Closed)?
     }
 

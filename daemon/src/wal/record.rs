@@ -78,18 +78,12 @@ pub fn encode_request(now_ms: i64, refused_sources: &[u32], request: &pb::PushRe
     out
 }
 
-/// A request record around `wire`, a `tally.v1.PushRequest` as encoded by
-/// its sender: any valid encoding of a request decodes to the same request
-/// on replay, so the bytes need not be prost's own.
-pub fn encode_request_bytes(now_ms: i64, refused_sources: &[u32], wire: &[u8]) -> Vec<u8> {
-    let mut out = request_head(now_ms, refused_sources, wire.len());
-    out.extend_from_slice(wire);
-    out
-}
-
 /// A request record's fields before the request, in a buffer with room for
-/// `request_len` more bytes.
-fn request_head(now_ms: i64, refused_sources: &[u32], request_len: usize) -> Vec<u8> {
+/// `request_len` more bytes. Followed by a `tally.v1.PushRequest` as its
+/// sender encoded it, it is that request's record: any valid encoding of a
+/// request decodes to the same request on replay, so the bytes need not be
+/// prost's own.
+pub fn request_head(now_ms: i64, refused_sources: &[u32], request_len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(request_len + 13 + 4 * refused_sources.len());
     out.push(REQUEST);
     out.extend_from_slice(&now_ms.to_le_bytes());
@@ -268,7 +262,8 @@ mod tests {
             // encoding: here with an unknown field (15, a varint) after it.
             let mut wire = request.encode_to_vec();
             wire.extend_from_slice(&[15 << 3, 1]);
-            prop_assert!(same(&decode(&encode_request_bytes(now_ms, &refused, &wire)).unwrap(), &r));
+            let logged = [request_head(now_ms, &refused, 0), wire].concat();
+            prop_assert!(same(&decode(&logged).unwrap(), &r));
             let m = Record::Marker { flush_id, baselines: baselines.clone() };
             prop_assert!(same(&decode(&encode_marker(flush_id, &baselines)).unwrap(), &m));
             let c = Record::Checkpoint { baselines: baselines.clone() };

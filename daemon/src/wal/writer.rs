@@ -11,6 +11,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
@@ -21,9 +22,12 @@ use super::{SyncMode, WalConfig, WalError};
 
 /// What the writer is asked to do.
 pub(super) enum Cmd {
-    /// An encoded record; `done` hears when it is written (and synced).
+    /// An encoded record, `head` followed by `body` (a request's bytes as
+    /// they came, shared with the request rather than copied, or empty);
+    /// `done` hears when it is written (and synced).
     Append {
-        payload: Vec<u8>,
+        head: Vec<u8>,
+        body: Bytes,
         done: oneshot::Sender<Result<(), WalError>>,
     },
     /// A flush was cut: its marker, written in order with the appends;
@@ -144,8 +148,8 @@ impl Writer {
         let mut next = first;
         while let Some(cmd) = next.take() {
             match cmd {
-                Cmd::Append { payload, done } => {
-                    segment::frame(buf, &payload);
+                Cmd::Append { head, body, done } => {
+                    segment::frame_parts(buf, &head, &body);
                     waiting.push(done);
                 }
                 Cmd::Marker {
