@@ -191,7 +191,17 @@ impl<'a> PushView<'a> {
 
     /// Borrows a decoded request.
     pub fn of(req: &'a pb::PushRequest) -> PushView<'a> {
-        let mut v = PushView::default();
+        // Its sizes are known: the columns are allocated once, not grown.
+        let all = || req.sources.iter().flat_map(|src| &src.series);
+        let mut v = PushView {
+            sources: Vec::with_capacity(req.sources.len()),
+            series: Vec::with_capacity(all().count()),
+            labels: Vec::with_capacity(all().map(|s| s.labels.len()).sum()),
+            groups: Vec::with_capacity(req.sources.iter().map(|s| s.groups.len()).sum()),
+            timestamps_ms: Vec::with_capacity(all().map(|s| s.timestamps_ms.len()).sum()),
+            values: Vec::with_capacity(all().map(|s| s.values.len()).sum()),
+            start_times_ms: Vec::with_capacity(all().map(|s| s.start_times_ms.len()).sum()),
+        };
         for src in &req.sources {
             let series = v.series.len()..v.series.len() + src.series.len();
             let groups = v.groups.len()..v.groups.len() + src.groups.len();
