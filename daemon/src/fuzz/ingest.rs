@@ -218,3 +218,30 @@ fn fuzz_ingest_wire_bytes() {
         panic!("{e}");
     }
 }
+
+#[test]
+fn a_message_of_more_series_than_samples_allowed_is_refused_whole() {
+    let (rt, svc) = (runtime(), service());
+    let limit = IngestConfig::default().max_batch_samples;
+    // One source of `limit + 1` empty series: two bytes each on the wire.
+    let mut source = Vec::new();
+    for _ in 0..=limit {
+        source.extend_from_slice(&[0x12, 0x00]);
+    }
+    let mut bytes = vec![0x0a];
+    prost::encoding::encode_varint(source.len() as u64, &mut bytes);
+    bytes.extend_from_slice(&source);
+    let push = WirePush {
+        bytes: bytes.into(),
+    };
+    match rt.block_on(svc.push(Request::new(push))) {
+        Ok(resp) => panic!("taken: {:?}", resp.into_inner()),
+        Err(status) => {
+            assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+            assert!(
+                status.message().contains("ingest.max_batch_samples"),
+                "{status:?}"
+            );
+        }
+    }
+}

@@ -41,8 +41,11 @@ impl IngestService {
         grant: &Grant,
         protocol: Protocol,
     ) -> Result<IngestOutcome, Status> {
+        // A series carries at least one sample to be worth its memory:
+        // more series than the sample limit cannot all be accepted.
+        let max_series = self.ingest.limits().max_batch_samples;
         let view = push
-            .view()
+            .view(max_series)
             .inspect_err(|_| self.ingest.count_unread(protocol))?;
         self.ingest
             .ingest_view(

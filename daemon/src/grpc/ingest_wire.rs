@@ -34,10 +34,12 @@ pub struct WirePush {
 }
 
 impl WirePush {
-    /// The request, borrowed from its bytes; a message that does not
-    /// decode is the client's error, and prost's message names the field.
-    pub fn view(&self) -> Result<PushView<'_>, Status> {
-        PushView::decode(&self.bytes).map_err(|e| Status::invalid_argument(e.to_string()))
+    /// The request, borrowed from its bytes, of at most `max_series` series
+    /// and sources; a message that does not decode is the client's error,
+    /// and prost's message names the field.
+    pub fn view(&self, max_series: usize) -> Result<PushView<'_>, Status> {
+        PushView::decode(&self.bytes, max_series)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 }
 

@@ -34,6 +34,11 @@ use tally_proto::v1 as pb;
 pub enum ViewError {
     /// An error prost's primitives found.
     Wire(prost::DecodeError),
+    /// More series (or sources) than the caller allows in one request: each
+    /// costs a column entry of tens of bytes however few bytes it takes on
+    /// the wire, so the count is bounded while decoding, before the memory
+    /// is spent.
+    TooManySeries { limit: usize },
     /// A length or string the checks written here refused.
     Own {
         why: &'static str,
@@ -48,6 +53,7 @@ impl ViewError {
         match &mut self {
             ViewError::Wire(e) => e.push(message, field),
             ViewError::Own { stack, .. } => stack.push((message, field)),
+            ViewError::TooManySeries { .. } => {}
         }
         self
     }
@@ -63,6 +69,10 @@ impl fmt::Display for ViewError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ViewError::Wire(e) => e.fmt(f),
+            ViewError::TooManySeries { limit } => write!(
+                f,
+                "the message holds more than {limit} series or sources (ingest.max_batch_samples): split it"
+            ),
             ViewError::Own { why, stack } => {
                 f.write_str("failed to decode Protobuf message: ")?;
                 for (message, field) in stack {
@@ -229,8 +239,9 @@ impl<'a> PushView<'a> {
         v
     }
 
-    /// Decodes a `tally.v1.PushRequest` from `bytes`, borrowing its strings.
-    pub fn decode(mut bytes: &'a [u8]) -> Result<PushView<'a>, ViewError> {
+    /// Decodes a `tally.v1.PushRequest` from `bytes`, borrowing its strings;
+    /// refuses one of more than `max_series` series or sources.
+    pub fn decode(mut bytes: &'a [u8], max_series: usize) -> Result<PushView<'a>, ViewError> {
         let mut v = PushView::default();
         let ctx = DecodeContext::default();
         while !bytes.is_empty() {
@@ -239,7 +250,7 @@ impl<'a> PushView<'a> {
                 1 => {
                     check_wire_type(WireType::LengthDelimited, wire_type)
                         .map_err(|e| ViewError::Wire(e).at("PushRequest", "sources"))?;
-                    v.source_batch(&mut bytes)
+                    v.source_batch(&mut bytes, max_series)
                         .map_err(|e| e.at("PushRequest", "sources"))?
                 }
                 _ => skip_field(wire_type, tag, &mut bytes, ctx.clone())?,
@@ -248,7 +259,7 @@ impl<'a> PushView<'a> {
         Ok(v)
     }
 
-    fn source_batch(&mut self, buf: &mut &'a [u8]) -> Result<(), ViewError> {
+    fn source_batch(&mut self, buf: &mut &'a [u8], max_series: usize) -> Result<(), ViewError> {
         let mut cols = SourceCols {
             source: "",
             series: self.series.len()..self.series.len(),
@@ -259,7 +270,7 @@ impl<'a> PushView<'a> {
                 .map(|s| cols.source = s)
                 .map_err(|e| e.at("SourceBatch", "source")),
             2 => self
-                .series_samples(wire_type, buf)
+                .series_samples(wire_type, buf, max_series)
                 .map_err(|e| e.at("SourceBatch", "series")),
             3 => borrow_str(wire_type, buf)
                 .map(|g| self.groups.push(g))
@@ -268,11 +279,19 @@ impl<'a> PushView<'a> {
         })?;
         cols.series.end = self.series.len();
         cols.groups.end = self.groups.len();
+        if self.sources.len() >= max_series {
+            return Err(ViewError::TooManySeries { limit: max_series });
+        }
         self.sources.push(cols);
         Ok(())
     }
 
-    fn series_samples(&mut self, wire_type: WireType, buf: &mut &'a [u8]) -> Result<(), ViewError> {
+    fn series_samples(
+        &mut self,
+        wire_type: WireType,
+        buf: &mut &'a [u8],
+        max_series: usize,
+    ) -> Result<(), ViewError> {
         check_wire_type(WireType::LengthDelimited, wire_type)?;
         let mut cols = SeriesCols {
             metric: "",
@@ -315,6 +334,9 @@ impl<'a> PushView<'a> {
         cols.timestamps_ms.end = self.timestamps_ms.len();
         cols.values.end = self.values.len();
         cols.start_times_ms.end = self.start_times_ms.len();
+        if self.series.len() >= max_series {
+            return Err(ViewError::TooManySeries { limit: max_series });
+        }
         self.series.push(cols);
         Ok(())
     }

@@ -39,7 +39,10 @@ fn owned(v: &PushView<'_>) -> pb::PushRequest {
 /// Decodes `bytes` both ways and requires the same request or the same
 /// error message.
 fn agree(bytes: &[u8]) -> Result<(), TestCaseError> {
-    match (PushView::decode(bytes), pb::PushRequest::decode(bytes)) {
+    match (
+        PushView::decode(bytes, usize::MAX),
+        pb::PushRequest::decode(bytes),
+    ) {
         (Ok(view), Ok(req)) => {
             prop_assert_eq!(owned(&view).encode_to_vec(), req.encode_to_vec());
             let samples: usize = req
@@ -119,7 +122,7 @@ proptest! {
     fn a_valid_request_decodes_to_what_prost_makes_of_it(req in request()) {
         let bytes = req.encode_to_vec();
         agree(&bytes)?;
-        let view = PushView::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let view = PushView::decode(&bytes, usize::MAX).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(owned(&view), req);
     }
 
@@ -213,7 +216,7 @@ fn split_repeated_fields_unknown_fields_and_repeated_scalars_read_as_prost_does(
     delimited(1, &source, &mut bytes);
     unknown_fields(&mut bytes);
 
-    let view = PushView::decode(&bytes).expect("decodes");
+    let view = PushView::decode(&bytes, usize::MAX).expect("decodes");
     let req = pb::PushRequest::decode(&bytes[..]).expect("prost decodes");
     assert_eq!(owned(&view), req);
     let src = view.sources().next().expect("a source");
@@ -242,12 +245,51 @@ fn errors_name_the_field_as_prost_does() {
         b"\x0a\x09\x0a\x01a",
     ];
     for bytes in cases {
-        let ours = PushView::decode(bytes).expect_err("refused").to_string();
+        let ours = PushView::decode(bytes, usize::MAX)
+            .expect_err("refused")
+            .to_string();
         let theirs = pb::PushRequest::decode(bytes)
             .expect_err("prost refuses")
             .to_string();
         assert_eq!(ours, theirs);
     }
-    let ours = PushView::decode(cases[0]).expect_err("refused").to_string();
+    let ours = PushView::decode(cases[0], usize::MAX)
+        .expect_err("refused")
+        .to_string();
     assert!(ours.contains("SourceBatch.source"), "{ours}");
+}
+
+#[test]
+fn series_and_sources_beyond_the_limit_are_refused_while_decoding() {
+    let series = |n: usize| {
+        let mut source = Vec::new();
+        for _ in 0..n {
+            delimited(2, b"", &mut source);
+        }
+        let mut bytes = Vec::new();
+        delimited(1, &source, &mut bytes);
+        bytes
+    };
+    assert_eq!(
+        PushView::decode(&series(3), 3)
+            .expect("at the limit")
+            .series_len(),
+        3
+    );
+    let e = PushView::decode(&series(4), 3).expect_err("over the limit");
+    assert!(matches!(e, ViewError::TooManySeries { limit: 3 }), "{e}");
+    assert!(e.to_string().contains("ingest.max_batch_samples"), "{e}");
+    // Sources without series count too.
+    let sources = [b"\x0a\x00".as_slice(); 4].concat();
+    assert_eq!(
+        PushView::decode(&sources[..6], 3)
+            .expect("at the limit")
+            .sources()
+            .len(),
+        3
+    );
+    assert!(matches!(
+        PushView::decode(&sources, 3),
+        Err(ViewError::TooManySeries { limit: 3 })
+    ));
 }
