@@ -202,16 +202,24 @@ impl<'a> PushView<'a> {
     /// Borrows a decoded request.
     pub fn of(req: &'a pb::PushRequest) -> PushView<'a> {
         // Its sizes are known: the columns are allocated once, not grown.
-        let all = || req.sources.iter().flat_map(|src| &src.series);
         let mut v = PushView {
             sources: Vec::with_capacity(req.sources.len()),
-            series: Vec::with_capacity(all().count()),
-            labels: Vec::with_capacity(all().map(|s| s.labels.len()).sum()),
             groups: Vec::with_capacity(req.sources.iter().map(|s| s.groups.len()).sum()),
-            timestamps_ms: Vec::with_capacity(all().map(|s| s.timestamps_ms.len()).sum()),
-            values: Vec::with_capacity(all().map(|s| s.values.len()).sum()),
-            start_times_ms: Vec::with_capacity(all().map(|s| s.start_times_ms.len()).sum()),
+            ..PushView::default()
         };
+        let (mut series, mut labels, mut ts, mut values, mut starts) = (0, 0, 0, 0, 0);
+        for s in req.sources.iter().flat_map(|src| &src.series) {
+            series += 1;
+            labels += s.labels.len();
+            ts += s.timestamps_ms.len();
+            values += s.values.len();
+            starts += s.start_times_ms.len();
+        }
+        v.series.reserve_exact(series);
+        v.labels.reserve_exact(labels);
+        v.timestamps_ms.reserve_exact(ts);
+        v.values.reserve_exact(values);
+        v.start_times_ms.reserve_exact(starts);
         for src in &req.sources {
             let series = v.series.len()..v.series.len() + src.series.len();
             let groups = v.groups.len()..v.groups.len() + src.groups.len();
