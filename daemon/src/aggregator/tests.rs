@@ -458,3 +458,29 @@ fn a_new_start_time_is_a_reset_even_when_the_value_did_not_go_down() {
     assert_eq!(out.rejected, 1);
     assert_eq!(out.rejections[0].reason, RejectReason::LengthMismatch);
 }
+
+#[test]
+fn a_drained_batch_holds_no_unused_room() {
+    // A batch stays in memory until the store applies it; at a million
+    // active series, room for four minutes per series where one is used
+    // cost 120 bytes each.
+    let a = agg();
+    let sources: Vec<String> = (0..500).map(|i| format!("src-{i}")).collect();
+    let batches: Vec<SeriesBatch<'_>> = sources
+        .iter()
+        .map(|s| batch(s, "m", SampleKind::Gauge, &[NOW], &[1.0]))
+        .collect();
+    a.ingest(&batches, NOW);
+    let two = [NOW, NOW + 60_000];
+    a.ingest(
+        &[batch("src-0", "n", SampleKind::Gauge, &two, &[1.0, 2.0])],
+        NOW,
+    );
+    let d = a.drain(None);
+    assert_eq!(d.len(), 501);
+    assert_eq!(d.capacity(), d.len());
+    for s in &d {
+        assert_eq!(s.minutes.capacity(), s.minutes.len(), "{}", s.series.key());
+    }
+    assert!(d.iter().any(|s| s.minutes.len() == 2));
+}

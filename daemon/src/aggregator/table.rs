@@ -1,0 +1,236 @@
+//! The series table: entries kept in fixed-size chunks, found through a
+//! hash index of their positions.
+//!
+//! A hash table that holds its entries inline doubles its buckets as it
+//! grows, so between doublings up to half of them are empty; with 192-byte
+//! series entries that is up to 192 bytes of empty room per series (just
+//! past a million series, 2.1 buckets per entry). Here the hash index holds
+//! 4-byte positions, whose empty buckets cost little, and the entries sit in
+//! chunks allocated as they fill, reusing the positions of evicted series.
+//! A position stays the entry's until it is removed, so other structures
+//! (a shard's dirty list) can name an entry by it instead of by a probe.
+
+use hashbrown::HashTable;
+
+/// Entries per chunk: 1,024 series entries make a 192 KiB chunk, small
+/// beside a large fleet and allocated at most once per 1,024 new series.
+const CHUNK_BITS: u32 = 10;
+const CHUNK: usize = 1 << CHUNK_BITS;
+
+/// A table of `T` by a caller-computed 64-bit hash.
+pub(super) struct Table<T> {
+    index: HashTable<u32>,
+    chunks: Vec<Vec<Option<T>>>,
+    /// Positions whose entries were removed, reused first.
+    free: Vec<u32>,
+}
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Table {
+            index: HashTable::new(),
+            chunks: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+fn at<T>(chunks: &[Vec<Option<T>>], pos: u32) -> Option<&T> {
+    chunks
+        .get((pos >> CHUNK_BITS) as usize)?
+        .get(pos as usize & (CHUNK - 1))?
+        .as_ref()
+}
+
+fn at_mut<T>(chunks: &mut [Vec<Option<T>>], pos: u32) -> Option<&mut T> {
+    chunks
+        .get_mut((pos >> CHUNK_BITS) as usize)?
+        .get_mut(pos as usize & (CHUNK - 1))?
+        .as_mut()
+}
+
+impl<T> Table<T> {
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// The entry at `pos`, if one is there.
+    pub(super) fn get(&self, pos: u32) -> Option<&T> {
+        at(&self.chunks, pos)
+    }
+
+    pub(super) fn get_mut(&mut self, pos: u32) -> Option<&mut T> {
+        at_mut(&mut self.chunks, pos)
+    }
+
+    /// The first entry under `hash` that `eq` accepts, and its position.
+    #[inline]
+    pub(super) fn find(&self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<(u32, &T)> {
+        let chunks = &self.chunks;
+        let &pos = self.index.find(hash, |&p| at(chunks, p).is_some_and(&eq))?;
+        Some((pos, at(chunks, pos)?))
+    }
+
+    #[inline]
+    pub(super) fn find_mut(&mut self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<(u32, &mut T)> {
+        let chunks = &self.chunks;
+        let &pos = self.index.find(hash, |&p| at(chunks, p).is_some_and(&eq))?;
+        Some((pos, at_mut(&mut self.chunks, pos)?))
+    }
+
+    /// Where an entry under `hash` would be looked at first, touched so the
+    /// processor fetches it: the index's bucket and the entry it names. A
+    /// wrong entry with the same tag only warms a line for nothing.
+    #[inline]
+    pub(super) fn first_under(&self, hash: u64) -> Option<&T> {
+        let &pos = self.index.find(hash, |_| true)?;
+        at(&self.chunks, pos)
+    }
+
+    /// Adds `value`, which no entry equals, under `hash`; `hash_of` gives
+    /// any entry's hash when the index grows.
+    pub(super) fn insert(
+        &mut self,
+        hash: u64,
+        value: T,
+        hash_of: impl Fn(&T) -> u64,
+    ) -> (u32, &mut T) {
+        let pos = match self.free.pop() {
+            Some(pos) => pos,
+            None => self.new_position(),
+        };
+        // A growing index rehashes only the entries already in it, all of
+        // them in place.
+        let chunks = &self.chunks;
+        self.index
+            .insert_unique(hash, pos, |&p| at(chunks, p).map_or(0, &hash_of));
+        let slot = &mut self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)];
+        (pos, slot.insert(value))
+    }
+
+    /// An empty position after the last, in a new chunk when the last is full.
+    fn new_position(&mut self) -> u32 {
+        if self.chunks.last().is_none_or(|c| c.len() == CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        let last = self.chunks.len() - 1;
+        let chunk = &mut self.chunks[last];
+        chunk.push(None);
+        ((last << CHUNK_BITS) + chunk.len() - 1) as u32
+    }
+
+    /// Keeps the entries `keep` accepts; the others' positions are reused.
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        let Table {
+            index,
+            chunks,
+            free,
+        } = self;
+        index.retain(|&mut pos| {
+            let chunk = &mut chunks[(pos >> CHUNK_BITS) as usize];
+            let slot = &mut chunk[pos as usize & (CHUNK - 1)];
+            if slot.as_ref().is_some_and(&mut keep) {
+                return true;
+            }
+            *slot = None;
+            free.push(pos);
+            false
+        });
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten().flatten()
+    }
+
+    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.chunks.iter_mut().flatten().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn h(k: u32) -> u64 {
+        // Few distinct hashes, so entries share buckets and tags.
+        u64::from(k % 7).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u32),
+        Remove(u32),
+        Find(u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3000u32).prop_map(Op::Insert),
+            (0..3000u32).prop_map(Op::Remove),
+            (0..3000u32).prop_map(Op::Find),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn behaves_as_a_map_and_positions_stay_put(ops in proptest::collection::vec(op(), 1..400)) {
+            let mut t: Table<(u32, u64)> = Table::default();
+            let mut model: HashMap<u32, (u64, u32)> = HashMap::new();
+            let mut stamp = 0u64;
+            for op in ops {
+                match op {
+                    Op::Insert(k) => {
+                        if let Some((_, e)) = t.find_mut(h(k), |e| e.0 == k) {
+                            stamp += 1;
+                            e.1 = stamp;
+                            model.get_mut(&k).unwrap().0 = stamp;
+                        } else {
+                            stamp += 1;
+                            let (pos, e) = t.insert(h(k), (k, stamp), |e| h(e.0));
+                            prop_assert_eq!(*e, (k, stamp));
+                            model.insert(k, (stamp, pos));
+                        }
+                    }
+                    Op::Remove(k) => {
+                        t.retain(|e| e.0 != k);
+                        model.remove(&k);
+                    }
+                    Op::Find(k) => {
+                        let got = t.find(h(k), |e| e.0 == k).map(|(p, e)| (e.1, p));
+                        prop_assert_eq!(got, model.get(&k).copied());
+                    }
+                }
+                prop_assert_eq!(t.len(), model.len());
+            }
+            for (k, (stamp, pos)) in &model {
+                prop_assert_eq!(t.get(*pos), Some(&(*k, *stamp)));
+            }
+            let mut all: Vec<u32> = t.iter().map(|e| e.0).collect();
+            all.sort_unstable();
+            let mut want: Vec<u32> = model.keys().copied().collect();
+            want.sort_unstable();
+            prop_assert_eq!(all, want);
+        }
+    }
+
+    #[test]
+    fn removed_positions_are_reused_before_a_new_chunk() {
+        let mut t: Table<u32> = Table::default();
+        for k in 0..CHUNK as u32 {
+            t.insert(h(k), k, |&e| h(e));
+        }
+        assert_eq!(t.chunks.len(), 1);
+        t.retain(|&e| e % 2 == 0);
+        for k in 0..(CHUNK / 2) as u32 {
+            t.insert(h(k), CHUNK as u32 + k, |&e| h(e));
+        }
+        assert_eq!(t.chunks.len(), 1);
+        assert_eq!(t.len(), CHUNK);
+        t.insert(h(0), 5 * CHUNK as u32, |&e| h(e));
+        assert_eq!(t.chunks.len(), 2);
+        assert!(t.get(CHUNK as u32 * 2).is_none());
+    }
+}
