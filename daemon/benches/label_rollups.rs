@@ -82,7 +82,7 @@ async fn fill(store: &EmbeddedStore, now_minute: i64) -> Rollups {
     let entries: Vec<CatalogEntry> = expanded
         .iter()
         .map(|s| CatalogEntry {
-            series: (*s.series).clone(),
+            series: s.series.clone(),
             kind: s.kind,
             first_seen: s.minutes[0].0 * 60,
             last_seen: s.minutes[s.minutes.len() - 1].0 * 60,

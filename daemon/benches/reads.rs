@@ -81,7 +81,7 @@ async fn apply(
         .iter()
         .filter(|s| !Rollups::is_rollup_source(&s.series.source))
         .map(|s| tally::store::CatalogEntry {
-            series: (*s.series).clone(),
+            series: s.series.clone(),
             kind: s.kind,
             first_seen: s.minutes[0].0 * 60,
             last_seen: s.minutes[s.minutes.len() - 1].0 * 60,

@@ -62,11 +62,10 @@ pub struct CatalogWriter {
     refresh_s: i64,
 }
 
-/// The entries a batch made due, each with the series' shared id.
+/// The entries a batch made due, each naming the series by its shared id.
 #[derive(Debug, Default)]
 pub struct Due {
     entries: Vec<CatalogEntry>,
-    ids: Vec<Arc<SeriesId>>,
 }
 
 impl Due {
@@ -114,7 +113,7 @@ impl CatalogWriter {
             };
             if stale {
                 let mut e = CatalogEntry {
-                    series: (*s.series).clone(),
+                    series: s.series.clone(),
                     kind: s.kind,
                     first_seen: first,
                     last_seen: last,
@@ -124,28 +123,24 @@ impl CatalogWriter {
                     e.last_seen = e.last_seen.max(f.last_seen);
                 }
                 due.entries.push(e);
-                due.ids.push(s.series.clone());
             }
         }
-        for (id, e) in failed.drain() {
-            due.entries.push(e);
-            due.ids.push(id);
-        }
+        due.entries.extend(failed.drain().map(|(_, e)| e));
         due
     }
 
     /// The store did not take `due`: keep it for the next write.
     pub fn failed(&self, due: Due) {
         let mut failed = self.failed.lock();
-        for (id, e) in due.ids.into_iter().zip(due.entries) {
-            match failed.get_mut(&*id) {
+        for e in due.entries {
+            match failed.get_mut(&*e.series) {
                 Some(f) => {
                     f.first_seen = f.first_seen.min(e.first_seen);
                     f.last_seen = f.last_seen.max(e.last_seen);
                     f.kind = e.kind;
                 }
                 None => {
-                    failed.insert(id, e);
+                    failed.insert(e.series.clone(), e);
                 }
             }
         }
@@ -154,8 +149,8 @@ impl CatalogWriter {
     /// The store took `due`.
     pub fn recorded(&self, due: Due) {
         let mut recorded = self.recorded.lock();
-        for (id, e) in due.ids.into_iter().zip(due.entries) {
-            let r = recorded.entry(id).or_insert(Recorded {
+        for e in due.entries {
+            let r = recorded.entry(e.series).or_insert(Recorded {
                 first_seen: e.first_seen,
                 last_seen: e.last_seen,
                 kind: e.kind,

@@ -30,9 +30,9 @@ pub struct SeriesInfo {
 impl From<CatalogEntry> for SeriesInfo {
     fn from(e: CatalogEntry) -> SeriesInfo {
         SeriesInfo {
-            source: e.series.source.into(),
+            source: e.series.source.to_string(),
             labels: e.series.labels.to_map(),
-            metric: e.series.metric.into(),
+            metric: e.series.metric.to_string(),
             kind: e.kind,
             first_seen: e.first_seen,
             last_seen: e.last_seen,
@@ -253,7 +253,7 @@ impl QueryEngine {
             let page = self.scan_page(sel, cursor).await?;
             scanned += page.len();
             let exhausted = page.len() < SCAN_PAGE;
-            cursor = page.last().map(|e| e.series.clone());
+            cursor = page.last().map(|e| (*e.series).clone());
             for e in &page {
                 pick(e, &mut names);
             }

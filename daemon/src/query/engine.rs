@@ -337,7 +337,15 @@ impl QueryEngine {
         let why = match self.store.outage() {
             Some(why) => why,
             None => match self.store.catalog_list(q).await {
-                Ok(found) => return Ok((found.into_iter().map(|e| e.series).collect(), false)),
+                Ok(found) => {
+                    return Ok((
+                        found
+                            .into_iter()
+                            .map(|e| std::sync::Arc::unwrap_or_clone(e.series))
+                            .collect(),
+                        false,
+                    ))
+                }
                 Err(StoreError::Unavailable(why)) => why,
                 Err(e) => return Err(e.into()),
             },

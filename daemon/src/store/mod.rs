@@ -75,7 +75,9 @@ pub struct DocRead {
 /// One series in the catalog: what discovery lists.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CatalogEntry {
-    pub series: SeriesId,
+    /// Shared with the aggregator's id of the series when written: a flush
+    /// that catalogues a million new series holds no copy of their names.
+    pub series: std::sync::Arc<SeriesId>,
     pub kind: SampleKind,
     /// Start of the earliest / latest minute with data, Unix seconds. The
     /// daemon refreshes `last_seen` coarsely (see `catalog`), not per sample.
@@ -495,13 +497,13 @@ mod tests {
     #[test]
     fn merged_entries_keep_extremes_and_the_last_kind() {
         let e = |kind, first, last| CatalogEntry {
-            series: SeriesId::new("a", "m"),
+            series: SeriesId::new("a", "m").into(),
             kind,
             first_seen: first,
             last_seen: last,
         };
         let other = CatalogEntry {
-            series: SeriesId::new("a-b", "m"),
+            series: SeriesId::new("a-b", "m").into(),
             ..e(SampleKind::Gauge, 0, 0)
         };
         let merged = merge_catalog_entries(&[
@@ -521,7 +523,7 @@ mod tests {
     #[test]
     fn catalog_entries_are_checked() {
         let ok = CatalogEntry {
-            series: SeriesId::new("db-1", "cpu"),
+            series: SeriesId::new("db-1", "cpu").into(),
             kind: SampleKind::Gauge,
             first_seen: -1,
             last_seen: 1,
@@ -529,11 +531,11 @@ mod tests {
         assert!(check_catalog_entries(std::slice::from_ref(&ok)).is_ok());
         for bad in [
             CatalogEntry {
-                series: SeriesId::new("db|1", "cpu"),
+                series: SeriesId::new("db|1", "cpu").into(),
                 ..ok.clone()
             },
             CatalogEntry {
-                series: SeriesId::new("db", "a b"),
+                series: SeriesId::new("db", "a b").into(),
                 ..ok.clone()
             },
             CatalogEntry {

@@ -18,7 +18,7 @@ pub const T0: i64 = 1_793_613_600;
 
 pub fn entry(source: &str, metric: &str, kind: SampleKind, first: i64, last: i64) -> CatalogEntry {
     CatalogEntry {
-        series: SeriesId::new(source, metric),
+        series: SeriesId::new(source, metric).into(),
         kind,
         first_seen: T0 + first * MINUTE_S,
         last_seen: T0 + last * MINUTE_S,
@@ -88,7 +88,7 @@ pub async fn list_all_pages(store: &dyn Store, q: &CatalogQuery) -> Vec<CatalogE
         let Some(last) = page.last() else {
             return out;
         };
-        q.after = Some(last.series.clone());
+        q.after = Some((*last.series).clone());
         out.extend(page);
     }
 }

@@ -53,7 +53,7 @@ fn retention_sweep_drops_catalog_entries_last_seen_before_the_day_retention() {
     let now = T0 + 10 * DAY_S;
     let day_retention = 3 * DAY_S;
     let at = |t: i64| CatalogEntry {
-        series: SeriesId::new("db-01", &format!("m{t}")),
+        series: SeriesId::new("db-01", &format!("m{t}")).into(),
         kind: SampleKind::Gauge,
         first_seen: T0,
         last_seen: t,

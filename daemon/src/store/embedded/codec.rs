@@ -129,7 +129,7 @@ pub(super) fn decode_entry(
         reason: "the key's labels are not in canonical form".into(),
     })?;
     Ok(CatalogEntry {
-        series,
+        series: series.into(),
         kind,
         first_seen,
         last_seen,

@@ -18,7 +18,7 @@ fn entries() -> Vec<CatalogEntry> {
     for s in 0..40 {
         for m in ["cpu", "mem", "cpu_seconds"] {
             out.push(CatalogEntry {
-                series: SeriesId::new(&format!("web-{s:02}"), m),
+                series: SeriesId::new(&format!("web-{s:02}"), m).into(),
                 kind: SampleKind::Gauge,
                 first_seen: t,
                 last_seen: t,
@@ -26,7 +26,7 @@ fn entries() -> Vec<CatalogEntry> {
         }
         let labels = Labels::from_pairs([("mode", "idle")], 16).unwrap();
         out.push(CatalogEntry {
-            series: SeriesId::with_labels(&format!("web-{s:02}"), "cpu", labels),
+            series: SeriesId::with_labels(&format!("web-{s:02}"), "cpu", labels).into(),
             kind: SampleKind::DeltaCounter,
             first_seen: t,
             last_seen: t,
@@ -44,7 +44,7 @@ async fn cpu_pages(store: &EmbeddedStore) -> Vec<String> {
     loop {
         let page = store.catalog_list(&q).await.unwrap();
         let Some(last) = page.last() else { break };
-        q.after = Some(last.series.clone());
+        q.after = Some((*last.series).clone());
         keys.extend(page.iter().map(|e| e.series.key()));
     }
     keys

@@ -19,7 +19,7 @@ async fn bad_catalog_values_are_corrupt_not_a_panic() {
         store.catalog_list(&list).await.unwrap_err(),
         store
             .catalog_upsert(&[CatalogEntry {
-                series: SeriesId::new("a", "m"),
+                series: SeriesId::new("a", "m").into(),
                 kind: SampleKind::Gauge,
                 first_seen: 0,
                 last_seen: 0,

@@ -117,7 +117,7 @@ fn store_on(dir: &tempfile::TempDir, full: &Arc<AtomicBool>) -> EmbeddedStore {
 
 fn entry(source: &str) -> CatalogEntry {
     CatalogEntry {
-        series: SeriesId::new(source, "op_counter"),
+        series: SeriesId::new(source, "op_counter").into(),
         kind: SampleKind::Gauge,
         first_seen: ts(2026, 3, 14, 10, 5),
         last_seen: ts(2026, 3, 14, 11, 0),

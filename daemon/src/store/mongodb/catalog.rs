@@ -186,7 +186,7 @@ fn decode_catalog(raw: &RawDocument) -> Result<CatalogEntry, DecodeError> {
         None => Err(DecodeError::Missing(field.into())),
     };
     Ok(CatalogEntry {
-        series,
+        series: series.into(),
         kind,
         first_seen: seconds("first_seen")?,
         last_seen: seconds(LAST_SEEN_FIELD)?,

@@ -38,7 +38,7 @@ async fn ttl_indexes_follow_the_configured_retention(target: MongoTarget) {
         .await
         .unwrap();
     let q = ReadQuery {
-        series: SeriesId::new("db-01", "m"),
+        series: SeriesId::new("db-01", "m").into(),
         tier: Tier::Hour,
         resolution: Resolution::Minute,
         from: old,
@@ -106,7 +106,7 @@ async fn catalog_documents_commands_and_ttl_index(target: MongoTarget) {
     let now = chrono::Utc::now().timestamp().div_euclid(MINUTE_S) * MINUTE_S;
     let entries: Vec<CatalogEntry> = (0..ENTRIES)
         .map(|i| CatalogEntry {
-            series: SeriesId::new(&format!("db-{:03}", i / 10), &format!("m{}", i % 10)),
+            series: SeriesId::new(&format!("db-{:03}", i / 10), &format!("m{}", i % 10)).into(),
             kind: SampleKind::DeltaCounter,
             first_seen: now - 60 * DAY_S,
             // The first one was last seen past the day retention.
@@ -165,7 +165,7 @@ async fn check_catalog_document_and_its_merge(store: &MongoStore, target: &Mongo
     assert_eq!(d.len(), 6, "{d}");
     store
         .catalog_upsert(&[CatalogEntry {
-            series: SeriesId::new("db-001", "m2"),
+            series: SeriesId::new("db-001", "m2").into(),
             kind: SampleKind::Gauge,
             first_seen: now - 70 * DAY_S,
             last_seen: now - DAY_S,
@@ -232,7 +232,7 @@ async fn check_catalog_expiry_and_corruption(
     if expire(target, store, now, (3 * 3600, 30 * 86_400)).await {
         let left = store.catalog_list(&q).await.unwrap();
         assert_eq!(left.len(), entries - 1);
-        assert_eq!(left[0].series, SeriesId::new("db-000", "m1"));
+        assert_eq!(*left[0].series, SeriesId::new("db-000", "m1"));
     }
 
     target
