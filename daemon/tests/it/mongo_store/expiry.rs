@@ -38,7 +38,7 @@ async fn ttl_indexes_follow_the_configured_retention(target: MongoTarget) {
         .await
         .unwrap();
     let q = ReadQuery {
-        series: SeriesId::new("db-01", "m").into(),
+        series: SeriesId::new("db-01", "m"),
         tier: Tier::Hour,
         resolution: Resolution::Minute,
         from: old,
