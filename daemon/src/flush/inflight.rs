@@ -27,8 +27,9 @@ use crate::model::{
 /// A drained batch that the store has not confirmed yet.
 pub struct InflightBatch {
     pub id: FlushId,
-    /// What the store applies, as drained: no copy is made for it.
-    pub(super) flush: FlushBatch,
+    /// What the store applies, as drained: no copy is made for it, and
+    /// the store shares it rather than copying it.
+    pub(super) flush: Arc<FlushBatch>,
     index: hashbrown::HashMap<Arc<SeriesId>, usize>,
 }
 
@@ -41,7 +42,7 @@ impl InflightBatch {
             .collect();
         InflightBatch {
             id,
-            flush: FlushBatch { id, series },
+            flush: Arc::new(FlushBatch { id, series }),
             index,
         }
     }

@@ -257,7 +257,7 @@ impl Pipeline {
         let store = self.store.name();
         loop {
             let started = Instant::now();
-            let result = self.store.apply(update).await;
+            let result = self.store.apply_shared(update).await;
             let elapsed = started.elapsed().as_secs_f64();
             metrics::histogram!("tally_flush_duration_seconds", "store" => store).record(elapsed);
             crate::telemetry::store_operation(store, "apply", elapsed);

@@ -328,6 +328,17 @@ pub trait Store: Send + Sync + 'static {
     /// minute, hour and day levels. Idempotent per `batch.id`.
     async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError>;
 
+    /// [`Store::apply`] of a batch the caller shares: a store that must keep
+    /// the batch beyond the call (the embedded store, until a durable commit
+    /// covers it) keeps this reference instead of a copy of every series'
+    /// minutes.
+    async fn apply_shared(
+        &self,
+        batch: &std::sync::Arc<FlushBatch>,
+    ) -> Result<ApplyStats, StoreError> {
+        self.apply(batch).await
+    }
+
     /// Creates the given documents with every slot present and empty, where
     /// they do not exist yet. Never changes an existing document.
     async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError>;

@@ -1,7 +1,7 @@
 //! Reads of every tier and resolution, across period boundaries.
 
 use super::tests::*;
-use super::EmbeddedStore;
+use super::{EmbeddedStore, READS_PER_CPU};
 use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S};
 use crate::store::{Store, StoreError};
 
@@ -288,4 +288,26 @@ async fn pre_epoch_periods_sort_and_read() {
     );
     assert!(docs[0].slots.is_empty(), "bucket -120 starts before from");
     assert_eq!(docs[1].slots, vec![(0, Slot::of(2.0))]);
+}
+
+/// Reads beyond the bound wait for a running one instead of each taking
+/// a blocking thread (and its allocator heap) of its own.
+#[tokio::test]
+async fn reads_beyond_the_bound_wait_their_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sample_store(&dir).await;
+    let (h10, h11, _) = sample_periods();
+    let q = query(Tier::Hour, Resolution::Minute, h10, h11 + HOUR_S);
+    let bound = store.reads.available_permits();
+    assert!(bound >= READS_PER_CPU, "{bound}");
+    // Every permit taken, as by `bound` reads in progress.
+    let held = store.reads.acquire_many(bound as u32).await.unwrap();
+    let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), store.read(&q));
+    assert!(waiting.await.is_err(), "a read ran beyond the bound");
+    drop(held);
+    let reads = (0..3 * bound).map(|_| store.read(&q));
+    for docs in futures::future::join_all(reads).await {
+        assert_eq!(docs.unwrap().len(), 2);
+    }
+    assert_eq!(store.reads.available_permits(), bound);
 }
