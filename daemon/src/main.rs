@@ -46,6 +46,7 @@ fn main() -> Result<()> {
     telemetry::init_logging(&config.log_level, config.log_format == LogFormat::Json)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(tally::store::embedded::blocking_threads())
         .thread_name("tallyd")
         .build()
         .context("starting the async runtime")?;

@@ -14,7 +14,6 @@ mod outcome;
 mod prealloc;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
-mod table;
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -10,12 +10,12 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::prealloc::PreallocMarks;
-use super::table::Table;
 use super::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::labels::Labels;
 use crate::model::{
     minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, MAX_SUM,
 };
+use crate::table::Table;
 
 // `repr(C)` with cache-line alignment keeps `hash` and the inline key in
 // one line: a lookup's comparison touches a single line. Measured ~15%

@@ -91,6 +91,19 @@ pub struct EmbeddedStore {
 /// pages, so more threads than this would not read faster.
 const READS_PER_CPU: usize = 4;
 
+/// Blocking threads the runtime needs for the embedded store: its reads,
+/// and a few more for applies, folds, syncs and the rest. Capping the pool
+/// there matters as much as the read bound: a read that ends wakes the next
+/// one before its thread is idle again, so an uncapped pool starts a new
+/// thread almost every time and ends up with one per read (72 were seen).
+pub fn blocking_threads() -> usize {
+    READS_PER_CPU * cpus() + 8
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
 impl fmt::Debug for EmbeddedStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("EmbeddedStore")
@@ -113,10 +126,9 @@ impl EmbeddedStore {
     }
 
     fn of(db: Db) -> EmbeddedStore {
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         EmbeddedStore {
             inner: Arc::new(db),
-            reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus)),
+            reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus())),
         }
     }
 

@@ -1,5 +1,6 @@
-//! The series table: entries kept in fixed-size chunks, found through a
-//! hash index of their positions.
+//! A per-series hash table: entries kept in fixed-size chunks, found
+//! through a hash index of their positions. The aggregator's series and the
+//! stores' pending minutes are kept in it.
 //!
 //! A hash table that holds its entries inline doubles its buckets as it
 //! grows, so between doublings up to half of them are empty; with 192-byte
@@ -18,11 +19,20 @@ const CHUNK_BITS: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_BITS;
 
 /// A table of `T` by a caller-computed 64-bit hash.
-pub(super) struct Table<T> {
+pub(crate) struct Table<T> {
     index: HashTable<u32>,
     chunks: Vec<Vec<Option<T>>>,
     /// Positions whose entries were removed, reused first.
     free: Vec<u32>,
+}
+
+impl<T> std::fmt::Debug for Table<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("entries", &self.index.len())
+            .field("chunks", &self.chunks.len())
+            .finish()
+    }
 }
 
 impl<T> Default for Table<T> {
@@ -50,30 +60,29 @@ fn at_mut<T>(chunks: &mut [Vec<Option<T>>], pos: u32) -> Option<&mut T> {
 }
 
 impl<T> Table<T> {
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.index.len()
     }
 
     /// The entry at `pos`, if one is there.
-    pub(super) fn get(&self, pos: u32) -> Option<&T> {
+    pub(crate) fn get(&self, pos: u32) -> Option<&T> {
         at(&self.chunks, pos)
     }
 
-    pub(super) fn get_mut(&mut self, pos: u32) -> Option<&mut T> {
+    pub(crate) fn get_mut(&mut self, pos: u32) -> Option<&mut T> {
         at_mut(&mut self.chunks, pos)
     }
 
     /// The first entry under `hash` that `eq` accepts, and its position.
     #[inline]
-    pub(super) fn find(&self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<(u32, &T)> {
+    pub(crate) fn find(&self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<(u32, &T)> {
         let chunks = &self.chunks;
         let &pos = self.index.find(hash, |&p| at(chunks, p).is_some_and(&eq))?;
         Some((pos, at(chunks, pos)?))
     }
 
     #[inline]
-    pub(super) fn find_mut(&mut self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<(u32, &mut T)> {
+    pub(crate) fn find_mut(&mut self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<(u32, &mut T)> {
         let chunks = &self.chunks;
         let &pos = self.index.find(hash, |&p| at(chunks, p).is_some_and(&eq))?;
         Some((pos, at_mut(&mut self.chunks, pos)?))
@@ -83,14 +92,14 @@ impl<T> Table<T> {
     /// processor fetches it: the index's bucket and the entry it names. A
     /// wrong entry with the same tag only warms a line for nothing.
     #[inline]
-    pub(super) fn first_under(&self, hash: u64) -> Option<&T> {
+    pub(crate) fn first_under(&self, hash: u64) -> Option<&T> {
         let &pos = self.index.find(hash, |_| true)?;
         at(&self.chunks, pos)
     }
 
     /// Adds `value`, which no entry equals, under `hash`; `hash_of` gives
     /// any entry's hash when the index grows.
-    pub(super) fn insert(
+    pub(crate) fn insert(
         &mut self,
         hash: u64,
         value: T,
@@ -120,8 +129,22 @@ impl<T> Table<T> {
         ((last << CHUNK_BITS) + chunk.len() - 1) as u32
     }
 
+    /// Takes out the first entry under `hash` that `eq` accepts; its
+    /// position is reused.
+    pub(crate) fn remove(&mut self, hash: u64, eq: impl Fn(&T) -> bool) -> Option<T> {
+        let chunks = &self.chunks;
+        let found = self
+            .index
+            .find_entry(hash, |&p| at(chunks, p).is_some_and(&eq))
+            .ok()?;
+        let (pos, _) = found.remove();
+        let value = self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)].take();
+        self.free.push(pos);
+        value
+    }
+
     /// Keeps the entries `keep` accepts; the others' positions are reused.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         let Table {
             index,
             chunks,
@@ -139,11 +162,11 @@ impl<T> Table<T> {
         });
     }
 
-    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         self.chunks.iter().flatten().flatten()
     }
 
-    pub(super) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.chunks.iter_mut().flatten().flatten()
     }
 }
@@ -194,9 +217,13 @@ mod tests {
                             model.insert(k, (stamp, pos));
                         }
                     }
-                    Op::Remove(k) => {
+                    Op::Remove(k) if k % 2 == 0 => {
                         t.retain(|e| e.0 != k);
                         model.remove(&k);
+                    }
+                    Op::Remove(k) => {
+                        let got = t.remove(h(k), |e| e.0 == k).map(|e| e.1);
+                        prop_assert_eq!(got, model.remove(&k).map(|(stamp, _)| stamp));
                     }
                     Op::Find(k) => {
                         let got = t.find(h(k), |e| e.0 == k).map(|(p, e)| (e.1, p));
