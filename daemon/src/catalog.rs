@@ -18,6 +18,7 @@ use parking_lot::Mutex;
 
 use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
 use crate::store::CatalogEntry;
+use crate::table::Table;
 
 /// `[catalog]`: how the series catalog is kept.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -51,10 +52,43 @@ struct Recorded {
     kind: crate::model::SampleKind,
 }
 
+/// The series recorded, in the chunked per-series table: at a million
+/// series a map holding these entries inline had two buckets per entry.
+#[derive(Default)]
+struct RecordedSet {
+    table: Table<(Arc<SeriesId>, Recorded)>,
+    hasher: ahash::RandomState,
+}
+
+impl RecordedSet {
+    fn get(&self, series: &SeriesId) -> Option<&Recorded> {
+        let hash = self.hasher.hash_one(series);
+        let (_, (_, r)) = self.table.find(hash, |(s, _)| **s == *series)?;
+        Some(r)
+    }
+
+    fn entry(&mut self, series: Arc<SeriesId>, new: impl FnOnce() -> Recorded) -> &mut Recorded {
+        let RecordedSet { table, hasher } = self;
+        let hash = hasher.hash_one(&*series);
+        let pos = match table.find(hash, |(s, _)| **s == *series) {
+            Some((pos, _)) => pos,
+            None => {
+                let value = (series, new());
+                table.insert(hash, value, |(s, _)| hasher.hash_one(&**s)).0
+            }
+        };
+        match table.get_mut(pos) {
+            Some((_, r)) => r,
+            // Found or put there just now.
+            None => unreachable!("a catalog record vanished from its position"),
+        }
+    }
+}
+
 pub struct CatalogWriter {
     /// Keyed by the aggregator's own `Arc` of each series, so a recorded
     /// series costs a pointer here, not another copy of its names.
-    recorded: Mutex<HashMap<Arc<SeriesId>, Recorded>>,
+    recorded: Mutex<RecordedSet>,
     /// Entries the store refused to take; they go with the next write
     /// whatever series it carries, so a series that never flushes again
     /// is still catalogued. Bounded by the series that failed.
@@ -86,7 +120,7 @@ impl std::ops::Deref for Due {
 impl CatalogWriter {
     pub fn new(refresh: std::time::Duration) -> CatalogWriter {
         CatalogWriter {
-            recorded: Mutex::new(HashMap::new()),
+            recorded: Mutex::new(RecordedSet::default()),
             failed: Mutex::new(HashMap::new()),
             refresh_s: refresh.as_secs().max(1) as i64,
         }
@@ -105,7 +139,7 @@ impl CatalogWriter {
                 continue;
             };
             let (first, last) = (first.0 * MINUTE_S, last.0 * MINUTE_S);
-            let stale = match recorded.get(&*s.series) {
+            let stale = match recorded.get(&s.series) {
                 None => true,
                 Some(r) => {
                     r.kind != s.kind || first < r.first_seen || last >= r.last_seen + self.refresh_s
@@ -150,7 +184,7 @@ impl CatalogWriter {
     pub fn recorded(&self, due: Due) {
         let mut recorded = self.recorded.lock();
         for e in due.entries {
-            let r = recorded.entry(e.series).or_insert(Recorded {
+            let r = recorded.entry(e.series, || Recorded {
                 first_seen: e.first_seen,
                 last_seen: e.last_seen,
                 kind: e.kind,
@@ -166,13 +200,13 @@ impl CatalogWriter {
     /// written once more, which the upsert absorbs.
     pub fn forget_idle(&self, before: i64) -> usize {
         let mut recorded = self.recorded.lock();
-        let n = recorded.len();
-        recorded.retain(|_, r| r.last_seen >= before);
-        n - recorded.len()
+        let n = recorded.table.len();
+        recorded.table.retain(|(_, r)| r.last_seen >= before);
+        n - recorded.table.len()
     }
 
     pub fn len(&self) -> usize {
-        self.recorded.lock().len()
+        self.recorded.lock().table.len()
     }
 
     pub fn is_empty(&self) -> bool {

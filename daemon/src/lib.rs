@@ -45,7 +45,7 @@
 //! | [`grpc`] | the gRPC server: ingest and query services, health, reflection |
 //! | [`http`] | the HTTP server: native API, operations endpoints, Prometheus-compatible API |
 //! | [`selector`] | source and metric name matchers (names, lists, globs) |
-//! | `table` | the per-series hash table both the aggregator and the stores' pending minutes keep their entries in |
+//! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the stores' pending minutes, the catalog's record |
 //! | [`tls`] | TLS for both listeners: certificate files, reload, the accept loop |
 //! | [`auth`] | bearer tokens, roles and source globs; the gRPC interceptor and HTTP middleware |
 //! | [`security`] | loads and reloads (SIGHUP) TLS and tokens together; exposure warnings |

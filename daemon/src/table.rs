@@ -1,6 +1,7 @@
 //! A per-series hash table: entries kept in fixed-size chunks, found
-//! through a hash index of their positions. The aggregator's series and the
-//! stores' pending minutes are kept in it.
+//! through a hash index of their positions. What the daemon keeps per
+//! series is kept in it: the aggregator's series, the stores' pending
+//! minutes and the catalog writer's record.
 //!
 //! A hash table that holds its entries inline doubles its buckets as it
 //! grows, so between doublings up to half of them are empty; with 192-byte

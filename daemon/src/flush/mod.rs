@@ -36,6 +36,9 @@ pub(crate) use inflight::Unflushed;
 pub use inflight::{Inflight, InflightBatch};
 use pace::Pace;
 
+/// Catalog entries per store write (see `Pipeline::record_catalog`).
+pub const CATALOG_WRITE_ENTRIES: usize = 20_000;
+
 /// `[flush]`: how often memory is drained to the store and how failed
 /// flushes are retried.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -310,7 +313,8 @@ impl Pipeline {
         }
     }
 
-    /// Writes the catalog entries an applied batch made due. A failure only
+    /// Writes the catalog entries an applied batch made due, at most
+    /// [`CATALOG_WRITE_ENTRIES`] per store write. A failure only
     /// delays them: they stay due and go with the series' next flush.
     async fn record_catalog(&self, batch: &InflightBatch) {
         let Some(catalog) = &self.catalog else { return };
@@ -318,8 +322,20 @@ impl Pipeline {
         if due.is_empty() {
             return;
         }
-        // The store counts the operation, its latency and its errors.
-        match self.store.catalog_upsert(due.entries()).await {
+        // In parts: a fleet that connects at once makes every series due in
+        // one flush, and one write of a million entries held its sorted keys
+        // and the storage engine's dirty pages (hundreds of MiB) until it
+        // committed. A part that fails leaves the whole batch due; the parts
+        // written before it are written again, which the upsert absorbs.
+        // The store counts each operation, its latency and its errors.
+        let mut written = Ok(());
+        for part in due.entries().chunks(CATALOG_WRITE_ENTRIES) {
+            written = self.store.catalog_upsert(part).await;
+            if written.is_err() {
+                break;
+            }
+        }
+        match written {
             Ok(()) => {
                 metrics::counter!("tally_catalog_writes_total", "store" => self.store.name())
                     .increment(due.len() as u64);
@@ -525,5 +541,50 @@ mod tests {
         let b2 = p.cut_batch().unwrap();
         assert!(p.apply(&b2, &give_up).await);
         assert!(read().await > snapshot.cut_through, "pending now stored");
+    }
+
+    /// A batch that makes more series due than one catalog write takes is
+    /// written in parts, and every series lands.
+    #[tokio::test]
+    async fn catalog_entries_beyond_one_write_are_all_recorded() {
+        use crate::aggregator::SeriesBatch;
+        use crate::store::CatalogQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+        let agg = Arc::new(Aggregator::new(
+            &AggregatorConfig::default(),
+            &IngestConfig::default(),
+        ));
+        let catalog = Arc::new(CatalogWriter::new(Duration::from_secs(600)));
+        let p = Pipeline::new(agg.clone(), store.clone(), FlushConfig::default(), 0)
+            .with_catalog(catalog.clone());
+        let n = CATALOG_WRITE_ENTRIES + 7;
+        let now = chrono::Utc::now().timestamp_millis();
+        let sources: Vec<String> = (0..n).map(|i| format!("src-{i:06}")).collect();
+        let batches: Vec<SeriesBatch<'_>> = sources
+            .iter()
+            .map(|s| SeriesBatch {
+                labels: "",
+                source: s,
+                metric: "m",
+                kind: Some(SampleKind::Gauge),
+                timestamps_ms: std::slice::from_ref(&now),
+                values: &[1.0],
+                start_times_ms: &[],
+                source_index: 0,
+                series_index: 0,
+            })
+            .collect();
+        assert_eq!(agg.ingest(&batches, now).accepted, n as u64);
+        let batch = p.cut_batch().unwrap();
+        assert!(p.apply(&batch, &CancellationToken::new()).await);
+        p.record_catalog(&batch).await;
+        assert_eq!(catalog.len(), n);
+        let listed = store
+            .catalog_list(&CatalogQuery::everything(n + 1))
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), n);
+        assert_eq!(&*listed[n - 1].series.source, sources[n - 1].as_str());
     }
 }

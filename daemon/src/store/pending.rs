@@ -240,22 +240,23 @@ impl Pending {
 
 /// Adds `slot` to minute `m` of an ascending list.
 fn merge_minute(minutes: &mut Minutes, m: EpochMinute, slot: &Slot) {
-    // Most series wait with one or two minutes: grow by one up to four
-    // (a first push would take room for four, 160 bytes, per series), then
-    // as usual, so a long list still grows in amortised constant time.
-    if minutes.len() == minutes.capacity() && minutes.len() < 4 {
-        minutes.reserve_exact(1);
-    }
     // Flushes mostly bring the newest minute: look at the end first.
-    match minutes.last_mut() {
-        Some((last, s)) if *last == m => s.merge(slot),
-        Some((last, _)) if *last < m => minutes.push((m, *slot)),
-        None => minutes.push((m, *slot)),
+    let at = match minutes.last_mut() {
+        Some((last, s)) if *last == m => return s.merge(slot),
+        Some((last, _)) if *last < m => minutes.len(),
+        None => 0,
         Some(_) => match minutes.binary_search_by_key(&m, |&(k, _)| k) {
-            Ok(i) => minutes[i].1.merge(slot),
-            Err(i) => minutes.insert(i, (m, *slot)),
+            Ok(i) => return minutes[i].1.merge(slot),
+            Err(i) => i,
         },
-    }
+    };
+    // Grow by exactly one: a series waits to be folded for about 60
+    // flushes, so with a 5 s flush interval it holds five minutes, and
+    // doubling would hold room for eight (a first push alone takes room for
+    // four, 160 bytes). A list is at most one fold period long, so growing
+    // by one costs at most that many moves of it per fold.
+    minutes.reserve_exact(1);
+    minutes.insert(at, (m, *slot));
 }
 
 /// A snapshot of one series' pending minutes, taken for a read.
@@ -339,6 +340,8 @@ mod tests {
         }
         let keys: Vec<_> = minutes.iter().map(|&(m, s)| (m, s.n)).collect();
         assert_eq!(keys, [(3, 2), (5, 2), (6, 1), (7, 1)]);
+        // Held until the series is folded: no room to spare.
+        assert_eq!(minutes.capacity(), minutes.len());
     }
 
     /// The queue stays ascending by `since` through folds and failed folds,
