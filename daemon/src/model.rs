@@ -485,8 +485,14 @@ pub struct DocKey {
 pub struct SeriesMinutes {
     pub series: std::sync::Arc<SeriesId>,
     pub kind: SampleKind,
-    pub minutes: Vec<(EpochMinute, Slot)>,
+    /// Inline when one, as nearly always (a flush drains each series'
+    /// current minute): a batch of a million series then holds no separate
+    /// allocation per series.
+    pub minutes: Minutes,
 }
+
+/// A series' minutes in a batch, ascending.
+pub type Minutes = smallvec::SmallVec<[(EpochMinute, Slot); 1]>;
 
 impl SeriesMinutes {
     /// The hour- and day-document updates of these minutes.
@@ -771,7 +777,7 @@ mod tests {
         let u = SeriesUpdate::from_minutes(&SeriesMinutes {
             series: std::sync::Arc::new(SeriesId::new("a", "m")),
             kind: SampleKind::Gauge,
-            minutes,
+            minutes: minutes.into(),
         });
         assert_eq!(u.hours.len(), 2);
         assert_eq!(u.days.len(), 2);

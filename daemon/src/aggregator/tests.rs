@@ -49,7 +49,7 @@ fn gauges_fold_per_minute() {
     assert_eq!(d.len(), 1);
     let m0 = minute_of_ms(NOW);
     assert_eq!(
-        d[0].minutes,
+        d[0].minutes.to_vec(),
         vec![
             (
                 m0,

@@ -175,7 +175,7 @@ impl Inflight {
         for b in batches.iter() {
             if let Some(sm) = b.get(key) {
                 u.kind = Some(sm.kind);
-                u.inflight.push((b.id, sm.minutes.clone()));
+                u.inflight.push((b.id, sm.minutes.to_vec()));
             }
         }
         let (kind, pending) = self.agg.pending_for(key);

@@ -59,7 +59,7 @@ fn rollup_slots_are_the_merge_of_member_slots() {
     let get = |src: &str| {
         out.iter()
             .find(|s| *s.series == Rollups::series(src, "cpu"))
-            .map(|s| s.minutes.clone())
+            .map(|s| s.minutes.to_vec())
     };
     let mut m10 = Slot::of(1.0);
     m10.merge(&Slot::of(3.0));
@@ -95,7 +95,7 @@ fn kind_conflicts_and_the_series_bound_leave_members_out() {
         .collect();
     assert_eq!(rolled.len(), 1);
     assert_eq!(rolled[0].kind, SampleKind::DeltaCounter);
-    assert_eq!(rolled[0].minutes, vec![(1, Slot::of(2.0))]);
+    assert_eq!(rolled[0].minutes.to_vec(), vec![(1, Slot::of(2.0))]);
 }
 
 proptest::proptest! {
@@ -240,7 +240,7 @@ fn agents_declare_groups_within_bounds() {
         .unwrap();
     let mut want = Slot::of(1.0);
     want.merge(&Slot::of(4.0));
-    assert_eq!(green_cpu.minutes, vec![(10, want)]);
+    assert_eq!(green_cpu.minutes.to_vec(), vec![(10, want)]);
 
     // Sources silent since before the cutoff are forgotten, with their
     // groups once no member is left.

@@ -79,7 +79,7 @@ impl Fold {
         SeriesUpdate::from_minutes(&SeriesMinutes {
             series: self.series.clone(),
             kind: self.kind,
-            minutes: self.minutes.clone(),
+            minutes: self.minutes.iter().copied().collect(),
         })
     }
 }
