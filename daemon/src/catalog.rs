@@ -70,18 +70,13 @@ impl RecordedSet {
     fn entry(&mut self, series: Arc<SeriesId>, new: impl FnOnce() -> Recorded) -> &mut Recorded {
         let RecordedSet { table, hasher } = self;
         let hash = hasher.hash_one(&*series);
-        let pos = match table.find(hash, |(s, _)| **s == *series) {
-            Some((pos, _)) => pos,
-            None => {
-                let value = (series, new());
-                table.insert(hash, value, |(s, _)| hasher.hash_one(&**s)).0
-            }
-        };
-        match table.get_mut(pos) {
-            Some((_, r)) => r,
-            // Found or put there just now.
-            None => unreachable!("a catalog record vanished from its position"),
-        }
+        let (_, r) = table.find_or_insert(
+            hash,
+            |(s, _)| **s == *series,
+            || (series.clone(), new()),
+            |(s, _)| hasher.hash_one(&**s),
+        );
+        r
     }
 }
 

@@ -106,6 +106,36 @@ impl<T> Table<T> {
         value: T,
         hash_of: impl Fn(&T) -> u64,
     ) -> (u32, &mut T) {
+        let pos = self.place(hash, hash_of);
+        let slot = &mut self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)];
+        (pos, slot.insert(value))
+    }
+
+    /// The first entry under `hash` that `eq` accepts, or `make()` added
+    /// under it; `hash_of` as for [`Table::insert`].
+    pub(crate) fn find_or_insert(
+        &mut self,
+        hash: u64,
+        eq: impl Fn(&T) -> bool,
+        make: impl FnOnce() -> T,
+        hash_of: impl Fn(&T) -> u64,
+    ) -> &mut T {
+        let chunks = &self.chunks;
+        let found = self
+            .index
+            .find(hash, |&p| at(chunks, p).is_some_and(&eq))
+            .copied();
+        let pos = match found {
+            Some(pos) => pos,
+            None => self.place(hash, hash_of),
+        };
+        // Found there, or an empty position just taken for `make()`.
+        self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)]
+            .get_or_insert_with(make)
+    }
+
+    /// An empty position, reused or new, indexed under `hash`.
+    fn place(&mut self, hash: u64, hash_of: impl Fn(&T) -> u64) -> u32 {
         let pos = match self.free.pop() {
             Some(pos) => pos,
             None => self.new_position(),
@@ -115,8 +145,7 @@ impl<T> Table<T> {
         let chunks = &self.chunks;
         self.index
             .insert_unique(hash, pos, |&p| at(chunks, p).map_or(0, &hash_of));
-        let slot = &mut self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)];
-        (pos, slot.insert(value))
+        pos
     }
 
     /// An empty position after the last, in a new chunk when the last is full.
@@ -242,6 +271,17 @@ mod tests {
             want.sort_unstable();
             prop_assert_eq!(all, want);
         }
+    }
+
+    #[test]
+    fn find_or_insert_makes_only_what_is_missing() {
+        let mut t: Table<(u32, u32)> = Table::default();
+        *t.find_or_insert(h(1), |e| e.0 == 1, || (1, 10), |e| h(e.0)) = (1, 11);
+        let e = t.find_or_insert(h(1), |e| e.0 == 1, || (1, 99), |e| h(e.0));
+        assert_eq!(*e, (1, 11));
+        let e = t.find_or_insert(h(8), |e| e.0 == 8, || (8, 80), |e| h(e.0));
+        assert_eq!(*e, (8, 80));
+        assert_eq!(t.len(), 2);
     }
 
     #[test]

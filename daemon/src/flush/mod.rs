@@ -462,14 +462,21 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn queue_depth_bounds_inflight_and_unflushed_sees_everything_once() {
+    /// An embedded store in a fresh directory (kept while the test runs)
+    /// and an aggregator with default settings.
+    fn embedded_and_aggregator() -> (tempfile::TempDir, Arc<dyn Store>, Arc<Aggregator>) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
         let agg = Arc::new(Aggregator::new(
             &AggregatorConfig::default(),
             &IngestConfig::default(),
         ));
+        (dir, store, agg)
+    }
+
+    #[tokio::test]
+    async fn queue_depth_bounds_inflight_and_unflushed_sees_everything_once() {
+        let (_dir, store, agg) = embedded_and_aggregator();
         let p = Pipeline::new(
             agg.clone(),
             store,
@@ -503,12 +510,7 @@ mod tests {
     async fn a_flush_after_a_snapshot_leaves_a_watermark_above_cut_through() {
         use crate::model::{Resolution, SeriesId, Tier};
         use crate::store::ReadQuery;
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-        let agg = Arc::new(Aggregator::new(
-            &AggregatorConfig::default(),
-            &IngestConfig::default(),
-        ));
+        let (_dir, store, agg) = embedded_and_aggregator();
         let p = Pipeline::new(agg.clone(), store.clone(), FlushConfig::default(), 0);
         let now = chrono::Utc::now().timestamp_millis();
         let key = SeriesRef::new("s", "m");
@@ -549,12 +551,7 @@ mod tests {
     async fn catalog_entries_beyond_one_write_are_all_recorded() {
         use crate::aggregator::SeriesBatch;
         use crate::store::CatalogQuery;
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
-        let agg = Arc::new(Aggregator::new(
-            &AggregatorConfig::default(),
-            &IngestConfig::default(),
-        ));
+        let (_dir, store, agg) = embedded_and_aggregator();
         let catalog = Arc::new(CatalogWriter::new(Duration::from_secs(600)));
         let p = Pipeline::new(agg.clone(), store.clone(), FlushConfig::default(), 0)
             .with_catalog(catalog.clone());

@@ -116,9 +116,10 @@ impl Pending {
             queue,
         } = self;
         let hash = hasher.hash_one(&**series);
-        let p = match table.find_mut(hash, |(s, _)| **s == **series) {
-            Some((_, (_, p))) => p,
-            None => {
+        let (_, p) = table.find_or_insert(
+            hash,
+            |(s, _)| **s == **series,
+            || {
                 queue.push_back((id, series.clone()));
                 let fresh = SeriesPending {
                     kind,
@@ -127,12 +128,10 @@ impl Pending {
                     folding: false,
                     minutes: Vec::new(),
                 };
-                let (_, (_, p)) = table.insert(hash, (series.clone(), fresh), |(s, _)| {
-                    hasher.hash_one(&**s)
-                });
-                p
-            }
-        };
+                (series.clone(), fresh)
+            },
+            |(s, _)| hasher.hash_one(&**s),
+        );
         p.kind = kind;
         p.watermark = p.watermark.max(id);
         for (m, slot) in minutes {
