@@ -63,7 +63,7 @@ struct RecordedSet {
 impl RecordedSet {
     fn get(&self, series: &SeriesId) -> Option<&Recorded> {
         let hash = self.hasher.hash_one(series);
-        let (_, (_, r)) = self.table.find(hash, |(s, _)| **s == *series)?;
+        let (_, (_, r)) = self.table.find(hash, |(s, _)| s.same(series))?;
         Some(r)
     }
 
@@ -72,7 +72,7 @@ impl RecordedSet {
         let hash = hasher.hash_one(&*series);
         let (_, r) = table.find_or_insert(
             hash,
-            |(s, _)| **s == *series,
+            |(s, _)| s.same(&series),
             || (series.clone(), new()),
             |(s, _)| hasher.hash_one(&**s),
         );

@@ -16,22 +16,20 @@
 //! A crash during replay is safe: the flushes replay applied are durable or
 //! not, and the next start begins from whichever.
 
-use std::collections::HashMap;
-
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::aggregator::Aggregator;
 use crate::flush::Pipeline;
 use crate::ingest::Ingestor;
-use crate::wal::{Baseline, Record, RecoveredSegment};
+use crate::wal::{Baseline, Baselines, Record, RecoveredSegment};
 
 /// What replay did.
 #[derive(Debug, Default)]
 pub struct Replayed {
     /// Every baseline as of the log's last marker, for the first checkpoint
     /// of the log's next segment.
-    pub baselines: HashMap<String, Baseline>,
+    pub baselines: Baselines,
     /// The newest flush id in the log: new flushes must be numbered above.
     pub max_flush_id: u64,
     pub requests: u64,
@@ -58,18 +56,16 @@ fn resume_point(segments: &[RecoveredSegment], durable: u64) -> (usize, usize) {
 /// silent for longer than `ingest.series_idle_timeout`: the aggregator would
 /// have forgotten them (their next sample starts afresh), and so does
 /// replay.
-fn seed(agg: &Aggregator, baselines: &HashMap<String, Baseline>) {
+fn seed(agg: &Aggregator, baselines: &Baselines) {
     let idle_ms = agg.limits().series_idle_timeout.as_millis() as i64;
     let oldest = chrono::Utc::now().timestamp_millis() - idle_ms;
-    for b in baselines.values().filter(|b| b.ts_ms >= oldest) {
+    for b in baselines.iter().filter(|b| b.ts_ms >= oldest) {
         agg.seed_baseline(b);
     }
 }
 
-fn merge(into: &mut HashMap<String, Baseline>, baselines: &[Baseline]) {
-    for b in baselines {
-        into.insert(b.key(), b.clone());
-    }
+fn merge(into: &mut Baselines, baselines: &[Baseline]) {
+    into.extend(baselines.iter().cloned());
 }
 
 /// Replays `segments` given the store's durable flush id; `give_up` ends

@@ -333,7 +333,7 @@ impl Aggregator {
                 if let (Some(out), Some((ts_ms, value))) =
                     (baselines.as_deref_mut(), st.last_cumulative.get())
                 {
-                    out.push(baseline_of(&id, ts_ms, value));
+                    out.push(Baseline::new(id.clone(), ts_ms, value));
                 }
                 // Moved, inline as it was when one minute (nearly always);
                 // a rare longer list gives back what it does not use.
@@ -358,7 +358,7 @@ impl Aggregator {
                     continue;
                 };
                 if let Some((ts_ms, value)) = st.last_cumulative.get() {
-                    out.push(baseline_of(&st.id, ts_ms, value));
+                    out.push(Baseline::new(st.id.clone(), ts_ms, value));
                 }
             }
             // Under the shard lock, like the additions in `ingest`, so the
@@ -372,9 +372,9 @@ impl Aggregator {
     /// write-ahead log, creating the series if need be.
     pub fn seed_baseline(&self, b: &Baseline) {
         let batch = SeriesBatch {
-            source: &b.source,
-            metric: &b.metric,
-            labels: &b.labels,
+            source: &b.series.source,
+            metric: &b.series.metric,
+            labels: b.series.labels.as_str(),
             kind: Some(SampleKind::CumulativeCounter),
             timestamps_ms: &[],
             values: &[],
@@ -383,9 +383,9 @@ impl Aggregator {
             series_index: 0,
         };
         let key = SeriesRef {
-            source: b.source.as_str(),
-            metric: b.metric.as_str(),
-            labels: b.labels.as_str(),
+            source: &b.series.source,
+            metric: &b.series.metric,
+            labels: b.series.labels.as_str(),
         };
         let hash = self.hasher.hash_one(key);
         let cell = &self.shards[self.shard_of(hash)];
@@ -494,17 +494,6 @@ impl Aggregator {
                 }
             }
         }
-    }
-}
-
-/// The log's form of a series' baseline.
-fn baseline_of(id: &crate::model::SeriesId, ts_ms: i64, value: f64) -> Baseline {
-    Baseline {
-        source: id.source.to_string(),
-        metric: id.metric.to_string(),
-        labels: id.labels.as_str().to_owned(),
-        ts_ms,
-        value,
     }
 }
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::ingest::IngestConfig;
-use crate::model::{minute_of_ms, Tier, HOUR_S};
+use crate::model::{minute_of_ms, SeriesId, Tier, HOUR_S};
 
 const NOW: i64 = 1_780_000_000_000; // 2026-05-28T…, minute-aligned enough for tests
 
@@ -377,13 +377,11 @@ fn label_sets_are_series_of_their_own_and_count_against_their_source() {
 fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines() {
     let a = agg();
     let now = chrono::Utc::now().timestamp_millis();
-    a.seed_baseline(&Baseline {
-        source: "s".into(),
-        metric: "c".into(),
-        labels: String::new(),
-        ts_ms: now - 2_000,
-        value: 100.0,
-    });
+    a.seed_baseline(&Baseline::new(
+        Arc::new(SeriesId::new("s", "c")),
+        now - 2_000,
+        100.0,
+    ));
     // Not idle just for having had no sample since the restart.
     assert_eq!(a.evict_idle(minute_of_ms(now - 60_000)), 0);
     let out = a.ingest(
@@ -424,7 +422,7 @@ fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines()
     let mut baselines = Vec::new();
     assert!(a.drain(Some(&mut baselines)).is_empty());
     assert_eq!(baselines.len(), 1);
-    assert_eq!(baselines[0].metric, "d");
+    assert_eq!(&*baselines[0].series.metric, "d");
 }
 
 #[test]

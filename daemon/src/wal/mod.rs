@@ -12,11 +12,12 @@
 //! it, cuts each later flush again with its original id at its marker, and
 //! the documents' watermarks skip what the store already has.
 
+mod baselines;
 mod record;
 mod segment;
 mod writer;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use tally_proto::v1 as pb;
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
+pub use baselines::Baselines;
 pub use record::{Baseline, Record};
 use segment::Open;
 use writer::{Cmd, Writer};
@@ -199,7 +201,7 @@ impl Wal {
         dir: &Path,
         cfg: WalConfig,
         recovered: &[RecoveredSegment],
-        baselines: HashMap<String, Baseline>,
+        baselines: Baselines,
         max_baseline_age: Duration,
     ) -> Result<Wal, WalError> {
         let io = |e: std::io::Error| WalError::Io {
@@ -209,7 +211,7 @@ impl Wal {
         let number = recovered.last().map_or(1, |s| s.number + 1);
         let mut open = Open::create(dir, number).map_err(io)?;
         let mut first = Vec::new();
-        segment::frame(&mut first, &record::encode_checkpoint(baselines.values()));
+        segment::frame(&mut first, &record::encode_checkpoint(baselines.iter()));
         open.write(&first)
             .and_then(|()| open.file.sync_data())
             .map_err(io)?;

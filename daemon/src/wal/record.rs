@@ -13,25 +13,31 @@
 //!
 //! Integers are little-endian; strings are a `u32` length and UTF-8.
 
+use std::sync::Arc;
+
 use prost::Message as _;
 use tally_proto::v1 as pb;
+
+use crate::labels::Labels;
+use crate::model::SeriesId;
 
 /// A cumulative counter's baseline: the last sample its next delta is
 /// taken from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Baseline {
-    pub source: String,
-    pub metric: String,
-    /// The label set's canonical encoding.
-    pub labels: String,
+    /// The aggregator's id of the series, shared.
+    pub series: Arc<SeriesId>,
     pub ts_ms: i64,
     pub value: f64,
 }
 
 impl Baseline {
-    /// The map key: source, metric and labels, joined unambiguously.
-    pub fn key(&self) -> String {
-        format!("{}|{}|{}", self.source, self.metric, self.labels)
+    pub fn new(series: Arc<SeriesId>, ts_ms: i64, value: f64) -> Baseline {
+        Baseline {
+            series,
+            ts_ms,
+            value,
+        }
     }
 }
 
@@ -65,6 +71,8 @@ pub enum DecodeError {
     Kind(u8),
     #[error("a name is not UTF-8")]
     Utf8,
+    #[error("a label set is not in its canonical encoding: {0:?}")]
+    Labels(String),
     #[error("request: {0}")]
     Request(String),
 }
@@ -120,9 +128,9 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 }
 
 fn put_baseline(out: &mut Vec<u8>, b: &Baseline) {
-    put_str(out, &b.source);
-    put_str(out, &b.metric);
-    put_str(out, &b.labels);
+    put_str(out, &b.series.source);
+    put_str(out, &b.series.metric);
+    put_str(out, b.series.labels.as_str());
     out.extend_from_slice(&b.ts_ms.to_le_bytes());
     out.extend_from_slice(&b.value.to_le_bytes());
 }
@@ -162,10 +170,17 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
-    fn string(&mut self) -> Result<String, DecodeError> {
+    fn str(&mut self) -> Result<&'a str, DecodeError> {
         let n = self.u32()? as usize;
         let b = self.take(n)?;
-        String::from_utf8(b.to_vec()).map_err(|_| DecodeError::Utf8)
+        std::str::from_utf8(b).map_err(|_| DecodeError::Utf8)
+    }
+
+    fn series(&mut self) -> Result<SeriesId, DecodeError> {
+        let (source, metric, labels) = (self.str()?, self.str()?, self.str()?);
+        let labels =
+            Labels::from_encoded(labels).ok_or_else(|| DecodeError::Labels(labels.to_string()))?;
+        Ok(SeriesId::with_labels(source, metric, labels))
     }
 
     fn baselines(&mut self) -> Result<Vec<Baseline>, DecodeError> {
@@ -177,9 +192,7 @@ impl<'a> Reader<'a> {
         (0..n)
             .map(|_| {
                 Ok(Baseline {
-                    source: self.string()?,
-                    metric: self.string()?,
-                    labels: self.string()?,
+                    series: Arc::new(self.series()?),
                     ts_ms: self.u64()? as i64,
                     value: f64::from_bits(self.u64()?),
                 })
@@ -226,16 +239,21 @@ mod tests {
         (
             "[a-z]{1,8}",
             "[a-z._]{1,8}",
-            "[a-z=\",]{0,12}",
+            proptest::collection::vec(("[a-z]{1,4}", "[a-z=\",|]{0,6}"), 0..3),
             any::<i64>(),
             any::<f64>(),
         )
-            .prop_map(|(source, metric, labels, ts_ms, value)| Baseline {
-                source,
-                metric,
-                labels,
-                ts_ms,
-                value,
+            .prop_map(|(source, metric, pairs, ts_ms, value)| {
+                let mut pairs = pairs;
+                pairs.sort();
+                pairs.dedup_by(|a, b| a.0 == b.0);
+                let labels = Labels::from_pairs(
+                    pairs.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+                    usize::MAX,
+                )
+                .unwrap();
+                let series = SeriesId::with_labels(&source, &metric, labels);
+                Baseline::new(Arc::new(series), ts_ms, value)
             })
     }
 

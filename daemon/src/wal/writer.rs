@@ -5,7 +5,7 @@
 //! checkpoint of the baselines) and deletes segments once the store holds
 //! everything in them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use tracing::{error, info, warn};
 
 use super::record::{self, Baseline};
 use super::segment::{self, Open};
+use super::Baselines;
 use super::{SyncMode, WalConfig, WalError};
 
 /// What the writer is asked to do.
@@ -76,7 +77,7 @@ pub(super) struct Writer {
     /// Each marker's flush id and the segment it is in, oldest first.
     pub markers: VecDeque<(u64, u64)>,
     /// Every baseline as of the last marker written.
-    pub baselines: HashMap<String, Baseline>,
+    pub baselines: Baselines,
     /// Baselines older than this (by sample time) are dropped at each
     /// segment roll: the aggregator forgets such idle counters too.
     pub max_baseline_age: Duration,
@@ -162,9 +163,7 @@ impl Writer {
                     markers.frames.extend_from_slice(&buf[at..]);
                     markers.done.push(done);
                     self.markers.push_back((flush_id, self.open.number));
-                    for b in baselines {
-                        self.baselines.insert(b.key(), b);
-                    }
+                    self.baselines.extend(baselines);
                 }
                 Cmd::Durable(id) => self.release(id),
                 Cmd::Close { done } => return Some(done),
@@ -261,15 +260,12 @@ impl Writer {
     fn roll(&mut self) {
         let oldest = chrono::Utc::now().timestamp_millis()
             - self.max_baseline_age.as_millis().min(i64::MAX as u128) as i64;
-        self.baselines.retain(|_, b| b.ts_ms >= oldest);
+        self.baselines.retain(|b| b.ts_ms >= oldest);
         let next = self.open.number + 1;
         match Open::create(&self.dir, next) {
             Ok(mut open) => {
                 let mut buf = Vec::new();
-                segment::frame(
-                    &mut buf,
-                    &record::encode_checkpoint(self.baselines.values()),
-                );
+                segment::frame(&mut buf, &record::encode_checkpoint(self.baselines.iter()));
                 if let Err(e) = open.write(&buf).and_then(|()| open.file.sync_data()) {
                     warn!(error = %e, "write-ahead log: could not start a new segment; staying on the current one");
                     return;
@@ -320,10 +316,7 @@ impl Writer {
     /// restart, then a sync.
     fn close(&mut self) {
         let mut buf = Vec::new();
-        segment::frame(
-            &mut buf,
-            &record::encode_checkpoint(self.baselines.values()),
-        );
+        segment::frame(&mut buf, &record::encode_checkpoint(self.baselines.iter()));
         let done = self
             .open
             .write(&buf)
