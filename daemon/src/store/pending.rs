@@ -118,7 +118,7 @@ impl Pending {
         let hash = hasher.hash_one(&**series);
         let (_, p) = table.find_or_insert(
             hash,
-            |(s, _)| **s == **series,
+            |(s, _)| s.same(series),
             || {
                 queue.push_back((id, series.clone()));
                 let fresh = SeriesPending {
@@ -137,6 +137,16 @@ impl Pending {
         for (m, slot) in minutes {
             merge_minute(&mut p.minutes, m, &slot);
         }
+    }
+
+    /// How many series a fold takes so that every series waits about
+    /// `period_us` for its fold, `elapsed_us` after the last fold (flush
+    /// ids count microseconds): that fraction of the pending series.
+    pub(crate) fn share(&self, elapsed_us: u64, period_us: u64) -> usize {
+        let len = self.len() as u128;
+        let elapsed = elapsed_us.min(period_us);
+        let share = (len * u128::from(elapsed)).div_ceil(u128::from(period_us).max(1));
+        usize::try_from(share).unwrap_or(usize::MAX)
     }
 
     /// Takes the `n` series pending longest for a fold. They stay readable
@@ -206,19 +216,19 @@ impl Pending {
 
     fn get(&self, series: &SeriesId) -> Option<&SeriesPending> {
         let hash = self.hasher.hash_one(series);
-        let (_, (_, p)) = self.series.find(hash, |(s, _)| **s == *series)?;
+        let (_, (_, p)) = self.series.find(hash, |(s, _)| s.same(series))?;
         Some(p)
     }
 
     fn get_mut(&mut self, series: &SeriesId) -> Option<&mut SeriesPending> {
         let hash = self.hasher.hash_one(series);
-        let (_, (_, p)) = self.series.find_mut(hash, |(s, _)| **s == *series)?;
+        let (_, (_, p)) = self.series.find_mut(hash, |(s, _)| s.same(series))?;
         Some(p)
     }
 
     fn remove(&mut self, series: &SeriesId) {
         let hash = self.hasher.hash_one(series);
-        self.series.remove(hash, |(s, _)| **s == *series);
+        self.series.remove(hash, |(s, _)| s.same(series));
     }
 
     /// Forgets `series`' pending minutes (its documents are damaged).

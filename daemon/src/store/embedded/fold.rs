@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use redb::{Database, WriteTransaction};
 
@@ -86,16 +87,16 @@ impl Db {
         // after the commit too.
         let _turn = self.fold_lock.lock();
         let txn = db.begin_write().map_err(db_err)?;
-        let spread = self.config.fold_over_flushes.max(1) as usize;
         // Folding over one flush is writing every flush straight into its
         // documents, which is the replay's way.
-        let replay = spread == 1 || id <= self.committed_flush_id.load(Ordering::Acquire);
+        let replay = self.config.fold_over_flushes <= 1
+            || id <= self.committed_flush_id.load(Ordering::Acquire);
         let (mut folds, oldest) = {
             let mut pending = self.pending.lock();
             let n = if replay {
                 usize::MAX
             } else {
-                pending.len().div_ceil(spread)
+                self.fold_count(&pending, id)
             };
             let folds = pending.start_fold(n);
             (folds, pending.oldest())
@@ -103,16 +104,28 @@ impl Db {
         let written = write_flush(&txn, batch, &mut folds, replay, oldest, damaged).and_then(|w| {
             // On an error above, dropping `txn` aborts it: nothing of the
             // batch is written.
+            let committing = Instant::now();
             self.commit(txn, Some(id), false, Some(Redo::Apply(batch.clone())))?;
+            tracing::debug!(
+                flush_id = id,
+                commit_s = committing.elapsed().as_secs_f64(),
+                "flush committed"
+            );
             Ok(w)
         });
         let mut pending = self.pending.lock();
         match written {
             Ok((stats, logged)) => {
+                let adding = Instant::now();
                 pending.end_fold(&folds);
                 for su in logged {
                     pending.add(&su.series, su.kind, id, su.minutes.iter().copied());
                 }
+                tracing::debug!(
+                    flush_id = id,
+                    pending_s = adding.elapsed().as_secs_f64(),
+                    "flush pending"
+                );
                 folded(&pending, folds.len());
                 Ok(stats)
             }
@@ -128,12 +141,35 @@ impl Db {
     /// Folds the next slice of the pending series with no flush to carry
     /// it: an idle daemon's log empties too.
     pub(super) fn fold_idle(&self) -> Result<(), StoreError> {
-        let spread = self.config.fold_over_flushes.max(1) as usize;
-        let n = self.pending.lock().len().div_ceil(spread);
+        let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
+        let n = {
+            let _turn = self.fold_lock.lock();
+            self.fold_count(&self.pending.lock(), now_us)
+        };
         if n > 0 {
             self.fold_some(n)?;
         }
         Ok(())
+    }
+
+    /// How many series a fold at `now_us` (a flush id, or the clock in
+    /// the same microseconds) takes: a `1 / fold_over_flushes` share, or
+    /// more to keep to `fold_period`. The first fold of the process goes
+    /// by the share alone, so that a restart with much pending does not
+    /// fold it all in one transaction. Called under `fold_lock`.
+    fn fold_count(&self, pending: &Pending, now_us: u64) -> usize {
+        let spread = self.config.fold_over_flushes.max(1) as usize;
+        let last = self.last_fold_us.swap(now_us, Ordering::AcqRel);
+        let elapsed = if last == 0 {
+            0
+        } else {
+            now_us.saturating_sub(last)
+        };
+        let period = u64::try_from(self.config.fold_period.as_micros()).unwrap_or(u64::MAX);
+        pending
+            .len()
+            .div_ceil(spread)
+            .max(pending.share(elapsed, period))
     }
 
     /// Folds the `n` series pending longest, outside any flush.
@@ -237,6 +273,8 @@ fn write_flush<'b>(
     let id = batch.id.0;
     let mut stats = ApplyStats::default();
     let mut logged = Vec::new();
+    let started = Instant::now();
+    let mut trimmed = started;
     let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
     if !replay {
         let index: HashMap<&SeriesId, usize> = folds
@@ -264,13 +302,14 @@ fn write_flush<'b>(
         stats.documents_written = batch.document_count();
         // The log keeps the oldest pending flush and everything after it.
         let keep_from = oldest.into_iter().chain(wrote_log.then_some(id)).min();
+        trimmed = Instant::now();
         trim_below(&mut log, keep_from.unwrap_or(u64::MAX))?;
     } else {
         // Everything pending is in `folds`: the whole log goes.
         trim_below(&mut log, u64::MAX)?;
     }
     drop(log);
-
+    let folding = Instant::now();
     write_folds(txn, folds, damaged)?;
     if replay {
         let mut tables = DocTables::open(txn)?;
@@ -281,5 +320,14 @@ fn write_flush<'b>(
         }
     }
     raise_last_flush_id(txn, id)?;
+    tracing::debug!(
+        flush_id = id,
+        logged = logged.len(),
+        folded = folds.len(),
+        log_s = (trimmed - started).as_secs_f64(),
+        trim_s = (folding - trimmed).as_secs_f64(),
+        fold_s = folding.elapsed().as_secs_f64(),
+        "flush written"
+    );
     Ok((stats, logged))
 }

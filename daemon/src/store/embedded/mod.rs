@@ -134,6 +134,9 @@ impl EmbeddedStore {
 
     /// Deletes expired documents; see [`retention`]. Returns how many
     /// documents were deleted. Blocking: call it from a blocking context.
+    /// The daemon's sweep goes through [`Store::expire`], which looks only
+    /// when something may have expired.
+    #[cfg(test)]
     fn sweep_expired(&self, now_s: i64, retention: Retention) -> Result<usize, StoreError> {
         self.inner.sweep_expired(now_s, retention)
     }
@@ -268,7 +271,7 @@ impl Store for EmbeddedStore {
         let store = self.clone();
         let r = tokio::task::spawn_blocking(move || {
             store.inner.reopen_if_needed()?;
-            store.sweep_expired(
+            store.inner.sweep_if_due(
                 now_s,
                 Retention {
                     hour_s: hour_retention_s,

@@ -6,13 +6,20 @@
 //!
 //! It skip-scans: for each series it seeks to the series' first document and
 //! deletes the expired prefix, so it reads one key per series plus what it
-//! deletes, not the whole table. In the same transaction it drops catalog
+//! deletes, not the whole table. That is still a few seconds at a million
+//! series, in a write transaction that flushes wait for, so the daemon's
+//! minutely sweep ([`Db::sweep_if_due`]) runs only when a period may have
+//! expired since the last one. The newest expired hour changes every hour,
+//! so that is still hourly: documents that late samples made in periods
+//! already past retention, and expired catalog entries, wait at most that
+//! long. In the same transaction it drops catalog
 //! entries whose `last_seen` is before `now - retention.day_s` (by then the
 //! series has no day document left), as the MongoDB store's TTL index on
 //! `last_seen` does.
 
 use std::ops::Bound;
 
+use parking_lot::Mutex;
 use redb::{ReadableTable, Table};
 
 use super::codec::decode_catalog;
@@ -21,6 +28,7 @@ use super::errors::db_err;
 use super::layout::{
     CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG,
 };
+use crate::model::Tier;
 use crate::store::StoreError;
 
 /// How long hour and day documents are kept.
@@ -34,7 +42,49 @@ pub(super) struct Retention {
     pub(super) day_s: i64,
 }
 
+/// What the last sweep of this process left expired: a later sweep that
+/// would find the same periods expired has only late documents to find.
+#[derive(Debug, Default)]
+pub(super) struct Swept(Mutex<Option<SweptAt>>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SweptAt {
+    /// The newest hour and day period starts that had expired.
+    hour: i64,
+    day: i64,
+}
+
+impl SweptAt {
+    fn of(now_s: i64, retention: Retention) -> SweptAt {
+        // The newest period starting before the cutoff: the newest expired.
+        let newest = |tier: Tier, retention_s: i64| {
+            let cutoff = now_s.saturating_sub(retention_s);
+            tier.period_start(cutoff.saturating_sub(1).div_euclid(crate::model::MINUTE_S))
+        };
+        SweptAt {
+            hour: newest(Tier::Hour, retention.hour_s),
+            day: newest(Tier::Day, retention.day_s),
+        }
+    }
+}
+
 impl Db {
+    /// [`Db::sweep_expired`] if a period may have expired since the last
+    /// sweep; otherwise 0 without a look.
+    pub(super) fn sweep_if_due(
+        &self,
+        now_s: i64,
+        retention: Retention,
+    ) -> Result<usize, StoreError> {
+        let at = SweptAt::of(now_s, retention);
+        if *self.swept.0.lock() == Some(at) {
+            return Ok(0);
+        }
+        let deleted = self.sweep_expired(now_s, retention)?;
+        *self.swept.0.lock() = Some(at);
+        Ok(deleted)
+    }
+
     /// Deletes expired documents; returns how many documents (hour documents
     /// plus day documents, each day counted once) were deleted.
     ///

@@ -4,6 +4,7 @@
 //! minute once.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use proptest::prelude::*;
 
@@ -228,4 +229,69 @@ fn a_damaged_document_drops_its_series_not_every_later_flush() {
     };
     let docs = store.inner.read(&q).unwrap();
     assert_eq!(docs[0].slots[0].1.n, 10, "{docs:?}");
+}
+
+/// The longest any of `names` waited for its fold over 24 flushes 5 s
+/// apart, each touching every series, with `period`; and the store's
+/// reads of them after a final fold.
+fn wait_over_24_flushes(period: Duration, names: &[String]) -> (u64, Vec<u64>) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = EmbeddedConfig {
+        fold_over_flushes: 60,
+        fold_period: period,
+        ..Default::default()
+    };
+    let store = EmbeddedStore::open_with(dir.path(), config).unwrap();
+    let h = ts(2026, 3, 14, 10, 0);
+    // Flush ids count microseconds, as the pipeline numbers them.
+    let first = h as u64 * 1_000_000;
+    let mut longest = 0;
+    for k in 0..24u64 {
+        let id = first + k * 5_000_000;
+        let minute = h + 60 * (k as i64 / 12);
+        let all = names
+            .iter()
+            .map(|n| series(n, "m", SampleKind::Gauge, &[(minute, 1.0)]))
+            .collect();
+        store.inner.apply(&Arc::new(batch(id, all))).unwrap();
+        let pending = store.inner.pending.lock();
+        for n in names {
+            if let Some(since) = pending.since_of(&SeriesId::new(n, "m")) {
+                longest = longest.max(id - since);
+            }
+        }
+    }
+    store.fold_all().unwrap();
+    let counts = names
+        .iter()
+        .map(|n| {
+            let q = ReadQuery {
+                series: SeriesId::new(n, "m"),
+                tier: Tier::Hour,
+                resolution: Resolution::Hour,
+                from: h,
+                to: h + 3600,
+            };
+            let docs = store.inner.read(&q).unwrap();
+            docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum()
+        })
+        .collect();
+    (longest, counts)
+}
+
+/// With a flush interval long against `fold_over_flushes` (60 flushes of
+/// 5 s are five minutes), the fold period still bounds how long a series'
+/// minutes wait in memory, and every sample is still read once.
+#[test]
+fn the_fold_period_bounds_a_series_wait_whatever_the_flush_interval() {
+    let names: Vec<String> = (0..40).map(|i| format!("s{i:02}")).collect();
+    let (longest, counts) = wait_over_24_flushes(Duration::from_secs(20), &names);
+    // 20 s is four flushes; the first flush of a process folds by
+    // `fold_over_flushes` alone, which costs one more.
+    assert!(longest <= 25_000_000, "waited {longest} µs");
+    assert!(counts.iter().all(|&n| n == 24), "{counts:?}");
+    // By flushes alone, a series would still be waiting after 23 flushes.
+    let (longest, counts) = wait_over_24_flushes(Duration::from_secs(3600), &names);
+    assert!(longest >= 100_000_000, "waited {longest} µs");
+    assert!(counts.iter().all(|&n| n == 24), "{counts:?}");
 }

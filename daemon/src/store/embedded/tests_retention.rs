@@ -106,3 +106,42 @@ async fn sweep_expired_deletes_only_old_docs() {
     q.series = SeriesId::new("b", "n");
     assert_eq!(read(&store, q).await[0].slots.len(), 2);
 }
+
+/// The daemon's sweep every minute looks only when a period may have
+/// expired since its last look, which is at least hourly: a document a late
+/// sample made in an expired period waits for that, then goes.
+#[tokio::test]
+async fn the_minutely_sweep_looks_only_when_a_period_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_direct(&dir);
+    let retention = Retention {
+        hour_s: HOUR_S,
+        day_s: 10 * DAY_S,
+    };
+    let id = std::cell::Cell::new(0);
+    let hour_doc = |s: &str, start: i64| {
+        id.set(id.get() + 1);
+        let b = batch(
+            id.get(),
+            vec![series(s, "m", SampleKind::Gauge, &[(start, 1.0)])],
+        );
+        store.inner.apply(&std::sync::Arc::new(b)).unwrap();
+    };
+    let (ten, eleven) = (ts(2026, 3, 14, 10, 0), ts(2026, 3, 14, 11, 0));
+    hour_doc("a", ten);
+    // 11:30 with 1 h retention: the 10:00 hour has expired.
+    let now = ts(2026, 3, 14, 11, 30);
+    assert_eq!(store.inner.sweep_if_due(now, retention).unwrap(), 1);
+    // A late sample for 10:00, and one for 11:00, which has not expired.
+    hour_doc("b", ten);
+    hour_doc("c", eleven);
+    for later in [60, 1_740] {
+        assert_eq!(store.inner.sweep_if_due(now + later, retention).unwrap(), 0);
+    }
+    // 12:00:01: the 11:00 hour has expired too, so the sweep looks.
+    let deleted = store.inner.sweep_if_due(now + 1_801, retention).unwrap();
+    assert_eq!(deleted, 2, "b's 10:00 and c's 11:00");
+    assert_eq!(store.inner.sweep_if_due(now + 1_861, retention).unwrap(), 0);
+    // What the skipped looks would have found is all gone.
+    assert_eq!(store.sweep_expired(now + 1_861, retention).unwrap(), 0);
+}

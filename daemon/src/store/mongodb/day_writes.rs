@@ -118,10 +118,9 @@ impl DayWrites {
         } else {
             id - applied
         };
-        let len = pending.len() as u128;
-        let share = (len * u128::from(elapsed)).div_ceil(u128::from(self.delay_us).max(1));
+        let share = pending.share(elapsed, self.delay_us);
         let overdue = pending.queued_since_at_most(id.saturating_sub(self.delay_us));
-        let n = usize::try_from(share).unwrap_or(usize::MAX).max(overdue);
+        let n = share.max(overdue);
         DayPlan::Deferred(pending.start_fold(n))
     }
 
