@@ -17,7 +17,7 @@ mod pace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -364,12 +364,13 @@ impl Pipeline {
                 }
             })
         };
-        // The first flush is one interval after start, not at once.
+        // On the wall clock's beat (see `pace::until_beat`); a tick missed
+        // while the loop waited is skipped, which keeps the beat.
         let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::now() + self.cfg.interval,
+            tokio::time::Instant::now() + pace::until_beat(self.cfg.interval, SystemTime::now()),
             self.cfg.interval,
         );
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}

@@ -9,7 +9,7 @@
 //! in memory meanwhile; reads merge memory, so they stay fresh, and the
 //! aggregator's memory bound still holds (ingest pushes back at it).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -46,6 +46,28 @@ impl Pace {
     }
 }
 
+/// How long after `now` the flush ticks start: just after the next
+/// wall-clock multiple of `interval`. With an interval that divides a
+/// minute, a flush then comes right after each minute begins, so a series'
+/// last samples of the old minute are drained before its first ones of the
+/// new minute arrive. Ticks at other times drained both minutes of nearly
+/// every series at once, each pair in an allocation of its own (80 MB at a
+/// million series, every minute). The offset leaves samples stamped just
+/// before the boundary time to arrive.
+pub(super) fn until_beat(interval: Duration, now: SystemTime) -> Duration {
+    let since = now
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let step = interval.as_nanos().max(1);
+    let offset = (interval / 20).min(BEAT_OFFSET).as_nanos();
+    let next = (since / step + 1) * step + offset;
+    Duration::from_nanos(u64::try_from(next - since).unwrap_or(u64::MAX))
+}
+
+/// How long after a multiple of the interval a flush tick comes, at most.
+const BEAT_OFFSET: Duration = Duration::from_millis(50);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +83,19 @@ mod tests {
         // A smaller flush later does not shorten a longer wait.
         pace.flushed(t + Duration::from_millis(100), 10);
         assert!(pace.holds(t + Duration::from_millis(2400)));
+    }
+
+    #[test]
+    fn ticks_start_just_after_a_multiple_of_the_interval() {
+        let at = |s: f64| UNIX_EPOCH + Duration::from_secs_f64(s);
+        let ms = |d: Duration| d.as_millis();
+        // 62.3 s past a minute: the next 5 s beat is 65 s, then 50 ms.
+        assert_eq!(ms(until_beat(Duration::from_secs(5), at(62.3))), 2_750);
+        assert_eq!(ms(until_beat(Duration::from_secs(1), at(62.3))), 750);
+        // On a beat: the next one, not at once.
+        assert_eq!(ms(until_beat(Duration::from_secs(5), at(65.0))), 5_050);
+        // A short interval: an offset of a twentieth of it.
+        assert_eq!(ms(until_beat(Duration::from_millis(100), at(62.31))), 95);
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl Db {
             Ok((stats, logged)) => {
                 let adding = Instant::now();
                 pending.end_fold(&folds);
-                for su in logged {
+                for su in logged.iter(batch) {
                     pending.add(&su.series, su.kind, id, su.minutes.iter().copied());
                 }
                 tracing::debug!(
@@ -257,47 +257,77 @@ fn check_update(sm: &SeriesMinutes) -> Result<(), StoreError> {
     }
 }
 
+/// Which series of a batch its flush logged: all but the folded ones, or
+/// none (a replay). Positions rather than a list of the logged series,
+/// which took 8 bytes per series of the batch, and a route per series
+/// another 16, while the flush held its batch and its dirty pages.
+struct Logged {
+    /// Ascending positions in the batch of the series folded instead.
+    folded: Option<Vec<u32>>,
+}
+
+impl Logged {
+    fn iter<'a>(&'a self, batch: &'a FlushBatch) -> impl Iterator<Item = &'a SeriesMinutes> + 'a {
+        let mut folded = self.folded.iter().flatten().copied().peekable();
+        let all = if self.folded.is_some() {
+            batch.series.as_slice()
+        } else {
+            &[]
+        };
+        all.iter().enumerate().filter_map(move |(i, su)| {
+            if folded.next_if_eq(&(i as u32)).is_some() {
+                return None;
+            }
+            Some(su)
+        })
+    }
+
+    fn len(&self, batch: &FlushBatch) -> usize {
+        self.folded
+            .as_ref()
+            .map_or(0, |f| batch.series.len() - f.len())
+    }
+}
+
 /// The writes of flush `batch` inside `txn`: the log entries of the series
 /// not in `folds`, the folds (which take the flush's minutes of their
 /// series), or for a replay the flush itself after the folds; then the log
 /// trimmed to what is still pending. `oldest` is the oldest flush pending
-/// outside the folds. Returns the stats and the logged series.
-fn write_flush<'b>(
+/// outside the folds. Returns the stats and which series were logged.
+fn write_flush(
     txn: &WriteTransaction,
-    batch: &'b FlushBatch,
+    batch: &FlushBatch,
     folds: &mut [Fold],
     replay: bool,
     oldest: Option<u64>,
     damaged: &mut Option<Arc<SeriesId>>,
-) -> Result<(ApplyStats, Vec<&'b SeriesMinutes>), StoreError> {
+) -> Result<(ApplyStats, Logged), StoreError> {
     let id = batch.id.0;
     let mut stats = ApplyStats::default();
-    let mut logged = Vec::new();
+    let mut logged = Logged { folded: None };
     let started = Instant::now();
     let mut trimmed = started;
     let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
     if !replay {
-        let index: HashMap<&SeriesId, usize> = folds
+        // Keyed by the folds' own ids (shared, not borrowed from `folds`,
+        // which the loop changes).
+        let index: HashMap<Arc<SeriesId>, usize> = folds
             .iter()
             .enumerate()
-            .map(|(i, f)| (&*f.series, i))
+            .map(|(i, f)| (f.series.clone(), i))
             .collect();
-        let routes: Vec<Option<usize>> = batch
-            .series
-            .iter()
-            .map(|su| index.get(&*su.series).copied())
-            .collect();
-        drop(index);
+        let mut folded = Vec::with_capacity(folds.len());
         let mut writer = LogWriter::new(id);
-        for (su, route) in batch.series.iter().zip(routes) {
-            match route {
-                Some(i) => folds[i].add(id, su.kind, su.minutes.iter().copied()),
-                None => {
-                    writer.push(&mut log, &su.series, su.kind, su.minutes.iter().copied())?;
-                    logged.push(su);
+        for (at, su) in batch.series.iter().enumerate() {
+            match index.get(&*su.series) {
+                Some(&i) => {
+                    folds[i].add(id, su.kind, su.minutes.iter().copied());
+                    folded.push(at as u32);
                 }
+                None => writer.push(&mut log, &su.series, su.kind, su.minutes.iter().copied())?,
             }
         }
+        logged.folded = Some(folded);
         let wrote_log = writer.finish(&mut log)?;
         stats.documents_written = batch.document_count();
         // The log keeps the oldest pending flush and everything after it.
@@ -322,7 +352,7 @@ fn write_flush<'b>(
     raise_last_flush_id(txn, id)?;
     tracing::debug!(
         flush_id = id,
-        logged = logged.len(),
+        logged = logged.len(batch),
         folded = folds.len(),
         log_s = (trimmed - started).as_secs_f64(),
         trim_s = (folding - trimmed).as_secs_f64(),
