@@ -154,8 +154,8 @@ pub fn validate_metric(name: &str) -> Result<(), NameError> {
 /// Names and labels are validated before one is made.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SeriesId {
-    pub source: Box<str>,
-    pub metric: Box<str>,
+    pub source: std::sync::Arc<str>,
+    pub metric: std::sync::Arc<str>,
     pub labels: Labels,
 }
 

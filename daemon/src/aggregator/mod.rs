@@ -10,6 +10,7 @@
 //! detection. Buckets are additive, so samples may arrive in any order:
 //! late samples within the lateness window land in their own minute.
 
+mod names;
 mod outcome;
 mod prealloc;
 pub use prealloc::{PreallocMarks, PreallocWindow};
@@ -97,9 +98,10 @@ pub struct Aggregator {
     shards: Box<[ShardCell]>,
     hasher: ahash::RandomState,
     series_count: AtomicUsize,
-    /// Series per source, for `ingest.max_series_per_source`. Touched only
-    /// when a series is created or evicted, never per sample.
-    per_source: parking_lot::Mutex<hashbrown::HashMap<Box<str>, usize>>,
+    /// The sources and metrics of the series in memory, shared by their
+    /// series, with series per source for `ingest.max_series_per_source`.
+    /// Touched only when a series is created or evicted, never per sample.
+    names: parking_lot::Mutex<names::SeriesNames>,
     /// The labelled series in memory by `source|metric`, so a read of one
     /// source's metric finds its label sets before they reach the catalog.
     /// Changed only when a labelled series is created or evicted.
@@ -119,7 +121,7 @@ impl Aggregator {
             shards: (0..n).map(|_| ShardCell::default()).collect(),
             hasher: ahash::RandomState::new(),
             series_count: AtomicUsize::new(0),
-            per_source: Default::default(),
+            names: Default::default(),
             labelled: Default::default(),
             inflight_slots: AtomicUsize::new(0),
             limits: Limits::of(limits),
@@ -187,7 +189,7 @@ impl Aggregator {
 
     /// Sources with at least one series in memory.
     pub fn source_count(&self) -> usize {
-        self.per_source.lock().len()
+        self.names.lock().sources.len()
     }
 
     /// True when in-memory accumulators have reached the memory bound and
@@ -453,14 +455,10 @@ impl Aggregator {
         }
         self.series_count.fetch_sub(gone.len(), Ordering::Relaxed);
         self.forget_labelled(&gone);
-        let mut per_source = self.per_source.lock();
+        let mut names = self.names.lock();
         for id in &gone {
-            if let Some(n) = per_source.get_mut(&id.source) {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    per_source.remove(&id.source);
-                }
-            }
+            names.sources.remove(&id.source);
+            names.metrics.remove(&id.metric);
         }
         gone.len()
     }

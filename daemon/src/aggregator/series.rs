@@ -78,7 +78,13 @@ impl LastCumulative {
 }
 
 impl SeriesState {
-    fn new(b: &SeriesBatch<'_>, hash: u64, kind: SampleKind) -> SeriesState {
+    fn new(
+        b: &SeriesBatch<'_>,
+        hash: u64,
+        kind: SampleKind,
+        source: Arc<str>,
+        metric: Arc<str>,
+    ) -> SeriesState {
         SeriesState {
             key: [
                 b.source.as_bytes(),
@@ -90,11 +96,11 @@ impl SeriesState {
             .into_iter()
             .collect(),
             labels_at: (b.source.len() + 1 + b.metric.len()) as u32,
-            id: Arc::new(SeriesId::with_labels(
-                b.source,
-                b.metric,
-                Labels::from_validated(b.labels),
-            )),
+            id: Arc::new(SeriesId {
+                source,
+                metric,
+                labels: Labels::from_validated(b.labels),
+            }),
             hash,
             kind,
             last_cumulative: LastCumulative::NONE,
@@ -267,23 +273,27 @@ impl Aggregator {
             });
             return None;
         }
-        if !self.count_source_series(b, out) {
-            return None;
-        }
+        let (source, metric) = self.take_names(b, out)?;
         self.series_count.fetch_add(1, Ordering::Relaxed);
-        let (pos, state) = series.insert(hash, SeriesState::new(b, hash, kind), |s| s.hash);
+        let state = SeriesState::new(b, hash, kind, source, metric);
+        let (pos, state) = series.insert(hash, state, |s| s.hash);
         self.index_labelled(&state.id);
         Some((pos, state))
     }
 
-    /// Counts a new series against its source's limit; false (and the group
+    /// Counts a new series against its source's limit and returns the
+    /// shared copies of its source and metric; none (and the group
     /// rejected) when the source is at `ingest.max_series_per_source`.
-    fn count_source_series(&self, b: &SeriesBatch<'_>, out: &mut IngestOutcome) -> bool {
+    fn take_names(
+        &self,
+        b: &SeriesBatch<'_>,
+        out: &mut IngestOutcome,
+    ) -> Option<(Arc<str>, Arc<str>)> {
         let max = self.limits.max_series_per_source;
-        let mut per_source = self.per_source.lock();
-        match per_source.get_mut(b.source) {
-            Some(n) if *n >= max => {
-                drop(per_source);
+        let mut names = self.names.lock();
+        match names.sources.count(b.source) {
+            n if n >= max => {
+                drop(names);
                 metrics::counter!("tally_series_refused_total", "limit" => "source").increment(1);
                 let count = b.values.len() as u64;
                 let cap = self.limits.max_rejections_reported;
@@ -294,16 +304,9 @@ impl Aggregator {
                         truncate(b.source)
                     )
                 });
-                false
+                None
             }
-            Some(n) => {
-                *n += 1;
-                true
-            }
-            None => {
-                per_source.insert(b.source.into(), 1);
-                true
-            }
+            _ => Some((names.sources.add(b.source), names.metrics.add(b.metric))),
         }
     }
 

@@ -468,8 +468,8 @@ impl QueryEngine {
             .map(|b| SeriesRange {
                 points: Point::all(&b.buckets, w.step.width_s, b.is_counter(), aggregates),
                 labels: b.series.labels.to_map(),
-                source: b.series.source.into(),
-                metric: b.series.metric.into(),
+                source: b.series.source.to_string(),
+                metric: b.series.metric.to_string(),
                 kind: b.kind,
             })
             .collect();
@@ -508,8 +508,8 @@ impl QueryEngine {
                     kind: b.kind.or(last.map(|l| l.0)),
                     last: last.map(|(_, t_ms, value)| LatestValue { t_ms, value }),
                     labels: b.series.labels.to_map(),
-                    source: b.series.source.into(),
-                    metric: b.series.metric.into(),
+                    source: b.series.source.to_string(),
+                    metric: b.series.metric.to_string(),
                 }
             })
             .collect())
