@@ -46,8 +46,10 @@ impl Pace {
     }
 }
 
-/// How long after `now` the flush ticks start: just after the next
-/// wall-clock multiple of `interval`. With an interval that divides a
+/// How long after `now` the flush ticks start: just after the first
+/// wall-clock multiple of `interval` at least one interval away (a daemon
+/// started just before a beat must not flush at once: tests and operators
+/// rely on a long interval keeping data in the log). With an interval that divides a
 /// minute, a flush then comes right after each minute begins, so a series'
 /// last samples of the old minute are drained before its first ones of the
 /// new minute arrive. Ticks at other times drained both minutes of nearly
@@ -61,7 +63,7 @@ pub(super) fn until_beat(interval: Duration, now: SystemTime) -> Duration {
         .as_nanos();
     let step = interval.as_nanos().max(1);
     let offset = (interval / 20).min(BEAT_OFFSET).as_nanos();
-    let next = (since / step + 1) * step + offset;
+    let next = (since + step).div_ceil(step) * step + offset;
     Duration::from_nanos(u64::try_from(next - since).unwrap_or(u64::MAX))
 }
 
@@ -89,13 +91,17 @@ mod tests {
     fn ticks_start_just_after_a_multiple_of_the_interval() {
         let at = |s: f64| UNIX_EPOCH + Duration::from_secs_f64(s);
         let ms = |d: Duration| d.as_millis();
-        // 62.3 s past a minute: the next 5 s beat is 65 s, then 50 ms.
-        assert_eq!(ms(until_beat(Duration::from_secs(5), at(62.3))), 2_750);
-        assert_eq!(ms(until_beat(Duration::from_secs(1), at(62.3))), 750);
-        // On a beat: the next one, not at once.
+        // 62.3 s past a minute: the first 5 s beat at least 5 s away is
+        // 70 s, then 50 ms.
+        assert_eq!(ms(until_beat(Duration::from_secs(5), at(62.3))), 7_750);
+        assert_eq!(ms(until_beat(Duration::from_secs(1), at(62.3))), 1_750);
+        // On a beat: the next one.
         assert_eq!(ms(until_beat(Duration::from_secs(5), at(65.0))), 5_050);
+        // Just before a beat: not at once, the one after.
+        let hour = Duration::from_secs(3600);
+        assert_eq!(until_beat(hour, at(3599.0)).as_secs(), 3601);
         // A short interval: an offset of a twentieth of it.
-        assert_eq!(ms(until_beat(Duration::from_millis(100), at(62.31))), 95);
+        assert_eq!(ms(until_beat(Duration::from_millis(100), at(62.31))), 195);
     }
 
     #[test]

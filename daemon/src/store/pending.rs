@@ -44,8 +44,9 @@ struct SeriesPending {
     since: u64,
     /// Taken by the fold in progress; dropped when that commits.
     folding: bool,
-    /// Ascending, no duplicates.
-    minutes: Minutes,
+    /// Ascending, no duplicates. Boxed: a list that grows by exactly one
+    /// needs no capacity of its own (8 bytes per series).
+    minutes: Box<[(EpochMinute, Slot)]>,
 }
 
 /// What a fold writes for one series: its minutes, into its documents, with
@@ -126,7 +127,7 @@ impl Pending {
                     watermark: id,
                     since: id,
                     folding: false,
-                    minutes: Vec::new(),
+                    minutes: Box::default(),
                 };
                 (series.clone(), fresh)
             },
@@ -134,9 +135,12 @@ impl Pending {
         );
         p.kind = kind;
         p.watermark = p.watermark.max(id);
+        let mut list = std::mem::take(&mut p.minutes).into_vec();
         for (m, slot) in minutes {
-            merge_minute(&mut p.minutes, m, &slot);
+            merge_minute(&mut list, m, &slot);
         }
+        // Exact (see `merge_minute`), so this does not reallocate.
+        p.minutes = list.into_boxed_slice();
     }
 
     /// How many series a fold takes so that every series waits about
@@ -167,7 +171,7 @@ impl Pending {
             folds.push(Fold {
                 kind: p.kind,
                 watermark: p.watermark,
-                minutes: p.minutes.clone(),
+                minutes: p.minutes.to_vec(),
                 series,
             });
         }
@@ -242,7 +246,7 @@ impl Pending {
         self.get(series).map(|p| PendingView {
             kind: p.kind,
             watermark: p.watermark,
-            minutes: p.minutes.clone(),
+            minutes: p.minutes.to_vec(),
         })
     }
 }

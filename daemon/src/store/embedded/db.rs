@@ -159,9 +159,9 @@ pub(super) struct Db {
     /// Held by an apply or an idle fold from its start through the
     /// bookkeeping after its commit, so that two never interleave there.
     pub(super) fold_lock: Mutex<()>,
-    /// When the last fold was taken, in the microseconds flush ids count
-    /// (0: none yet in this process). Under `fold_lock`.
-    pub(super) last_fold_us: AtomicU64,
+    /// The flush whose apply last folded (0: none yet in this process).
+    /// Under `fold_lock`.
+    pub(super) last_fold_id: AtomicU64,
     /// What the retention sweep last found expired (see `retention.rs`).
     pub(super) swept: super::retention::Swept,
     /// Set by the first error that means the store cannot be trusted any
@@ -220,7 +220,7 @@ impl Db {
             config,
             sync: Mutex::new(SyncState::now()),
             committed_flush_id: AtomicU64::new(last_flush_id),
-            last_fold_us: AtomicU64::new(0),
+            last_fold_id: AtomicU64::new(0),
             swept: Default::default(),
             durable_flush_id: AtomicU64::new(last_flush_id),
             redo: Mutex::new(Vec::new()),

@@ -141,29 +141,29 @@ impl Db {
     /// Folds the next slice of the pending series with no flush to carry
     /// it: an idle daemon's log empties too.
     pub(super) fn fold_idle(&self) -> Result<(), StoreError> {
-        let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
-        let n = {
-            let _turn = self.fold_lock.lock();
-            self.fold_count(&self.pending.lock(), now_us)
-        };
+        // By the share alone: the time share goes by flush ids, and mixing
+        // them with the clock would fold everything at once after a step
+        // of the clock.
+        let spread = self.config.fold_over_flushes.max(1) as usize;
+        let n = self.pending.lock().len().div_ceil(spread);
         if n > 0 {
             self.fold_some(n)?;
         }
         Ok(())
     }
 
-    /// How many series a fold at `now_us` (a flush id, or the clock in
-    /// the same microseconds) takes: a `1 / fold_over_flushes` share, or
-    /// more to keep to `fold_period`. The first fold of the process goes
+    /// How many series the fold of flush `id` takes: a
+    /// `1 / fold_over_flushes` share, or more to keep to `fold_period`
+    /// (flush ids count microseconds). The first flush of the process goes
     /// by the share alone, so that a restart with much pending does not
     /// fold it all in one transaction. Called under `fold_lock`.
-    fn fold_count(&self, pending: &Pending, now_us: u64) -> usize {
+    fn fold_count(&self, pending: &Pending, id: u64) -> usize {
         let spread = self.config.fold_over_flushes.max(1) as usize;
-        let last = self.last_fold_us.swap(now_us, Ordering::AcqRel);
+        let last = self.last_fold_id.swap(id, Ordering::AcqRel);
         let elapsed = if last == 0 {
             0
         } else {
-            now_us.saturating_sub(last)
+            id.saturating_sub(last)
         };
         let period = u64::try_from(self.config.fold_period.as_micros()).unwrap_or(u64::MAX);
         pending
