@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
 use crate::store::CatalogEntry;
-use crate::table::Table;
+use crate::table::SeriesMap;
 
 /// `[catalog]`: how the series catalog is kept.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -54,31 +54,7 @@ struct Recorded {
 
 /// The series recorded, in the chunked per-series table: at a million
 /// series a map holding these entries inline had two buckets per entry.
-#[derive(Default)]
-struct RecordedSet {
-    table: Table<(Arc<SeriesId>, Recorded)>,
-    hasher: ahash::RandomState,
-}
-
-impl RecordedSet {
-    fn get(&self, series: &SeriesId) -> Option<&Recorded> {
-        let hash = self.hasher.hash_one(series);
-        let (_, (_, r)) = self.table.find(hash, |(s, _)| s.same(series))?;
-        Some(r)
-    }
-
-    fn entry(&mut self, series: Arc<SeriesId>, new: impl FnOnce() -> Recorded) -> &mut Recorded {
-        let RecordedSet { table, hasher } = self;
-        let hash = hasher.hash_one(&*series);
-        let (_, r) = table.find_or_insert(
-            hash,
-            |(s, _)| s.same(&series),
-            || (series.clone(), new()),
-            |(s, _)| hasher.hash_one(&**s),
-        );
-        r
-    }
-}
+type RecordedSet = SeriesMap<Recorded>;
 
 pub struct CatalogWriter {
     /// Keyed by the aggregator's own `Arc` of each series, so a recorded
@@ -179,7 +155,7 @@ impl CatalogWriter {
     pub fn recorded(&self, due: Due) {
         let mut recorded = self.recorded.lock();
         for e in due.entries {
-            let r = recorded.entry(e.series, || Recorded {
+            let r = recorded.get_or_insert_with(&e.series, || Recorded {
                 first_seen: e.first_seen,
                 last_seen: e.last_seen,
                 kind: e.kind,
@@ -195,13 +171,13 @@ impl CatalogWriter {
     /// written once more, which the upsert absorbs.
     pub fn forget_idle(&self, before: i64) -> usize {
         let mut recorded = self.recorded.lock();
-        let n = recorded.table.len();
-        recorded.table.retain(|(_, r)| r.last_seen >= before);
-        n - recorded.table.len()
+        let n = recorded.len();
+        recorded.retain(|r| r.last_seen >= before);
+        n - recorded.len()
     }
 
     pub fn len(&self) -> usize {
-        self.recorded.lock().table.len()
+        self.recorded.lock().len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -12,7 +12,11 @@
 //! A position stays the entry's until it is removed, so other structures
 //! (a shard's dirty list) can name an entry by it instead of by a probe.
 
+use std::sync::Arc;
+
 use hashbrown::HashTable;
+
+use crate::model::SeriesId;
 
 /// Entries per chunk: 1,024 series entries make a 192 KiB chunk, small
 /// beside a large fleet and allocated at most once per 1,024 new series.
@@ -198,6 +202,76 @@ impl<T> Table<T> {
 
     pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.chunks.iter_mut().flatten().flatten()
+    }
+}
+
+/// A [`Table`] of values by series, each entry naming its series by the
+/// aggregator's shared id: what the stores' pending minutes and the catalog
+/// writer keep per series.
+pub(crate) struct SeriesMap<V> {
+    table: Table<(Arc<SeriesId>, V)>,
+    hasher: ahash::RandomState,
+}
+
+impl<V> Default for SeriesMap<V> {
+    fn default() -> Self {
+        SeriesMap {
+            table: Table::default(),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+}
+
+impl<V> std::fmt::Debug for SeriesMap<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeriesMap")
+            .field("len", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<V> SeriesMap<V> {
+    pub(crate) fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub(crate) fn get(&self, series: &SeriesId) -> Option<&V> {
+        let hash = self.hasher.hash_one(series);
+        let (_, (_, v)) = self.table.find(hash, |(s, _)| s.same(series))?;
+        Some(v)
+    }
+
+    pub(crate) fn get_mut(&mut self, series: &SeriesId) -> Option<&mut V> {
+        let hash = self.hasher.hash_one(series);
+        let (_, (_, v)) = self.table.find_mut(hash, |(s, _)| s.same(series))?;
+        Some(v)
+    }
+
+    /// `series`' value, made by `make()` if it has none.
+    pub(crate) fn get_or_insert_with(
+        &mut self,
+        series: &Arc<SeriesId>,
+        make: impl FnOnce() -> V,
+    ) -> &mut V {
+        let SeriesMap { table, hasher } = self;
+        let hash = hasher.hash_one(&**series);
+        let (_, v) = table.find_or_insert(
+            hash,
+            |(s, _)| s.same(series),
+            || (series.clone(), make()),
+            |(s, _)| hasher.hash_one(&**s),
+        );
+        v
+    }
+
+    pub(crate) fn remove(&mut self, series: &SeriesId) -> Option<V> {
+        let hash = self.hasher.hash_one(series);
+        let (_, v) = self.table.remove(hash, |(s, _)| s.same(series))?;
+        Some(v)
+    }
+
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.table.retain(|(_, v)| keep(v));
     }
 }
 

@@ -30,7 +30,7 @@ use crate::model::{
     MINUTE_S,
 };
 use crate::store::{DocRead, ReadQuery};
-use crate::table::Table;
+use crate::table::SeriesMap;
 
 type Minutes = Vec<(EpochMinute, Slot)>;
 
@@ -90,8 +90,7 @@ impl Fold {
 pub(crate) struct Pending {
     /// In the chunked table the aggregator uses too: at a million series a
     /// map holding these 56-byte entries inline had two buckets per entry.
-    series: Table<(Arc<SeriesId>, SeriesPending)>,
-    hasher: ahash::RandomState,
+    series: SeriesMap<SeriesPending>,
     /// `(since, series)` of every entry not being folded, oldest first.
     /// Flush ids only grow, so this is also ascending by `since`.
     queue: VecDeque<(u64, Arc<SeriesId>)>,
@@ -113,26 +112,18 @@ impl Pending {
     ) {
         let Pending {
             series: table,
-            hasher,
             queue,
         } = self;
-        let hash = hasher.hash_one(&**series);
-        let (_, p) = table.find_or_insert(
-            hash,
-            |(s, _)| s.same(series),
-            || {
-                queue.push_back((id, series.clone()));
-                let fresh = SeriesPending {
-                    kind,
-                    watermark: id,
-                    since: id,
-                    folding: false,
-                    minutes: Box::default(),
-                };
-                (series.clone(), fresh)
-            },
-            |(s, _)| hasher.hash_one(&**s),
-        );
+        let p = table.get_or_insert_with(series, || {
+            queue.push_back((id, series.clone()));
+            SeriesPending {
+                kind,
+                watermark: id,
+                since: id,
+                folding: false,
+                minutes: Box::default(),
+            }
+        });
         p.kind = kind;
         p.watermark = p.watermark.max(id);
         let mut list = std::mem::take(&mut p.minutes).into_vec();
@@ -219,20 +210,15 @@ impl Pending {
     }
 
     fn get(&self, series: &SeriesId) -> Option<&SeriesPending> {
-        let hash = self.hasher.hash_one(series);
-        let (_, (_, p)) = self.series.find(hash, |(s, _)| s.same(series))?;
-        Some(p)
+        self.series.get(series)
     }
 
     fn get_mut(&mut self, series: &SeriesId) -> Option<&mut SeriesPending> {
-        let hash = self.hasher.hash_one(series);
-        let (_, (_, p)) = self.series.find_mut(hash, |(s, _)| s.same(series))?;
-        Some(p)
+        self.series.get_mut(series)
     }
 
     fn remove(&mut self, series: &SeriesId) {
-        let hash = self.hasher.hash_one(series);
-        self.series.remove(hash, |(s, _)| s.same(series));
+        self.series.remove(series);
     }
 
     /// Forgets `series`' pending minutes (its documents are damaged).
