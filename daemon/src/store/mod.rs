@@ -13,7 +13,6 @@
 
 pub mod embedded;
 pub mod mongodb;
-pub(crate) mod pending;
 
 use std::time::Duration;
 

@@ -6,8 +6,8 @@
 //! (requests that failed ambiguously are left out, as they may or may not
 //! have been taken). On MongoDB, after a clean stop, every series' day
 //! documents must also hold exactly what its hour documents hold (day
-//! documents are written about once per `mongodb.day_write_delay`, and a
-//! crash leaves their part to the write-ahead log's replay).
+//! documents are sealed from the hour documents; a crash leaves the hours
+//! from the writer's record on to the next start).
 //! `scripts/crash-loop` runs hundreds of cycles.
 
 use std::path::Path;
@@ -134,7 +134,7 @@ async fn sigkill_loses_no_acknowledged_sample_on_the_mongodb_standin() {
     let mut d = tokio::task::spawn_blocking(move || crash_loop(opts, 3, "4", "6000"))
         .await
         .unwrap();
-    // A clean stop writes the day parts still waiting; then every series'
+    // A clean stop seals every hour from the record on; then every series
     // day documents hold exactly what its hour documents hold, whatever the
     // crashes cut short.
     d.sigterm();

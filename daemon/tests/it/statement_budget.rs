@@ -24,16 +24,15 @@ async fn flushes_are_spaced_to_stay_under_the_statement_budget() {
     let Some(target) = mongo_target_of(TargetKind::Standin).await else {
         return;
     };
-    // Each flush updates an hour and a day document per series (60
-    // statements; rollups off, day documents with every flush), so 40
+    // Each flush updates an hour document per series (30 statements;
+    // rollups off; day documents are sealed when the hour closes), so 20
     // statements/s allow one flush every 1.5 s, against ten a second
     // unpaced.
     let opts = tallyd()
         .mongodb(&target.uri, &target.database)
         .flush_interval("100ms")
         .env("TALLYD_ROLLUP_ALL", "false")
-        .env("TALLYD_MONGODB_DAY_WRITE_DELAY", "0s")
-        .env("TALLYD_MONGODB_MAX_STATEMENTS_PER_S", "40");
+        .env("TALLYD_MONGODB_MAX_STATEMENTS_PER_S", "20");
     let d = Daemon::start_async(opts).await;
     let mut ingest = d.ingest_client().await;
     let t = now_ms() - 60_000;

@@ -54,8 +54,8 @@ use super::layout::{
     DAY_MINUTES, DAY_SUMMARY, FILE_NAME, FLUSH_LOG, HOUR_DOCS, LAYOUT_VERSION, META,
     META_LAST_FLUSH_ID, META_LAYOUT_VERSION, SERIES_CATALOG, UPGRADABLE_LAYOUTS,
 };
+use super::pending::Pending;
 use crate::model::{EpochMinute, FlushBatch, SeriesMinutes, Slot};
-use crate::store::pending::Pending;
 use crate::store::{CatalogEntry, StoreError};
 
 /// A write committed without `fsync`, kept until a durable commit covers it.

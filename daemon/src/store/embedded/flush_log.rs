@@ -28,8 +28,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, Table};
 use super::codec::{header, put_slot, slot_at};
 use super::errors::{db_err, invalid};
 use super::layout::{FlushLogKey, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS, SLOT_LEN};
+use super::pending::Pending;
 use crate::model::{EpochMinute, SampleKind, SeriesId, Slot, Tier};
-use crate::store::pending::Pending;
 use crate::store::StoreError;
 
 /// A chunk is written once it holds at least this many bytes.

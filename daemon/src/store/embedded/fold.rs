@@ -22,9 +22,9 @@ use super::db::{Db, Redo};
 use super::errors::{db_err, invalid};
 use super::flush_log::{trim_below, LogWriter};
 use super::layout::FLUSH_LOG;
+use super::pending::{Fold, Pending};
 use super::write::{raise_last_flush_id, write_series, DocTables};
 use crate::model::{FlushBatch, SeriesId, SeriesMinutes};
-use crate::store::pending::{Fold, Pending};
 use crate::store::{ApplyStats, StoreError};
 
 impl Db {

@@ -15,7 +15,7 @@
 //! | `errors.rs`    | redb's errors as the store's                                 |
 //! | `reopen.rs`    | reopening the file after an I/O error, redoing lost commits  |
 //! | `fold.rs`      | `apply` (flushes): log, pending minutes, folds; replays      |
-//! | `../pending.rs` | flushed minutes not yet folded into documents, and reads   |
+//! | `pending.rs`   | flushed minutes not yet folded into documents, and reads     |
 //! | `flush_log.rs` | the same minutes in the file, so they survive a crash        |
 //! | `write.rs`     | merging into documents, and `preallocate`                    |
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
@@ -35,6 +35,7 @@ mod errors;
 mod flush_log;
 mod fold;
 mod layout;
+mod pending;
 mod read;
 mod reopen;
 mod retention;

@@ -38,18 +38,16 @@ pub struct MongoDbConfig {
     /// are spaced to stay under it (reads still see the data in between,
     /// from memory). 0: no bound.
     pub max_statements_per_s: u64,
-    /// How long a flush's minutes may wait before they reach the day
-    /// documents (the hour documents get them at once): each flush writes
-    /// the day documents of a share of the series, so that every series' day
-    /// document is written about once per this period instead of once per
-    /// flush. 0: with every flush.
+    /// How long sealing a closed hour into the day documents is spread
+    /// over: each flush seals a share of the hour's series, so a large
+    /// fleet does not double one flush's statements at every hour.
     #[serde(with = "humantime_serde")]
-    pub day_write_delay: Duration,
+    pub seal_spread: Duration,
 }
 
-/// The longest `mongodb.day_write_delay`: the write-ahead log keeps every
-/// flush whose minutes wait, and a restart replays them.
-pub(super) const MAX_DAY_WRITE_DELAY: Duration = Duration::from_secs(3600);
+/// The longest `mongodb.seal_spread`: day documents lag their hours by up
+/// to an hour plus this, and reads cover the lag from the hour documents.
+pub(super) const MAX_SEAL_SPREAD: Duration = Duration::from_secs(1800);
 
 impl Default for MongoDbConfig {
     fn default() -> Self {
@@ -63,7 +61,7 @@ impl Default for MongoDbConfig {
             max_concurrent_batches: 4,
             timeout: Duration::from_secs(10),
             max_statements_per_s: 0,
-            day_write_delay: Duration::from_secs(60),
+            seal_spread: Duration::from_secs(300),
         }
     }
 }
@@ -122,9 +120,9 @@ impl MongoDbConfig {
         );
         p.positive(self.timeout, "mongodb.timeout");
         p.require(
-            self.day_write_delay <= MAX_DAY_WRITE_DELAY,
-            "mongodb.day_write_delay",
-            "must be at most 1h: the write-ahead log keeps every flush whose minutes wait for their day document",
+            self.seal_spread <= MAX_SEAL_SPREAD,
+            "mongodb.seal_spread",
+            "must be at most 30m: day documents lag their hours by up to an hour plus this",
         );
     }
 

@@ -58,7 +58,10 @@ fn number_of(v: RawBsonRef<'_>) -> Option<f64> {
     }
 }
 
-fn decode_slot(v: RawBsonRef<'_>, path: &dyn Fn() -> String) -> Result<Slot, DecodeError> {
+pub(super) fn decode_slot(
+    v: RawBsonRef<'_>,
+    path: &dyn Fn() -> String,
+) -> Result<Slot, DecodeError> {
     let RawBsonRef::Document(d) = v else {
         return Err(type_error(path(), v, "a slot document"));
     };

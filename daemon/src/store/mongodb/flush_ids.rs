@@ -47,7 +47,11 @@ impl MongoStore {
 
     /// Upserts this writer's document with `update`, with the configured
     /// write concern.
-    async fn update_writer(&self, op: Op, update: bson::Document) -> Result<(), StoreError> {
+    pub(super) async fn update_writer(
+        &self,
+        op: Op,
+        update: bson::Document,
+    ) -> Result<(), StoreError> {
         let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
         let stmt = to_raw(&doc! {
             "q": { "_id": self.writer.as_str() },
@@ -95,6 +99,10 @@ impl MongoStore {
     }
 
     /// This writer's document, if it has one.
+    pub(super) async fn writer_record(&self) -> Result<Option<bson::Document>, StoreError> {
+        self.writer_doc().await
+    }
+
     async fn writer_doc(&self) -> Result<Option<bson::Document>, StoreError> {
         self.ready().await?;
         let find = async {

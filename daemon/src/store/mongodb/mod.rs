@@ -82,16 +82,29 @@
 //! (`values.H.total`) and day (`total`) levels. No path appears twice across
 //! the operators, which a real server would reject.
 //!
-//! Hour documents get their statement with every flush; day documents about
-//! once per [`MongoDbConfig::day_write_delay`] (60 s): each flush also writes
-//! the day documents of the share of series that waited longest, with every
-//! minute they gathered, under the newest flush id among them. At a 1 s
-//! flush interval that is 1 + 1/60 statements per active series per flush
-//! instead of 2. Flushes whose minutes wait are not complete: the
-//! write-ahead log keeps them, and a restart replays them. This daemon's
-//! reads merge the waiting minutes; the query engine reads the recent hours
-//! of a day-tier range from the hour documents, so reads through any daemon
-//! see what every daemon flushed (`day_writes.rs`).
+//! Flushes write hour documents only: one statement per active series per
+//! flush. A day document's block of an hour is written once, when the hour
+//! has closed (a minute after its end, spread over
+//! [`MongoDbConfig::seal_spread`]), and on shutdown: *sealed* from the hour
+//! document by `$set` of the slots that differ, with the day's running
+//! slot recomputed from its hours:
+//!
+//! ```text
+//! q: { _id: D, "total.n": <as read>, "total.sum": <as read> }
+//! u: { $set: { "values.H.M": <hour doc's slot>, ..., "values.H.total",
+//!              total: <sum of the hours>, k },
+//!      $setOnInsert: { s, m, l, t } },  upsert: true
+//! ```
+//!
+//! A seal is idempotent, so it needs no watermark: it is repeated for late
+//! minutes, after a crash, and by every daemon that wrote a rollup series'
+//! hour; the filter on the running slot makes concurrent seals of one day
+//! document go one after the other. Each writer records in `tally_writers`
+//! the oldest hour it may not have sealed (`sealed`); a restarted daemon
+//! seals every hour from there again from the hour documents that carry
+//! its watermark, and the query engine reads the hours since the oldest
+//! such record of all writers from the hour documents, so reads through any
+//! daemon see what every daemon flushed (`seals.rs`).
 //!
 //! Statements go out as the `update` command with many statements,
 //! `ordered: false`, in commands of at most
@@ -198,7 +211,9 @@
 //! | `command.rs` | building write commands, sending every command |
 //! | `errors.rs` | replies and driver errors as [`StoreError`] kinds |
 //! | `writes.rs` | `apply`: a flush's statements, update rounds |
-//! | `day_writes.rs` | day documents once per delay: plans, waiting minutes, replays |
+//! | `seals.rs` | which hours are due to be sealed; late minutes; the record |
+//! | `seal_write.rs` | a seal: reading hour and day documents, the `$set` statement |
+//! | `seal_run.rs` | when seals run; the writers' records and the read lag |
 //! | `prealloc.rs` | pre-allocation and first-sighting inserts |
 //! | `known_docs.rs` | the first-sighting memory |
 //! | `flush_ids.rs` | flush-id reservations |
@@ -213,7 +228,6 @@
 mod catalog;
 mod command;
 mod config;
-mod day_writes;
 mod decode;
 mod documents;
 mod errors;
@@ -226,6 +240,9 @@ mod known_docs;
 mod prealloc;
 mod probes;
 mod reads;
+mod seal_run;
+mod seal_write;
+mod seals;
 mod statements;
 mod stats;
 #[cfg(test)]
@@ -233,7 +250,7 @@ mod tests;
 mod writes;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bson::doc;
@@ -249,13 +266,13 @@ pub use self::features::Feature;
 pub use self::stats::MongoStats;
 
 use self::config::{check_retention, MAX_WRITE_BATCH};
-use self::day_writes::DayWrites;
 use self::documents::{EmptyBounds, Templates};
 use self::errors::classify;
 use self::features::Features;
 use self::flush_ids::WRITERS_COLLECTION;
 use self::ids::check_writer_id;
 use self::known_docs::{KnownDocs, KNOWN_DOCS_CAP};
+use self::seals::Seals;
 use self::stats::{Counters, Op};
 use super::{
     observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
@@ -297,8 +314,18 @@ pub struct MongoStore {
     /// `tally_writers`.
     reserved_id: AtomicU64,
     known: Mutex<KnownDocs>,
-    /// Day parts waiting for their day documents.
-    days: DayWrites,
+    /// Applies, seals and close take turns.
+    turn: tokio::sync::Mutex<()>,
+    /// Hours to seal into the day documents.
+    seals: Mutex<Seals>,
+    seal_spread: Duration,
+    /// The newest flush whose hour documents landed.
+    applied_through: AtomicU64,
+    /// The oldest hour start any writer may not have sealed; `i64::MAX`
+    /// until known.
+    lag_from: AtomicI64,
+    /// When `lag_from` was last read (wall-clock µs).
+    lag_read_at: AtomicU64,
     hasher: ahash::RandomState,
     counters: Counters,
     /// Why the last operation could not reach the server, until one does:
@@ -366,7 +393,12 @@ impl MongoStore {
             index_attempt: tokio::sync::Mutex::new(None),
             reserved_id: AtomicU64::new(0),
             known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
-            days: DayWrites::new(cfg.day_write_delay.min(config::MAX_DAY_WRITE_DELAY)),
+            turn: tokio::sync::Mutex::new(()),
+            seals: Mutex::new(Seals::default()),
+            seal_spread: cfg.seal_spread.min(config::MAX_SEAL_SPREAD),
+            applied_through: AtomicU64::new(0),
+            lag_from: AtomicI64::new(i64::MAX),
+            lag_read_at: AtomicU64::new(0),
             hasher: ahash::RandomState::new(),
             counters: Counters::default(),
             outage: Mutex::new(None),
@@ -394,20 +426,33 @@ impl MongoStore {
         }
     }
 
-    /// Writes every waiting day part, then records where the store is
-    /// complete. Returns that point, or None when nothing was waiting.
-    async fn drain_days(&self) -> Result<Option<u64>, StoreError> {
-        let _turn = self.days.turn.lock().await;
-        let folds = self.days.take_all();
-        if folds.is_empty() {
+    /// Seals what is due by the wall clock (everything, when `all`), then
+    /// records where the store is complete. Returns that point, or None
+    /// when nothing was sealed.
+    async fn seal_now(&self, all: bool) -> Result<Option<u64>, StoreError> {
+        let _turn = self.turn.lock().await;
+        let now = seal_run::wall_us();
+        if !self.seals.lock().started() {
+            // A restarted daemon seals what it left even if no flush comes;
+            // while the server is away, the next tick tries again.
+            let start = async {
+                self.ready().await?;
+                self.start_seals(None).await
+            };
+            if let Err(e) = start.await {
+                if e.is_retryable() && !all {
+                    tracing::debug!(error = %e, "cannot read this writer's seal record yet");
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+        }
+        let did = self.run_seals(now, all).await?;
+        self.refresh_lag(now).await;
+        if !did {
             return Ok(None);
         }
-        if let Err(e) = self.write_folds(&folds).await {
-            self.days.drain_failed(&folds);
-            return Err(e);
-        }
-        self.days.drained(&folds);
-        let complete = self.days.complete(self.days.applied_through());
+        let complete = self.durable_through(self.applied_through.load(Ordering::Acquire));
         self.note_complete(complete).await?;
         Ok(Some(complete))
     }
@@ -436,21 +481,22 @@ impl Store for MongoStore {
         let stats = self.apply_inner(batch).await?;
         // Only flushes whose every document is in: a crash replays the rest,
         // and the watermarks skip what is already there.
-        self.note_complete(self.days.complete(batch.id.0)).await?;
+        self.note_complete(self.durable_through(batch.id.0)).await?;
         Ok(stats)
     }
 
+    /// Flushes with late minutes are complete once those are sealed.
     fn durable_through(&self, applied: u64) -> u64 {
-        self.days.complete(applied)
+        self.seals.lock().complete(applied)
     }
 
     fn day_tier_lag(&self) -> Duration {
-        self.days.delay()
+        self.seal_lag()
     }
 
-    /// Writes every waiting day part.
+    /// Seals the hours that closed.
     async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
-        self.drain_days().await
+        self.seal_now(false).await
     }
 
     fn max_statements_per_s(&self) -> Option<f64> {
@@ -485,7 +531,6 @@ impl Store for MongoStore {
         match self.last_flush_id_inner().await {
             Ok(id) => {
                 self.reserved_id.fetch_max(id, Ordering::AcqRel);
-                self.days.learn_replay_bound(id);
                 Ok(id)
             }
             Err(e) if e.is_retryable() => {
@@ -546,9 +591,9 @@ impl Store for MongoStore {
         r
     }
 
-    /// Writes every waiting day part; everything else was acknowledged
-    /// when `apply` returned. The client stays usable.
+    /// Seals every hour this process wrote, the open ones too; everything
+    /// else was acknowledged when `apply` returned. The client stays usable.
     async fn close(&self) -> Result<(), StoreError> {
-        self.drain_days().await.map(|_| ())
+        self.seal_now(true).await.map(|_| ())
     }
 }

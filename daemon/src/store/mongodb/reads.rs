@@ -12,7 +12,7 @@ use super::errors::classify;
 use super::ids::{check_series, period_key, series_prefix, MAX_KEYED_S, MIN_KEYED_S};
 use super::stats::Op;
 use super::MongoStore;
-use crate::model::{Resolution, Tier, DAY_S, MINUTE_S};
+use crate::model::{Resolution, Tier, DAY_S};
 use crate::store::{DocRead, ReadQuery, StoreError};
 
 /// The `_id` range of the documents that may hold a read's buckets.
@@ -69,24 +69,10 @@ impl MongoStore {
         if q.from >= q.to {
             return Ok(Vec::new());
         }
-        // Before the documents: see `pending.rs` for why.
-        let waiting = match q.tier {
-            Tier::Day => self.days.view(&q.series),
-            Tier::Hour => None,
-        };
-        let mut docs = match IdRange::of(q) {
-            Some(range) => self.read_range(q, range).await?,
-            None => Vec::new(),
-        };
-        if let Some(waiting) = waiting {
-            // The document holding `from` may start before it (clamped so
-            // the period arithmetic cannot overflow).
-            let lo = q
-                .tier
-                .period_start(q.from.max(i64::MIN / 2).div_euclid(MINUTE_S));
-            waiting.merge_into(q, lo, &mut docs);
+        match IdRange::of(q) {
+            Some(range) => self.read_range(q, range).await,
+            None => Ok(Vec::new()),
         }
-        Ok(docs)
     }
 
     async fn read_range(&self, q: &ReadQuery, range: IdRange) -> Result<Vec<DocRead>, StoreError> {

@@ -5,9 +5,9 @@
 
 use bson::raw::RawDocumentBuf;
 
-use super::documents::{labels_doc, HOURS, MINUTES};
+use super::documents::{labels_doc, MINUTES};
 use super::ids::bson_date;
-use crate::model::{DayDocUpdate, HourDocUpdate, SampleKind, SeriesId, Slot};
+use crate::model::{HourDocUpdate, SampleKind, SeriesId, Slot};
 use crate::store::StoreError;
 
 /// The three operator documents of one statement.
@@ -101,41 +101,5 @@ pub(super) fn hour_ops(series: &SeriesId, h: &HourDocUpdate) -> Result<SlotOps, 
         }
     }
     ops.add("total", &h.total)?;
-    Ok(ops)
-}
-
-pub(super) fn day_ops(series: &SeriesId, d: &DayDocUpdate) -> Result<SlotOps, StoreError> {
-    let mut hours: Vec<Option<(Slot, [Option<Slot>; MINUTES])>> = vec![None; HOURS];
-    for hu in &d.hours {
-        let entry = hours.get_mut(usize::from(hu.hour)).ok_or_else(|| {
-            StoreError::Invalid(format!(
-                "{series}: hour {} of day {} is out of range",
-                hu.hour, d.day_start
-            ))
-        })?;
-        let (total, minutes) = entry.get_or_insert((Slot::EMPTY, [None; MINUTES]));
-        total.merge(&hu.total);
-        for &(minute, ref slot) in &hu.minutes {
-            let cell = minutes.get_mut(usize::from(minute)).ok_or_else(|| {
-                StoreError::Invalid(format!(
-                    "{series}: minute {minute} of hour {} of day {} is out of range",
-                    hu.hour, d.day_start
-                ))
-            })?;
-            cell.get_or_insert(Slot::EMPTY).merge(slot);
-        }
-    }
-    let mut ops = SlotOps::default();
-    for (h, entry) in hours.iter().enumerate() {
-        if let Some((total, minutes)) = entry {
-            for (m, slot) in minutes.iter().enumerate() {
-                if let Some(slot) = slot {
-                    ops.add(&format!("values.{h}.{m}"), slot)?;
-                }
-            }
-            ops.add(&format!("values.{h}.total"), total)?;
-        }
-    }
-    ops.add("total", &d.total)?;
     Ok(ops)
 }

@@ -14,9 +14,9 @@ use super::ids::{
     check_series, check_writer_id, doc_id, period_key, series_prefix, MAX_KEYED_S, MIN_KEYED_S,
 };
 use super::known_docs::KnownDocs;
-use super::statements::{day_ops, StatementCtx};
+use super::statements::{hour_ops, StatementCtx};
 use super::{day_doc_bson_size, hour_doc_bson_size, redact_uri, MongoDbConfig};
-use crate::model::{DayDocUpdate, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S};
+use crate::model::{HourDocUpdate, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S};
 use crate::store::{ReadQuery, StoreError};
 
 #[test]
@@ -131,35 +131,23 @@ fn finite_templates_differ_only_in_the_empty_bounds() {
     assert!(plan(&q).decode(&d).unwrap().slots.is_empty());
 }
 
-fn day_update() -> DayDocUpdate {
-    use crate::model::DayHourUpdate;
-    DayDocUpdate {
-        day_start: 0,
-        hours: vec![
-            DayHourUpdate {
-                hour: 3,
-                minutes: vec![(5, Slot::of(1.0)), (5, Slot::of(2.0)), (59, Slot::of(4.0))],
-                total: Slot::of(7.0),
-            },
-            DayHourUpdate {
-                hour: 23,
-                minutes: vec![(0, Slot::of(1.0))],
-                total: Slot::of(1.0),
-            },
-        ],
-        total: Slot::of(8.0),
+fn hour_update() -> HourDocUpdate {
+    HourDocUpdate {
+        hour_start: 3 * HOUR_S,
+        minutes: vec![(5, Slot::of(1.0)), (5, Slot::of(2.0)), (59, Slot::of(4.0))],
+        total: Slot::of(7.0),
     }
 }
 
 #[test]
 fn statements_never_name_a_path_twice_or_a_prefix_of_another() {
     let s = SeriesId::new("db", "m");
-    let ops = day_ops(&s, &day_update()).unwrap();
+    let ops = hour_ops(&s, &hour_update()).unwrap();
     let ctx = StatementCtx {
         watermark_path: "w.me",
         flush_id: 9,
     };
-    let stmt = ctx.statement("db|m|19700101", &s, SampleKind::Gauge, 0, ops);
+    let stmt = ctx.statement("db|m|1970010103", &s, SampleKind::Gauge, 0, ops);
     let u = stmt.get_document("u").unwrap();
     let mut all = Vec::new();
     for op in u {
@@ -174,15 +162,15 @@ fn statements_never_name_a_path_twice_or_a_prefix_of_another() {
             assert!(!b.starts_with(&format!("{a}.")) && !a.starts_with(&format!("{b}.")));
         }
     }
-    // Minute 5 of hour 3 was listed twice: merged into one path.
+    // Minute 5 was listed twice: merged into one path.
     let inc = u.get_document("$inc").unwrap();
-    assert_eq!(inc.get_i64("values.3.5.n").unwrap(), 2);
-    assert_eq!(inc.get_f64("values.3.5.sum").unwrap(), 3.0);
-    assert_eq!(inc.get_i64("values.23.total.n").unwrap(), 1);
+    assert_eq!(inc.get_i64("values.5.n").unwrap(), 2);
+    assert_eq!(inc.get_f64("values.5.sum").unwrap(), 3.0);
+    assert_eq!(inc.get_i64("values.59.n").unwrap(), 1);
     assert_eq!(inc.get_i64("total.n").unwrap(), 1);
-    let mut bad = day_update();
-    bad.hours[0].hour = 24;
-    assert!(matches!(day_ops(&s, &bad), Err(StoreError::Invalid(_))));
+    let mut bad = hour_update();
+    bad.minutes[0].0 = 60;
+    assert!(matches!(hour_ops(&s, &bad), Err(StoreError::Invalid(_))));
 }
 
 #[test]
@@ -422,7 +410,7 @@ fn settings_problems_name_their_keys() {
         max_concurrent_batches: 0,
         timeout: std::time::Duration::ZERO,
         max_statements_per_s: 0,
-        day_write_delay: std::time::Duration::from_secs(7200),
+        seal_spread: std::time::Duration::from_secs(7200),
     };
     let problems = problems(&bad);
     let keys: Vec<&str> = problems.iter().map(|(k, _)| *k).collect();
@@ -436,7 +424,7 @@ fn settings_problems_name_their_keys() {
             "mongodb.statements_per_batch",
             "mongodb.max_concurrent_batches",
             "mongodb.timeout",
-            "mongodb.day_write_delay",
+            "mongodb.seal_spread",
         ]
     );
     assert_eq!(problems[1].1, "must not contain '.'");

@@ -1,84 +1,50 @@
-//! Applying a flush: one upsert per touched hour document, and per day
-//! document as `day_writes.rs` plans, filtered on this writer's watermark,
-//! sent after the flush's ids are reserved and its new documents exist. Duplicate keys get one more round to tell races from
-//! documents that already hold the flush (see "Exactly once" in the module
-//! documentation).
+//! Applying a flush: one upsert per touched hour document, filtered on
+//! this writer's watermark, sent after the flush's ids are reserved and its
+//! new hour and day documents exist. Day documents are sealed from the hour
+//! documents later (`seals.rs`). Duplicate keys get one more round to tell
+//! races from documents that already hold the flush (see "Exactly once" in
+//! the module documentation).
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use bson::raw::{RawDocument, RawDocumentBuf};
 use tracing::debug;
 
 use super::command::{by_tier, Work};
-use super::day_writes::DayPlan;
 use super::ids::{check_series, doc_id};
 use super::prealloc::PlannedDoc;
-use super::statements::{day_ops, hour_ops, StatementCtx};
+use super::statements::{hour_ops, StatementCtx};
 use super::stats::Op;
 use super::MongoStore;
-use crate::model::{DayDocUpdate, FlushBatch, SampleKind, SeriesId, Tier};
-use crate::store::pending::Fold;
+use crate::model::{FlushBatch, Tier};
 use crate::store::{ApplyStats, StoreError};
 
 impl MongoStore {
     pub(super) async fn apply_inner(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        let _turn = self.days.turn.lock().await;
-        if !self.days.replay_bound_known() {
-            // Before this process writes: what the previous one reserved.
-            let reserved = self.last_flush_id_inner().await?;
-            self.days.learn_replay_bound(reserved);
-        }
-        let mut plan = self.days.plan(batch.id.0);
-        let r = self.apply_planned(batch, &mut plan).await;
-        match &r {
-            Ok(_) => self.days.landed(batch, &plan),
-            Err(_) => self.days.failed(&plan),
-        }
-        r
-    }
-
-    async fn apply_planned(
-        &self,
-        batch: &FlushBatch,
-        plan: &mut DayPlan,
-    ) -> Result<ApplyStats, StoreError> {
+        let _turn = self.turn.lock().await;
         let flush_id = batch.id.0;
         let ctx = StatementCtx {
             watermark_path: &self.watermark_path,
             flush_id: watermark_value(flush_id)?,
         };
-        if let DayPlan::Deferred(folds) = plan {
-            join_folds(folds, batch);
-        }
         // Everything is built and checked before anything is sent, so a bad
         // batch changes nothing.
-        let (mut docs, mut stmts) = self.plan_flush(batch, &ctx, plan)?;
-        if let DayPlan::Deferred(folds) = plan {
-            self.plan_folds(folds, &mut docs, &mut stmts)?;
-        }
+        let (docs, stmts, days) = self.plan_flush(batch, &ctx)?;
         if docs.is_empty() {
             return Ok(ApplyStats::default());
         }
-        let mut work = Work::default();
         self.ready().await?;
+        self.start_seals(Some(batch)).await?;
+        let mut work = Work::default();
         if self.reserve_ids(flush_id).await? {
             work.round_trips += 1;
         }
-        self.send_planned(flush_id, &docs, &stmts, work).await
-    }
-
-    /// Writes the day documents of `folds` (a drain: idle tick, shutdown).
-    pub(super) async fn write_folds(&self, folds: &[Fold]) -> Result<ApplyStats, StoreError> {
-        let (mut docs, mut stmts) = (Vec::new(), Vec::new());
-        self.plan_folds(folds, &mut docs, &mut stmts)?;
-        if docs.is_empty() {
-            return Ok(ApplyStats::default());
-        }
-        self.ready().await?;
-        let newest = folds.iter().map(|f| f.watermark).max().unwrap_or(0);
-        self.send_planned(newest, &docs, &stmts, Work::default())
-            .await
+        let stats = self
+            .send_planned(flush_id, &docs, &stmts, &days, work)
+            .await?;
+        self.applied_through.fetch_max(flush_id, Ordering::AcqRel);
+        self.seal_after_flush(batch).await;
+        Ok(stats)
     }
 
     /// Makes sure the documents exist, then sends their statements.
@@ -87,9 +53,13 @@ impl MongoStore {
         flush_id: u64,
         docs: &[PlannedDoc<'_>],
         stmts: &[RawDocumentBuf],
+        days: &[PlannedDoc<'_>],
         mut work: Work,
     ) -> Result<ApplyStats, StoreError> {
-        let (created, _) = self.ensure_exist(&self.unknown(docs), &mut work).await?;
+        // The day documents only need to exist: seals fill them.
+        let mut unknown = self.unknown(docs);
+        unknown.extend(self.unknown(days));
+        let (created, _) = self.ensure_exist(&unknown, &mut work).await?;
         self.counters
             .first_sighting_documents
             .fetch_add(created as u64, Ordering::Relaxed);
@@ -114,16 +84,24 @@ impl MongoStore {
         Ok(stats)
     }
 
-    /// The hour documents of a flush and, as `plan` says, its day documents,
-    /// with their statements in the same order.
+    /// The hour documents of a flush with their statements, in the same
+    /// order, and the day documents it reaches.
+    #[allow(clippy::type_complexity)]
     fn plan_flush<'b>(
         &self,
         batch: &'b FlushBatch,
         ctx: &StatementCtx<'_>,
-        plan: &DayPlan,
-    ) -> Result<(Vec<PlannedDoc<'b>>, Vec<RawDocumentBuf>), StoreError> {
-        let mut docs = Vec::with_capacity(batch.document_count());
-        let mut stmts = Vec::with_capacity(batch.document_count());
+    ) -> Result<
+        (
+            Vec<PlannedDoc<'b>>,
+            Vec<RawDocumentBuf>,
+            Vec<PlannedDoc<'b>>,
+        ),
+        StoreError,
+    > {
+        let mut docs = Vec::with_capacity(batch.series.len());
+        let mut stmts = Vec::with_capacity(batch.series.len());
+        let mut days = Vec::new();
         for sm in &batch.series {
             let series = &*sm.series;
             check_series(series)?;
@@ -136,53 +114,12 @@ impl MongoStore {
                 stmts.push(ctx.statement(&id, series, su.kind, h.hour_start, ops));
                 docs.push(self.planned(Tier::Hour, h.hour_start, id, series));
             }
-            let days_now = match plan {
-                DayPlan::Direct => true,
-                DayPlan::Replay => !self.days.waiting_holds(series, batch.id.0),
-                DayPlan::Deferred(_) => false,
-            };
-            if days_now {
-                self.plan_days(series, su.kind, &su.days, ctx, &mut docs, &mut stmts)?;
+            for d in &su.days {
+                let id = doc_id(series, Tier::Day, d.day_start)?;
+                days.push(self.planned(Tier::Day, d.day_start, id, series));
             }
         }
-        Ok((docs, stmts))
-    }
-
-    /// The day documents of `folds`, each under the newest flush it holds.
-    fn plan_folds<'b>(
-        &self,
-        folds: &'b [Fold],
-        docs: &mut Vec<PlannedDoc<'b>>,
-        stmts: &mut Vec<RawDocumentBuf>,
-    ) -> Result<(), StoreError> {
-        for f in folds {
-            check_series(&f.series)?;
-            let ctx = StatementCtx {
-                watermark_path: &self.watermark_path,
-                flush_id: watermark_value(f.watermark)?,
-            };
-            let update = f.update();
-            self.plan_days(&f.series, f.kind, &update.days, &ctx, docs, stmts)?;
-        }
-        Ok(())
-    }
-
-    fn plan_days<'b>(
-        &self,
-        series: &'b SeriesId,
-        kind: SampleKind,
-        days: &[DayDocUpdate],
-        ctx: &StatementCtx<'_>,
-        docs: &mut Vec<PlannedDoc<'b>>,
-        stmts: &mut Vec<RawDocumentBuf>,
-    ) -> Result<(), StoreError> {
-        for d in days {
-            let id = doc_id(series, Tier::Day, d.day_start)?;
-            let ops = day_ops(series, d)?;
-            stmts.push(ctx.statement(&id, series, kind, d.day_start, ops));
-            docs.push(self.planned(Tier::Day, d.day_start, id, series));
-        }
-        Ok(())
+        Ok((docs, stmts, days))
     }
 
     /// First round: every statement. Second round: the duplicates of the
@@ -257,31 +194,6 @@ impl MongoStore {
             }
         }
         Ok((duplicates, upserted))
-    }
-}
-
-/// Adds the batch's minutes of each folded series to its fold: they go to
-/// the day document in the same statement instead of starting a new wait.
-fn join_folds(folds: &mut [Fold], batch: &FlushBatch) {
-    if folds.is_empty() {
-        return;
-    }
-    let at: HashMap<&SeriesId, usize> = folds
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (&*f.series, i))
-        .collect();
-    let mut joined: Vec<(usize, usize)> = batch
-        .series
-        .iter()
-        .enumerate()
-        .filter(|(_, su)| !su.minutes.is_empty())
-        .filter_map(|(j, su)| at.get(&*su.series).map(|&i| (i, j)))
-        .collect();
-    joined.sort_unstable();
-    for (i, j) in joined {
-        let su = &batch.series[j];
-        folds[i].add(batch.id.0, su.kind, su.minutes.iter().copied());
     }
 }
 

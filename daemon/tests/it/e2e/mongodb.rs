@@ -119,7 +119,7 @@ async fn mongodb_down_at_start_then_everything_is_written_once() {
     restart(&mut d).await;
     check_reads(&d, &all, from, to).await;
     assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
-    store.check_stored(&all).await;
+    store.check_sealed(&all).await;
     sigterm_and_exit(&mut d).await;
 }
 
@@ -217,7 +217,7 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
     restart(&mut d).await;
     let (from, to) = range_around(t0);
     let acked = expects(&out.acked);
-    store.check_stored(&acked).await;
+    store.check_sealed(&acked).await;
     check_reads(&d, &acked, from, to).await;
     // Refused pushes were refused whole: none of their samples exists.
     let refused: Vec<Expect> = out
@@ -225,7 +225,7 @@ async fn mongodb_down_in_the_middle_pushes_back_then_recovers() {
         .iter()
         .map(|s| Expect::absent(&s.source, &s.metric))
         .collect();
-    store.check_stored(&refused).await;
+    store.check_sealed(&refused).await;
     check_reads(&d, &refused[..SERIES_PER_PUSH], from, to).await;
     assert_eq!(flushes_so_far(&d).await, 0.0, "reads from MongoDB alone");
     sigterm_and_exit(&mut d).await;
@@ -320,15 +320,10 @@ async fn ambiguous_failure_during_a_flush_counts_once() {
         return;
     };
     // No pre-allocation: the next write command must be the flush's.
-    // Day documents with every flush: the next write command must be the
-    // flush's own, not a later day write.
-    let mut d = Daemon::start_async(
-        store
-            .opts("300ms")
-            .env("TALLYD_PREALLOC_ENABLED", "false")
-            .env("TALLYD_MONGODB_DAY_WRITE_DELAY", "0s"),
-    )
-    .await;
+    // Day documents are sealed once the hour closes: the next write
+    // command is the flush's own.
+    let mut d =
+        Daemon::start_async(store.opts("300ms").env("TALLYD_PREALLOC_ENABLED", "false")).await;
     // The data's five minutes lie in one hour, so the retried flush finds
     // every document it updates already there.
     let t0 = minute_start_in_one_hour_ms(4, 5);
@@ -375,6 +370,6 @@ async fn ambiguous_failure_during_a_flush_counts_once() {
 
     restart(&mut d).await;
     check_reads(&d, &all, from, to).await;
-    store.check_stored(&all).await;
+    store.check_sealed(&all).await;
     sigterm_and_exit(&mut d).await;
 }

@@ -103,7 +103,7 @@ async fn reads_from_memory_then_after_restart_from_the_store_alone(store: Store)
         .await;
 
     restart(&mut d).await;
-    store.check_stored(&all).await;
+    store.check_sealed(&all).await;
     check_reads(&d, &all, from, to).await;
     assert_eq!(
         flushes_so_far(&d).await,

@@ -9,20 +9,21 @@
 //! * `documents`: pre-allocated documents (every slot, the right empty
 //!   values for the server, updates that never add a slot), statement
 //!   counts, and corrupt documents.
-//! * `day_writes`: day documents written once per delay: statement counts
-//!   in steady state and at hour and day boundaries, the day document's
-//!   minutes equal to the hour document's after a drain, a close, and a
-//!   crash with its replay.
+//! * `seals`: day documents sealed from their hours: statement counts in
+//!   steady state and at hour and day boundaries, the day document's
+//!   minutes equal to the hour document's once an hour closes, after a late
+//!   sample, a close, a crash and the restart after it, two writers of one
+//!   series, and lost replies.
 //! * `faults`: exactly once across ambiguous failures (the reply lost after
 //!   the write); MongoDB down at start and in the middle.
 //! * `expiry`: TTL indexes (or, where the server has none, plain indexes
 //!   and the store's own retention deletes), and the catalog's documents,
 //!   commands and expiry.
 
-mod day_writes;
 mod documents;
 mod expiry;
 mod faults;
+mod seals;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -74,13 +75,10 @@ async fn connect(target: &MongoTarget) -> MongoStore {
         .unwrap()
 }
 
-/// [`config`] with the day documents written by every flush, as tests of a
-/// flush's own documents and statements need.
+/// [`config`]: flushes write hour documents, and seals (at the latest on
+/// close) the day documents.
 fn direct_config(target: &MongoTarget, database: &str) -> MongoDbConfig {
-    MongoDbConfig {
-        day_write_delay: Duration::ZERO,
-        ..config(target, database)
-    }
+    config(target, database)
 }
 
 async fn connect_direct(target: &MongoTarget) -> MongoStore {

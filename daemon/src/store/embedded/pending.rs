@@ -1,14 +1,11 @@
-//! Flushed minutes not yet folded into their documents, shared by both
-//! stores.
+//! Flushed minutes not yet folded into their documents.
 //!
 //! Writing a 1-second flush straight into every document it touches costs
 //! far more than the slots it changes: redb copies values whole, so the
-//! embedded store would rewrite about 4.7 KB per series per flush, and
-//! MongoDB would get a second statement per series per flush for the day
-//! document. Instead a store writes the cheap part of a flush at once (the
-//! embedded store's flush log, MongoDB's hour documents), keeps the minutes
-//! here, and folds each series into the rest of its documents about once
-//! per fold period, oldest first, a few series per flush.
+//! store would rewrite about 4.7 KB per series per flush. Instead it writes
+//! the flush to its flush log at once, keeps the minutes here, and folds
+//! each series into its documents about once per fold period, oldest
+//! first, a few series per flush.
 //!
 //! # Why reads count every minute once
 //!
@@ -176,14 +173,9 @@ impl Pending {
     }
 
     /// Where `series`' pending run began, if it has pending minutes.
+    #[cfg(test)]
     pub(crate) fn since_of(&self, series: &SeriesId) -> Option<u64> {
         self.get(series).map(|p| p.since)
-    }
-
-    /// How many queued series began their run at or before `before`: an
-    /// upper bound (the queue may hold stale entries), found from the front.
-    pub(crate) fn queued_since_at_most(&self, before: u64) -> usize {
-        self.queue.partition_point(|&(since, _)| since <= before)
     }
 
     /// The fold committed: its series leave.

@@ -1,0 +1,198 @@
+//! When seals run: after each flush's hour documents land (a share of the
+//! due passes), on idle ticks, and on close (everything, open hours too);
+//! and the writer's record in `tally_writers` (`sealed`) that tells a
+//! restarted daemon, or any daemon's reads, which hours may be unsealed.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bson::{doc, Bson};
+use futures::TryStreamExt;
+use tracing::{debug, warn};
+
+use super::errors::{as_i64, classify};
+use super::ids::bson_date;
+use super::stats::Op;
+use super::MongoStore;
+use crate::model::FlushBatch;
+use crate::store::StoreError;
+
+/// How often the oldest unsealed hour of all writers is read again, for
+/// [`crate::store::Store::day_tier_lag`].
+const LAG_REFRESH_US: u64 = 30_000_000;
+
+/// The lag assumed until the writers' records are read: an hour, its grace
+/// and a pass, with room.
+pub(super) const DEFAULT_LAG: Duration = Duration::from_secs(3 * 3600);
+
+pub(super) fn wall_us() -> u64 {
+    u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0)
+}
+
+impl MongoStore {
+    /// Before the first flush of this process is written, or its first idle
+    /// tick: where sealing starts. From the writer's record if it has one;
+    /// else from the batch's oldest hour, recorded before anything of the
+    /// batch is (without a batch, there is nothing to seal yet).
+    pub(super) async fn start_seals(&self, batch: Option<&FlushBatch>) -> Result<(), StoreError> {
+        if self.seals.lock().started() {
+            return Ok(());
+        }
+        let record = self.writer_record().await?;
+        match record.and_then(|d| d.get("sealed").and_then(as_i64)) {
+            Some(sealed) => {
+                let written = self.hours_written_since(sealed).await?;
+                debug!(
+                    sealed,
+                    hours = written.len(),
+                    "hours to seal again after a restart"
+                );
+                self.seals.lock().start_from_record(sealed, &written);
+            }
+            None => {
+                let Some(batch) = batch else { return Ok(()) };
+                let Some(from) = self.seals.lock().start_fresh(batch) else {
+                    return Ok(());
+                };
+                self.record_sealed(from).await?;
+                self.seals.lock().recorded(from);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs due seals at clock `now_us`: late passes, then a share of the
+    /// oldest pass (everything, when `all`). Returns whether anything was
+    /// sealed or recorded.
+    pub(super) async fn run_seals(&self, now_us: u64, all: bool) -> Result<bool, StoreError> {
+        let spread = u64::try_from(self.seal_spread.as_micros()).unwrap_or(u64::MAX);
+        let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
+        self.seals.lock().close_hours(now_s, all);
+        let mut did = false;
+        loop {
+            let Some(share) = self.seals.lock().next_share(now_us, spread, all) else {
+                break;
+            };
+            let normal = share.late_since.is_none();
+            match self.seal_share(&share).await {
+                Ok(Some(ids)) => {
+                    debug!(
+                        hour = share.hour,
+                        documents = ids.len(),
+                        "hour documents to seal loaded"
+                    );
+                    self.seals.lock().loaded(&share, ids);
+                    continue;
+                }
+                Ok(None) => self.seals.lock().done(&share),
+                Err(e) => {
+                    self.seals.lock().failed(share);
+                    return Err(e);
+                }
+            }
+            did = true;
+            if normal && !all {
+                break;
+            }
+        }
+        let waiting = self.seals.lock().waiting();
+        metrics::gauge!("tally_mongodb_unsealed_series").set(waiting as f64);
+        let due = self.seals.lock().record_due();
+        if let Some(from) = due {
+            self.record_sealed(from).await?;
+            self.seals.lock().recorded(from);
+            did = true;
+        }
+        Ok(did)
+    }
+
+    /// After a flush landed: seals what is due, and keeps the lag current.
+    /// A failure here leaves the seals queued and the flush applied.
+    pub(super) async fn seal_after_flush(&self, batch: &FlushBatch) {
+        self.seals.lock().wrote(batch, batch.id.0);
+        if let Err(e) = self.run_seals(batch.id.0, false).await {
+            self.count_error(Op::Update, &e);
+            warn!(error = %e, "sealing day documents failed; retried with the next flush");
+        }
+        self.refresh_lag(wall_us()).await;
+    }
+
+    /// The hours from `from` on whose documents carry this writer's
+    /// watermark: what an earlier process may have left unsealed.
+    async fn hours_written_since(&self, from: i64) -> Result<Vec<i64>, StoreError> {
+        let filter = doc! {
+            "t": { "$gte": bson_date(from) },
+            self.watermark_path.as_str(): { "$exists": true },
+        };
+        let read = async {
+            self.hour
+                .distinct("t", filter)
+                .await
+                .map_err(|e| classify(&e, false))
+        };
+        let found = self
+            .timed(Op::Read, 128, self.timeout, "hours to seal: ", read)
+            .await?;
+        Ok(found
+            .iter()
+            .filter_map(|v| match v {
+                Bson::DateTime(d) => Some(d.timestamp_millis().div_euclid(1000)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    async fn record_sealed(&self, from: i64) -> Result<(), StoreError> {
+        self.update_writer(Op::Complete, doc! { "$max": { "sealed": from } })
+            .await?;
+        self.lag_from.fetch_min(from.max(1), Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Reads, at most every 30 s, the oldest hour any writer may not have
+    /// sealed: writers that wrote within the hour documents' retention.
+    pub(super) async fn refresh_lag(&self, now_us: u64) {
+        let last = self.lag_read_at.load(Ordering::Acquire);
+        if last != 0 && now_us.saturating_sub(last) < LAG_REFRESH_US {
+            return;
+        }
+        self.lag_read_at.store(now_us, Ordering::Release);
+        let retention_us = self.retention.0.saturating_mul(1_000_000);
+        let since = i64::try_from(now_us.saturating_sub(retention_us)).unwrap_or(0);
+        let filter = doc! { "sealed": { "$exists": true }, "next": { "$gte": since } };
+        let read = async {
+            let mut cursor = self
+                .writers
+                .find(filter)
+                .projection(doc! { "sealed": 1 })
+                .await?;
+            let mut oldest: Option<i64> = None;
+            while let Some(d) = cursor.try_next().await? {
+                if let Some(s) = d.get("sealed").and_then(as_i64) {
+                    oldest = Some(oldest.map_or(s, |o| o.min(s)));
+                }
+            }
+            Ok::<_, mongodb::error::Error>(oldest)
+        };
+        let read = async { read.await.map_err(|e| classify(&e, false)) };
+        match self
+            .timed(Op::Read, 64, self.timeout, "writers' seals: ", read)
+            .await
+        {
+            Ok(Some(oldest)) => self.lag_from.store(oldest.max(1), Ordering::Release),
+            Ok(None) => {}
+            Err(e) => debug!(error = %e, "cannot read the writers' seal records"),
+        }
+    }
+
+    /// How far back the day documents may lack what the hour documents
+    /// hold, for any writer.
+    pub(super) fn seal_lag(&self) -> Duration {
+        let from = self.lag_from.load(Ordering::Acquire);
+        if from == i64::MAX {
+            return DEFAULT_LAG;
+        }
+        let now = chrono::Utc::now().timestamp();
+        Duration::from_secs(u64::try_from(now.saturating_sub(from)).unwrap_or(0))
+    }
+}

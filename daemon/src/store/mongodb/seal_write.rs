@@ -1,0 +1,321 @@
+//! Sealing a day document's hour from the hour document: read both, and
+//! `$set` exactly the slots that differ, so the day's block of the hour
+//! equals the hour's slots and the day's running slot the sum of its hours.
+//!
+//! A seal is idempotent: a second one finds nothing to change. That is what
+//! makes it safe to repeat after a crash, for a late sample, or from another
+//! daemon writing to the same rollup series. Two seals of one day document
+//! at once cannot lose each other's hours: each statement is filtered on
+//! the day's running slot as read (`total.n`, `total.sum`), so the second
+//! matches nothing, is refused as a duplicate key by its upsert, and is
+//! read and built again.
+
+use bson::doc;
+use bson::raw::{RawBsonRef, RawDocument, RawDocumentBuf};
+use futures::TryStreamExt;
+use hashbrown::HashMap;
+use mongodb::error::Error as DriverError;
+
+use super::command::{bson_len, Work};
+use super::decode::{decode_slot, DecodeError};
+use super::documents::{EmptyBounds, HOURS, MINUTES};
+use super::ids::{bson_date, doc_id};
+use super::seals::{Items, Share};
+use super::stats::Op;
+use super::MongoStore;
+use crate::model::{Slot, Tier, DAY_S, HOUR_S};
+use crate::store::StoreError;
+
+/// Hour documents per read: about 4 KB each.
+const SEAL_BATCH: usize = 500;
+
+/// Rounds for a document whose running slot keeps changing under the seal
+/// (other daemons sealing other hours of the same day).
+const SEAL_ROUNDS: usize = 3;
+
+impl MongoStore {
+    /// Seals one share: loads its ids first if the pass has none yet.
+    pub(super) async fn seal_share(
+        &self,
+        share: &Share,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        let ids: Vec<String> = match &share.items {
+            Items::Load => return self.unsealed_ids(share.hour).await.map(Some),
+            Items::Ids(ids) => ids.clone(),
+            Items::Series(series) => series
+                .iter()
+                .map(|s| doc_id(s, Tier::Hour, share.hour))
+                .collect::<Result<_, _>>()?,
+        };
+        for chunk in ids.chunks(SEAL_BATCH) {
+            self.seal_ids(share.hour, chunk).await?;
+        }
+        Ok(None)
+    }
+
+    /// Every hour document of `hour` this writer wrote.
+    async fn unsealed_ids(&self, hour: i64) -> Result<Vec<String>, StoreError> {
+        let filter =
+            doc! { "t": bson_date(hour), self.watermark_path.as_str(): { "$exists": true } };
+        let bytes = bson_len(&filter);
+        let load = async {
+            let mut cursor = self.hour.find(filter).projection(doc! { "_id": 1 }).await?;
+            let mut ids = Vec::new();
+            while let Some(d) = cursor.try_next().await? {
+                if let Ok(id) = d.get_str("_id") {
+                    ids.push(id.to_string());
+                }
+            }
+            Ok::<_, DriverError>(ids)
+        };
+        let load = async { load.await.map_err(|e| classify_read(&e)) };
+        self.timed(Op::Read, bytes, self.timeout, "unsealed hours: ", load)
+            .await
+    }
+
+    /// Seals the day documents of the hour documents `ids`, all of `hour`.
+    async fn seal_ids(&self, hour: i64, ids: &[String]) -> Result<(), StoreError> {
+        let day_start = hour.div_euclid(DAY_S) * DAY_S;
+        let index = usize::try_from((hour - day_start) / HOUR_S).unwrap_or(0);
+        let bounds = if self.features.lacks(super::Feature::Infinity) {
+            EmptyBounds::Finite
+        } else {
+            EmptyBounds::Infinite
+        };
+        let mut pending: Vec<String> = ids.to_vec();
+        for _ in 0..SEAL_ROUNDS {
+            let hours = self.fetch(Tier::Hour, &pending, hour_projection()).await?;
+            let day_ids: Vec<String> = hours.keys().filter_map(|id| day_id_of(id)).collect();
+            let days = self
+                .fetch(Tier::Day, &day_ids, day_projection(index))
+                .await?;
+            let mut stmts = Vec::new();
+            let mut of_stmt = Vec::new();
+            for (id, hour_doc) in &hours {
+                let Some(day_id) = day_id_of(id) else {
+                    continue;
+                };
+                let day_doc = days.get(&day_id).map(|d| d.as_ref());
+                let stmt = seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds)
+                    .map_err(|e| StoreError::Corrupt {
+                        doc: self.doc_name(Tier::Hour, id),
+                        reason: e.to_string(),
+                    })?;
+                if let Some(stmt) = stmt {
+                    stmts.push(stmt);
+                    of_stmt.push(id.clone());
+                }
+            }
+            if stmts.is_empty() {
+                return Ok(());
+            }
+            let send = [(self.day.name(), stmts.iter().map(|s| s.as_ref()).collect())];
+            let replies = self
+                .write_all(Op::Update, &send, &mut Work::default())
+                .await?;
+            let sealed = stmts.len()
+                - replies
+                    .iter()
+                    .map(|(_, r)| r.duplicates.len())
+                    .sum::<usize>();
+            metrics::counter!("tally_mongodb_sealed_documents_total").increment(sealed as u64);
+            pending = replies
+                .iter()
+                .flat_map(|(_, r)| r.duplicates.iter())
+                .filter_map(|&i| of_stmt.get(i).cloned())
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "{} day documents changed under each of {SEAL_ROUNDS} seals of hour {hour}; trying again later",
+            pending.len()
+        )))
+    }
+
+    /// Documents of `tier` by id, with `projection`.
+    async fn fetch(
+        &self,
+        tier: Tier,
+        ids: &[String],
+        projection: bson::Document,
+    ) -> Result<HashMap<String, RawDocumentBuf>, StoreError> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let filter = doc! { "_id": { "$in": ids } };
+        let bytes = bson_len(&filter) + bson_len(&projection);
+        let coll = self.collection(tier);
+        let read = async {
+            let mut cursor = coll
+                .find(filter)
+                .projection(projection)
+                .batch_size(u32::try_from(ids.len()).unwrap_or(u32::MAX))
+                .await?;
+            let mut out = HashMap::with_capacity(ids.len());
+            while let Some(d) = cursor.try_next().await? {
+                if let Ok(id) = d.get_str("_id") {
+                    out.insert(id.to_string(), d);
+                }
+            }
+            Ok::<_, DriverError>(out)
+        };
+        let read = async { read.await.map_err(|e| classify_read(&e)) };
+        self.timed(Op::Read, bytes, self.timeout, "seal read: ", read)
+            .await
+    }
+}
+
+fn classify_read(e: &DriverError) -> StoreError {
+    super::errors::classify(e, false)
+}
+
+/// `<source>|<metric>|YYYYMMDD` of `<source>|<metric>|YYYYMMDDHH`.
+fn day_id_of(hour_id: &str) -> Option<String> {
+    let cut = hour_id.len().checked_sub(2)?;
+    hour_id
+        .is_char_boundary(cut)
+        .then(|| hour_id[..cut].to_string())
+}
+
+fn hour_projection() -> bson::Document {
+    doc! { "s": 1, "m": 1, "l": 1, "k": 1, "total": 1, "values": 1 }
+}
+
+/// The day's running slot, every other hour's running slot, and the whole
+/// block of hour `index`.
+fn day_projection(index: usize) -> bson::Document {
+    let mut p = doc! { "total": 1 };
+    for h in 0..HOURS {
+        if h == index {
+            p.insert(format!("values.{h}"), 1);
+        } else {
+            p.insert(format!("values.{h}.total"), 1);
+        }
+    }
+    p
+}
+
+/// Whether two stored slots hold the same: every empty slot is the same,
+/// whatever bounds the server keeps in it.
+fn same(a: &Slot, b: &Slot) -> bool {
+    a.n == b.n
+        && (a.n == 0
+            || (a.sum.to_bits() == b.sum.to_bits()
+                && a.min.to_bits() == b.min.to_bits()
+                && a.max.to_bits() == b.max.to_bits()))
+}
+
+fn sub<'a>(d: Option<&'a RawDocument>, key: &str) -> Result<Option<&'a RawDocument>, DecodeError> {
+    let Some(d) = d else { return Ok(None) };
+    match d.get(key)? {
+        None => Ok(None),
+        Some(RawBsonRef::Document(s)) => Ok(Some(s)),
+        Some(v) => Err(super::decode::type_error(key, v, "a document")),
+    }
+}
+
+/// The slot at `key` of `d`, empty when absent.
+fn slot_at(d: Option<&RawDocument>, key: &str) -> Result<Slot, DecodeError> {
+    match d.map(|d| d.get(key)).transpose()?.flatten() {
+        None => Ok(Slot::EMPTY),
+        Some(v) => decode_slot(v, &|| key.to_string()),
+    }
+}
+
+fn encode_slot(s: &Slot, bounds: EmptyBounds) -> Result<RawDocumentBuf, DecodeError> {
+    let n = i64::try_from(s.n).map_err(|_| DecodeError::Value {
+        field: "total.n".into(),
+        reason: format!("{} does not fit an Int64", s.n),
+    })?;
+    let (min, max) = match (s.n, bounds) {
+        (0, EmptyBounds::Infinite) => (f64::INFINITY, f64::NEG_INFINITY),
+        (0, EmptyBounds::Finite) => (f64::MAX, -f64::MAX),
+        _ => (s.min, s.max),
+    };
+    let mut d = RawDocumentBuf::new();
+    d.append("n", n);
+    d.append("sum", if s.n == 0 { 0.0 } else { s.sum });
+    d.append("min", min);
+    d.append("max", max);
+    Ok(d)
+}
+
+/// The statement that makes `day_id`'s block of hour `index` equal to
+/// `hour_doc`, or None when it already is.
+pub(super) fn seal_statement(
+    day_id: &str,
+    hour_doc: &RawDocument,
+    day_doc: Option<&RawDocument>,
+    index: usize,
+    day_start: i64,
+    bounds: EmptyBounds,
+) -> Result<Option<RawDocumentBuf>, DecodeError> {
+    let hour_values = sub(Some(hour_doc), "values")?;
+    let day_values = sub(day_doc, "values")?;
+    let block = sub(day_values, &index.to_string())?;
+    let mut set = RawDocumentBuf::new();
+    for m in 0..MINUTES {
+        let key = m.to_string();
+        let want = slot_at(hour_values, &key)?;
+        if !same(&want, &slot_at(block, &key)?) {
+            let path = format!("values.{index}.{m}");
+            match hour_values.map(|v| v.get(&key)).transpose()?.flatten() {
+                Some(raw) => set.append_ref(path, raw),
+                None => set.append(path, encode_slot(&want, bounds)?),
+            }
+        }
+    }
+    let hour_total = slot_at(Some(hour_doc), "total")?;
+    if !same(&hour_total, &slot_at(block, "total")?) {
+        set.append(
+            format!("values.{index}.total"),
+            encode_slot(&hour_total, bounds)?,
+        );
+    }
+    let day_total = slot_at(day_doc, "total")?;
+    let mut merged = Slot::EMPTY;
+    for h in 0..HOURS {
+        if h == index {
+            merged.merge(&hour_total);
+        } else {
+            merged.merge(&slot_at(sub(day_values, &h.to_string())?, "total")?);
+        }
+    }
+    if !same(&merged, &day_total) {
+        set.append("total", encode_slot(&merged, bounds)?);
+    }
+    if set.as_bytes().len() <= 5 {
+        return Ok(None);
+    }
+    if let Some(RawBsonRef::String(k)) = hour_doc.get("k")? {
+        set.append("k", k);
+    }
+    let mut q = RawDocumentBuf::new();
+    q.append("_id", day_id);
+    let n = i64::try_from(day_total.n).unwrap_or(i64::MAX);
+    q.append("total.n", n);
+    if day_total.sum.is_finite() {
+        q.append("total.sum", day_total.sum);
+    }
+    let mut on_insert = RawDocumentBuf::new();
+    for key in ["s", "m", "l"] {
+        if let Some(v) = hour_doc.get(key)? {
+            on_insert.append_ref(key, v);
+        }
+    }
+    on_insert.append("t", bson_date(day_start));
+    let mut u = RawDocumentBuf::new();
+    u.append("$set", set);
+    u.append("$setOnInsert", on_insert);
+    let mut stmt = RawDocumentBuf::new();
+    stmt.append("q", q);
+    stmt.append("u", u);
+    stmt.append("upsert", true);
+    Ok(Some(stmt))
+}
+
+#[cfg(test)]
+#[path = "seal_write_tests.rs"]
+mod tests;
