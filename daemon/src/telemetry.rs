@@ -128,6 +128,8 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Gauge, "tally_mongodb_feature_missing", Unit::Count, "1 when the MongoDB server lacks a feature Tally uses and Tally falls back, 0 when present; by feature (ttl_index, coll_mod, infinity, unordered_updates)."),
     (Kind::Counter, "tally_mongodb_fallback_upserts_total", Unit::Count, "MongoDB documents created by a flush's fallback upsert (not pre-allocated)."),
     (Kind::Counter, "tally_mongodb_sealed_documents_total", Unit::Count, "MongoDB day documents whose block of an hour was sealed from the hour document (changed slots set)."),
+    (Kind::Counter, "tally_mongodb_seal_refused_total", Unit::Count, "MongoDB hour documents that could not be sealed into their day documents (rewritten by hand, or fewer samples than the day's block): logged at error level."),
+    (Kind::Counter, "tally_mongodb_writer_takeovers_total", Unit::Count, "Stopped MongoDB writers (no flush-id reservation for 2 h) whose unsealed hours this daemon took over."),
     (Kind::Gauge, "tally_mongodb_unsealed_series", Unit::Count, "Series with hours this daemon wrote and has not sealed into the day documents yet."),
     (Kind::Counter, "tally_catalog_writes_total", Unit::Count, "Series catalog entries written (new series, or last_seen refreshed)."),
     (Kind::Counter, "tally_rollup_skipped_total", Unit::Count, "Member series left out of a group rollup (kind conflict, rollup.max_series reached, or a sum beyond 1e300), per flush."),

@@ -43,6 +43,11 @@ pub struct MongoDbConfig {
     /// fleet does not double one flush's statements at every hour.
     #[serde(with = "humantime_serde")]
     pub seal_spread: Duration,
+    /// No longer used (day documents are sealed when an hour closes);
+    /// accepted so that an older configuration still starts, with a
+    /// warning.
+    #[serde(with = "humantime_serde", skip_serializing_if = "Option::is_none")]
+    pub day_write_delay: Option<Duration>,
 }
 
 /// The longest `mongodb.seal_spread`: day documents lag their hours by up
@@ -62,6 +67,7 @@ impl Default for MongoDbConfig {
             timeout: Duration::from_secs(10),
             max_statements_per_s: 0,
             seal_spread: Duration::from_secs(300),
+            day_write_delay: None,
         }
     }
 }

@@ -17,7 +17,8 @@
 //!         w: { <writer id>: Int64(flush id) },           // per-writer watermark
 //!         total: <slot>,                                 // the hour's running slot
 //!         values: { "0": <slot>, ..., "59": <slot> } }   // values.<MINUTE>
-//! day:  { _id: "db-01|op_counter|20260314", s, m, t, k, w,
+//! day:  { _id: "db-01|op_counter|20260314", s, m, t, k,
+//!         w: {},                                         // sealed, not written by flushes
 //!         total: <slot>,                                 // the day's running slot
 //!         values: { "0": { total: <slot>, "0": <slot>, ..., "59": <slot> },
 //!                   ...,
@@ -68,7 +69,7 @@
 //!
 //! # Writes
 //!
-//! One upsert per touched document per flush:
+//! One upsert per touched hour document per flush:
 //!
 //! ```text
 //! q: { _id: X, "w.<writer>": { $not: { $gte: Int64(flush id) } } }
@@ -78,9 +79,8 @@
 //!      $setOnInsert: { s, m, t } },  upsert: true
 //! ```
 //!
-//! Day documents get the same at the minute (`values.H.M`), hour
-//! (`values.H.total`) and day (`total`) levels. No path appears twice across
-//! the operators, which a real server would reject.
+//! No path appears twice across the operators, which a real server would
+//! reject.
 //!
 //! Flushes write hour documents only: one statement per active series per
 //! flush. A day document's block of an hour is written once, when the hour
@@ -170,8 +170,8 @@
 //!
 //! # Exactly once
 //!
-//! Every document keeps, per writer, the highest flush id applied to it
-//! (`w.<writer>`). The filter above matches only while that watermark is
+//! Every hour document keeps, per writer, the highest flush id applied to
+//! it (`w.<writer>`); day documents need none, since seals are idempotent. The filter above matches only while that watermark is
 //! below the flush's id, so a replayed flush (after an ambiguous failure, or
 //! later from a write-ahead log) does not match a document it already
 //! updated. The upsert then tries to insert `_id: X` and fails with a
@@ -214,6 +214,7 @@
 //! | `seals.rs` | which hours are due to be sealed; late minutes; the record |
 //! | `seal_write.rs` | a seal: reading hour and day documents, the `$set` statement |
 //! | `seal_run.rs` | when seals run; the writers' records and the read lag |
+//! | `takeover.rs` | sealing for a writer that stopped and did not come back |
 //! | `prealloc.rs` | pre-allocation and first-sighting inserts |
 //! | `known_docs.rs` | the first-sighting memory |
 //! | `flush_ids.rs` | flush-id reservations |
@@ -245,6 +246,7 @@ mod seal_write;
 mod seals;
 mod statements;
 mod stats;
+mod takeover;
 #[cfg(test)]
 mod tests;
 mod writes;
@@ -318,6 +320,8 @@ pub struct MongoStore {
     turn: tokio::sync::Mutex<()>,
     /// Hours to seal into the day documents.
     seals: Mutex<Seals>,
+    /// The read of a recovered pass' ids, from one page to the next.
+    load_cursor: tokio::sync::Mutex<Option<seal_write::LoadCursor>>,
     seal_spread: Duration,
     /// The newest flush whose hour documents landed.
     applied_through: AtomicU64,
@@ -326,6 +330,10 @@ pub struct MongoStore {
     lag_from: AtomicI64,
     /// When `lag_from` was last read (wall-clock µs).
     lag_read_at: AtomicU64,
+    /// A stopped writer whose seals this daemon is taking over.
+    takeover: tokio::sync::Mutex<Option<takeover::Takeover>>,
+    /// When the writers were last searched for a stopped one (µs).
+    takeover_searched_at: AtomicU64,
     hasher: ahash::RandomState,
     counters: Counters,
     /// Why the last operation could not reach the server, until one does:
@@ -358,6 +366,9 @@ impl MongoStore {
     ) -> Result<MongoStore, StoreError> {
         check_writer_id(writer_id)?;
         check_retention(retention)?;
+        if cfg.day_write_delay.is_some() {
+            warn!("mongodb.day_write_delay is no longer used and can be removed: day documents are sealed from the hour documents once an hour closes (mongodb.seal_spread)");
+        }
         cfg.check_names()?;
         let (options, write_concern) = cfg.client_options().await?;
         let client = Client::with_options(options)
@@ -395,10 +406,13 @@ impl MongoStore {
             known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
             turn: tokio::sync::Mutex::new(()),
             seals: Mutex::new(Seals::default()),
+            load_cursor: tokio::sync::Mutex::new(None),
             seal_spread: cfg.seal_spread.min(config::MAX_SEAL_SPREAD),
             applied_through: AtomicU64::new(0),
             lag_from: AtomicI64::new(i64::MAX),
             lag_read_at: AtomicU64::new(0),
+            takeover: tokio::sync::Mutex::new(None),
+            takeover_searched_at: AtomicU64::new(0),
             hasher: ahash::RandomState::new(),
             counters: Counters::default(),
             outage: Mutex::new(None),
@@ -432,7 +446,7 @@ impl MongoStore {
     async fn seal_now(&self, all: bool) -> Result<Option<u64>, StoreError> {
         let _turn = self.turn.lock().await;
         let now = seal_run::wall_us();
-        if !self.seals.lock().started() {
+        if self.seals.lock().should_read_record() {
             // A restarted daemon seals what it left even if no flush comes;
             // while the server is away, the next tick tries again.
             let start = async {
@@ -449,6 +463,9 @@ impl MongoStore {
         }
         let did = self.run_seals(now, all).await?;
         self.refresh_lag(now).await;
+        if !all {
+            self.take_over_quietly(now).await;
+        }
         if !did {
             return Ok(None);
         }

@@ -6,12 +6,13 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bson::{doc, Bson};
+use bson::doc;
 use futures::TryStreamExt;
 use tracing::{debug, warn};
 
 use super::errors::{as_i64, classify};
-use super::ids::bson_date;
+use super::seal_write::Sealed;
+use super::seals::Seals;
 use super::stats::Op;
 use super::MongoStore;
 use crate::model::FlushBatch;
@@ -20,6 +21,12 @@ use crate::store::StoreError;
 /// How often the oldest unsealed hour of all writers is read again, for
 /// [`crate::store::Store::day_tier_lag`].
 const LAG_REFRESH_US: u64 = 30_000_000;
+
+/// Late shares (of up to 4,096 series each) sealed per flush or idle tick.
+const LATE_SHARES_PER_CALL: usize = 4;
+
+/// Pages (of up to 10,000 ids each) of a pass loaded per flush or idle tick.
+const LOAD_PAGES_PER_CALL: usize = 4;
 
 /// The lag assumed until the writers' records are read: an hour, its grace
 /// and a pass, with room.
@@ -41,21 +48,25 @@ impl MongoStore {
         let record = self.writer_record().await?;
         match record.and_then(|d| d.get("sealed").and_then(as_i64)) {
             Some(sealed) => {
-                let written = self.hours_written_since(sealed).await?;
-                debug!(
-                    sealed,
-                    hours = written.len(),
-                    "hours to seal again after a restart"
-                );
-                self.seals.lock().start_from_record(sealed, &written);
+                // The hours themselves are read page by page when their
+                // passes come, not here on the flush's path.
+                let clock = batch.map_or(0, |b| b.id.0).max(wall_us());
+                let now_s = i64::try_from(clock / 1_000_000).unwrap_or(i64::MAX);
+                let retention = i64::try_from(self.retention.0).unwrap_or(i64::MAX);
+                let oldest_s = now_s.saturating_sub(retention);
+                debug!(sealed, "sealing again from this writer's record");
+                self.seals.lock().start_from_record(sealed, now_s, oldest_s);
             }
             None => {
-                let Some(batch) = batch else { return Ok(()) };
-                let Some(from) = self.seals.lock().start_fresh(batch) else {
+                let Some(from) = batch.and_then(Seals::fresh_start) else {
+                    self.seals.lock().found_no_record();
                     return Ok(());
                 };
+                // Recorded before the horizon is set, and so before any of
+                // the batch is written: a crash after it leaves the hours
+                // from there on to the next start.
                 self.record_sealed(from).await?;
-                self.seals.lock().recorded(from);
+                self.seals.lock().start_at(from);
             }
         }
         Ok(())
@@ -69,29 +80,43 @@ impl MongoStore {
         let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
         self.seals.lock().close_hours(now_s, all);
         let mut did = false;
+        let mut late_shares = 0;
+        let mut pages = 0;
         loop {
             let Some(share) = self.seals.lock().next_share(now_us, spread, all) else {
                 break;
             };
             let normal = share.late_since.is_none();
+            late_shares += usize::from(!normal);
             match self.seal_share(&share).await {
-                Ok(Some(ids)) => {
+                Ok(Sealed::Page {
+                    ids,
+                    restarted,
+                    done,
+                }) => {
                     debug!(
                         hour = share.hour,
                         documents = ids.len(),
+                        done,
                         "hour documents to seal loaded"
                     );
-                    self.seals.lock().loaded(&share, ids);
+                    self.seals.lock().loaded(&share, ids, restarted, done);
+                    pages += 1;
+                    if pages >= LOAD_PAGES_PER_CALL && !all {
+                        break;
+                    }
                     continue;
                 }
-                Ok(None) => self.seals.lock().done(&share),
+                Ok(Sealed::Done) => self.seals.lock().done(&share),
                 Err(e) => {
                     self.seals.lock().failed(share);
                     return Err(e);
                 }
             }
             did = true;
-            if normal && !all {
+            // Late minutes first, but a replay's worth of them over several
+            // calls: a share of the hour's pass, or a few late shares.
+            if !all && (normal || late_shares >= LATE_SHARES_PER_CALL) {
                 break;
             }
         }
@@ -114,32 +139,18 @@ impl MongoStore {
             self.count_error(Op::Update, &e);
             warn!(error = %e, "sealing day documents failed; retried with the next flush");
         }
-        self.refresh_lag(wall_us()).await;
+        let now = wall_us();
+        self.refresh_lag(now).await;
+        self.take_over_quietly(now).await;
     }
 
-    /// The hours from `from` on whose documents carry this writer's
-    /// watermark: what an earlier process may have left unsealed.
-    async fn hours_written_since(&self, from: i64) -> Result<Vec<i64>, StoreError> {
-        let filter = doc! {
-            "t": { "$gte": bson_date(from) },
-            self.watermark_path.as_str(): { "$exists": true },
-        };
-        let read = async {
-            self.hour
-                .distinct("t", filter)
-                .await
-                .map_err(|e| classify(&e, false))
-        };
-        let found = self
-            .timed(Op::Read, 128, self.timeout, "hours to seal: ", read)
-            .await?;
-        Ok(found
-            .iter()
-            .filter_map(|v| match v {
-                Bson::DateTime(d) => Some(d.timestamp_millis().div_euclid(1000)),
-                _ => None,
-            })
-            .collect())
+    /// A step of taking over a stopped writer; a failure is retried with
+    /// the next step.
+    pub(super) async fn take_over_quietly(&self, now_us: u64) {
+        if let Err(e) = self.take_over_step(now_us).await {
+            self.count_error(Op::Update, &e);
+            warn!(error = %e, "sealing a stopped writer's hours failed; retried later");
+        }
     }
 
     async fn record_sealed(&self, from: i64) -> Result<(), StoreError> {

@@ -8,7 +8,9 @@
 //! at once cannot lose each other's hours: each statement is filtered on
 //! the day's running slot as read (`total.n`, `total.sum`), so the second
 //! matches nothing, is refused as a duplicate key by its upsert, and is
-//! read and built again.
+//! read and built again. The day document is read before the hour
+//! document, so what a seal writes is never older than a seal it did not
+//! see; and a block is never set to fewer samples than it holds.
 
 use bson::doc;
 use bson::raw::{RawBsonRef, RawDocument, RawDocumentBuf};
@@ -33,44 +35,88 @@ const SEAL_BATCH: usize = 500;
 /// (other daemons sealing other hours of the same day).
 const SEAL_ROUNDS: usize = 3;
 
+/// Ids per page of a pass loaded from the server.
+const LOAD_PAGE: usize = 10_000;
+
+/// What sealing a share did.
+pub(super) enum Sealed {
+    /// Sealed (the documents that could be).
+    Done,
+    /// A page of a loading pass' ids: the first of a new read of them when
+    /// `restarted`, the last when `done`.
+    Page {
+        ids: Vec<String>,
+        restarted: bool,
+        done: bool,
+    },
+}
+
+/// The read of a pass' ids, kept from one page to the next.
+pub(super) struct LoadCursor {
+    hour: i64,
+    cursor: mongodb::Cursor<RawDocumentBuf>,
+}
+
 impl MongoStore {
-    /// Seals one share: loads its ids first if the pass has none yet.
-    pub(super) async fn seal_share(
-        &self,
-        share: &Share,
-    ) -> Result<Option<Vec<String>>, StoreError> {
+    /// Seals one share, or loads a page of its pass' ids.
+    pub(super) async fn seal_share(&self, share: &Share) -> Result<Sealed, StoreError> {
         let ids: Vec<String> = match &share.items {
-            Items::Load => return self.unsealed_ids(share.hour).await.map(Some),
+            Items::Load => return self.load_page(share.hour).await,
             Items::Ids(ids) => ids.clone(),
             Items::Series(series) => series
                 .iter()
                 .map(|s| doc_id(s, Tier::Hour, share.hour))
                 .collect::<Result<_, _>>()?,
         };
-        for chunk in ids.chunks(SEAL_BATCH) {
-            self.seal_ids(share.hour, chunk).await?;
-        }
-        Ok(None)
+        self.seal_hour_ids(share.hour, &ids).await?;
+        Ok(Sealed::Done)
     }
 
-    /// Every hour document of `hour` this writer wrote.
-    async fn unsealed_ids(&self, hour: i64) -> Result<Vec<String>, StoreError> {
-        let filter =
-            doc! { "t": bson_date(hour), self.watermark_path.as_str(): { "$exists": true } };
-        let bytes = bson_len(&filter);
-        let load = async {
-            let mut cursor = self.hour.find(filter).projection(doc! { "_id": 1 }).await?;
-            let mut ids = Vec::new();
-            while let Some(d) = cursor.try_next().await? {
-                if let Ok(id) = d.get_str("_id") {
-                    ids.push(id.to_string());
+    /// Seals the day documents of the hour documents `ids`, all of `hour`.
+    pub(super) async fn seal_hour_ids(&self, hour: i64, ids: &[String]) -> Result<(), StoreError> {
+        for chunk in ids.chunks(SEAL_BATCH) {
+            self.seal_ids(hour, chunk).await?;
+        }
+        Ok(())
+    }
+
+    /// The next page of the hour documents of `hour` this writer wrote,
+    /// each page within the store's deadline. A read that fails is started
+    /// again by the next call.
+    async fn load_page(&self, hour: i64) -> Result<Sealed, StoreError> {
+        let mut slot = self.load_cursor.lock().await;
+        let open = slot.take().filter(|c| c.hour == hour);
+        let restarted = open.is_none();
+        let page = async {
+            let mut load = match open {
+                Some(load) => load,
+                None => {
+                    let cursor = self
+                        .written_in(hour, &self.watermark_path, LOAD_PAGE)
+                        .await?;
+                    LoadCursor { hour, cursor }
                 }
-            }
-            Ok::<_, DriverError>(ids)
+            };
+            let (ids, exhausted) = next_ids(&mut load.cursor, LOAD_PAGE).await?;
+            Ok::<_, DriverError>((ids, (!exhausted).then_some(load)))
         };
-        let load = async { load.await.map_err(|e| classify_read(&e)) };
-        self.timed(Op::Read, bytes, self.timeout, "unsealed hours: ", load)
-            .await
+        let page = async { page.await.map_err(|e| classify_read(&e)) };
+        let (ids, rest) = self
+            .timed(
+                Op::Read,
+                128,
+                self.timeout,
+                "hour documents to seal: ",
+                page,
+            )
+            .await?;
+        let done = rest.is_none();
+        *slot = rest;
+        Ok(Sealed::Page {
+            ids,
+            restarted,
+            done,
+        })
     }
 
     /// Seals the day documents of the hour documents `ids`, all of `hour`.
@@ -84,11 +130,13 @@ impl MongoStore {
         };
         let mut pending: Vec<String> = ids.to_vec();
         for _ in 0..SEAL_ROUNDS {
-            let hours = self.fetch(Tier::Hour, &pending, hour_projection()).await?;
-            let day_ids: Vec<String> = hours.keys().filter_map(|id| day_id_of(id)).collect();
+            // The day documents first: the hours read after them are at
+            // least as new as what another daemon's seal put in them.
+            let day_ids: Vec<String> = pending.iter().filter_map(|id| day_id_of(id)).collect();
             let days = self
                 .fetch(Tier::Day, &day_ids, day_projection(index))
                 .await?;
+            let hours = self.fetch(Tier::Hour, &pending, hour_projection()).await?;
             let mut stmts = Vec::new();
             let mut of_stmt = Vec::new();
             for (id, hour_doc) in &hours {
@@ -96,14 +144,22 @@ impl MongoStore {
                     continue;
                 };
                 let day_doc = days.get(&day_id).map(|d| d.as_ref());
-                let stmt = seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds)
-                    .map_err(|e| StoreError::Corrupt {
-                        doc: self.doc_name(Tier::Hour, id),
-                        reason: e.to_string(),
-                    })?;
-                if let Some(stmt) = stmt {
-                    stmts.push(stmt);
-                    of_stmt.push(id.clone());
+                match seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds) {
+                    Ok(Some(stmt)) => {
+                        stmts.push(stmt);
+                        of_stmt.push(id.clone());
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        // One document someone rewrote must not hold up
+                        // the others: it stays as it is, and says so.
+                        metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
+                        tracing::error!(
+                            hour_document = %self.doc_name(Tier::Hour, id),
+                            error = %e,
+                            "cannot seal this hour into its day document"
+                        );
+                    }
                 }
             }
             if stmts.is_empty() {
@@ -165,6 +221,43 @@ impl MongoStore {
         self.timed(Op::Read, bytes, self.timeout, "seal read: ", read)
             .await
     }
+}
+
+impl MongoStore {
+    /// A read of the ids of the hour documents of `hour` that hold the
+    /// watermark at `watermark_path`, in pages of `page`.
+    pub(super) async fn written_in(
+        &self,
+        hour: i64,
+        watermark_path: &str,
+        page: usize,
+    ) -> Result<mongodb::Cursor<RawDocumentBuf>, DriverError> {
+        let filter = doc! { "t": bson_date(hour), watermark_path: { "$exists": true } };
+        self.hour
+            .find(filter)
+            .projection(doc! { "_id": 1 })
+            .batch_size(u32::try_from(page).unwrap_or(u32::MAX))
+            .await
+    }
+}
+
+/// Up to `max` more ids of `cursor`, and whether it has no more.
+pub(super) async fn next_ids(
+    cursor: &mut mongodb::Cursor<RawDocumentBuf>,
+    max: usize,
+) -> Result<(Vec<String>, bool), DriverError> {
+    let mut ids = Vec::new();
+    while ids.len() < max {
+        match cursor.try_next().await? {
+            Some(d) => {
+                if let Ok(id) = d.get_str("_id") {
+                    ids.push(id.to_string());
+                }
+            }
+            None => return Ok((ids, true)),
+        }
+    }
+    Ok((ids, false))
 }
 
 fn classify_read(e: &DriverError) -> StoreError {
@@ -268,7 +361,19 @@ pub(super) fn seal_statement(
         }
     }
     let hour_total = slot_at(Some(hour_doc), "total")?;
-    if !same(&hour_total, &slot_at(block, "total")?) {
+    let block_total = slot_at(block, "total")?;
+    if hour_total.n < block_total.n {
+        // Hours only grow: this hour document is older than the block (or
+        // expired and was made again by a late sample). Never go back.
+        return Err(DecodeError::Value {
+            field: "total.n".into(),
+            reason: format!(
+                "the hour holds {} samples, fewer than the {} its day block already has",
+                hour_total.n, block_total.n
+            ),
+        });
+    }
+    if !same(&hour_total, &block_total) {
         set.append(
             format!("values.{index}.total"),
             encode_slot(&hour_total, bounds)?,

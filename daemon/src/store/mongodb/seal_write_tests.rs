@@ -146,3 +146,41 @@ fn a_missing_day_document_is_sealed_from_empty() {
     assert_eq!(q.get_i64("total.n").unwrap(), 0);
     assert_eq!(day_id_of("a|m|2026110203").as_deref(), Some("a|m|20261102"));
 }
+
+#[test]
+fn a_block_never_goes_back_to_fewer_samples() {
+    let hour = hour_doc(&[(5, slot(1, 1.0, 1.0, 1.0))], slot(1, 1.0, 1.0, 1.0));
+    let day = day_doc(&[(3, slot(2, 3.0, 1.0, 2.0))], slot(2, 3.0, 1.0, 2.0));
+    let r = seal_statement(
+        "a|m|20261102",
+        &hour,
+        Some(&day),
+        3,
+        0,
+        EmptyBounds::Infinite,
+    );
+    assert!(matches!(r, Err(DecodeError::Value { .. })), "{r:?}");
+}
+
+#[test]
+fn a_full_hours_seal_is_a_few_kilobytes() {
+    let minutes: Vec<(usize, Document)> = (0..60)
+        .map(|m| (m, slot(60, 1234.5 + m as f64, -1.25, 987.75)))
+        .collect();
+    let hour = hour_doc(&minutes, slot(3600, 1e6, -1.25, 987.75));
+    let day = day_doc(&[(1, slot(4, 10.0, 0.5, 9.0))], slot(4, 10.0, 0.5, 9.0));
+    let stmt = seal_statement(
+        "a|m|20261102",
+        &hour,
+        Some(&day),
+        13,
+        0,
+        EmptyBounds::Infinite,
+    )
+    .unwrap()
+    .unwrap();
+    let bytes = stmt.as_bytes().len();
+    println!("a seal of a full hour: {bytes} bytes");
+    // 60 minute slots, the hour's and the day's running slots, the filter.
+    assert!((4_000..6_000).contains(&bytes), "{bytes} bytes");
+}

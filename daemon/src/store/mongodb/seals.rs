@@ -16,10 +16,12 @@
 //! - **queue**: the passes, one per closed hour, worked off a share at a
 //!   time so that sealing a million series is spread over
 //!   `mongodb.seal_spread`;
-//! - **recorded**: the horizon as the writer's document in `tally_writers`
-//!   holds it (`sealed`). After a crash every hour from there on is sealed
-//!   again from the hour documents the server has for this writer, so the
-//!   write-ahead log need not keep anything for the day documents.
+//! - **recorded**: the oldest hour that may hold unsealed writes (the
+//!   horizon, or an older hour still dirty or queued), as the writer's
+//!   document in `tally_writers` holds it (`sealed`). After a crash every
+//!   hour from there on is sealed again from the hour documents the server
+//!   has for this writer, read page by page, so the write-ahead log need
+//!   not keep anything for the day documents.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
@@ -39,6 +41,10 @@ const MIN_SHARE: usize = 256;
 /// after a crash can bring many.
 const LATE_SHARE: usize = 4096;
 
+/// The most a share of a pass takes, however late the pass is (after an
+/// outage, say): the rest follows with the next calls.
+const MAX_SHARE: usize = 20_000;
+
 /// What a pass seals.
 #[derive(Debug)]
 pub(super) enum Items {
@@ -47,7 +53,7 @@ pub(super) enum Items {
     /// Hour-document ids loaded from the server, for hours an earlier
     /// process may have written.
     Ids(Vec<String>),
-    /// Not loaded yet: the first share of the pass loads them.
+    /// A share that loads the next page of its pass' ids from the server.
     Load,
 }
 
@@ -71,6 +77,9 @@ pub(super) struct Pass {
     pub(super) late_since: Option<u64>,
     /// When the pass should be done (clock µs); 0 until its first share.
     deadline_us: u64,
+    /// Its ids are still being loaded from the server, page by page; its
+    /// shares wait until they all are.
+    loading: bool,
 }
 
 /// A share of a pass, taken out of the queue; [`Seals::done`] or
@@ -95,6 +104,9 @@ pub(super) struct Seals {
     taken: Vec<(i64, Option<u64>)>,
     /// The clock (µs) of the last share.
     last_share_us: u64,
+    /// The writer's record was read and there is none: an idle tick need
+    /// not read it again (a first flush starts sealing).
+    no_record: bool,
 }
 
 fn hour_of(t: i64) -> i64 {
@@ -108,28 +120,47 @@ impl Seals {
         self.horizon.is_some()
     }
 
-    /// Starts from the writer's record: `written`, the hours from `sealed`
-    /// on that hold this writer's watermark, may hold an earlier process'
-    /// unsealed writes.
-    pub(super) fn start_from_record(&mut self, sealed: i64, written: &[i64]) {
+    /// Whether an idle tick should read the writer's record: not started,
+    /// and not known to have none.
+    pub(super) fn should_read_record(&self) -> bool {
+        self.horizon.is_none() && !self.no_record
+    }
+
+    pub(super) fn found_no_record(&mut self) {
+        self.no_record = true;
+    }
+
+    /// Starts from the writer's record: every hour from `sealed` up to the
+    /// hour of `now_s` may hold an earlier process' unsealed writes; their
+    /// passes load the ids from the server. Hours before `oldest_s` are past
+    /// the hour documents' retention.
+    pub(super) fn start_from_record(&mut self, sealed: i64, now_s: i64, oldest_s: i64) {
         let from = hour_of(sealed);
-        self.recover
-            .extend(written.iter().map(|&h| hour_of(h)).filter(|&h| h >= from));
+        let mut h = from.max(hour_of(oldest_s));
+        while h <= hour_of(now_s) {
+            self.recover.insert(h);
+            h += HOUR_S;
+        }
         self.horizon = Some(from);
         self.recorded = Some(sealed);
     }
 
-    /// Starts without a record: from the oldest hour of the first batch.
-    /// The caller records it before the batch is written.
-    pub(super) fn start_fresh(&mut self, batch: &FlushBatch) -> Option<i64> {
-        let oldest = batch
+    /// Where a start without a record begins: the oldest hour of the first
+    /// batch. The caller records it, then calls [`Seals::start_at`], before
+    /// the batch is written.
+    pub(super) fn fresh_start(batch: &FlushBatch) -> Option<i64> {
+        batch
             .series
             .iter()
             .filter_map(|s| s.minutes.first())
             .map(|&(m, _)| Tier::Hour.period_start(m))
-            .min()?;
-        self.horizon = Some(oldest);
-        Some(oldest)
+            .min()
+    }
+
+    /// Starts at `from`, which the writer's record now holds.
+    pub(super) fn start_at(&mut self, from: i64) {
+        self.horizon = Some(from);
+        self.recorded = Some(from);
     }
 
     /// Flush `batch` (id `id`) landed in the hour documents.
@@ -151,13 +182,29 @@ impl Seals {
                 }
             }
         }
-        // Late passes go first: they hold the write-ahead log.
+        // Late passes go first: they hold the write-ahead log. One per hour,
+        // each series once, however many flushes bring late minutes.
         for (hour, series) in late.into_iter().rev() {
+            let queued = self
+                .queue
+                .iter_mut()
+                .find(|p| p.hour == hour && p.late_since.is_some());
+            if let Some(Pass {
+                items: Items::Series(v),
+                ..
+            }) = queued
+            {
+                let mut all: HashSet<Arc<SeriesId>> = v.drain(..).collect();
+                all.extend(series);
+                v.extend(all);
+                continue;
+            }
             self.queue.push_front(Pass {
                 hour,
                 items: Items::Series(series),
                 late_since: Some(id),
                 deadline_us: 0,
+                loading: false,
             });
         }
     }
@@ -171,20 +218,18 @@ impl Seals {
         let mut hours: BTreeSet<i64> = self.dirty.keys().copied().filter(|&h| due(h)).collect();
         hours.extend(self.recover.iter().copied().filter(|&h| due(h)));
         for h in hours {
-            let items = if self.recover.remove(&h) {
-                self.dirty.remove(&h);
-                Items::Load
-            } else {
-                match self.dirty.remove(&h) {
-                    Some(set) => Items::Series(set.into_iter().collect()),
-                    None => continue,
-                }
+            let loading = self.recover.remove(&h);
+            let items = match self.dirty.remove(&h) {
+                _ if loading => Items::Ids(Vec::new()),
+                Some(set) => Items::Series(set.into_iter().collect()),
+                None => continue,
             };
             self.queue.push_back(Pass {
                 hour: h,
                 items,
                 late_since: None,
                 deadline_us: 0,
+                loading,
             });
         }
         // A shutdown seals open hours too, but they stay ahead of the
@@ -199,6 +244,14 @@ impl Seals {
     /// about `spread_us` after it starts; everything at once when `all`.
     pub(super) fn next_share(&mut self, now_us: u64, spread_us: u64, all: bool) -> Option<Share> {
         let pass = self.queue.front_mut()?;
+        if pass.loading {
+            self.taken.push((pass.hour, None));
+            return Some(Share {
+                hour: pass.hour,
+                items: Items::Load,
+                late_since: None,
+            });
+        }
         let n = if all {
             usize::MAX
         } else if pass.late_since.is_some() {
@@ -212,11 +265,13 @@ impl Seals {
             let left = pass.deadline_us.saturating_sub(self.last_share_us).max(1);
             let remaining = pass.items.len() as u128;
             let n = (remaining * u128::from(elapsed)).div_ceil(u128::from(left));
-            usize::try_from(n).unwrap_or(usize::MAX).max(MIN_SHARE)
+            usize::try_from(n)
+                .unwrap_or(usize::MAX)
+                .clamp(MIN_SHARE, MAX_SHARE)
         };
         self.last_share_us = now_us;
         let items = match &mut pass.items {
-            Items::Load => std::mem::replace(&mut pass.items, Items::Ids(Vec::new())),
+            Items::Load => Items::Load,
             Items::Series(v) => Items::Series(v.split_off(v.len().saturating_sub(n))),
             Items::Ids(v) => Items::Ids(v.split_off(v.len().saturating_sub(n))),
         };
@@ -225,24 +280,37 @@ impl Seals {
             items,
             late_since: pass.late_since,
         };
-        if pass.items.len() == 0 && !matches!(share.items, Items::Load) {
+        if pass.items.len() == 0 {
             self.queue.pop_front();
         }
         self.taken.push((share.hour, share.late_since));
         Some(share)
     }
 
-    /// A loaded pass' ids: they join the front pass, which the load came
-    /// from.
-    pub(super) fn loaded(&mut self, share: &Share, ids: Vec<String>) {
+    /// A page of a loading pass' ids (the first of a new read of them when
+    /// `restarted`); `done` when it was the last.
+    pub(super) fn loaded(
+        &mut self,
+        share: &Share,
+        mut ids: Vec<String>,
+        restarted: bool,
+        done: bool,
+    ) {
         self.untake(share);
-        if let Some(pass) = self.queue.front_mut() {
-            if pass.hour == share.hour && pass.items.len() == 0 {
-                if ids.is_empty() {
-                    self.queue.pop_front();
-                } else {
-                    pass.items = Items::Ids(ids);
-                }
+        let Some(pass) = self.queue.front_mut() else {
+            return;
+        };
+        if pass.hour != share.hour || !pass.loading {
+            return;
+        }
+        match &mut pass.items {
+            Items::Ids(v) if !restarted => v.append(&mut ids),
+            slot => *slot = Items::Ids(ids),
+        }
+        if done {
+            pass.loading = false;
+            if pass.items.len() == 0 {
+                self.queue.pop_front();
             }
         }
     }
@@ -265,13 +333,16 @@ impl Seals {
     /// A share could not be sealed: it waits again, at the front.
     pub(super) fn failed(&mut self, share: Share) {
         self.untake(&share);
+        if matches!(share.items, Items::Load) {
+            // The pass keeps loading: its next load reads the ids again.
+            return;
+        }
         let items = share.items;
         match self.queue.front_mut() {
             Some(pass) if pass.hour == share.hour && pass.late_since == share.late_since => {
                 match (&mut pass.items, items) {
                     (Items::Series(v), Items::Series(mut more)) => v.append(&mut more),
                     (Items::Ids(v), Items::Ids(mut more)) => v.append(&mut more),
-                    (slot, Items::Load) => *slot = Items::Load,
                     (slot, other) => {
                         let rest = std::mem::replace(slot, other);
                         self.queue.push_front(Pass {
@@ -279,6 +350,7 @@ impl Seals {
                             items: rest,
                             late_since: share.late_since,
                             deadline_us: 0,
+                            loading: false,
                         });
                     }
                 }
@@ -288,6 +360,7 @@ impl Seals {
                 items,
                 late_since: share.late_since,
                 deadline_us: 0,
+                loading: false,
             }),
         }
     }

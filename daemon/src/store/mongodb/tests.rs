@@ -411,6 +411,7 @@ fn settings_problems_name_their_keys() {
         timeout: std::time::Duration::ZERO,
         max_statements_per_s: 0,
         seal_spread: std::time::Duration::from_secs(7200),
+        day_write_delay: None,
     };
     let problems = problems(&bad);
     let keys: Vec<&str> = problems.iter().map(|(k, _)| *k).collect();
@@ -432,4 +433,18 @@ fn settings_problems_name_their_keys() {
         problems[4].1.contains("between 1 and 100000"),
         "{problems:?}"
     );
+}
+
+#[test]
+fn an_older_configuration_with_day_write_delay_still_loads() {
+    let cfg: MongoDbConfig =
+        toml::from_str("day_write_delay = \"1m\"\nseal_spread = \"2m\"").unwrap();
+    assert_eq!(
+        cfg.day_write_delay,
+        Some(std::time::Duration::from_secs(60))
+    );
+    assert_eq!(cfg.seal_spread, std::time::Duration::from_secs(120));
+    let mut p = crate::validate::Problems::default();
+    cfg.check(&mut p);
+    assert!(p.into_vec().is_empty());
 }

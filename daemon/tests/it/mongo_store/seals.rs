@@ -17,6 +17,7 @@ use super::{batch, config, raw_doc, read, series, DAYS, HOURS, LONG_RETENTION};
 per_mongo_target!(
     statements_per_flush_in_steady_state_and_at_boundaries,
     a_restart_seals_what_a_crash_left,
+    a_writer_that_never_comes_back_is_taken_over,
     two_writers_of_one_series_seal_it_once
 );
 
@@ -177,6 +178,42 @@ async fn a_restart_seals_what_a_crash_left(target: MongoTarget) {
         let n: u64 = docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
         assert_eq!(n, 30, "{s}: every sample once");
     }
+    target.cleanup().await;
+}
+
+/// Store A writes over two hours and is killed, and its writer id is never
+/// used again. Store B, another daemon, finds A's reservation stale and
+/// seals A's hours a page at a time with its idle ticks; then A's record
+/// moves past them.
+async fn a_writer_that_never_comes_back_is_taken_over(target: MongoTarget) {
+    let sources = names(4, "gone");
+    let hour = MIDNIGHT - 7 * HOUR_S;
+    let a = store_with(&target, "w-gone").await;
+    for i in 0..12i64 {
+        let t = hour + 30 + 500 * i;
+        a.apply(&flush(t + 1, &sources, &[t])).await.unwrap();
+    }
+    drop(a);
+    let b = store_with(&target, "w-heir").await;
+    for _ in 0..10 {
+        b.sync_idle().await.unwrap();
+    }
+    for s in &sources {
+        check_day_doc_equals_hours(&target, s, &[hour, hour + HOUR_S]).await;
+    }
+    let record = target
+        .db()
+        .await
+        .collection::<Document>("tally_writers")
+        .find_one(mongodb::bson::doc! { "_id": "w-gone" })
+        .await
+        .unwrap()
+        .unwrap();
+    let sealed = record.get_i64("sealed").unwrap();
+    assert!(
+        sealed > hour + HOUR_S,
+        "the record moved past the hours: {record}"
+    );
     target.cleanup().await;
 }
 

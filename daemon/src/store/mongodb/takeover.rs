@@ -1,0 +1,214 @@
+//! Sealing for a writer that stopped and did not come back.
+//!
+//! A daemon that was SIGKILLed, and whose data directory (and so writer id)
+//! is gone, leaves the hours since its `sealed` record unsealed, and its
+//! record holds every daemon's day-tier reads on the hour documents. Any
+//! other daemon takes such a writer over, a page at a time with its own
+//! flushes and idle ticks: it seals the hours from the record up to the
+//! hour of the writer's last reservation, from the hour documents that
+//! carry that writer's watermark, then moves the record past them. Seals
+//! are idempotent, so a takeover that two daemons run at once, or that is
+//! cut short and run again, counts nothing twice.
+//!
+//! The record moves only while the writer's reservation (`next`) is still
+//! what the takeover saw: a writer that came back in the meantime keeps
+//! its record, and seals its own hours from it.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use bson::doc;
+use bson::raw::RawDocumentBuf;
+use futures::TryStreamExt;
+use tracing::{info, warn};
+
+use super::errors::{as_i64, classify};
+use super::seal_write::next_ids;
+use super::stats::Op;
+use super::MongoStore;
+use crate::model::HOUR_S;
+use crate::store::StoreError;
+
+/// A writer whose reservation is this old (µs) stopped: a flushing daemon
+/// renews it every minute.
+const STALE_US: u64 = 2 * 3600 * 1_000_000;
+
+/// How often the writers' records are searched for a stale one (µs).
+const SEARCH_EVERY_US: u64 = 60_000_000;
+
+/// Hour documents sealed per step: a step runs after a flush or on an idle
+/// tick.
+const STEP_IDS: usize = 2_000;
+
+/// A writer being taken over.
+pub(super) struct Takeover {
+    writer: String,
+    /// Its reservation as found: the record moves only while it still is.
+    next: i64,
+    /// Hours still to seal, oldest first.
+    hours: VecDeque<i64>,
+    cursor: Option<mongodb::Cursor<RawDocumentBuf>>,
+}
+
+impl MongoStore {
+    /// One step of a takeover, searching for a writer to take over now and
+    /// then. Returns whether anything was sealed or recorded.
+    pub(super) async fn take_over_step(&self, now_us: u64) -> Result<bool, StoreError> {
+        let mut slot = self.takeover.lock().await;
+        if slot.is_none() {
+            let last = self.takeover_searched_at.load(Ordering::Acquire);
+            if last != 0 && now_us.saturating_sub(last) < SEARCH_EVERY_US {
+                return Ok(false);
+            }
+            self.takeover_searched_at.store(now_us, Ordering::Release);
+            *slot = self.find_stale_writer(now_us).await?;
+        }
+        let Some(t) = slot.as_mut() else {
+            return Ok(false);
+        };
+        let Some(&hour) = t.hours.front() else {
+            let done = slot.take().map(|t| (t.writer, t.next));
+            if let Some((writer, next)) = done {
+                self.finish_takeover(&writer, next).await?;
+            }
+            return Ok(true);
+        };
+        let (ids, exhausted) = match self.takeover_page(t, hour).await {
+            Ok(page) => page,
+            Err(e) => {
+                t.cursor = None;
+                return Err(e);
+            }
+        };
+        self.seal_hour_ids(hour, &ids).await?;
+        if exhausted {
+            t.cursor = None;
+            t.hours.pop_front();
+        }
+        Ok(true)
+    }
+
+    /// The stale writer with the oldest record that may have hours to seal.
+    async fn find_stale_writer(&self, now_us: u64) -> Result<Option<Takeover>, StoreError> {
+        let before = i64::try_from(now_us.saturating_sub(STALE_US)).unwrap_or(0);
+        let filter = doc! {
+            "_id": { "$ne": self.writer.as_str() },
+            "sealed": { "$exists": true },
+            "next": { "$lt": before },
+        };
+        let read = async {
+            let mut cursor = self.writers.find(filter).await?;
+            let mut found: Option<(i64, String, i64)> = None;
+            while let Some(d) = cursor.try_next().await? {
+                let (Ok(writer), Some(sealed), Some(next)) = (
+                    d.get_str("_id"),
+                    d.get("sealed").and_then(as_i64),
+                    d.get("next").and_then(as_i64),
+                ) else {
+                    continue;
+                };
+                let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
+                if sealed <= last_hour && found.as_ref().is_none_or(|f| sealed < f.0) {
+                    found = Some((sealed, writer.to_string(), next));
+                }
+            }
+            Ok::<_, mongodb::error::Error>(found)
+        };
+        let read = async { read.await.map_err(|e| classify(&e, false)) };
+        let found = self
+            .timed(Op::Read, 128, self.timeout, "stale writers: ", read)
+            .await?;
+        let Some((sealed, writer, next)) = found else {
+            return Ok(None);
+        };
+        // Hours past retention have no hour documents left to seal from.
+        let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
+        let retention = i64::try_from(self.retention.0).unwrap_or(i64::MAX);
+        let oldest = (now_s.saturating_sub(retention)).div_euclid(HOUR_S) * HOUR_S;
+        let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
+        let mut hours = VecDeque::new();
+        let mut h = sealed.div_euclid(HOUR_S) * HOUR_S;
+        h = h.max(oldest);
+        while h <= last_hour {
+            hours.push_back(h);
+            h += HOUR_S;
+        }
+        info!(
+            writer = %writer,
+            sealed,
+            hours = hours.len(),
+            "taking over the seals of a writer that stopped"
+        );
+        metrics::counter!("tally_mongodb_writer_takeovers_total").increment(1);
+        Ok(Some(Takeover {
+            writer,
+            next,
+            hours,
+            cursor: None,
+        }))
+    }
+
+    /// The next page of ids of `hour` the taken-over writer wrote; whether
+    /// the hour has no more.
+    async fn takeover_page(
+        &self,
+        t: &mut Takeover,
+        hour: i64,
+    ) -> Result<(Vec<String>, bool), StoreError> {
+        let path = format!("w.{}", t.writer);
+        let page = async {
+            let cursor = match t.cursor.as_mut() {
+                Some(cursor) => cursor,
+                None => t
+                    .cursor
+                    .insert(self.written_in(hour, &path, STEP_IDS).await?),
+            };
+            next_ids(cursor, STEP_IDS).await
+        };
+        let page = async { page.await.map_err(|e| classify(&e, false)) };
+        self.timed(
+            Op::Read,
+            128,
+            self.timeout,
+            "a stopped writer's hours: ",
+            page,
+        )
+        .await
+    }
+
+    /// Every hour is sealed: the writer's record moves past them, unless
+    /// the writer came back meanwhile.
+    async fn finish_takeover(&self, writer: &str, next: i64) -> Result<(), StoreError> {
+        let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
+        let filter = doc! { "_id": writer, "next": next };
+        let update = doc! { "$max": { "sealed": last_hour + HOUR_S } };
+        let write = async {
+            self.writers
+                .update_one(filter, update)
+                .await
+                .map_err(|e| classify(&e, true))
+        };
+        let r = self
+            .timed(
+                Op::Complete,
+                128,
+                self.timeout,
+                "a stopped writer's record: ",
+                write,
+            )
+            .await?;
+        if r.matched_count == 0 {
+            warn!(
+                writer,
+                "the writer came back during the takeover; it keeps its record"
+            );
+        } else {
+            info!(
+                writer,
+                sealed = last_hour + HOUR_S,
+                "took over a stopped writer's seals"
+            );
+        }
+        Ok(())
+    }
+}
