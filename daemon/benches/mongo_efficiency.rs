@@ -337,7 +337,7 @@ fn report(series: usize, seconds: i64, server: &str, runs: &[Run]) -> String {
     }
     let _ = writeln!(
         w,
-        "\nSteady-state checks: inserted documents {}, existence look-ups {}, fallback upserts {} (all must be 0); other round trips (flush-id reservations) {}.",
+        "\nSteady-state checks: inserted documents {}, existence look-ups {}, fallback upserts {} (all must be 0); other round trips (flush-id reservations, completion records, reads of the writers' records) {}.",
         runs.iter().map(|r| r.stats.insert_statements).sum::<u64>(),
         runs.iter().map(|r| r.stats.lookup_round_trips).sum::<u64>(),
         runs.iter().map(|r| r.stats.fallback_upserts).sum::<u64>(),

@@ -41,7 +41,11 @@ impl MongoStore {
     /// in the store: the point the write-ahead log replays from after a
     /// crash. Kept apart from the reservation, which runs ahead of writes.
     pub(super) async fn record_complete(&self, flush_id: u64) -> Result<(), StoreError> {
-        let update = doc! { "$max": { "complete": flush_id.min(i64::MAX as u64) as i64 } };
+        let update = doc! {
+            "$max": { "complete": flush_id.min(i64::MAX as u64) as i64 },
+            // The writer is alive: see `takeover.rs`.
+            "$currentDate": { "updated": true },
+        };
         self.update_writer(Op::Complete, update).await
     }
 

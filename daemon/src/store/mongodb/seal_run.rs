@@ -154,8 +154,10 @@ impl MongoStore {
     }
 
     async fn record_sealed(&self, from: i64) -> Result<(), StoreError> {
-        self.update_writer(Op::Complete, doc! { "$max": { "sealed": from } })
-            .await?;
+        // `$set`, not `$max`: the writer's own account is the truth while
+        // it lives, even over a takeover that moved it on meanwhile.
+        let update = doc! { "$set": { "sealed": from }, "$currentDate": { "updated": true } };
+        self.update_writer(Op::Complete, update).await?;
         self.lag_from.fetch_min(from.max(1), Ordering::AcqRel);
         Ok(())
     }
@@ -171,27 +173,39 @@ impl MongoStore {
         let retention_us = self.retention.0.saturating_mul(1_000_000);
         let since = i64::try_from(now_us.saturating_sub(retention_us)).unwrap_or(0);
         let filter = doc! { "sealed": { "$exists": true }, "next": { "$gte": since } };
+        let me = self.writer.clone();
         let read = async {
             let mut cursor = self
                 .writers
                 .find(filter)
                 .projection(doc! { "sealed": 1 })
                 .await?;
-            let mut oldest: Option<i64> = None;
+            let (mut oldest, mut mine): (Option<i64>, Option<i64>) = (None, None);
             while let Some(d) = cursor.try_next().await? {
                 if let Some(s) = d.get("sealed").and_then(as_i64) {
                     oldest = Some(oldest.map_or(s, |o| o.min(s)));
+                    if d.get_str("_id").is_ok_and(|id| id == me) {
+                        mine = Some(s);
+                    }
                 }
             }
-            Ok::<_, mongodb::error::Error>(oldest)
+            Ok::<_, mongodb::error::Error>((oldest, mine))
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         match self
             .timed(Op::Read, 64, self.timeout, "writers' seals: ", read)
             .await
         {
-            Ok(Some(oldest)) => self.lag_from.store(oldest.max(1), Ordering::Release),
-            Ok(None) => {}
+            Ok((oldest, mine)) => {
+                if let Some(oldest) = oldest {
+                    self.lag_from.store(oldest.max(1), Ordering::Release);
+                }
+                if let Some(mine) = mine {
+                    // A takeover may have moved this writer's record past
+                    // what it still has to seal: the next record puts it back.
+                    self.seals.lock().server_record(mine);
+                }
+            }
             Err(e) => debug!(error = %e, "cannot read the writers' seal records"),
         }
     }

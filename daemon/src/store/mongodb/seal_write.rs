@@ -166,9 +166,22 @@ impl MongoStore {
                 return Ok(());
             }
             let send = [(self.day.name(), stmts.iter().map(|s| s.as_ref()).collect())];
-            let replies = self
+            let replies = match self
                 .write_all(Op::Update, &send, &mut Work::default())
-                .await?;
+                .await
+            {
+                Ok(replies) => replies,
+                Err(StoreError::Invalid(why)) => {
+                    // Refused for good (a document rewritten by hand into
+                    // a shape the statement cannot apply to): retrying
+                    // would hold every seal behind it.
+                    metrics::counter!("tally_mongodb_seal_refused_total")
+                        .increment(stmts.len() as u64);
+                    tracing::error!(hour, documents = stmts.len(), error = %why, "the server refused these seals; their day documents stay as they are");
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
             let sealed = stmts.len()
                 - replies
                     .iter()

@@ -383,14 +383,21 @@ impl Seals {
         Some(queued.chain(taken).chain(open).fold(horizon, i64::min))
     }
 
-    /// The record to write, if it moved on.
+    /// The record to write, if it differs from the one on the server.
     pub(super) fn record_due(&self) -> Option<i64> {
         let from = self.unsealed_from()?;
-        self.recorded.is_none_or(|r| from > r).then_some(from)
+        (self.recorded != Some(from)).then_some(from)
+    }
+
+    /// The record as the server holds it, read back.
+    pub(super) fn server_record(&mut self, sealed: i64) {
+        if self.recorded.is_some() {
+            self.recorded = Some(sealed);
+        }
     }
 
     pub(super) fn recorded(&mut self, sealed: i64) {
-        self.recorded = Some(self.recorded.map_or(sealed, |r| r.max(sealed)));
+        self.recorded = Some(sealed);
     }
 
     /// The newest flush complete in both tiers, given `applied`: before the

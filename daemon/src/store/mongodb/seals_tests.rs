@@ -194,3 +194,17 @@ fn late_minutes_of_one_hour_wait_in_one_pass_each_series_once() {
     assert_eq!(take_all(&mut seals, H0 + 3 * HOUR_S), [(H0, 1, None)]);
     assert_eq!(seals.complete(oldest + us(100)), oldest + us(100));
 }
+
+#[test]
+fn a_record_moved_on_by_a_takeover_is_put_back() {
+    let mut seals = Seals::default();
+    seals.start_at(H0);
+    let first = batch(H0 + 10, &["a"], &[H0 + 5]);
+    seals.wrote(&first, first.id.0);
+    assert_eq!(seals.record_due(), None);
+    // Another daemon moved this writer's record past H0, which still waits.
+    seals.server_record(H0 + 3 * HOUR_S);
+    assert_eq!(seals.record_due(), Some(H0));
+    seals.recorded(H0);
+    assert_eq!(seals.record_due(), None);
+}

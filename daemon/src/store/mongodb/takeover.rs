@@ -10,9 +10,11 @@
 //! are idempotent, so a takeover that two daemons run at once, or that is
 //! cut short and run again, counts nothing twice.
 //!
-//! The record moves only while the writer's reservation (`next`) is still
-//! what the takeover saw: a writer that came back in the meantime keeps
-//! its record, and seals its own hours from it.
+//! The record moves only while the writer's document is still as the
+//! takeover saw it (`next` and `updated`, which every write of the writer's
+//! own record renews): a writer that came back in the meantime keeps its
+//! record, and seals its own hours from it. A writer that comes back later
+//! finds its minutes of the taken-over hours late, and seals them again.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -43,8 +45,10 @@ const STEP_IDS: usize = 2_000;
 /// A writer being taken over.
 pub(super) struct Takeover {
     writer: String,
-    /// Its reservation as found: the record moves only while it still is.
+    /// Its reservation and last write as found: the record moves only
+    /// while they still are.
     next: i64,
+    updated: Option<bson::DateTime>,
     /// Hours still to seal, oldest first.
     hours: VecDeque<i64>,
     cursor: Option<mongodb::Cursor<RawDocumentBuf>>,
@@ -67,10 +71,9 @@ impl MongoStore {
             return Ok(false);
         };
         let Some(&hour) = t.hours.front() else {
-            let done = slot.take().map(|t| (t.writer, t.next));
-            if let Some((writer, next)) = done {
-                self.finish_takeover(&writer, next).await?;
-            }
+            let (writer, next, updated) = (t.writer.clone(), t.next, t.updated);
+            self.finish_takeover(&writer, next, updated).await?;
+            *slot = None;
             return Ok(true);
         };
         let (ids, exhausted) = match self.takeover_page(t, hour).await {
@@ -80,7 +83,11 @@ impl MongoStore {
                 return Err(e);
             }
         };
-        self.seal_hour_ids(hour, &ids).await?;
+        if let Err(e) = self.seal_hour_ids(hour, &ids).await {
+            // The cursor is past these ids: the hour is read again.
+            t.cursor = None;
+            return Err(e);
+        }
         if exhausted {
             t.cursor = None;
             t.hours.pop_front();
@@ -95,10 +102,14 @@ impl MongoStore {
             "_id": { "$ne": self.writer.as_str() },
             "sealed": { "$exists": true },
             "next": { "$lt": before },
+            "$or": [
+                { "updated": { "$exists": false } },
+                { "updated": { "$lt": bson::DateTime::from_millis(before / 1000) } },
+            ],
         };
         let read = async {
             let mut cursor = self.writers.find(filter).await?;
-            let mut found: Option<(i64, String, i64)> = None;
+            let mut found: Option<(i64, String, i64, Option<bson::DateTime>)> = None;
             while let Some(d) = cursor.try_next().await? {
                 let (Ok(writer), Some(sealed), Some(next)) = (
                     d.get_str("_id"),
@@ -107,9 +118,10 @@ impl MongoStore {
                 ) else {
                     continue;
                 };
+                let updated = d.get_datetime("updated").ok().copied();
                 let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
                 if sealed <= last_hour && found.as_ref().is_none_or(|f| sealed < f.0) {
-                    found = Some((sealed, writer.to_string(), next));
+                    found = Some((sealed, writer.to_string(), next, updated));
                 }
             }
             Ok::<_, mongodb::error::Error>(found)
@@ -118,7 +130,7 @@ impl MongoStore {
         let found = self
             .timed(Op::Read, 128, self.timeout, "stale writers: ", read)
             .await?;
-        let Some((sealed, writer, next)) = found else {
+        let Some((sealed, writer, next, updated)) = found else {
             return Ok(None);
         };
         // Hours past retention have no hour documents left to seal from.
@@ -143,6 +155,7 @@ impl MongoStore {
         Ok(Some(Takeover {
             writer,
             next,
+            updated,
             hours,
             cursor: None,
         }))
@@ -178,9 +191,18 @@ impl MongoStore {
 
     /// Every hour is sealed: the writer's record moves past them, unless
     /// the writer came back meanwhile.
-    async fn finish_takeover(&self, writer: &str, next: i64) -> Result<(), StoreError> {
+    async fn finish_takeover(
+        &self,
+        writer: &str,
+        next: i64,
+        updated: Option<bson::DateTime>,
+    ) -> Result<(), StoreError> {
         let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
-        let filter = doc! { "_id": writer, "next": next };
+        let mut filter = doc! { "_id": writer, "next": next };
+        match updated {
+            Some(at) => filter.insert("updated", at),
+            None => filter.insert("updated", doc! { "$exists": false }),
+        };
         let update = doc! { "$max": { "sealed": last_hour + HOUR_S } };
         let write = async {
             self.writers

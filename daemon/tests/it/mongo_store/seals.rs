@@ -194,6 +194,17 @@ async fn a_writer_that_never_comes_back_is_taken_over(target: MongoTarget) {
         a.apply(&flush(t + 1, &sources, &[t])).await.unwrap();
     }
     drop(a);
+    // Two hours pass without a word from A: its reservation (flush ids of
+    // the data's time) is old already; its last write is made so too.
+    let writers = target.db().await.collection::<Document>("tally_writers");
+    let long_ago = mongodb::bson::DateTime::from_millis((hour - DAY_S) * 1000);
+    writers
+        .update_one(
+            mongodb::bson::doc! { "_id": "w-gone" },
+            mongodb::bson::doc! { "$set": { "updated": long_ago } },
+        )
+        .await
+        .unwrap();
     let b = store_with(&target, "w-heir").await;
     for _ in 0..10 {
         b.sync_idle().await.unwrap();
@@ -201,10 +212,7 @@ async fn a_writer_that_never_comes_back_is_taken_over(target: MongoTarget) {
     for s in &sources {
         check_day_doc_equals_hours(&target, s, &[hour, hour + HOUR_S]).await;
     }
-    let record = target
-        .db()
-        .await
-        .collection::<Document>("tally_writers")
+    let record = writers
         .find_one(mongodb::bson::doc! { "_id": "w-gone" })
         .await
         .unwrap()
