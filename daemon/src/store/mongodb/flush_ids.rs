@@ -103,11 +103,7 @@ impl MongoStore {
     }
 
     /// This writer's document, if it has one.
-    pub(super) async fn writer_record(&self) -> Result<Option<bson::Document>, StoreError> {
-        self.writer_doc().await
-    }
-
-    async fn writer_doc(&self) -> Result<Option<bson::Document>, StoreError> {
+    pub(super) async fn writer_doc(&self) -> Result<Option<bson::Document>, StoreError> {
         self.ready().await?;
         let find = async {
             let filter = doc! { "_id": self.writer.as_str() };

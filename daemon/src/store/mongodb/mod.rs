@@ -465,9 +465,8 @@ impl MongoStore {
             }
         }
         let did = self.run_seals(now, all).await?;
-        self.refresh_lag(now).await;
         if !all {
-            self.take_over_quietly(now).await;
+            self.upkeep(now).await;
         }
         if !did {
             return Ok(None);

@@ -45,15 +45,14 @@ impl MongoStore {
         if self.seals.lock().started() {
             return Ok(());
         }
-        let record = self.writer_record().await?;
+        let record = self.writer_doc().await?;
         match record.and_then(|d| d.get("sealed").and_then(as_i64)) {
             Some(sealed) => {
                 // The hours themselves are read page by page when their
                 // passes come, not here on the flush's path.
                 let clock = batch.map_or(0, |b| b.id.0).max(wall_us());
                 let now_s = i64::try_from(clock / 1_000_000).unwrap_or(i64::MAX);
-                let retention = i64::try_from(self.retention.0).unwrap_or(i64::MAX);
-                let oldest_s = now_s.saturating_sub(retention);
+                let oldest_s = self.oldest_hour_kept(clock);
                 debug!(sealed, "sealing again from this writer's record");
                 self.seals.lock().start_from_record(sealed, now_s, oldest_s);
             }
@@ -139,14 +138,14 @@ impl MongoStore {
             self.count_error(Op::Update, &e);
             warn!(error = %e, "sealing day documents failed; retried with the next flush");
         }
-        let now = wall_us();
-        self.refresh_lag(now).await;
-        self.take_over_quietly(now).await;
+        self.upkeep(wall_us()).await;
     }
 
-    /// A step of taking over a stopped writer; a failure is retried with
-    /// the next step.
-    pub(super) async fn take_over_quietly(&self, now_us: u64) {
+    /// What every flush and idle tick also does, each rate-limited: keep
+    /// the read lag current, and take a step of a stopped writer's
+    /// takeover (a failure is retried with the next step).
+    pub(super) async fn upkeep(&self, now_us: u64) {
+        self.refresh_lag(now_us).await;
         if let Err(e) = self.take_over_step(now_us).await {
             self.count_error(Op::Update, &e);
             warn!(error = %e, "sealing a stopped writer's hours failed; retried later");
@@ -208,6 +207,14 @@ impl MongoStore {
             }
             Err(e) => debug!(error = %e, "cannot read the writers' seal records"),
         }
+    }
+
+    /// The start of the oldest hour whose documents retention still keeps
+    /// at clock `now_us`: older hours have nothing left to seal from.
+    pub(super) fn oldest_hour_kept(&self, now_us: u64) -> i64 {
+        let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
+        let retention = i64::try_from(self.retention.0).unwrap_or(i64::MAX);
+        now_s.saturating_sub(retention)
     }
 
     /// How far back the day documents may lack what the hour documents

@@ -21,6 +21,7 @@ use mongodb::error::Error as DriverError;
 use super::command::{bson_len, Work};
 use super::decode::{decode_slot, DecodeError};
 use super::documents::{EmptyBounds, HOURS, MINUTES};
+use super::errors::classify;
 use super::ids::{bson_date, doc_id};
 use super::seals::{Items, Share};
 use super::stats::Op;
@@ -100,7 +101,7 @@ impl MongoStore {
             let (ids, exhausted) = next_ids(&mut load.cursor, LOAD_PAGE).await?;
             Ok::<_, DriverError>((ids, (!exhausted).then_some(load)))
         };
-        let page = async { page.await.map_err(|e| classify_read(&e)) };
+        let page = async { page.await.map_err(|e| classify(&e, false)) };
         let (ids, rest) = self
             .timed(
                 Op::Read,
@@ -230,7 +231,7 @@ impl MongoStore {
             }
             Ok::<_, DriverError>(out)
         };
-        let read = async { read.await.map_err(|e| classify_read(&e)) };
+        let read = async { read.await.map_err(|e| classify(&e, false)) };
         self.timed(Op::Read, bytes, self.timeout, "seal read: ", read)
             .await
     }
@@ -271,10 +272,6 @@ pub(super) async fn next_ids(
         }
     }
     Ok((ids, false))
-}
-
-fn classify_read(e: &DriverError) -> StoreError {
-    super::errors::classify(e, false)
 }
 
 /// `<source>|<metric>|YYYYMMDD` of `<source>|<metric>|YYYYMMDDHH`.

@@ -109,8 +109,18 @@ pub(super) struct Seals {
     no_record: bool,
 }
 
-fn hour_of(t: i64) -> i64 {
+/// The start of the hour `t` (Unix seconds) falls in.
+pub(super) fn hour_of(t: i64) -> i64 {
     t.div_euclid(HOUR_S) * HOUR_S
+}
+
+/// The hours from the one `sealed` falls in, but none before `oldest_s`,
+/// through the one `last_s` falls in: what a writer's record leaves to seal.
+pub(super) fn hours_to_seal(sealed: i64, oldest_s: i64, last_s: i64) -> impl Iterator<Item = i64> {
+    let from = hour_of(sealed).max(hour_of(oldest_s));
+    (0..)
+        .map(move |i| from + i * HOUR_S)
+        .take_while(move |&h| h <= hour_of(last_s))
 }
 
 impl Seals {
@@ -135,13 +145,8 @@ impl Seals {
     /// passes load the ids from the server. Hours before `oldest_s` are past
     /// the hour documents' retention.
     pub(super) fn start_from_record(&mut self, sealed: i64, now_s: i64, oldest_s: i64) {
-        let from = hour_of(sealed);
-        let mut h = from.max(hour_of(oldest_s));
-        while h <= hour_of(now_s) {
-            self.recover.insert(h);
-            h += HOUR_S;
-        }
-        self.horizon = Some(from);
+        self.recover.extend(hours_to_seal(sealed, oldest_s, now_s));
+        self.horizon = Some(hour_of(sealed));
         self.recorded = Some(sealed);
     }
 

@@ -26,6 +26,7 @@ use tracing::{info, warn};
 
 use super::errors::{as_i64, classify};
 use super::seal_write::next_ids;
+use super::seals::{hour_of, hours_to_seal};
 use super::stats::Op;
 use super::MongoStore;
 use crate::model::HOUR_S;
@@ -119,8 +120,9 @@ impl MongoStore {
                     continue;
                 };
                 let updated = d.get_datetime("updated").ok().copied();
-                let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
-                if sealed <= last_hour && found.as_ref().is_none_or(|f| sealed < f.0) {
+                if sealed <= hour_of(next / 1_000_000)
+                    && found.as_ref().is_none_or(|f| sealed < f.0)
+                {
                     found = Some((sealed, writer.to_string(), next, updated));
                 }
             }
@@ -133,18 +135,8 @@ impl MongoStore {
         let Some((sealed, writer, next, updated)) = found else {
             return Ok(None);
         };
-        // Hours past retention have no hour documents left to seal from.
-        let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
-        let retention = i64::try_from(self.retention.0).unwrap_or(i64::MAX);
-        let oldest = (now_s.saturating_sub(retention)).div_euclid(HOUR_S) * HOUR_S;
-        let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
-        let mut hours = VecDeque::new();
-        let mut h = sealed.div_euclid(HOUR_S) * HOUR_S;
-        h = h.max(oldest);
-        while h <= last_hour {
-            hours.push_back(h);
-            h += HOUR_S;
-        }
+        let oldest = self.oldest_hour_kept(now_us);
+        let hours: VecDeque<i64> = hours_to_seal(sealed, oldest, next / 1_000_000).collect();
         info!(
             writer = %writer,
             sealed,
@@ -197,7 +189,7 @@ impl MongoStore {
         next: i64,
         updated: Option<bson::DateTime>,
     ) -> Result<(), StoreError> {
-        let last_hour = (next / 1_000_000).div_euclid(HOUR_S) * HOUR_S;
+        let last_hour = hour_of(next / 1_000_000);
         let mut filter = doc! { "_id": writer, "next": next };
         match updated {
             Some(at) => filter.insert("updated", at),
