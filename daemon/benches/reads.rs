@@ -43,7 +43,7 @@ fn slot(i: usize, j: usize, minute: i64) -> Slot {
     let base = ((i * 7 + j * 13) as i64 + minute % 97) as f64;
     let mut s = Slot::of(base);
     for k in 1..60 {
-        s.add(base + k as f64 * 0.5);
+        s.add_value(base + k as f64 * 0.5);
     }
     s
 }

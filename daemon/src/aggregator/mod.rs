@@ -332,8 +332,7 @@ impl Aggregator {
                     continue;
                 };
                 let id = st.id.clone();
-                if let (Some(out), Some((ts_ms, value))) =
-                    (baselines.as_deref_mut(), st.last_cumulative.get())
+                if let (Some(out), Some((ts_ms, value))) = (baselines.as_deref_mut(), st.baseline())
                 {
                     out.push(Baseline::new(id.clone(), ts_ms, value));
                 }
@@ -359,7 +358,7 @@ impl Aggregator {
                 let Some(st) = series.get(pos).filter(|s| s.pending.is_empty()) else {
                     continue;
                 };
-                if let Some((ts_ms, value)) = st.last_cumulative.get() {
+                if let Some((ts_ms, value)) = st.baseline() {
                     out.push(Baseline::new(st.id.clone(), ts_ms, value));
                 }
             }
@@ -395,7 +394,7 @@ impl Aggregator {
         let mut out = IngestOutcome::default();
         if let Some((_, state)) = self.series_for(&mut shard.series, &batch, hash, key, &mut out) {
             if state.kind == SampleKind::CumulativeCounter {
-                state.last_cumulative.set(b.ts_ms, b.value);
+                state.last_sample.set(b.ts_ms, b.value);
                 // Idle by its own last sample, not from the start: a series
                 // that has not sent again yet must not be evicted at once,
                 // or its baseline would be lost with it.
@@ -428,7 +427,7 @@ impl Aggregator {
         let hash = self.hasher.hash_one(key);
         let shard = self.shards[self.shard_of(hash)].shard.lock();
         let (_, s) = shard.series.find(hash, |s| s.hash == hash && s.is(key))?;
-        (s.last_sample.0 != i64::MIN).then_some((s.kind, s.last_sample.0, s.last_sample.1))
+        s.last_sample.get().map(|(ts, v)| (s.kind, ts, v))
     }
 
     /// Forgets series with nothing pending and no data since `idle_before`
@@ -443,8 +442,7 @@ impl Aggregator {
                 // it is data: without it the next sample would be a new
                 // baseline and its increase lost.
                 let baseline = st
-                    .last_cumulative
-                    .get()
+                    .baseline()
                     .is_some_and(|(ts, _)| crate::model::minute_of_ms(ts) >= idle_before);
                 let keep = !st.pending.is_empty() || st.last_minute >= idle_before || baseline;
                 if !keep {

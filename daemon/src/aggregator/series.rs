@@ -32,14 +32,13 @@ pub(super) struct SeriesState {
     /// length as the rest.
     key: SmallVec<[u8; 48]>,
     pub(super) id: Arc<SeriesId>,
-    /// Last (timestamp, value) of a cumulative counter: the base of the next delta.
-    pub(super) last_cumulative: LastCumulative,
     /// When the cumulative counter's count began, as its agent last said
     /// (0: never said); a different one is a reset.
     pub(super) start_ms: i64,
-    /// The newest sample by timestamp, as sent (a cumulative counter's raw
-    /// value), for latest-value reads. `i64::MIN` before the first.
-    pub(super) last_sample: (i64, f64),
+    /// The newest accepted sample by timestamp, as sent (a cumulative
+    /// counter's raw value), for latest-value reads; a cumulative counter's
+    /// is also the base of its next increase (see [`SeriesState::baseline`]).
+    pub(super) last_sample: LastSample,
     /// Latest minute with data, to know whether the series is active in the
     /// current hour and day (pre-allocation) and when it went idle.
     pub(super) last_minute: EpochMinute,
@@ -52,18 +51,18 @@ pub(super) struct SeriesState {
     pub(super) kind: SampleKind,
 }
 
-/// A cumulative counter's last (timestamp, value), or none yet. An
-/// `Option` would take 8 more bytes per series; no accepted sample has the
-/// timestamp `i64::MIN` (timestamps are checked against the lateness
-/// window), so it stands for none.
+/// A series' newest (timestamp, value), or none yet. An `Option` would
+/// take 8 more bytes per series; no accepted sample has the timestamp
+/// `i64::MIN` (timestamps are checked against the lateness window), so it
+/// stands for none.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct LastCumulative {
+pub(super) struct LastSample {
     ts: i64,
     v: f64,
 }
 
-impl LastCumulative {
-    pub(super) const NONE: LastCumulative = LastCumulative {
+impl LastSample {
+    pub(super) const NONE: LastSample = LastSample {
         ts: i64::MIN,
         v: 0.0,
     };
@@ -73,7 +72,7 @@ impl LastCumulative {
     }
 
     pub(super) fn set(&mut self, ts: i64, v: f64) {
-        *self = LastCumulative { ts, v };
+        *self = LastSample { ts, v };
     }
 }
 
@@ -103,12 +102,21 @@ impl SeriesState {
             }),
             hash,
             kind,
-            last_cumulative: LastCumulative::NONE,
             start_ms: 0,
-            last_sample: (i64::MIN, 0.0),
+            last_sample: LastSample::NONE,
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
             prealloc: PreallocMarks::default(),
+        }
+    }
+
+    /// A cumulative counter's last sample: the base of its next increase.
+    /// A cumulative counter keeps only in-order finite samples as its last
+    /// (older ones are refused, NaN is dropped), so the two are one.
+    pub(super) fn baseline(&self) -> Option<(i64, f64)> {
+        match self.kind {
+            SampleKind::CumulativeCounter => self.last_sample.get(),
+            _ => None,
         }
     }
 
@@ -201,33 +209,53 @@ impl Aggregator {
                 ts,
                 v,
             };
-            let Some(value) = self.sample_value(state, b, sample, window, out) else {
+            let Some(adds) = self.sample_value(state, b, sample, window, out) else {
                 continue;
             };
+            if state.kind != SampleKind::CumulativeCounter || !v.is_nan() {
+                // A cumulative counter's last sample is its baseline, which
+                // NaN must not become; a refused increase below still moves
+                // it, or the next increase would count this one again.
+                if ts >= state.last_sample.get().map_or(i64::MIN, |(t, _)| t) {
+                    state.last_sample.set(ts, v);
+                }
+            }
             let minute = minute_of_ms(ts);
             // Nearly always the newest minute, so search from the back.
             let at = state.pending.iter().rposition(|(m, _)| *m == minute);
-            let sum = at.map_or(0.0, |i| state.pending[i].1.sum) + value;
-            if !sum_in_range(sum) {
-                reject_overflow(cap, b, sample, value, out);
-                continue;
+            if let Some(value) = adds {
+                let sum = at.map_or(0.0, |i| state.pending[i].1.sum) + value;
+                if !sum_in_range(sum) {
+                    reject_overflow(cap, b, sample, value, out);
+                    continue;
+                }
             }
             state.last_minute = state.last_minute.max(minute);
             if state.pending.is_empty() {
                 dirty.push(pos);
             }
-            match at {
-                Some(i) => state.pending[i].1.add(value),
+            let slot = match at {
+                Some(i) => &mut state.pending[i].1,
                 None => {
-                    state.pending.push((minute, Slot::of(value)));
                     created += 1;
+                    state.pending.push((minute, Slot::EMPTY));
+                    match state.pending.last_mut() {
+                        Some((_, slot)) => slot,
+                        None => continue,
+                    }
                 }
+            };
+            if let Some(value) = adds {
+                slot.add_value(value);
             }
+            // The minute's last sample is the value as sent: a cumulative
+            // counter's raw count, NaN as NaN.
+            slot.see(ts, v);
             out.accepted += 1;
         }
         if kind == SampleKind::CumulativeCounter
             && state.pending.is_empty()
-            && state.last_cumulative.get().is_some()
+            && state.baseline().is_some()
         {
             rebased.push(pos);
         }
@@ -311,8 +339,10 @@ impl Aggregator {
     }
 
     /// Checks one sample against the value rules and the time window and
-    /// returns what its minute slot adds; `None` when it was rejected, or
-    /// accepted only as a cumulative counter's baseline.
+    /// returns what it adds to its minute's aggregates: `Some(None)` when
+    /// it is accepted as the minute's last sample only (NaN, or a cumulative
+    /// counter's first value, the baseline of the next increase); `None`
+    /// when it was refused.
     #[inline]
     fn sample_value(
         &self,
@@ -321,13 +351,13 @@ impl Aggregator {
         Sample { index, ts, v }: Sample,
         (oldest_ms, newest_ms): (i64, i64),
         out: &mut IngestOutcome,
-    ) -> Option<f64> {
+    ) -> Option<Option<f64>> {
         let cap = self.limits.max_rejections_reported;
         let mut reject = |reason, detail: &dyn Fn() -> String| {
             out.reject(cap, b, Some(index), 1, reason, detail);
             None
         };
-        if !v.is_finite() {
+        if v.is_infinite() {
             return reject(RejectReason::NonFiniteValue, &|| {
                 format!("value {v} is not a finite number")
             });
@@ -351,22 +381,24 @@ impl Aggregator {
                 )
             });
         }
-        if ts >= state.last_sample.0 {
-            state.last_sample = (ts, v);
+        if v.is_nan() {
+            // Data, not an error: exporters send NaN (a summary quantile with
+            // no observations). It can enter no sum, so it is only the
+            // minute's last sample, and a counter's increase skips it.
+            metrics::counter!("tally_samples_nan_total").increment(1);
+            return Some(None);
         }
         match state.kind {
-            SampleKind::Gauge => Some(v),
+            SampleKind::Gauge => Some(Some(v)),
             SampleKind::DeltaCounter if v < 0.0 => reject(RejectReason::NegativeDelta, &|| {
                 format!("delta counter value {v} is negative")
             }),
-            SampleKind::DeltaCounter => Some(v),
-            SampleKind::CumulativeCounter => match state.last_cumulative.get() {
+            SampleKind::DeltaCounter => Some(Some(v)),
+            SampleKind::CumulativeCounter => match state.baseline() {
                 None => {
                     // The first value is only the baseline of the next delta.
-                    state.last_cumulative.set(ts, v);
                     state.start_ms = start_of(b, index);
-                    out.accepted += 1;
-                    None
+                    Some(None)
                 }
                 Some((last_ts, _)) if ts < last_ts => reject(RejectReason::OutOfOrder, &|| {
                     format!(
@@ -376,20 +408,19 @@ impl Aggregator {
                     )
                 }),
                 Some((_, last_v)) => {
-                    state.last_cumulative.set(ts, v);
                     let start = start_of(b, index);
                     let restarted = start != 0 && state.start_ms != 0 && start != state.start_ms;
                     if start != 0 {
                         state.start_ms = start;
                     }
                     if v >= last_v && !restarted {
-                        Some(v - last_v)
+                        Some(Some(v - last_v))
                     } else {
                         // A reset: the counted process restarted from zero
                         // (its value went down, or its agent says its count
                         // began anew), so everything it counted since is `v`.
                         out.counter_resets += 1;
-                        Some(v)
+                        Some(Some(v))
                     }
                 }
             },

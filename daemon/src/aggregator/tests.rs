@@ -57,10 +57,12 @@ fn gauges_fold_per_minute() {
                     n: 2,
                     sum: 4.0,
                     min: 1.0,
-                    max: 3.0
+                    max: 3.0,
+                    last: 3.0,
+                    last_ms: NOW + 1000,
                 }
             ),
-            (m0 + 1, Slot::of(5.0))
+            (m0 + 1, Slot::at(NOW + 60_000, 5.0))
         ]
     );
     assert_eq!(a.pending_slots(), 0);
@@ -91,7 +93,10 @@ fn cumulative_counter_deltas_and_reset() {
             n: 3,
             sum: 20.0,
             min: 4.0,
-            max: 10.0
+            max: 10.0,
+            // The raw count, not the increase.
+            last: 10.0,
+            last_ms: NOW + 3000,
         }
     );
     // The baseline survives the drain.
@@ -106,7 +111,9 @@ fn cumulative_counter_deltas_and_reset() {
         NOW,
     );
     assert_eq!(out.accepted, 1);
-    assert_eq!(a.drain(None)[0].minutes[0].1, Slot::of(5.0));
+    let mut want = Slot::of(5.0);
+    want.see(NOW + 4000, 15.0);
+    assert_eq!(a.drain(None)[0].minutes[0].1, want);
     // Going back in time is refused.
     let out = a.ingest(
         &[batch(
@@ -136,7 +143,8 @@ fn bad_samples_do_not_spoil_the_batch() {
         ],
         NOW,
     );
-    assert_eq!(out.accepted, 1);
+    // NaN is data: the minute's last sample, in no aggregate.
+    assert_eq!(out.accepted, 2);
     // Rejections come grouped by shard, so compare them as a set.
     let reasons: std::collections::HashSet<_> = out
         .rejections
@@ -146,7 +154,6 @@ fn bad_samples_do_not_spoil_the_batch() {
     let expected: std::collections::HashSet<_> = [
         (RejectReason::TooOld, Some(1)),
         (RejectReason::TooFarAhead, Some(2)),
-        (RejectReason::NonFiniteValue, Some(3)),
         (RejectReason::InvalidSource, None),
         (RejectReason::LengthMismatch, None),
         (RejectReason::NegativeDelta, Some(0)),
@@ -154,8 +161,8 @@ fn bad_samples_do_not_spoil_the_batch() {
     .into_iter()
     .collect();
     assert_eq!(reasons, expected);
-    assert_eq!(out.rejections.len(), 6);
-    assert_eq!(out.rejected, 3 + 1 + 2 + 1);
+    assert_eq!(out.rejections.len(), 5);
+    assert_eq!(out.rejected, 2 + 1 + 2 + 1);
     let bad_source = out
         .rejections
         .iter()
@@ -214,10 +221,13 @@ fn a_fresh_baseline_is_not_idle() {
     assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
     a.ingest(&[batch("s", "c", c, &t1, &[30.0])], NOW);
     let (_, mins) = a.pending_for(SeriesRef::new("s", "c"));
-    assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::of(20.0))]);
+    let mut want = Slot::of(20.0);
+    want.see(NOW + 1_000, 30.0);
+    assert_eq!(mins, vec![(minute_of_ms(NOW), want)]);
     // ... and a baseline that went silent goes.
     let b = agg();
     b.ingest(&[batch("s", "c", c, &t0, &[1.0])], NOW);
+    b.drain(None);
     assert_eq!(b.evict_idle(minute_of_ms(NOW) + 1), 1);
 }
 
@@ -229,7 +239,7 @@ fn pending_is_visible_and_idle_series_are_evicted() {
     let key = SeriesRef::new("s", "m");
     let (kind, mins) = a.pending_for(key);
     assert_eq!(kind, Some(SampleKind::Gauge));
-    assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::of(2.0))]);
+    assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::at(NOW, 2.0))]);
     assert_eq!(
         a.evict_idle(minute_of_ms(NOW) + 10),
         0,
@@ -407,8 +417,8 @@ fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines()
         (now - 1_000, 130.0)
     );
 
-    // A counter's first sample only sets its baseline: no slot, yet the
-    // next drain reports it.
+    // A counter's first sample only sets its baseline: it adds to no
+    // aggregate, and its minute shows it as the last sample.
     a.ingest(
         &[batch(
             "s",
@@ -420,7 +430,11 @@ fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines()
         now,
     );
     let mut baselines = Vec::new();
-    assert!(a.drain(Some(&mut baselines)).is_empty());
+    let drained = a.drain(Some(&mut baselines));
+    assert_eq!(drained.len(), 1);
+    let slot = drained[0].minutes[0].1;
+    assert!(!slot.has_values());
+    assert_eq!(slot.last_sample(), Some((now, 5.0)));
     assert_eq!(baselines.len(), 1);
     assert_eq!(&*baselines[0].series.metric, "d");
 }

@@ -495,8 +495,9 @@ mod tests {
         let key = SeriesRef::new("s", "m");
         let u = p.inflight().unflushed(key);
         assert_eq!(u.inflight.len(), 1);
-        assert_eq!(u.inflight[0].1[0].1, Slot::of(1.0));
-        assert_eq!(u.pending[0].1, Slot::of(2.0));
+        assert_eq!(u.inflight[0].1[0].1, Slot::at(now, 1.0));
+        // At the same time, the greater value is the last sample.
+        assert_eq!(u.pending[0].1, Slot::at(now, 2.0));
         let give_up = CancellationToken::new();
         assert!(p.apply(&b1, &give_up).await);
         assert_eq!(p.inflight_batches(), 0);

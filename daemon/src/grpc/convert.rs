@@ -174,9 +174,10 @@ pub(crate) fn aggregates(list: &[i32]) -> Result<Vec<Aggregate>, Status> {
             Ok(pb::Aggregate::Sum) => Aggregate::Sum,
             Ok(pb::Aggregate::Count) => Aggregate::Count,
             Ok(pb::Aggregate::Rate) => Aggregate::Rate,
+            Ok(pb::Aggregate::Last) => Aggregate::Last,
             _ => {
                 return Err(Status::invalid_argument(format!(
-                    "aggregate {a} is not one of AGGREGATE_AVG … AGGREGATE_RATE"
+                    "aggregate {a} is not one of AGGREGATE_AVG … AGGREGATE_LAST"
                 )))
             }
         });
@@ -201,6 +202,8 @@ pub(crate) fn point(p: &Point) -> pb::Point {
         max: p.max,
         avg: p.avg,
         rate: p.rate,
+        last: p.last,
+        last_t_ms: p.last_ms,
     }
 }
 

@@ -1,5 +1,5 @@
-//! The values a slot yields: count, sum, min, max, average and rate, and
-//! the point that carries those a reader asked for.
+//! The values a slot yields: count, sum, min, max, average, rate and the
+//! last sample, and the point that carries those a reader asked for.
 //!
 //! Separate from the engine because it is the one definition of what each
 //! aggregate means: the native API's `agg=`, the gRPC aggregates and the
@@ -18,16 +18,19 @@ pub enum Aggregate {
     Sum,
     Count,
     Rate,
+    /// The bucket's newest sample, as sent.
+    Last,
 }
 
 impl Aggregate {
-    pub const ALL: [Aggregate; 6] = [
+    pub const ALL: [Aggregate; 7] = [
         Aggregate::Count,
         Aggregate::Sum,
         Aggregate::Min,
         Aggregate::Max,
         Aggregate::Avg,
         Aggregate::Rate,
+        Aggregate::Last,
     ];
 
     pub fn parse(s: &str) -> Result<Aggregate, QueryError> {
@@ -38,9 +41,10 @@ impl Aggregate {
             "sum" => Aggregate::Sum,
             "count" | "n" => Aggregate::Count,
             "rate" => Aggregate::Rate,
+            "last" => Aggregate::Last,
             other => {
                 return Err(QueryError::Invalid(format!(
-                    "aggregate {other:?} is not one of avg, min, max, sum, count, rate"
+                    "aggregate {other:?} is not one of avg, min, max, sum, count, rate, last"
                 )))
             }
         })
@@ -66,13 +70,18 @@ impl Aggregate {
             Aggregate::Sum => "sum",
             Aggregate::Count => "count",
             Aggregate::Rate => "rate",
+            Aggregate::Last => "last",
         }
     }
 
-    /// This aggregate of a non-empty slot `width_s` seconds wide. Rate is
-    /// defined for counters only.
+    /// This aggregate of a slot `width_s` seconds wide: none when the slot
+    /// has no values (or, for `Last`, no last sample). Rate is defined for
+    /// counters only.
     pub fn of(self, slot: &Slot, width_s: i64, counter: bool) -> Option<f64> {
-        if slot.is_empty() {
+        if self == Aggregate::Last {
+            return slot.last_sample().map(|(_, v)| v);
+        }
+        if !slot.has_values() {
             return None;
         }
         Some(match self {
@@ -82,7 +91,7 @@ impl Aggregate {
             Aggregate::Sum => slot.sum,
             Aggregate::Count => slot.n as f64,
             Aggregate::Rate if counter => slot.sum / width_s as f64,
-            Aggregate::Rate => return None,
+            Aggregate::Rate | Aggregate::Last => return None,
         })
     }
 }
@@ -104,6 +113,11 @@ pub struct Point {
     pub avg: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// The newest sample as sent, and its time (Unix milliseconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_ms: Option<i64>,
 }
 
 impl Point {
@@ -124,6 +138,8 @@ impl Point {
             max: want(Aggregate::Max),
             avg: want(Aggregate::Avg),
             rate: want(Aggregate::Rate),
+            last: want(Aggregate::Last),
+            last_ms: want(Aggregate::Last).and(slot.last_sample().map(|(t, _)| t)),
         }
     }
 
@@ -148,7 +164,7 @@ mod tests {
     #[test]
     fn points_carry_the_aggregates_asked_for() {
         let mut s = Slot::of(2.0);
-        s.add(4.0);
+        s.add_value(4.0);
         let all = Point::of(0, &s, 60, true, &[]);
         assert_eq!(
             (all.n, all.sum, all.min, all.max, all.avg, all.rate),

@@ -147,7 +147,7 @@ proptest::proptest! {
             .map(|(s, m, l, mins)| {
                 let mut by_minute: BTreeMap<i64, Slot> = BTreeMap::new();
                 for (t, v) in mins {
-                    by_minute.entry(*t).or_default().add(*v as f64);
+                    by_minute.entry(*t).or_default().add_value(*v as f64);
                 }
                 SeriesMinutes {
                     series: Arc::new(SeriesId::with_labels(

@@ -178,7 +178,7 @@ pub fn reference(samples: &[Sample], width: i64) -> BTreeMap<(usize, i64), Slot>
     let mut m: BTreeMap<(usize, i64), Slot> = BTreeMap::new();
     for s in samples {
         let t = (minute_of_ms(s.ts_ms) * MINUTE_S).div_euclid(width) * width;
-        m.entry((s.series, t)).or_default().add(s.value);
+        m.entry((s.series, t)).or_default().add(s.ts_ms, s.value);
     }
     m
 }

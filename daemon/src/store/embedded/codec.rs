@@ -7,7 +7,7 @@
 //! out of bounds for any slot index the callers pass (they validate those
 //! too).
 
-use super::layout::{catalog_name, CATALOG_ENTRY_LEN, SLOT_LEN};
+use super::layout::{catalog_name, CATALOG_ENTRY_LEN, LEGACY_SLOT_LEN, SLOT_LEN};
 use crate::model::{SampleKind, SeriesId, Slot};
 use crate::store::{CatalogEntry, StoreError};
 
@@ -21,6 +21,10 @@ fn f64_at(buf: &[u8], at: usize) -> f64 {
     f64::from_bits(u64_at(buf, at))
 }
 
+fn i64_at(buf: &[u8], at: usize) -> i64 {
+    u64_at(buf, at) as i64
+}
+
 /// Slot `i` of a value whose slots start at byte `base`.
 pub(super) fn slot_at(buf: &[u8], base: usize, i: usize) -> Slot {
     let o = base + i * SLOT_LEN;
@@ -29,6 +33,8 @@ pub(super) fn slot_at(buf: &[u8], base: usize, i: usize) -> Slot {
         sum: f64_at(buf, o + 8),
         min: f64_at(buf, o + 16),
         max: f64_at(buf, o + 24),
+        last: f64_at(buf, o + 32),
+        last_ms: i64_at(buf, o + 40),
     }
 }
 
@@ -38,6 +44,19 @@ pub(super) fn put_slot(buf: &mut [u8], base: usize, i: usize, s: &Slot) {
     buf[o + 8..o + 16].copy_from_slice(&s.sum.to_le_bytes());
     buf[o + 16..o + 24].copy_from_slice(&s.min.to_le_bytes());
     buf[o + 24..o + 32].copy_from_slice(&s.max.to_le_bytes());
+    buf[o + 32..o + 40].copy_from_slice(&s.last.to_le_bytes());
+    buf[o + 40..o + 48].copy_from_slice(&s.last_ms.to_le_bytes());
+}
+
+/// Slot `i` of a value written by layout 2 or older: no last sample.
+pub(super) fn legacy_slot_at(buf: &[u8], base: usize, i: usize) -> Slot {
+    let o = base + i * LEGACY_SLOT_LEN;
+    Slot::summary(
+        u64_at(buf, o),
+        f64_at(buf, o + 8),
+        f64_at(buf, o + 16),
+        f64_at(buf, o + 24),
+    )
 }
 
 pub(super) fn merge_slot(buf: &mut [u8], base: usize, i: usize, add: &Slot) {
@@ -68,14 +87,37 @@ pub(super) fn empty_value<const N: usize>(base: usize) -> [u8; N] {
 }
 
 /// Checks a stored value's length and copies it into a fixed-size buffer.
+/// A value of layout 2 or older (32-byte slots, no last sample) is widened
+/// to today's slots on the way: it reads as slots without a last sample,
+/// and a write stores it in today's layout.
 pub(super) fn checked<const N: usize>(
     raw: &[u8],
     doc: impl FnOnce() -> String,
 ) -> Result<[u8; N], StoreError> {
-    <[u8; N]>::try_from(raw).map_err(|_| StoreError::Corrupt {
+    if let Ok(value) = <[u8; N]>::try_from(raw) {
+        return Ok(value);
+    }
+    widened(raw).ok_or_else(|| StoreError::Corrupt {
         doc: doc(),
         reason: format!("value is {} bytes long; expected {N}", raw.len()),
     })
+}
+
+/// `raw` as a value of `N` bytes, if it is that value in the legacy layout.
+/// Every value is an optional 16-byte header and whole slots, and
+/// `HEADER_LEN < SLOT_LEN`, so the header is what `N` leaves over.
+fn widened<const N: usize>(raw: &[u8]) -> Option<[u8; N]> {
+    let base = N % SLOT_LEN;
+    let slots = (N - base) / SLOT_LEN;
+    if raw.len() != base + slots * LEGACY_SLOT_LEN {
+        return None;
+    }
+    let mut out = [0u8; N];
+    out[..base].copy_from_slice(&raw[..base]);
+    for i in 0..slots {
+        put_slot(&mut out, base, i, &legacy_slot_at(raw, base, i));
+    }
+    Some(out)
 }
 
 /// The kind of a document header: 0 is "not known yet" (pre-allocated).

@@ -418,6 +418,8 @@ fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
             }
             Some(LAYOUT_VERSION) => {}
             Some(v) if UPGRADABLE_LAYOUTS.contains(&v) => {
+                let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+                super::flush_log::upgrade_legacy(&mut log)?;
                 meta.insert(META_LAYOUT_VERSION, LAYOUT_VERSION)
                     .map_err(db_err)?;
             }

@@ -18,16 +18,21 @@
 //! | `k`   | metric key (metric and canonical labels)                |
 //! | 1     | kind code                                               |
 //! | 4     | number of minutes `n`                                   |
-//! | 40 n  | per minute: epoch minute (i64), slot (32 bytes, as in documents) |
+//! | 56 n  | per minute: epoch minute (i64), slot (48 bytes, as in documents) |
+//!
+//! Layout 2 wrote 32-byte slots (40 bytes a minute); opening such a file
+//! rewrites its log once ([`upgrade_legacy`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, Table};
 
-use super::codec::{header, put_slot, slot_at};
+use super::codec::{header, legacy_slot_at, put_slot, slot_at};
 use super::errors::{db_err, invalid};
-use super::layout::{FlushLogKey, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS, SLOT_LEN};
+use super::layout::{
+    FlushLogKey, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS, LEGACY_SLOT_LEN, SLOT_LEN,
+};
 use super::pending::Pending;
 use crate::model::{EpochMinute, SampleKind, SeriesId, Slot, Tier};
 use crate::store::StoreError;
@@ -36,6 +41,7 @@ use crate::store::StoreError;
 pub(super) const CHUNK_BYTES: usize = 1 << 20;
 
 const MINUTE_LEN: usize = 8 + SLOT_LEN;
+const LEGACY_MINUTE_LEN: usize = 8 + LEGACY_SLOT_LEN;
 
 type LogTable<'txn> = Table<'txn, FlushLogKey, &'static [u8]>;
 
@@ -65,6 +71,20 @@ impl LogWriter {
         kind: SampleKind,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) -> Result<(), StoreError> {
+        self.append(series, kind, minutes)?;
+        if self.buf.len() >= CHUNK_BYTES {
+            self.write_chunk(table)?;
+        }
+        Ok(())
+    }
+
+    /// Encodes one series' minutes into the chunk being built.
+    fn append(
+        &mut self,
+        series: &SeriesId,
+        kind: SampleKind,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) -> Result<(), StoreError> {
         let metric_key = series.metric_key();
         put_str(&mut self.buf, &series.source, series)?;
         put_str(&mut self.buf, &metric_key, series)?;
@@ -81,9 +101,6 @@ impl LogWriter {
         }
         self.buf[count_at..count_at + 4].copy_from_slice(&n.to_le_bytes());
         self.entries += 1;
-        if self.buf.len() >= CHUNK_BYTES {
-            self.write_chunk(table)?;
-        }
         Ok(())
     }
 
@@ -143,7 +160,7 @@ fn load(
         let name = || super::layout::flush_log_name(id, chunk);
         let mut bytes = v.value();
         while !bytes.is_empty() {
-            let entry = decode_entry(&mut bytes).ok_or_else(|| StoreError::Corrupt {
+            let entry = decode_entry(&mut bytes, false).ok_or_else(|| StoreError::Corrupt {
                 doc: name(),
                 reason: "a log entry is cut short or malformed".into(),
             })?;
@@ -157,19 +174,24 @@ fn load(
     Ok(pending)
 }
 
-fn decode_entry(bytes: &mut &[u8]) -> Option<Entry> {
+/// One entry, its slots in today's encoding or, when `legacy`, layout 2's.
+fn decode_entry(bytes: &mut &[u8], legacy: bool) -> Option<Entry> {
     let source = take_str(bytes)?;
     let metric_key = take_str(bytes)?;
     let series = SeriesId::from_metric_key(source, metric_key)?;
     let kind = SampleKind::from_code(*take(bytes, 1)?.first()?)?;
     let n = u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize;
-    let raw = take(bytes, n.checked_mul(MINUTE_LEN)?)?;
+    let (len, slot): (usize, fn(&[u8], usize, usize) -> Slot) = match legacy {
+        false => (MINUTE_LEN, slot_at),
+        true => (LEGACY_MINUTE_LEN, legacy_slot_at),
+    };
+    let raw = take(bytes, n.checked_mul(len)?)?;
     let minutes = raw
-        .chunks_exact(MINUTE_LEN)
+        .chunks_exact(len)
         .map(|c| {
             let mut m = [0u8; 8];
             m.copy_from_slice(&c[..8]);
-            (i64::from_le_bytes(m), slot_at(c, 8, 0))
+            (i64::from_le_bytes(m), slot(c, 8, 0))
         })
         .collect();
     Some(Entry {
@@ -177,6 +199,32 @@ fn decode_entry(bytes: &mut &[u8]) -> Option<Entry> {
         kind,
         minutes,
     })
+}
+
+/// Rewrites a layout-2 flush log in today's encoding, chunk for chunk, in
+/// the transaction that marks the file as today's layout: a crash leaves
+/// either the old file or the new one.
+pub(super) fn upgrade_legacy(table: &mut LogTable<'_>) -> Result<(), StoreError> {
+    let mut rows = Vec::new();
+    for row in table.iter().map_err(db_err)? {
+        let (k, v) = row.map_err(db_err)?;
+        rows.push((k.value(), v.value().to_vec()));
+    }
+    for ((id, chunk), old) in rows {
+        let mut bytes = old.as_slice();
+        let mut writer = LogWriter::new(id);
+        while !bytes.is_empty() {
+            let entry = decode_entry(&mut bytes, true).ok_or_else(|| StoreError::Corrupt {
+                doc: super::layout::flush_log_name(id, chunk),
+                reason: "a log entry of layout 2 is cut short or malformed".into(),
+            })?;
+            writer.append(&entry.series, entry.kind, entry.minutes.into_iter())?;
+        }
+        table
+            .insert((id, chunk), writer.buf.as_slice())
+            .map_err(db_err)?;
+    }
+    Ok(())
 }
 
 fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {

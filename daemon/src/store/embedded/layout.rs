@@ -10,11 +10,13 @@
 //! # Slots and headers
 //!
 //! A document value is a fixed-size byte array of slots, updated in place by
-//! read-modify-write inside *one* write transaction per flush. A slot is 32
-//! bytes: `n` u64 LE, `sum` f64 LE, `min` f64 LE, `max` f64 LE. The empty slot
-//! is `n = 0, sum = 0, min = +inf, max = -inf` ([`Slot::EMPTY`]), so merging
-//! is plain addition and `min`/`max` with no special case, exactly as `$inc`,
-//! `$min` and `$max` behave on a pre-allocated MongoDB document.
+//! read-modify-write inside *one* write transaction per flush. A slot is 48
+//! bytes: `n` u64 LE, `sum` f64 LE, `min` f64 LE, `max` f64 LE, and the last
+//! sample: `last` f64 LE and `last_ms` i64 LE. The empty slot is `n = 0, sum =
+//! 0, min = +inf, max = -inf, last = 0, last_ms = i64::MIN`
+//! ([`Slot::EMPTY`]), so merging is plain addition, `min`/`max` and the newer
+//! last sample with no special case, exactly as `$inc`, `$min` and `$max`
+//! behave on a pre-allocated MongoDB document.
 //!
 //! Why fixed-size values: a document never grows, so the pre-allocated and the
 //! updated document have the same size and a B-tree leaf never has to split
@@ -35,9 +37,9 @@
 //!
 //! | table         | key                                           | value                        | bytes |
 //! |---------------|-----------------------------------------------|------------------------------|-------|
-//! | `hour_docs`   | `(source, metric, hour_start: i64)`           | header + 61 slots            | 1,968 |
-//! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            |   816 |
-//! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 1,920 |
+//! | `hour_docs`   | `(source, metric, hour_start: i64)`           | header + 61 slots            | 2,944 |
+//! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            | 1,216 |
+//! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 2,880 |
 //! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
 //! | `catalog_by_metric` | `"metric|source|metric key"`            | as `series_catalog`          |    17 |
 //! | `flush_log`   | `(flush id: u64, chunk: u32)`                 | minute slots of many series  | ≤ ~1 MiB |
@@ -53,17 +55,17 @@
 //!   disagree.
 //!
 //!   Why split: it is the embedded equivalent of a MongoDB projection. An
-//!   hourly or daily graph over a month reads 30 summaries of 816 bytes
-//!   instead of 30 whole day documents of 47 KB. It matters even more for
-//!   writes: redb stores and rewrites values whole, so a single 47 KB day
+//!   hourly or daily graph over a month reads 30 summaries of 1,216 bytes
+//!   instead of 30 whole day documents of 70 KB. It matters even more for
+//!   writes: redb stores and rewrites values whole, so a single 70 KB day
 //!   value would be copied on every flush for every active series, while the
-//!   split rewrites only the 816-byte summary and the touched hour's 1,920-byte
-//!   block.
+//!   split rewrites only the 1,216-byte summary and the touched hour's
+//!   2,880-byte block.
 //!
 //!   A day's minute blocks are created by the writes that touch them:
 //!   `preallocate` creates the summary only, and a fold creates the blocks
 //!   of the hours it merges. An absent block reads as 60 empty slots, so
-//!   readers cannot tell, and neither pre-allocation (46 KB per series per
+//!   readers cannot tell, and neither pre-allocation (69 KB per series per
 //!   day otherwise, the whole fleet within `prealloc.day_window`) nor the
 //!   flush hot path writes empty blocks.
 //! * `series_catalog`: one entry per series for discovery
@@ -85,10 +87,17 @@
 //!   these. Why, and how reads and replays count them once, is in
 //!   `pending.rs`; the encoding is in `flush_log.rs`.
 //! * `meta`: `last_flush_id` (highest flush id ever applied, so a restarted
-//!   daemon continues above it) and `layout_version` (this layout is 2).
+//!   daemon continues above it) and `layout_version` (this layout is 3).
 //!   Layout 1 had no flush log; its files open unchanged and gain the empty
-//!   table, and are marked 2 so that an older tallyd, which would not see
-//!   the log, refuses them instead of losing what it holds.
+//!   table. Layout 2 had 32-byte slots without the last sample: opening
+//!   rewrites its flush log (small: the minutes not yet folded) in the new
+//!   encoding, and leaves its documents as they are. A document value of the
+//!   old length reads as slots without a last sample ([`codec`] widens it),
+//!   and the next write of that document stores it in the new layout. Either
+//!   upgrade marks the file 3, so that an older tallyd, which would misread
+//!   it, refuses it instead.
+//!
+//! [`codec`]: super::codec
 //!
 //! Why this key order: keys sort by source, then metric, then period start
 //! (redb compares `i64` numerically, so periods before 1970 sort correctly
@@ -108,10 +117,10 @@ use crate::store::StoreError;
 pub(super) const FILE_NAME: &str = "tally.redb";
 
 /// Version of the layout described in the module documentation.
-pub(super) const LAYOUT_VERSION: u64 = 2;
+pub(super) const LAYOUT_VERSION: u64 = 3;
 
 /// Older layouts this one opens, upgrading them in place (see above).
-pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1];
+pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2];
 
 pub(super) const META_LAST_FLUSH_ID: &str = "last_flush_id";
 pub(super) const META_LAYOUT_VERSION: &str = "layout_version";
@@ -134,7 +143,9 @@ pub(super) const SERIES_CATALOG: TableDefinition<&str, &[u8]> =
     TableDefinition::new("series_catalog");
 
 pub(super) const HEADER_LEN: usize = 16;
-pub(super) const SLOT_LEN: usize = 32;
+pub(super) const SLOT_LEN: usize = 48;
+/// A slot of layout 2 and older: `n`, `sum`, `min`, `max`, no last sample.
+pub(super) const LEGACY_SLOT_LEN: usize = 32;
 pub(super) const MINUTES_PER_HOUR: usize = 60;
 pub(super) const HOURS_PER_DAY: usize = 24;
 const HOUR_DOC_SLOTS: usize = 1 + MINUTES_PER_HOUR;

@@ -60,6 +60,8 @@ mod tests_reopen;
 #[cfg(test)]
 mod tests_retention;
 #[cfg(test)]
+mod tests_upgrade;
+#[cfg(test)]
 mod tests_write;
 
 use std::fmt;

@@ -55,7 +55,10 @@ pub(super) fn series(
 ) -> SeriesMinutes {
     let mut minutes: BTreeMap<i64, Slot> = BTreeMap::new();
     for &(t, v) in samples {
-        minutes.entry(t.div_euclid(60)).or_default().add(v);
+        minutes
+            .entry(t.div_euclid(60))
+            .or_default()
+            .add(t * 1000, v);
     }
     SeriesMinutes {
         series: Arc::new(SeriesId::new(source, metric)),
@@ -82,7 +85,13 @@ pub(super) fn query(tier: Tier, resolution: Resolution, from: i64, to: i64) -> R
 }
 
 pub(super) fn slot(n: u64, sum: f64, min: f64, max: f64) -> Slot {
-    Slot { n, sum, min, max }
+    Slot::summary(n, sum, min, max)
+}
+
+/// `s` with the last sample `v` at Unix second `at_s`.
+pub(super) fn with_last(mut s: Slot, at_s: i64, v: f64) -> Slot {
+    s.see(at_s * 1000, v);
+    s
 }
 
 /// Every (tier, resolution) a read may ask for.

@@ -17,10 +17,15 @@ fn sample_periods() -> (i64, i64, i64) {
 /// [`sample_batch`]'s minutes 10:05, 10:59 and 11:00.
 fn sample_minutes() -> (Slot, Slot, Slot) {
     (
-        slot(2, 6.0, 2.0, 4.0),
-        slot(1, -1.0, -1.0, -1.0),
-        slot(1, 10.0, 10.0, 10.0),
+        with_last(slot(2, 6.0, 2.0, 4.0), ts(2026, 3, 14, 10, 5) + 30, 4.0),
+        with_last(slot(1, -1.0, -1.0, -1.0), h10_last(), -1.0),
+        with_last(slot(1, 10.0, 10.0, 10.0), ts(2026, 3, 14, 11, 0), 10.0),
     )
+}
+
+/// When [`sample_batch`]'s hour 10:00 has its last sample.
+fn h10_last() -> i64 {
+    ts(2026, 3, 14, 10, 59) + 59
 }
 
 /// A store holding [`sample_batch`] as flush 1.
@@ -63,7 +68,8 @@ async fn apply_then_read_the_hour_tier() {
         query(Tier::Hour, Resolution::Hour, h10, h11 + HOUR_S),
     )
     .await;
-    assert_eq!(docs[0].slots, vec![(h10, slot(3, 5.0, -1.0, 4.0))]);
+    let h10_slot = with_last(slot(3, 5.0, -1.0, 4.0), h10_last(), -1.0);
+    assert_eq!(docs[0].slots, vec![(h10, h10_slot)]);
     assert_eq!(docs[1].slots, vec![(h11, m60)]);
 
     // Hour tier, days: refused.
@@ -96,12 +102,18 @@ async fn apply_then_read_the_day_tier() {
     let docs = read_day(&store, Tier::Day, Resolution::Hour, day).await;
     assert_eq!(
         docs[0].slots,
-        vec![(h10, slot(3, 5.0, -1.0, 4.0)), (h11, m60)]
+        vec![
+            (h10, with_last(slot(3, 5.0, -1.0, 4.0), h10_last(), -1.0)),
+            (h11, m60)
+        ]
     );
 
     // Day tier, days.
     let docs = read_day(&store, Tier::Day, Resolution::Day, day).await;
-    assert_eq!(docs[0].slots, vec![(day, slot(4, 15.0, -1.0, 10.0))]);
+    assert_eq!(
+        docs[0].slots,
+        vec![(day, with_last(slot(4, 15.0, -1.0, 10.0), h11, 10.0))]
+    );
 }
 
 #[tokio::test]
@@ -182,6 +194,8 @@ async fn reads_across_hour_day_month_and_year_boundaries() {
 
     let feb1 = ts(2026, 2, 1, 0, 0);
     let jan31 = ts(2026, 1, 31, 0, 0);
+    let last_hour = with_last(slot(2, 3.0, 1.0, 2.0), feb1 - 60, 2.0);
+    let first_hour = with_last(slot(2, 7.0, 3.0, 4.0), feb1 + 60, 4.0);
     // Minutes across the hour/day/month boundary, from the hour tier.
     let docs = read(
         &store,
@@ -196,7 +210,10 @@ async fn reads_across_hour_day_month_and_year_boundaries() {
     assert_eq!(
         all,
         (0..4)
-            .map(|i| (jan31_2358 + 60 * i, Slot::of(i as f64 + 1.0)))
+            .map(|i| {
+                let (t, v) = (jan31_2358 + 60 * i, i as f64 + 1.0);
+                (t, with_last(Slot::of(v), t, v))
+            })
             .collect::<Vec<_>>()
     );
     assert!(docs
@@ -220,16 +237,16 @@ async fn reads_across_hour_day_month_and_year_boundaries() {
         query(Tier::Day, Resolution::Hour, feb1 - HOUR_S, feb1 + HOUR_S),
     )
     .await;
-    assert_eq!(docs[0].slots, vec![(feb1 - HOUR_S, slot(2, 3.0, 1.0, 2.0))]);
-    assert_eq!(docs[1].slots, vec![(feb1, slot(2, 7.0, 3.0, 4.0))]);
+    assert_eq!(docs[0].slots, vec![(feb1 - HOUR_S, last_hour)]);
+    assert_eq!(docs[1].slots, vec![(feb1, first_hour)]);
     // Days across the month boundary.
     let docs = read(
         &store,
         query(Tier::Day, Resolution::Day, jan31, feb1 + DAY_S),
     )
     .await;
-    assert_eq!(docs[0].slots, vec![(jan31, slot(2, 3.0, 1.0, 2.0))]);
-    assert_eq!(docs[1].slots, vec![(feb1, slot(2, 7.0, 3.0, 4.0))]);
+    assert_eq!(docs[0].slots, vec![(jan31, last_hour)]);
+    assert_eq!(docs[1].slots, vec![(feb1, first_hour)]);
     // Days across the year boundary, over a long range (two months)
     // reading only the summaries.
     let dec31 = ts(2025, 12, 31, 0, 0);
@@ -248,10 +265,10 @@ async fn reads_across_hour_day_month_and_year_boundaries() {
     assert_eq!(
         days,
         vec![
-            (dec31, Slot::of(100.0)),
-            (jan1, Slot::of(200.0)),
-            (jan31, slot(2, 3.0, 1.0, 2.0)),
-            (feb1, slot(2, 7.0, 3.0, 4.0)),
+            (dec31, with_last(Slot::of(100.0), dec31_2359, 100.0)),
+            (jan1, with_last(Slot::of(200.0), dec31_2359 + 60, 200.0)),
+            (jan31, last_hour),
+            (feb1, first_hour),
         ]
     );
 }
@@ -280,14 +297,17 @@ async fn pre_epoch_periods_sort_and_read() {
         docs.iter().map(|d| d.period_start).collect::<Vec<_>>(),
         vec![-HOUR_S, 0]
     );
-    assert_eq!(docs[0].slots, vec![(-120, Slot::of(1.0))]);
+    assert_eq!(
+        docs[0].slots,
+        vec![(-120, with_last(Slot::of(1.0), t, 1.0))]
+    );
     let docs = read(&store, query(Tier::Day, Resolution::Minute, -119, 60)).await;
     assert_eq!(
         docs.iter().map(|d| d.period_start).collect::<Vec<_>>(),
         vec![-DAY_S, 0]
     );
     assert!(docs[0].slots.is_empty(), "bucket -120 starts before from");
-    assert_eq!(docs[1].slots, vec![(0, Slot::of(2.0))]);
+    assert_eq!(docs[1].slots, vec![(0, with_last(Slot::of(2.0), 30, 2.0))]);
 }
 
 /// Reads beyond the bound wait for a running one instead of each taking

@@ -47,7 +47,8 @@ async fn later_flush_applies_and_older_is_skipped() {
     assert_eq!(stats.documents_skipped, 0);
     let day = ts(2026, 3, 14, 0, 0);
     let docs = read_day(&store, Tier::Day, Resolution::Day, day).await;
-    assert_eq!(docs[0].slots, vec![(day, slot(8, 30.0, -1.0, 10.0))]);
+    let day_slot = with_last(slot(8, 30.0, -1.0, 10.0), ts(2026, 3, 14, 11, 0), 10.0);
+    assert_eq!(docs[0].slots, vec![(day, day_slot)]);
     assert_eq!(docs[0].watermark, 2);
     let h10 = ts(2026, 3, 14, 10, 0);
     let docs = read(
@@ -55,13 +56,15 @@ async fn later_flush_applies_and_older_is_skipped() {
         query(Tier::Hour, Resolution::Minute, h10, h10 + HOUR_S),
     )
     .await;
-    assert_eq!(docs[0].slots[0], (h10 + 300, slot(4, 12.0, 2.0, 4.0)));
+    let m5 = with_last(slot(4, 12.0, 2.0, 4.0), h10 + 330, 4.0);
+    assert_eq!(docs[0].slots[0], (h10 + 300, m5));
 
     // A replay of flush 1 now changes nothing.
     let stats = store.apply(&sample_batch(1)).await.unwrap();
     assert_eq!((stats.documents_written, stats.documents_skipped), (0, 3));
     let docs = read_day(&store, Tier::Day, Resolution::Day, day).await;
-    assert_eq!(docs[0].slots, vec![(day, slot(8, 30.0, -1.0, 10.0))]);
+    let day_slot = with_last(slot(8, 30.0, -1.0, 10.0), ts(2026, 3, 14, 11, 0), 10.0);
+    assert_eq!(docs[0].slots, vec![(day, day_slot)]);
     // last_flush_id never goes down.
     assert_eq!(store.last_flush_id().await.unwrap(), 2);
 
@@ -164,7 +167,7 @@ async fn preallocate_creates_empty_docs() {
     );
     assert_eq!(
         (HOUR_DOC_LEN, DAY_SUMMARY_LEN, DAY_MINUTES_LEN),
-        (1968, 816, 1920)
+        (2944, 1216, 2880)
     );
     // No minute blocks: absent ones read as empty (the reads below).
     assert!(raw_blocks(&store, "db-01", "op_counter", day).is_empty());

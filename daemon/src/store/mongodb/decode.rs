@@ -7,7 +7,7 @@ use bson::spec::ElementType;
 
 use super::documents::{HOURS, MINUTES};
 use super::ids::period_key;
-use crate::model::{Resolution, SampleKind, Slot, Tier, HOUR_S, MINUTE_S};
+use crate::model::{Resolution, SampleKind, Slot, Tier, HOUR_S, MINUTE_S, NO_LAST_MS};
 use crate::store::{DocRead, ReadQuery};
 
 #[derive(Debug, thiserror::Error)]
@@ -75,12 +75,59 @@ pub(super) fn decode_slot(
         let v = field(name)?;
         number_of(v).ok_or_else(|| type_error(format!("{}.{name}", path()), v, "a number"))
     };
-    Ok(Slot {
-        n,
-        sum: num("sum")?,
-        min: num("min")?,
-        max: num("max")?,
-    })
+    let mut slot = Slot::summary(n, num("sum")?, num("min")?, num("max")?);
+    // Absent in documents written before slots kept their last sample, and
+    // in an hour document's running slot.
+    if let Some(last) = d.get("last")? {
+        if let Some((t, v)) = decode_last(last, &|| format!("{}.last", path()))? {
+            slot.last_ms = t;
+            slot.last = v;
+        }
+    }
+    Ok(slot)
+}
+
+/// A slot's `last: {t, v}`: the sample's Unix-ms time and value; none when
+/// `t` is the empty slot's [`NO_LAST_MS`].
+fn decode_last(
+    v: RawBsonRef<'_>,
+    path: &dyn Fn() -> String,
+) -> Result<Option<(i64, f64)>, DecodeError> {
+    let RawBsonRef::Document(d) = v else {
+        return Err(type_error(path(), v, "a {t, v} document"));
+    };
+    let field = |name: &str| -> Result<RawBsonRef<'_>, DecodeError> {
+        d.get(name)?
+            .ok_or_else(|| DecodeError::Missing(format!("{}.{name}", path())))
+    };
+    let t = match field("t")? {
+        RawBsonRef::Int64(t) => t,
+        RawBsonRef::Int32(t) => i64::from(t),
+        other => return Err(type_error(format!("{}.t", path()), other, "an Int64 time")),
+    };
+    let v = match field("v")? {
+        RawBsonRef::Null => f64::NAN,
+        v => number_of(v).ok_or_else(|| type_error(format!("{}.v", path()), v, "a number"))?,
+    };
+    Ok((t != NO_LAST_MS).then_some((t, v)))
+}
+
+/// A slot's `last` as stored: `{t, v}`, compared by MongoDB's `$max` as
+/// [`crate::model::newer_sample`] compares samples (time first, then
+/// value). NaN is stored as null: some servers refuse NaN in any message
+/// (FerretDB 1.x), and null sorts below every number exactly as NaN does
+/// in MongoDB's order, so `$max` keeps the same sample either way. The
+/// empty slot's is `{t: i64::MIN, v: 0}`.
+pub(super) fn encode_last(slot: &Slot) -> bson::raw::RawDocumentBuf {
+    let (t, v) = slot.last_sample().unwrap_or((NO_LAST_MS, 0.0));
+    let mut d = bson::raw::RawDocumentBuf::new();
+    d.append("t", t);
+    if v.is_nan() {
+        d.append("v", bson::RawBson::Null);
+    } else {
+        d.append("v", v);
+    }
+    d
 }
 
 /// A numeric field name of `values` (a minute or an hour) below `limit`.
@@ -127,7 +174,18 @@ impl ReadPlan<'_> {
         let watermark = self.watermark(raw)?;
         let mut slots = Slots::new();
         match (self.query.tier, self.query.resolution) {
-            (_, Resolution::Day) | (Tier::Hour, Resolution::Hour) => {
+            (Tier::Hour, Resolution::Day | Resolution::Hour) => {
+                if let Some(v) = raw.get("total")? {
+                    let mut total = decode_slot(v, &|| "total".into())?;
+                    if let Some((t, v)) = minutes_last(raw)? {
+                        total.see(t, v);
+                    }
+                    if !total.is_empty() && self.in_range(start) {
+                        slots.push((start, total));
+                    }
+                }
+            }
+            (Tier::Day, Resolution::Day) => {
                 if let Some(v) = raw.get("total")? {
                     self.push_slot(&mut slots, start, v, &|| "total".into())?;
                 }
@@ -260,6 +318,27 @@ impl ReadPlan<'_> {
         }
         Ok(())
     }
+}
+
+/// The newest last sample of an hour document's minutes: its running
+/// slot's, which is not stored (see `documents`).
+fn minutes_last(raw: &RawDocument) -> Result<Option<(i64, f64)>, DecodeError> {
+    let Some(values) = document_field(raw, "values")? else {
+        return Ok(None);
+    };
+    let mut newest = Slot::EMPTY;
+    for entry in values {
+        let (key, v) = entry?;
+        let RawBsonRef::Document(minute) = v else {
+            return Err(type_error(format!("values.{key}"), v, "a slot document"));
+        };
+        if let Some(last) = minute.get("last")? {
+            if let Some((t, v)) = decode_last(last, &|| format!("values.{key}.last"))? {
+                newest.see(t, v);
+            }
+        }
+    }
+    Ok(newest.last_sample())
 }
 
 /// `k`: absent until the first write.

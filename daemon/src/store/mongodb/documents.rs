@@ -1,13 +1,13 @@
 //! Pre-allocated documents: every slot present and empty, so later updates
 //! only change numbers that are already there and a document never grows.
 //! The constant parts are serialised once, because a day document is about
-//! 86 KB and pre-allocation makes many of them.
+//! 135 KB and pre-allocation makes many of them.
 
 use bson::raw::RawDocumentBuf;
 
 use super::ids::{bson_date, doc_id};
 use crate::labels::Labels;
-use crate::model::{SeriesId, Tier};
+use crate::model::{SeriesId, Slot, Tier};
 
 /// Minute slots of an hour, hour slots of a day.
 pub(super) const MINUTES: usize = 60;
@@ -24,7 +24,9 @@ pub(super) enum EmptyBounds {
     Finite,
 }
 
-fn empty_slot(bounds: EmptyBounds) -> RawDocumentBuf {
+/// An empty slot; `with_last` adds the empty last sample, which every `$max`
+/// of a real sample replaces (see [`super::decode::encode_last`]).
+fn empty_slot(bounds: EmptyBounds, with_last: bool) -> RawDocumentBuf {
     let (min, max) = match bounds {
         EmptyBounds::Infinite => (f64::INFINITY, f64::NEG_INFINITY),
         EmptyBounds::Finite => (f64::MAX, -f64::MAX),
@@ -34,12 +36,20 @@ fn empty_slot(bounds: EmptyBounds) -> RawDocumentBuf {
     s.append("sum", 0.0_f64);
     s.append("min", min);
     s.append("max", max);
+    if with_last {
+        s.append("last", super::decode::encode_last(&Slot::EMPTY));
+    }
     s
 }
 
 /// The constant parts of pre-allocated documents, serialised once, so a
 /// pre-allocated document costs a few memory copies.
+///
+/// Every slot carries the minute's last sample but an hour document's
+/// running slot (`total`), which flushes update with every statement: its
+/// last sample is its newest minute's.
 pub(super) struct Templates {
+    hour_total: RawDocumentBuf,
     slot: RawDocumentBuf,
     empty: RawDocumentBuf,
     hour_values: RawDocumentBuf,
@@ -48,7 +58,7 @@ pub(super) struct Templates {
 
 impl Templates {
     pub(super) fn new(bounds: EmptyBounds) -> Templates {
-        let slot = empty_slot(bounds);
+        let slot = empty_slot(bounds, true);
         let mut hour_values = RawDocumentBuf::new();
         for m in 0..MINUTES {
             hour_values.append_ref(m.to_string(), &slot);
@@ -64,6 +74,7 @@ impl Templates {
             day_values.append_ref(h.to_string(), &day_hour);
         }
         Templates {
+            hour_total: empty_slot(bounds, false),
             slot,
             empty: RawDocumentBuf::new(),
             hour_values,
@@ -89,10 +100,15 @@ impl Templates {
         }
         d.append_ref("t", bson_date(start));
         d.append_ref("w", &self.empty);
-        d.append_ref("total", &self.slot);
         match tier {
-            Tier::Hour => d.append_ref("values", &self.hour_values),
-            Tier::Day => d.append_ref("values", &self.day_values),
+            Tier::Hour => {
+                d.append_ref("total", &self.hour_total);
+                d.append_ref("values", &self.hour_values);
+            }
+            Tier::Day => {
+                d.append_ref("total", &self.slot);
+                d.append_ref("values", &self.day_values);
+            }
         }
         d
     }

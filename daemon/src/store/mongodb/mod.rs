@@ -5,17 +5,30 @@
 //!
 //! Two collections, [`MongoDbConfig::hour_collection`] and
 //! [`MongoDbConfig::day_collection`], in [`MongoDbConfig::database`]. A
-//! slot is `{n: Int64, sum: Double, min: Double, max: Double}`; the empty slot
-//! is `{n: 0, sum: 0.0, min: +Infinity, max: -Infinity}`, because `$min` and
+//! slot is `{n: Int64, sum: Double, min: Double, max: Double, last: {t:
+//! Int64, v: Double}}`; the empty slot is `{n: 0, sum: 0.0, min: +Infinity,
+//! max: -Infinity, last: {t: Int64(-2^63), v: 0.0}}`, because `$min` and
 //! `$max` on a real server replace an infinity with any finite value, while a
 //! null would win every `$min` (null sorts below all numbers).
+//!
+//! `last` is the minute's newest sample, its Unix-ms time `t` and value `v`
+//! (a cumulative counter's raw count; NaN is kept here only). A flush sets it
+//! with `$max`: MongoDB compares embedded documents field by field, so the
+//! later `t` wins, at the same `t` the greater `v` (NaN below every number),
+//! and a late sample never replaces a newer one; `$max` of what is already
+//! there changes nothing, so a retried flush needs no more than the
+//! watermark. The hour document's running slot has no `last` (it is its
+//! newest minute's; reads take it from there), which keeps every flush
+//! statement at one `$max` more. A document written before slots had `last`
+//! reads as slots without a last sample, and gains the field with its next
+//! update of the minute.
 //!
 //! ```text
 //! hour: { _id: "db-01|op_counter|2026031410",           // <source>|<metric>|<YYYYMMDDHH> UTC
 //!         s: "db-01", m: "op_counter", t: Date(2026-03-14T10:00Z),
 //!         k: "gauge",                                    // absent until the first write
 //!         w: { <writer id>: Int64(flush id) },           // per-writer watermark
-//!         total: <slot>,                                 // the hour's running slot
+//!         total: <slot>,                                 // the hour's running slot (no `last`)
 //!         values: { "0": <slot>, ..., "59": <slot> } }   // values.<MINUTE>
 //! day:  { _id: "db-01|op_counter|20260314", s, m, t, k,
 //!         w: {},                                         // sealed, not written by flushes
@@ -30,9 +43,9 @@
 //! Either way an empty slot is told by `n: 0`.
 //!
 //! A pre-allocated document has every slot present and empty, `w: {}` and no
-//! `k`; it is [`hour_doc_bson_size`] (about 3.7 KB) or [`day_doc_bson_size`]
-//! (about 86 KB) bytes of BSON, and it never grows afterwards, since every
-//! update only changes numbers that are already there.
+//! `k`; it is [`hour_doc_bson_size`] (about 5.7 KB) or [`day_doc_bson_size`]
+//! (about 135 KB) bytes of BSON, and it never grows afterwards, since every
+//! update only changes values that are already there.
 //!
 //! # Ids, indexes and the shard key
 //!
@@ -124,7 +137,7 @@
 //! full pre-allocated document if it is missing; so updates fill slots that
 //! are already there, and the upsert stays only as the fallback (e.g. after
 //! the memory is full, or if a document vanished). The look-up comes first
-//! because a blind insert would resend 86 KB per day document after every
+//! because a blind insert would resend 135 KB per day document after every
 //! restart, or when another daemon already pre-allocated.
 //!
 //! # The series catalog

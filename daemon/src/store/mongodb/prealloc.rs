@@ -2,7 +2,7 @@
 //! of time, and the first-sighting insert when a flush reaches a document
 //! the store does not know. Both insert the full empty document, so updates
 //! fill slots that are already there; the look-up comes first because a
-//! blind insert would resend 86 KB per day document after every restart.
+//! blind insert would resend 135 KB per day document after every restart.
 
 use std::sync::atomic::Ordering;
 
@@ -120,7 +120,7 @@ impl MongoStore {
     }
 
     /// Which of `docs` exist: an index-covered look-up of ids, far cheaper
-    /// than sending 86 KB day documents to have them refused.
+    /// than sending 135 KB day documents to have them refused.
     async fn existing(
         &self,
         docs: &[&PlannedDoc<'_>],

@@ -7,7 +7,7 @@ use futures::stream::TryStreamExt;
 
 use super::command::bson_len;
 use super::decode::ReadPlan;
-use super::documents::HOURS;
+use super::documents::{HOURS, MINUTES};
 use super::errors::classify;
 use super::ids::{check_series, period_key, series_prefix, MAX_KEYED_S, MIN_KEYED_S};
 use super::stats::Op;
@@ -112,7 +112,7 @@ impl MongoStore {
     }
 
     /// Only the fields the read's resolution needs: a day document is
-    /// about 86 KB, its hour totals a small part of it.
+    /// about 135 KB, its hour totals a small part of it.
     fn read_projection(&self, q: &ReadQuery) -> Document {
         let mut projection = doc! { "t": 1, "k": 1 };
         projection.insert(self.watermark_path.as_str(), 1);
@@ -125,7 +125,15 @@ impl MongoStore {
                     projection.insert(format!("values.{h}.total"), 1);
                 }
             }
-            _ => {
+            (Tier::Hour, _) => {
+                // The hour's running slot keeps no last sample; its minutes'
+                // give it (see `documents`).
+                projection.insert("total", 1);
+                for m in 0..MINUTES {
+                    projection.insert(format!("values.{m}.last"), 1);
+                }
+            }
+            (Tier::Day, Resolution::Day) => {
                 projection.insert("total", 1);
             }
         }

@@ -19,7 +19,7 @@ use hashbrown::HashMap;
 use mongodb::error::Error as DriverError;
 
 use super::command::{bson_len, Work};
-use super::decode::{decode_slot, DecodeError};
+use super::decode::{decode_slot, encode_last, DecodeError};
 use super::documents::{EmptyBounds, HOURS, MINUTES};
 use super::errors::classify;
 use super::ids::{bson_date, doc_id};
@@ -308,6 +308,8 @@ fn same(a: &Slot, b: &Slot) -> bool {
             || (a.sum.to_bits() == b.sum.to_bits()
                 && a.min.to_bits() == b.min.to_bits()
                 && a.max.to_bits() == b.max.to_bits()))
+        && a.last_sample().map(|(t, v)| (t, v.to_bits()))
+            == b.last_sample().map(|(t, v)| (t, v.to_bits()))
 }
 
 fn sub<'a>(d: Option<&'a RawDocument>, key: &str) -> Result<Option<&'a RawDocument>, DecodeError> {
@@ -342,6 +344,7 @@ fn encode_slot(s: &Slot, bounds: EmptyBounds) -> Result<RawDocumentBuf, DecodeEr
     d.append("sum", if s.n == 0 { 0.0 } else { s.sum });
     d.append("min", min);
     d.append("max", max);
+    d.append("last", encode_last(s));
     Ok(d)
 }
 
@@ -359,9 +362,13 @@ pub(super) fn seal_statement(
     let day_values = sub(day_doc, "values")?;
     let block = sub(day_values, &index.to_string())?;
     let mut set = RawDocumentBuf::new();
+    // The hour document's running slot keeps no last sample (see
+    // `documents`): the block's is its newest minute's.
+    let mut last = Slot::EMPTY;
     for m in 0..MINUTES {
         let key = m.to_string();
         let want = slot_at(hour_values, &key)?;
+        last.see(want.last_ms, want.last);
         if !same(&want, &slot_at(block, &key)?) {
             let path = format!("values.{index}.{m}");
             match hour_values.map(|v| v.get(&key)).transpose()?.flatten() {
@@ -370,7 +377,8 @@ pub(super) fn seal_statement(
             }
         }
     }
-    let hour_total = slot_at(Some(hour_doc), "total")?;
+    let mut hour_total = slot_at(Some(hour_doc), "total")?;
+    hour_total.see(last.last_ms, last.last);
     let block_total = slot_at(block, "total")?;
     if hour_total.n < block_total.n {
         // Hours only grow: this hour document is older than the block (or

@@ -125,12 +125,7 @@ fn empty_slots_match_whatever_bounds_they_keep() {
     assert!(stmt.unwrap().is_none());
     assert!(same(
         &Slot::EMPTY,
-        &Slot {
-            n: 0,
-            sum: 0.0,
-            min: f64::MAX,
-            max: -f64::MAX
-        }
+        &Slot::summary(0, 0.0, f64::MAX, -f64::MAX)
     ));
 }
 

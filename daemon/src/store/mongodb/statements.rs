@@ -5,6 +5,7 @@
 
 use bson::raw::RawDocumentBuf;
 
+use super::decode::encode_last;
 use super::documents::{labels_doc, MINUTES};
 use super::ids::bson_date;
 use crate::model::{HourDocUpdate, SampleKind, SeriesId, Slot};
@@ -19,7 +20,13 @@ pub(super) struct SlotOps {
 }
 
 impl SlotOps {
+    /// `$inc` of `n` and `sum` and `$min`/`$max` of the bounds, when the
+    /// slot has values (a minute of only a last sample has none, and its
+    /// infinite bounds could not be sent to a server that refuses them).
     fn add(&mut self, prefix: &str, slot: &Slot) -> Result<(), StoreError> {
+        if !slot.has_values() {
+            return Ok(());
+        }
         let n = i64::try_from(slot.n).map_err(|_| {
             StoreError::Invalid(format!("slot count {} does not fit an Int64", slot.n))
         })?;
@@ -28,6 +35,14 @@ impl SlotOps {
         self.min.append(format!("{prefix}.min"), slot.min);
         self.max.append(format!("{prefix}.max"), slot.max);
         Ok(())
+    }
+
+    /// `$max` of a minute's last sample: a late sample never replaces a
+    /// newer one, and applying it twice changes nothing.
+    fn add_last(&mut self, prefix: &str, slot: &Slot) {
+        if slot.last_sample().is_some() {
+            self.max.append(format!("{prefix}.last"), encode_last(slot));
+        }
     }
 }
 
@@ -66,9 +81,12 @@ impl StatementCtx<'_> {
         on_insert.append_ref("t", bson_date(start));
 
         let mut u = RawDocumentBuf::new();
-        u.append("$inc", ops.inc);
-        u.append("$min", ops.min);
-        u.append("$max", ops.max);
+        // Empty operator documents are left out: servers before 5.0 refuse them.
+        for (op, doc) in [("$inc", ops.inc), ("$min", ops.min), ("$max", ops.max)] {
+            if !doc.is_empty() {
+                u.append(op, doc);
+            }
+        }
         u.append("$set", set);
         u.append("$setOnInsert", on_insert);
 
@@ -97,9 +115,13 @@ pub(super) fn hour_ops(series: &SeriesId, h: &HourDocUpdate) -> Result<SlotOps, 
     let mut ops = SlotOps::default();
     for (m, slot) in minutes.iter().enumerate() {
         if let Some(slot) = slot {
-            ops.add(&format!("values.{m}"), slot)?;
+            let prefix = format!("values.{m}");
+            ops.add(&prefix, slot)?;
+            ops.add_last(&prefix, slot);
         }
     }
+    // The hour's running slot keeps no last sample: it would cost every
+    // statement a third more `$max`, and is the last of its minutes.
     ops.add("total", &h.total)?;
     Ok(ops)
 }

@@ -98,8 +98,24 @@ fn preallocated_documents_have_every_slot() {
     assert_eq!(slot.get_i64("n").unwrap(), 0);
     assert_eq!(slot.get_f64("min").unwrap(), f64::INFINITY);
     assert_eq!(slot.get_f64("max").unwrap(), f64::NEG_INFINITY);
-    assert!(hour_doc_bson_size() > 3_000 && hour_doc_bson_size() < 5_000);
-    assert!(day_doc_bson_size() > 80_000 && day_doc_bson_size() < 95_000);
+    let last = slot.get_document("last").unwrap();
+    assert_eq!(last.get_i64("t").unwrap(), i64::MIN);
+    // An hour document's running slot keeps no last sample.
+    assert!(hour
+        .get_document("total")
+        .unwrap()
+        .get("last")
+        .unwrap()
+        .is_none());
+    assert!(day
+        .get_document("total")
+        .unwrap()
+        .get("last")
+        .unwrap()
+        .is_some());
+    // 5,683 and 134,930 bytes: every minute slot's `last` adds 33.
+    assert!(hour_doc_bson_size() > 5_000 && hour_doc_bson_size() < 6_500);
+    assert!(day_doc_bson_size() > 125_000 && day_doc_bson_size() < 145_000);
 }
 
 /// For servers without infinities: the same document, of the same size,
@@ -342,15 +358,7 @@ fn decode_is_defensive() {
         read.slots,
         vec![
             (300, Slot::of(1.0)),
-            (
-                1800,
-                Slot {
-                    n: 2,
-                    sum: 3.0,
-                    min: 1.0,
-                    max: 2.0
-                }
-            )
+            (1800, Slot::summary(2, 3.0, 1.0, 2.0))
         ]
     );
 }

@@ -127,7 +127,7 @@ mod tests {
     fn slot(values: &[f64]) -> Slot {
         let mut s = Slot::EMPTY;
         for v in values {
-            s.add(*v);
+            s.add_value(*v);
         }
         s
     }

@@ -1,0 +1,259 @@
+//! The slot every document level is made of, and the bound on the sums
+//! it keeps.
+
+/// The largest magnitude of any sum the daemon keeps in a slot. A sample
+/// that would take its minute's sum (or a cumulative counter's increase)
+/// beyond it is rejected, and a rollup leaves out a member that would take
+/// its sum beyond it. Every stored sum is a sum of such bounded sums, one
+/// per flush and minute (a day's total at a flush a second is at most 1440
+/// × 86400 ≈ 1.2e8 of them), and `f64::MAX / MAX_SUM` ≈ 1.8e8, so finite
+/// input never adds up to infinity in a minute, hour or day slot.
+pub const MAX_SUM: f64 = 1e300;
+
+/// Whether `sum` may be kept in a slot: within ±[`MAX_SUM`] (so not NaN).
+#[inline]
+pub fn sum_in_range(sum: f64) -> bool {
+    sum.abs() <= MAX_SUM
+}
+
+/// `last_ms` of a slot that holds no last sample: older than any sample, so
+/// merging needs no special case (and data written before slots kept their
+/// last sample reads as having none).
+pub const NO_LAST_MS: i64 = i64::MIN;
+
+/// A slot: count, running sum, minimum and maximum of the samples in it,
+/// and the newest of them (value and time).
+///
+/// The empty slot has `n = 0`, `min = +inf`, `max = -inf` and no last
+/// sample, so that merging is plain `min`/`max`/newest with no special case,
+/// exactly as `$min`/`$max` behave on a pre-allocated MongoDB document. An
+/// empty slot is "no data", never a zero point.
+///
+/// `n`, `sum`, `min` and `max` are of finite values: a counter's per-sample
+/// increases, a gauge's values. `last` is the newest sample as the agent
+/// sent it: a cumulative counter's raw value (also its first, which adds no
+/// increase), and NaN, which no sum can hold. So `n = 0` with a last sample
+/// is a minute that has a value to show (a bare PromQL selector) and no
+/// aggregates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Slot {
+    pub n: u64,
+    pub sum: f64,
+    pub min: f64,
+    pub max: f64,
+    /// The newest sample's value; meaningless while `last_ms` is [`NO_LAST_MS`].
+    pub last: f64,
+    /// The newest sample's time, Unix milliseconds; [`NO_LAST_MS`] for none.
+    pub last_ms: i64,
+}
+
+impl Default for Slot {
+    fn default() -> Self {
+        Slot::EMPTY
+    }
+}
+
+/// Whether the sample `(t, v)` is newer than `(was_t, was_v)`: later, or at
+/// the same time with the greater value, NaN below every number. This is
+/// the order MongoDB's `$max` gives `{t, v}` documents, so both stores keep
+/// the same last sample whatever order flushes, retries and replays bring
+/// them in.
+#[inline]
+pub fn newer_sample(t: i64, v: f64, was_t: i64, was_v: f64) -> bool {
+    t > was_t
+        || (t == was_t
+            && match (v.is_nan(), was_v.is_nan()) {
+                (true, _) => false,
+                (false, true) => true,
+                (false, false) => v > was_v,
+            })
+}
+
+impl Slot {
+    pub const EMPTY: Slot = Slot {
+        n: 0,
+        sum: 0.0,
+        min: f64::INFINITY,
+        max: f64::NEG_INFINITY,
+        last: 0.0,
+        last_ms: NO_LAST_MS,
+    };
+
+    /// A slot of one value with no time: a summary (tests, rollups of
+    /// summaries) rather than a sample.
+    pub fn of(value: f64) -> Slot {
+        Slot {
+            n: 1,
+            sum: value,
+            min: value,
+            max: value,
+            ..Slot::EMPTY
+        }
+    }
+
+    /// A slot of one sample at `ts_ms`.
+    pub fn at(ts_ms: i64, value: f64) -> Slot {
+        let mut s = Slot::EMPTY;
+        s.add(ts_ms, value);
+        s
+    }
+
+    /// A slot of `n`, `sum`, `min` and `max` with no last sample.
+    pub fn summary(n: u64, sum: f64, min: f64, max: f64) -> Slot {
+        Slot {
+            n,
+            sum,
+            min,
+            max,
+            ..Slot::EMPTY
+        }
+    }
+
+    /// Neither values nor a last sample: nothing to store or show.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0 && self.last_ms == NO_LAST_MS
+    }
+
+    /// Whether the aggregates (`n`, `sum`, `min`, `max`) have any value.
+    pub fn has_values(&self) -> bool {
+        self.n > 0
+    }
+
+    /// The newest sample, `(Unix ms, value)`, if the slot holds one.
+    pub fn last_sample(&self) -> Option<(i64, f64)> {
+        (self.last_ms != NO_LAST_MS).then_some((self.last_ms, self.last))
+    }
+
+    /// Adds a sample whose value `value` is also its contribution to the
+    /// aggregates (a gauge's value, a delta counter's delta).
+    #[inline]
+    pub fn add(&mut self, ts_ms: i64, value: f64) {
+        self.add_value(value);
+        self.see(ts_ms, value);
+    }
+
+    /// Adds `value` to the aggregates only.
+    #[inline]
+    pub fn add_value(&mut self, value: f64) {
+        self.n += 1;
+        self.sum += value;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+    }
+
+    /// Keeps `(ts_ms, value)` as the last sample if it is newer.
+    #[inline]
+    pub fn see(&mut self, ts_ms: i64, value: f64) {
+        if newer_sample(ts_ms, value, self.last_ms, self.last) {
+            self.last = value;
+            self.last_ms = ts_ms;
+        }
+    }
+
+    #[inline]
+    pub fn merge(&mut self, other: &Slot) {
+        self.n += other.n;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.see(other.last_ms, other.last);
+    }
+
+    pub fn avg(&self) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / self.n as f64)
+    }
+
+    /// Counters: the slot's sum spread over its width in seconds.
+    pub fn rate(&self, width_s: i64) -> Option<f64> {
+        (self.n > 0).then(|| self.sum / width_s as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn slot_math() {
+        let mut s = Slot::EMPTY;
+        assert!(s.is_empty());
+        assert_eq!(s.avg(), None);
+        for (t, v) in [(3, 3.0), (1, -1.0), (2, 4.0)] {
+            s.add(t, v);
+        }
+        assert_eq!(
+            s,
+            Slot {
+                n: 3,
+                sum: 6.0,
+                min: -1.0,
+                max: 4.0,
+                last: 3.0,
+                last_ms: 3,
+            }
+        );
+        assert_eq!(s.avg(), Some(2.0));
+        assert_eq!(s.rate(60), Some(0.1));
+        let mut t = Slot::EMPTY;
+        t.merge(&s);
+        assert_eq!(t, s);
+        t.merge(&Slot::EMPTY);
+        assert_eq!(t, s, "merging the empty slot changes nothing");
+    }
+
+    #[test]
+    fn a_last_sample_alone_is_not_empty_but_has_no_values() {
+        let mut s = Slot::EMPTY;
+        s.see(5, f64::NAN);
+        assert!(!s.is_empty());
+        assert!(!s.has_values());
+        assert_eq!(s.avg(), None);
+        assert!(s.last_sample().is_some_and(|(t, v)| t == 5 && v.is_nan()));
+        // A number at the same time wins over NaN, as `$max` has it.
+        s.see(5, -1.0);
+        assert_eq!(s.last_sample(), Some((5, -1.0)));
+        // An older sample never replaces a newer one.
+        s.see(4, 100.0);
+        assert_eq!(s.last_sample(), Some((5, -1.0)));
+    }
+
+    fn sample() -> impl Strategy<Value = (i64, f64)> {
+        (
+            0_i64..20,
+            prop_oneof![Just(f64::NAN), (-3_i32..3).prop_map(f64::from)],
+        )
+    }
+
+    proptest! {
+        /// The last sample does not depend on the order samples arrive in or
+        /// on how they are grouped into merged slots: late samples, retries
+        /// and replays all end in the same slot.
+        #[test]
+        fn last_sample_is_independent_of_order_and_grouping(
+            samples in proptest::collection::vec(sample(), 1..12),
+            split in 0_usize..12,
+        ) {
+            let mut forward = Slot::EMPTY;
+            for &(t, v) in &samples {
+                forward.see(t, v);
+            }
+            let mut backward = Slot::EMPTY;
+            for &(t, v) in samples.iter().rev() {
+                backward.see(t, v);
+            }
+            let cut = split.min(samples.len());
+            let (mut a, mut b) = (Slot::EMPTY, Slot::EMPTY);
+            for &(t, v) in &samples[..cut] {
+                a.see(t, v);
+            }
+            for &(t, v) in &samples[cut..] {
+                b.see(t, v);
+            }
+            b.merge(&a);
+            let bits = |s: &Slot| (s.last_ms, s.last.to_bits());
+            prop_assert_eq!(bits(&forward), bits(&backward));
+            prop_assert_eq!(bits(&forward), bits(&b));
+        }
+    }
+}
