@@ -36,6 +36,7 @@
 //! | [`flush`] | drains the aggregator into batches, applies them, retries, backpressure |
 //! | [`rollup`] | group rollups merged into each drained batch |
 //! | [`catalog`] | which series exist, recorded after each applied batch |
+//! | [`metadata`] | what agents say their metric families are: type, help, unit |
 //! | [`store`] | the [`store::Store`] trait; [`store::embedded`] and [`store::mongodb`] behind it |
 //! | [`query`] | ranges, latest values, cross-source aggregates, discovery |
 //! | [`watch`] | live subscriptions fed once a second from the query engine |
@@ -68,6 +69,7 @@ pub mod http;
 pub mod ingest;
 pub mod labels;
 pub mod maintenance;
+pub mod metadata;
 pub mod model;
 pub mod query;
 pub mod recovery;

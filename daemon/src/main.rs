@@ -176,6 +176,7 @@ impl Parts {
                 .with_rollups(rollups.clone())
                 .with_catalog(catalog.clone()),
         );
+        let metadata = Arc::new(tally::metadata::MetadataBook::new());
         let engine = Arc::new(
             QueryEngine::new(
                 store.clone(),
@@ -185,11 +186,14 @@ impl Parts {
                 config.query.clone(),
                 config.retention.hour.as_secs() as i64,
             )
-            .with_lateness(config.ingest.lateness_window),
+            .with_lateness(config.ingest.lateness_window)
+            .with_metadata(metadata.clone()),
         );
         let watch = Arc::new(WatchHub::new(engine.clone(), config.watch.clone()));
         let gate = Arc::new(IngestGate::default());
-        let ingestor = Arc::new(Ingestor::new(agg.clone(), rollups.clone(), gate.clone()));
+        let ingestor = Arc::new(
+            Ingestor::new(agg.clone(), rollups.clone(), gate.clone()).with_metadata(metadata),
+        );
         ingestor.watch_store(store.clone());
         Ok(Parts {
             store,

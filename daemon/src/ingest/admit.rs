@@ -21,6 +21,7 @@ use super::IngestGate;
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::auth::Grant;
 use crate::labels::LabelArena;
+use crate::metadata::MetadataBook;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
 use crate::store::Store;
@@ -121,6 +122,8 @@ pub struct Ingestor {
     /// Asked before every request: a store that failed for good cannot
     /// keep what would be acknowledged.
     store: OnceLock<Arc<dyn Store>>,
+    /// What agents say of their metric families (remote-write metadata).
+    metadata: Arc<MetadataBook>,
 }
 
 impl Ingestor {
@@ -131,7 +134,18 @@ impl Ingestor {
             gate,
             wal: OnceLock::new(),
             store: OnceLock::new(),
+            metadata: Arc::default(),
         }
+    }
+
+    /// Shares `book` with the readers that show it (see [`crate::metadata`]).
+    pub fn with_metadata(mut self, book: Arc<MetadataBook>) -> Ingestor {
+        self.metadata = book;
+        self
+    }
+
+    pub fn metadata(&self) -> &MetadataBook {
+        &self.metadata
     }
 
     /// Refuses ingest from the moment `store` reports a fault.

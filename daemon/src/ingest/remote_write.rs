@@ -11,8 +11,10 @@
 //!   are cumulative counters, the rest gauges. Otherwise the naming
 //!   conventions decide: a name ending in `_total`, `_count`, `_sum` or
 //!   `_bucket` is a cumulative counter, any other a gauge. (Prometheus sends
-//!   metadata in requests of their own, so for it the conventions decide,
-//!   and the kind of a series never changes between requests.)
+//!   metadata in requests of their own; what they say is kept in the
+//!   daemon's [`MetadataBook`], which decides the kind of the families it
+//!   describes in later requests too, and gives `/api/v1/metadata` its
+//!   type, help and unit.)
 //! - **Staleness markers** (the NaN Prometheus writes when a series
 //!   disappears) are skipped, not refused.
 
@@ -23,6 +25,7 @@ use tally_proto::v1 as pb;
 
 use super::builder::{Budget, Converted, Full, RequestBuilder};
 use crate::aggregator::RejectReason;
+use crate::metadata::{FamilyType, MetadataBook};
 use crate::validate::Problems;
 
 /// `[remote_write]`: how remote-write series map to sources.
@@ -56,11 +59,13 @@ impl RemoteWriteConfig {
 /// produces.
 const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
-/// Converts `req`, refusing series without a name or source. `Full` when
-/// the converted request would exceed `budget`.
+/// Converts `req`, refusing series without a name or source, and records
+/// its metadata in `book`. `Full` when the converted request would exceed
+/// `budget`.
 pub fn convert(
     req: &rw::WriteRequest,
     cfg: &RemoteWriteConfig,
+    book: &MetadataBook,
     cap: usize,
     budget: Budget,
 ) -> Result<Converted, Full> {
@@ -69,6 +74,14 @@ pub fn convert(
         .iter()
         .map(|m| (m.metric_family_name.as_str(), m.r#type()))
         .collect();
+    for m in &req.metadata {
+        book.record(
+            &m.metric_family_name,
+            family_type(m.r#type()),
+            &m.help,
+            &m.unit,
+        );
+    }
     let mut b = RequestBuilder::new(cap, budget);
     for ts in &req.timeseries {
         let fresh: Vec<&rw::Sample> = ts
@@ -114,7 +127,7 @@ pub fn convert(
             &source.value,
             pb::SeriesSamples {
                 metric: name.value.clone(),
-                kind: kind(&name.value, &types) as i32,
+                kind: kind(&name.value, &types, book) as i32,
                 timestamps_ms: fresh.iter().map(|s| s.timestamp).collect(),
                 values: fresh.iter().map(|s| s.value).collect(),
                 start_times_ms: Vec::new(),
@@ -127,21 +140,44 @@ pub fn convert(
 
 const COUNTER_SUFFIXES: [&str; 4] = ["_total", "_count", "_sum", "_bucket"];
 
-/// A series' kind, from its family's metadata when the request has it,
-/// else from its name.
-fn kind(name: &str, types: &HashMap<&str, rw::metric_metadata::MetricType>) -> pb::SampleKind {
+fn family_type(t: rw::metric_metadata::MetricType) -> FamilyType {
     use rw::metric_metadata::MetricType as T;
+    match t {
+        T::Counter => FamilyType::Counter,
+        T::Gauge => FamilyType::Gauge,
+        T::Histogram => FamilyType::Histogram,
+        T::Gaugehistogram => FamilyType::GaugeHistogram,
+        T::Summary => FamilyType::Summary,
+        T::Info => FamilyType::Info,
+        T::Stateset => FamilyType::Stateset,
+        T::Unknown => FamilyType::Unknown,
+    }
+}
+
+/// A series' kind, from its family's metadata when the request or the
+/// book has it, else from its name.
+fn kind(
+    name: &str,
+    types: &HashMap<&str, rw::metric_metadata::MetricType>,
+    book: &MetadataBook,
+) -> pb::SampleKind {
     let counter = pb::SampleKind::CumulativeCounter;
-    if let Some(t) = types.get(name) {
+    let described = |family: &str| {
+        types
+            .get(family)
+            .map(|t| family_type(*t))
+            .or_else(|| book.get(family).map(|f| f.kind))
+    };
+    if let Some(t) = described(name) {
         return match t {
-            T::Counter => counter,
+            FamilyType::Counter => counter,
             _ => pb::SampleKind::Gauge,
         };
     }
     for suffix in ["_count", "_sum", "_bucket"] {
-        let family = name.strip_suffix(suffix).and_then(|f| types.get(f));
+        let family = name.strip_suffix(suffix).and_then(described);
         match family {
-            Some(T::Histogram | T::Summary) => return counter,
+            Some(FamilyType::Histogram | FamilyType::Summary) => return counter,
             Some(_) => return pb::SampleKind::Gauge,
             None => {}
         }
@@ -199,7 +235,14 @@ mod tests {
             ],
             metadata: vec![],
         };
-        let c = convert(&req, &RemoteWriteConfig::default(), 10, BUDGET).unwrap();
+        let c = convert(
+            &req,
+            &RemoteWriteConfig::default(),
+            &MetadataBook::new(),
+            10,
+            BUDGET,
+        )
+        .unwrap();
         assert_eq!(c.request.sources.len(), 1);
         let s = &c.request.sources[0];
         assert_eq!(s.source, "h1");
@@ -242,13 +285,48 @@ mod tests {
             .collect();
         let c = pb::SampleKind::CumulativeCounter;
         let g = pb::SampleKind::Gauge;
-        assert_eq!(kind("requests", &types), c);
-        assert_eq!(kind("lat_bucket", &types), c);
-        assert_eq!(kind("lat", &types), g);
-        assert_eq!(kind("temp_sum", &types), g);
-        assert_eq!(kind("x_total", &types), c);
-        assert_eq!(kind("y_bucket", &types), c);
-        assert_eq!(kind("node_load1", &types), g);
+        let none = MetadataBook::new();
+        let kind = |name| kind(name, &types, &none);
+        assert_eq!(kind("requests"), c);
+        assert_eq!(kind("lat_bucket"), c);
+        assert_eq!(kind("lat"), g);
+        assert_eq!(kind("temp_sum"), g);
+        assert_eq!(kind("x_total"), c);
+        assert_eq!(kind("y_bucket"), c);
+        assert_eq!(kind("node_load1"), g);
+    }
+
+    /// Prometheus sends metadata in requests of their own: what one said
+    /// decides the kinds of later requests, and is there for the API.
+    #[test]
+    fn metadata_of_an_earlier_request_decides_later_kinds() {
+        use rw::metric_metadata::MetricType as T;
+        let book = MetadataBook::new();
+        let meta = rw::WriteRequest {
+            timeseries: vec![],
+            metadata: vec![rw::MetricMetadata {
+                r#type: T::Gauge as i32,
+                metric_family_name: "queue_total".into(),
+                help: "Items queued.".into(),
+                unit: "".into(),
+            }],
+        };
+        convert(&meta, &RemoteWriteConfig::default(), &book, 10, BUDGET).unwrap();
+        assert_eq!(&*book.get("queue_total").unwrap().help, "Items queued.");
+        let req = rw::WriteRequest {
+            timeseries: vec![series(
+                &[("__name__", "queue_total"), ("instance", "h1")],
+                &[(1000, 3.0)],
+            )],
+            metadata: vec![],
+        };
+        let c = convert(&req, &RemoteWriteConfig::default(), &book, 10, BUDGET).unwrap();
+        let s = &c.request.sources[0].series[0];
+        assert_eq!(
+            s.kind,
+            pb::SampleKind::Gauge as i32,
+            "not a counter by its name"
+        );
     }
 
     #[test]
@@ -264,6 +342,13 @@ mod tests {
             samples: 4,
             bytes: 1 << 20,
         };
-        assert!(convert(&req, &RemoteWriteConfig::default(), 10, budget).is_err());
+        assert!(convert(
+            &req,
+            &RemoteWriteConfig::default(),
+            &MetadataBook::new(),
+            10,
+            budget
+        )
+        .is_err());
     }
 }

@@ -157,6 +157,8 @@ pub struct QueryEngine {
     /// `ingest.lateness_window`, seconds: how far back a flush's minutes go.
     lateness_s: i64,
     pub(super) label_sets: super::label_sets::LabelSetCache,
+    /// What agents say of their metric families, for `/api/v1/metadata`.
+    metadata: Arc<crate::metadata::MetadataBook>,
 }
 
 /// Minute ranges up to this long read hour documents; longer ones read day
@@ -188,7 +190,19 @@ impl QueryEngine {
             hour_retention_s,
             lateness_s: HOUR_S,
             label_sets: Default::default(),
+            metadata: Arc::default(),
         }
+    }
+
+    /// Reads the families' descriptions from `book` (see
+    /// [`crate::metadata`]).
+    pub fn with_metadata(mut self, book: Arc<crate::metadata::MetadataBook>) -> QueryEngine {
+        self.metadata = book;
+        self
+    }
+
+    pub fn metadata(&self) -> &crate::metadata::MetadataBook {
+        &self.metadata
     }
 
     /// How old a minute a flush may bring (`ingest.lateness_window`; 1 h

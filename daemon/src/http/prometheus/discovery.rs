@@ -347,16 +347,28 @@ pub(super) async fn metadata(State(prom): State<PromState>, p: Params) -> Respon
     timed("prometheus_metadata", run_metadata(&prom, &p)).await
 }
 
-/// Kinds as Prometheus metric types: gauges are `gauge`, counters (sent as
-/// deltas or cumulative values, stored as deltas) `counter`.
+/// What agents said of a family (remote-write metadata, see
+/// [`crate::metadata`]) when they said it; else kinds as Prometheus metric
+/// types: gauges are `gauge`, counters (sent as deltas or cumulative
+/// values, stored as deltas) `counter`.
 async fn run_metadata(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
     let (engine, cache) = (&*prom.engine, &*prom.names);
     let names = cache.get(engine).await?;
     let only = p.get("metric");
     let limit = p.limit()?.unwrap_or(usize::MAX);
+    let book = engine.metadata();
+    let mut described: BTreeMap<String, Json_> = BTreeMap::new();
     let mut by_name: BTreeMap<String, (Vec<&str>, Option<names::MetricKind>)> = BTreeMap::new();
     for (metric, kind) in &names.metrics {
         let prom_metric = prom_name(metric);
+        if let Some((family, f)) = book.of_series(&prom_metric) {
+            if only.is_none_or(|o| o == family) {
+                let entry =
+                    json!([{ "type": f.kind.as_str(), "help": &*f.help, "unit": &*f.unit }]);
+                described.insert(family, entry);
+            }
+            continue;
+        }
         if only.is_some_and(|o| o != prom_metric) {
             continue;
         }
@@ -368,15 +380,14 @@ async fn run_metadata(prom: &PromState, p: &Params) -> Result<Response, ApiError
             Some(_) => Some(names::MetricKind::Mixed),
         };
     }
-    let data: serde_json::Map<String, Json_> = by_name
-        .into_iter()
-        .take(limit)
-        .map(|(name, (metrics, kind))| {
-            let help = format!("Tally metric {}", metrics.join(", "));
-            let kind = kind.map_or("unknown", names::MetricKind::prom_type);
-            (name, json!([{ "type": kind, "help": help, "unit": "" }]))
-        })
-        .collect();
+    let fallback = by_name.into_iter().map(|(name, (metrics, kind))| {
+        let help = format!("Tally metric {}", metrics.join(", "));
+        let kind = kind.map_or("unknown", names::MetricKind::prom_type);
+        (name, json!([{ "type": kind, "help": help, "unit": "" }]))
+    });
+    let mut all: BTreeMap<String, Json_> = fallback.collect();
+    all.extend(described);
+    let data: serde_json::Map<String, Json_> = all.into_iter().take(limit).collect();
     Ok(success(Json_::Object(data)))
 }
 

@@ -33,7 +33,9 @@ pub(super) async fn write(
     };
     let cap = s.ingest.limits().max_rejections_reported;
     let budget = s.ingest.budget();
-    let Ok(converted) = remote_write::convert(&req, &s.remote_write, cap, budget) else {
+    let Ok(converted) =
+        remote_write::convert(&req, &s.remote_write, s.ingest.metadata(), cap, budget)
+    else {
         let e = s.ingest.too_large(Protocol::RemoteWrite, budget);
         return text(StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
     };

@@ -32,6 +32,12 @@ pub struct OtlpConfig {
     /// `deployment.environment`. A point's own attribute of the same name
     /// wins.
     pub resource_labels: Vec<String>,
+    /// Label every point with `job` from the resource's `service.name`
+    /// (`service.namespace/service.name` when there is a namespace), as
+    /// Prometheus' own OTLP translation does; with the source shown as
+    /// `instance`, PromQL sees OTLP series as it would in Prometheus. A
+    /// point's own `job` attribute wins.
+    pub job_label: bool,
 }
 
 impl Default for OtlpConfig {
@@ -41,6 +47,7 @@ impl Default for OtlpConfig {
                 .map(String::from)
                 .to_vec(),
             resource_labels: Vec::new(),
+            job_label: true,
         }
     }
 }
@@ -92,7 +99,7 @@ pub fn convert(
     for rm in &req.resource_metrics {
         let resource = rm.resource.as_ref().map_or(&[][..], |r| &r.attributes[..]);
         let source = attrs::first_present(resource, &cfg.source_attributes).map(|(_, v)| v);
-        let resource_labels: Vec<pb::Label> = cfg
+        let mut resource_labels: Vec<pb::Label> = cfg
             .resource_labels
             .iter()
             .filter_map(|key| {
@@ -103,6 +110,9 @@ pub fn convert(
                 })
             })
             .collect();
+        if cfg.job_label {
+            resource_labels.extend(job(resource));
+        }
         let mut t = points::Target {
             b: &mut b,
             source: source.as_deref().unwrap_or(""),
@@ -126,6 +136,21 @@ pub fn convert(
         point_of,
         points,
         refused_points,
+    })
+}
+
+/// The `job` label of a resource: `service.namespace/service.name`, or
+/// `service.name` alone; none without a service name.
+fn job(resource: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Option<pb::Label> {
+    let value = |key: &str| attrs::first_present(resource, &[key.to_string()]).map(|(_, v)| v);
+    let name = value("service.name")?;
+    let value = match value("service.namespace") {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name,
+    };
+    Some(pb::Label {
+        name: "job".into(),
+        value,
     })
 }
 
@@ -262,5 +287,78 @@ mod tests {
         assert_eq!(series[0].start_times_ms, vec![1_000]);
         assert_eq!(series[1].metric, "temp");
         assert!(series[1].start_times_ms.is_empty());
+        assert!(series[0].labels.is_empty(), "no service.name, no job");
+    }
+
+    fn text(k: &str, v: &str) -> KeyValue {
+        KeyValue {
+            key: k.into(),
+            value: Some(AnyValue {
+                value: Some(any_value::Value::StringValue(v.into())),
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn job_comes_from_the_service_as_prometheus_translates_it() {
+        let request = |resource: Vec<KeyValue>, point_attrs: Vec<KeyValue>| {
+            let mut p = point(0, 5_000_000_000, 1.0);
+            p.attributes = point_attrs;
+            ExportMetricsServiceRequest {
+                resource_metrics: vec![ResourceMetrics {
+                    resource: Some(Resource {
+                        attributes: resource,
+                        ..Default::default()
+                    }),
+                    scope_metrics: vec![ScopeMetrics {
+                        metrics: vec![Metric {
+                            name: "temp".into(),
+                            data: Some(Data::Gauge(Gauge {
+                                data_points: vec![p],
+                            })),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+            }
+        };
+        let budget = Budget {
+            samples: 100,
+            bytes: 1 << 20,
+        };
+        let labels = |req: &ExportMetricsServiceRequest, cfg: &OtlpConfig| {
+            let out = convert(req, cfg, 10, budget).unwrap();
+            out.converted.request.sources[0].series[0]
+                .labels
+                .iter()
+                .map(|l| (l.name.clone(), l.value.clone()))
+                .collect::<Vec<_>>()
+        };
+        let id = text("service.instance.id", "i-1");
+        let job = |v: &str| vec![("job".to_string(), v.to_string())];
+        let req = request(vec![id.clone(), text("service.name", "api")], vec![]);
+        assert_eq!(labels(&req, &OtlpConfig::default()), job("api"));
+        let req = request(
+            vec![
+                id.clone(),
+                text("service.name", "api"),
+                text("service.namespace", "shop"),
+            ],
+            vec![],
+        );
+        assert_eq!(labels(&req, &OtlpConfig::default()), job("shop/api"));
+        let off = OtlpConfig {
+            job_label: false,
+            ..OtlpConfig::default()
+        };
+        assert!(labels(&req, &off).is_empty());
+        let req = request(
+            vec![id, text("service.name", "api")],
+            vec![text("job", "own")],
+        );
+        assert_eq!(labels(&req, &OtlpConfig::default()), job("own"));
     }
 }
