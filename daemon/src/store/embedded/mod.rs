@@ -69,7 +69,7 @@ use std::time::Instant;
 
 pub use self::config::EmbeddedConfig;
 use self::db::Db;
-use self::retention::Retention;
+use self::retention::{Retention, Swept};
 use super::{
     observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
     StoreError,
@@ -86,6 +86,8 @@ pub struct EmbeddedStore {
     /// resident: about 300 MiB more at a million series. Reads beyond it
     /// wait their turn; applies and folds never wait for reads.
     reads: Arc<tokio::sync::Semaphore>,
+    /// What the retention sweep last found expired (see `retention.rs`).
+    swept: Arc<Swept>,
 }
 
 /// Reads at once per CPU: the work is mostly the storage engine's cached
@@ -130,6 +132,7 @@ impl EmbeddedStore {
         EmbeddedStore {
             inner: Arc::new(db),
             reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus())),
+            swept: Arc::default(),
         }
     }
 
@@ -272,7 +275,8 @@ impl Store for EmbeddedStore {
         let store = self.clone();
         let r = tokio::task::spawn_blocking(move || {
             store.inner.reopen_if_needed()?;
-            store.inner.sweep_if_due(
+            store.swept.sweep_if_due(
+                &store.inner,
                 now_s,
                 Retention {
                     hour_s: hour_retention_s,
