@@ -70,20 +70,18 @@ fn commands(doc: &Doc) -> Vec<Vec<String>> {
             }
         }
     }
-    let starts = [
-        "cargo ",
-        "scripts/",
-        "tallyd ",
-        "tally-loadgen ",
-        "target/release/",
-    ];
-    lines.extend(
-        doc.spans()
-            .into_iter()
-            .filter(|s| starts.iter().any(|p| s.starts_with(p)) && !s.ends_with('/'))
-            .map(str::to_string),
-    );
-    lines.iter().flat_map(|l| split_line(l)).collect()
+    let mut commands: Vec<Vec<String>> = lines.iter().flat_map(|l| split_line(l)).collect();
+    // Code spans that are a command (environment assignments first allowed):
+    // `scripts/bench-ingest --runs 3`, `NO_BUILD=1 scripts/bench-realtime 50000`.
+    let programs = ["cargo", "tallyd", "tally-loadgen"];
+    for span in doc.spans() {
+        commands.extend(split_line(span).into_iter().filter(|c| {
+            let p = c[0].as_str();
+            (c.len() > 1 && (programs.contains(&p) || p.starts_with("target/release/")))
+                || (p.starts_with("scripts/") && !p.ends_with('/'))
+        }));
+    }
+    commands
 }
 
 /// A shell line as commands: words, without comments, environment

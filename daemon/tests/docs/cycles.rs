@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 type ModPath = Vec<String>;
 
+/// File to files, each with the path that makes the edge.
+type Edges = BTreeMap<PathBuf, BTreeSet<(PathBuf, String)>>;
+
 /// Every problem: one line per cycle, naming its files and the paths that
 /// tie them.
 pub fn check(root: &Path, crate_root: &Path) -> Vec<String> {
@@ -123,8 +126,8 @@ impl Tree {
         }
     }
 
-    fn edges(&self) -> BTreeMap<PathBuf, BTreeSet<(PathBuf, String)>> {
-        let mut edges: BTreeMap<PathBuf, BTreeSet<(PathBuf, String)>> = BTreeMap::new();
+    fn edges(&self) -> Edges {
+        let mut edges = Edges::new();
         for (file, module) in &self.file_modules {
             let text = std::fs::read_to_string(file).unwrap_or_default();
             for (scope, path) in paths(&tokens(&text), module) {
@@ -399,9 +402,9 @@ fn skip_char_or_lifetime(chars: &[char], i: usize) -> usize {
 }
 
 /// The strongly connected components of more than one file (Tarjan).
-fn strongly_connected(edges: &BTreeMap<PathBuf, BTreeSet<(PathBuf, String)>>) -> Vec<Vec<PathBuf>> {
+fn strongly_connected(edges: &Edges) -> Vec<Vec<PathBuf>> {
     struct State<'a> {
-        edges: &'a BTreeMap<PathBuf, BTreeSet<(PathBuf, String)>>,
+        edges: &'a Edges,
         index: BTreeMap<&'a PathBuf, usize>,
         low: BTreeMap<&'a PathBuf, usize>,
         stack: Vec<&'a PathBuf>,

@@ -23,8 +23,8 @@
 //! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
 //!
-//! Unit tests sit in the sibling `tests*.rs` files: `tests.rs` holds the
-//! fixtures, the others one concern each.
+//! Unit tests sit in `tests/`: `tests/mod.rs` holds the fixtures, the
+//! other files one concern each.
 
 mod catalog;
 mod catalog_index;
@@ -43,24 +43,6 @@ mod write;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_bench;
-#[cfg(test)]
-mod tests_catalog_index;
-#[cfg(test)]
-mod tests_corrupt;
-#[cfg(test)]
-mod tests_durability;
-#[cfg(test)]
-mod tests_fold;
-#[cfg(test)]
-mod tests_read;
-#[cfg(test)]
-mod tests_reopen;
-#[cfg(test)]
-mod tests_retention;
-#[cfg(test)]
-mod tests_write;
 
 use std::fmt;
 use std::path::Path;

@@ -1,8 +1,8 @@
 //! The retention sweep, directly and through the `Store` trait.
 
-use super::retention::Retention;
-use super::tests::*;
+use super::*;
 use crate::model::{DocKey, Resolution, SampleKind, SeriesId, Tier, DAY_S, HOUR_S};
+use crate::store::embedded::retention::Retention;
 use crate::store::Store;
 
 #[tokio::test]
