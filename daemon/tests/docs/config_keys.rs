@@ -65,7 +65,7 @@ impl Reference {
     }
 
     /// The dotted key a `TALLYD_*` variable sets, if any.
-    fn from_env(&self, var: &str) -> Option<&str> {
+    fn key_of_env(&self, var: &str) -> Option<&str> {
         let rest = var.strip_prefix("TALLYD_")?.to_lowercase();
         if let Some((k, _)) = self.keys.get_key_value(&rest) {
             return Some(k);
@@ -122,7 +122,7 @@ fn named_keys(root: &Path, reference: &Reference, doc: &Doc) -> Vec<String> {
         }
     }
     for var in env_vars(&doc.text) {
-        if var != "TALLYD_CONFIG" && reference.from_env(var).is_none() {
+        if var != "TALLYD_CONFIG" && reference.key_of_env(var).is_none() {
             missing(&format!("`{var}` sets no key of config/tallyd.toml"));
         }
     }
