@@ -5,15 +5,26 @@
 //! # Data path
 //!
 //! ```text
-//!  agents ─▶ grpc (tally.v1, OTLP) ─▶ ingest ─▶ aggregator ──drain──▶ flush ──apply──▶ store
-//!            http (OTLP, remote-   (admission,  per (series,  numbered   ├ embedded
-//!                  write)           gate)       minute) slots batches,   └ mongodb
-//!                                     │              ▲        rollup,       ▲
-//!                                     ▼              │        catalog       │
-//!                                    wal ◀─ markers ─┼─────────┘            │
-//!                                  (replayed by      │                      │
-//!                                   recovery)        └──── query ───────────┘
-//!  dashboards ◀── grpc::query / http::api / http::prometheus / watch
+//!  agents
+//!    │  grpc: tally.v1, OTLP            http: OTLP/HTTP, remote-write
+//!    ▼
+//!  ingest ──────── admission: limits, tokens, labels, backpressure, the gate
+//!    │  1. append the request ─────────────────▶ wal ◀── recovery: replay at start
+//!    │  2. fold it, then acknowledge
+//!    ▼
+//!  aggregator ──── one slot per (series, minute) in memory; counter deltas
+//!    │  drained every flush.interval (the cut's marker goes into the wal)
+//!    ▼
+//!  flush ───────── numbered batch + rollup series ──apply──▶ store
+//!    │                                                      ├ embedded (redb)
+//!    └── catalog: new series, last_seen ──────────────────▶ └ mongodb
+//!
+//!  query ◀──────── the store + the batches in flight + the aggregator's slots
+//!    │
+//!    ▼
+//!  grpc::query, http::api, http::prometheus, watch ──▶ dashboards
+//!
+//!  maintenance ─── pre-allocation, retention sweep, idle series (beside the path)
 //! ```
 //!
 //! Every protocol's request becomes a `tally.v1` request and passes one
@@ -41,21 +52,23 @@
 //! | [`query`] | ranges, latest values, cross-source aggregates, discovery |
 //! | [`watch`] | live subscriptions fed once a second from the query engine |
 //! | [`maintenance`] | pre-allocation, retention sweep, idle-series eviction |
-//! | [`wal`] | the write-ahead log: segments, records, group commit |
+//! | [`wal`] | the write-ahead log: segments, records, group commit, counter baselines |
 //! | [`recovery`] | replaying the write-ahead log at start, exactly once |
-//! | [`grpc`] | the gRPC server: ingest and query services, health, reflection |
-//! | [`http`] | the HTTP server: native API, operations endpoints, Prometheus-compatible API |
-//! | [`selector`] | source and metric name matchers (names, lists, globs) |
-//! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the stores' pending minutes, the catalog's record |
+//! | [`grpc`] | the gRPC server: ingest, OTLP and query services, health, reflection |
+//! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP and remote-write, Prometheus-compatible API |
+//! | [`selector`] | source, metric and label matchers (names, lists, globs, regular expressions) |
+//! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog's records |
 //! | [`tls`] | TLS for both listeners: certificate files, reload, the accept loop |
 //! | [`auth`] | bearer tokens, roles and source globs; the gRPC interceptor and HTTP middleware |
 //! | [`security`] | loads and reloads (SIGHUP) TLS and tokens together; exposure warnings |
 //! | [`config`] | command line, layered loading and composition of every section |
 //! | [`validate`] | the checks each section's config type runs |
 //! | [`telemetry`] | logging and the daemon's own metrics |
-//! | `fuzz` (tests only) | random-input harnesses of the front doors; `scripts/fuzz` runs millions |
+//! | `fuzz` | tests only: random-input harnesses of the front doors; `scripts/fuzz` runs millions |
 //!
-//! `main.rs` only wires these together and runs the shutdown sequence.
+//! `main.rs` only wires these together and runs the shutdown sequence. The
+//! same map, with each module's main files, is `docs/architecture.md`; a
+//! test keeps the two listing the same modules and this diagram.
 
 pub mod aggregator;
 pub mod auth;

@@ -14,15 +14,33 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tally_proto::v1 as pb;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::convert::reason_to_proto;
-use super::ingest_wire::WirePush;
 use crate::aggregator::IngestOutcome;
 use crate::auth::Grant;
+use crate::ingest::view::PushView;
 use crate::ingest::{IngestError, Ingestor, Protocol};
 use crate::wal::Logged;
+
+/// A push request's bytes, as they came: what the service's routes
+/// (`ingest_wire`) hand it, so the write-ahead log can record them as they
+/// are.
+pub struct WirePush {
+    pub bytes: Bytes,
+}
+
+impl WirePush {
+    /// The request, borrowed from its bytes, of at most `max_series` series
+    /// and sources; a message that does not decode is the client's error,
+    /// and prost's message names the field.
+    pub fn view(&self, max_series: usize) -> Result<PushView<'_>, Status> {
+        PushView::decode(&self.bytes, max_series)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+}
 
 pub struct IngestService {
     ingest: Arc<Ingestor>,

@@ -7,17 +7,17 @@
 //! daemon's CPU at one sample per series per message), and prost decoded it
 //! through tonic's segmented buffer, a call per byte advanced. Here the
 //! codec only takes a request's bytes as one contiguous buffer (a copy of at
-//! most `ingest.max_message_bytes`); the handler reads them as a borrowed
-//! [`PushView`] and the log records them as they came: the log's request
-//! record is the request's protobuf encoding either way, and the bytes
-//! decode to exactly what was folded. Compression and message limits are
-//! tonic's, as before.
+//! most `ingest.max_message_bytes`), a [`WirePush`]; the handler reads them
+//! as a borrowed view and the log records them as they came: the log's
+//! request record is the request's protobuf encoding either way, and the
+//! bytes decode to exactly what was folded. Compression and message limits
+//! are tonic's, as before.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Buf;
 use tally_proto::v1 as pb;
 use tonic::body::Body;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
@@ -25,23 +25,7 @@ use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
 use tonic::server::{ClientStreamingService, Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::ingest::IngestService;
-use crate::ingest::view::PushView;
-
-/// A push request's bytes, as they came.
-pub struct WirePush {
-    pub bytes: Bytes,
-}
-
-impl WirePush {
-    /// The request, borrowed from its bytes, of at most `max_series` series
-    /// and sources; a message that does not decode is the client's error,
-    /// and prost's message names the field.
-    pub fn view(&self, max_series: usize) -> Result<PushView<'_>, Status> {
-        PushView::decode(&self.bytes, max_series)
-            .map_err(|e| Status::invalid_argument(e.to_string()))
-    }
-}
+use super::ingest::{IngestService, WirePush};
 
 /// Encodes responses with prost; takes requests' bytes as [`WirePush`].
 #[derive(Debug, Default, Clone, Copy)]

@@ -28,8 +28,7 @@ use crate::tls::SecureListener;
 
 pub use config::GrpcConfig;
 pub use health::track_health;
-pub use ingest::IngestService;
-pub use ingest_wire::WirePush;
+pub use ingest::{IngestService, WirePush};
 pub use otlp::OtlpService;
 pub use query::QueryService;
 

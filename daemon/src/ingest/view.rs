@@ -415,5 +415,4 @@ fn borrow_str<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a str, Vi
 }
 
 #[cfg(test)]
-#[path = "view_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
-//! Several daemons on one MongoDB (the stand-in), as the README's scale-out
-//! section deploys them: each daemon has its own data directory and so its
+//! Several daemons on one MongoDB (the stand-in), as `docs/mongodb.md`
+//! deploys them: each daemon has its own data directory and so its
 //! own writer id, each agent's source sticks to one daemon, a rollup group
 //! (`@all`) spans both, and a read through either daemon sees everything
 //! flushed by both. The load generator's fleet is split between the two

@@ -162,8 +162,6 @@ pub(super) struct Db {
     /// The flush whose apply last folded (0: none yet in this process).
     /// Under `fold_lock`.
     pub(super) last_fold_id: AtomicU64,
-    /// What the retention sweep last found expired (see `retention.rs`).
-    pub(super) swept: super::retention::Swept,
     /// Set by the first error that means the store cannot be trusted any
     /// more (the file is corrupt, or an operation panicked): from then on
     /// the daemon is unready and ingest refuses what it could not keep.
@@ -221,7 +219,6 @@ impl Db {
             sync: Mutex::new(SyncState::now()),
             committed_flush_id: AtomicU64::new(last_flush_id),
             last_fold_id: AtomicU64::new(0),
-            swept: Default::default(),
             durable_flush_id: AtomicU64::new(last_flush_id),
             redo: Mutex::new(Vec::new()),
             io_failure: Mutex::new(None),

@@ -23,8 +23,8 @@
 //! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
 //!
-//! Unit tests sit in the sibling `tests*.rs` files: `tests.rs` holds the
-//! fixtures, the others one concern each.
+//! Unit tests sit in `tests/`: `tests/mod.rs` holds the fixtures, the
+//! other files one concern each.
 
 mod catalog;
 mod catalog_index;
@@ -43,26 +43,6 @@ mod write;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_bench;
-#[cfg(test)]
-mod tests_catalog_index;
-#[cfg(test)]
-mod tests_corrupt;
-#[cfg(test)]
-mod tests_durability;
-#[cfg(test)]
-mod tests_fold;
-#[cfg(test)]
-mod tests_read;
-#[cfg(test)]
-mod tests_reopen;
-#[cfg(test)]
-mod tests_retention;
-#[cfg(test)]
-mod tests_upgrade;
-#[cfg(test)]
-mod tests_write;
 
 use std::fmt;
 use std::path::Path;
@@ -71,7 +51,7 @@ use std::time::Instant;
 
 pub use self::config::EmbeddedConfig;
 use self::db::Db;
-use self::retention::Retention;
+use self::retention::{Retention, Swept};
 use super::{
     observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
     StoreError,
@@ -88,6 +68,8 @@ pub struct EmbeddedStore {
     /// resident: about 300 MiB more at a million series. Reads beyond it
     /// wait their turn; applies and folds never wait for reads.
     reads: Arc<tokio::sync::Semaphore>,
+    /// What the retention sweep last found expired (see `retention.rs`).
+    swept: Arc<Swept>,
 }
 
 /// Reads at once per CPU: the work is mostly the storage engine's cached
@@ -132,6 +114,7 @@ impl EmbeddedStore {
         EmbeddedStore {
             inner: Arc::new(db),
             reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus())),
+            swept: Arc::default(),
         }
     }
 
@@ -274,7 +257,8 @@ impl Store for EmbeddedStore {
         let store = self.clone();
         let r = tokio::task::spawn_blocking(move || {
             store.inner.reopen_if_needed()?;
-            store.inner.sweep_if_due(
+            store.swept.sweep_if_due(
+                &store.inner,
                 now_s,
                 Retention {
                     hour_s: hour_retention_s,

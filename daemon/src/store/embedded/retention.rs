@@ -8,7 +8,7 @@
 //! deletes the expired prefix, so it reads one key per series plus what it
 //! deletes, not the whole table. That is still a few seconds at a million
 //! series, in a write transaction that flushes wait for, so the daemon's
-//! minutely sweep ([`Db::sweep_if_due`]) runs only when a period may have
+//! minutely sweep ([`Swept::sweep_if_due`]) runs only when a period may have
 //! expired since the last one. The newest expired hour changes every hour,
 //! so that is still hourly: documents that late samples made in periods
 //! already past retention, and expired catalog entries, wait at most that
@@ -44,8 +44,29 @@ pub(super) struct Retention {
 
 /// What the last sweep of this process left expired: a later sweep that
 /// would find the same periods expired has only late documents to find.
+/// The store keeps it beside the database, which knows nothing of when
+/// sweeps are due.
 #[derive(Debug, Default)]
 pub(super) struct Swept(Mutex<Option<SweptAt>>);
+
+impl Swept {
+    /// [`Db::sweep_expired`] if a period may have expired since the last
+    /// sweep; otherwise 0 without a look.
+    pub(super) fn sweep_if_due(
+        &self,
+        db: &Db,
+        now_s: i64,
+        retention: Retention,
+    ) -> Result<usize, StoreError> {
+        let at = SweptAt::of(now_s, retention);
+        if *self.0.lock() == Some(at) {
+            return Ok(0);
+        }
+        let deleted = db.sweep_expired(now_s, retention)?;
+        *self.0.lock() = Some(at);
+        Ok(deleted)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct SweptAt {
@@ -69,22 +90,6 @@ impl SweptAt {
 }
 
 impl Db {
-    /// [`Db::sweep_expired`] if a period may have expired since the last
-    /// sweep; otherwise 0 without a look.
-    pub(super) fn sweep_if_due(
-        &self,
-        now_s: i64,
-        retention: Retention,
-    ) -> Result<usize, StoreError> {
-        let at = SweptAt::of(now_s, retention);
-        if *self.swept.0.lock() == Some(at) {
-            return Ok(0);
-        }
-        let deleted = self.sweep_expired(now_s, retention)?;
-        *self.swept.0.lock() = Some(at);
-        Ok(deleted)
-    }
-
     /// Deletes expired documents; returns how many documents (hour documents
     /// plus day documents, each day counted once) were deleted.
     ///

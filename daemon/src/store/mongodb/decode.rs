@@ -112,23 +112,6 @@ fn decode_last(
     Ok((t != NO_LAST_MS).then_some((t, v)))
 }
 
-/// A slot's `last` as stored: `{t, v}`, compared by MongoDB's `$max` as
-/// [`crate::model::newer_sample`] compares samples (time first, then
-/// value). NaN is stored as null: some servers refuse NaN in any message
-/// (FerretDB 1.x), and null sorts below every number exactly as NaN does
-/// in MongoDB's order, so `$max` keeps the same sample either way. The
-/// empty slot's is `{t: i64::MIN, v: 0}`.
-pub(super) fn encode_last(slot: &Slot) -> bson::raw::RawDocumentBuf {
-    let (t, v) = slot.last_sample().unwrap_or((NO_LAST_MS, 0.0));
-    let mut d = bson::raw::RawDocumentBuf::new();
-    d.append("t", t);
-    if v.is_nan() {
-        d.append("v", bson::RawBson::Null);
-    } else {
-        d.append("v", v);
-    }
-    d
-}
 
 /// A numeric field name of `values` (a minute or an hour) below `limit`.
 fn slot_index(key: &str, limit: usize, path: &dyn Fn() -> String) -> Result<i64, DecodeError> {

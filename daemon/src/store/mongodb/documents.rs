@@ -7,7 +7,7 @@ use bson::raw::RawDocumentBuf;
 
 use super::ids::{bson_date, doc_id};
 use crate::labels::Labels;
-use crate::model::{SeriesId, Slot, Tier};
+use crate::model::{SeriesId, Slot, Tier, NO_LAST_MS};
 
 /// Minute slots of an hour, hour slots of a day.
 pub(super) const MINUTES: usize = 60;
@@ -25,7 +25,7 @@ pub(super) enum EmptyBounds {
 }
 
 /// An empty slot; `with_last` adds the empty last sample, which every `$max`
-/// of a real sample replaces (see [`super::decode::encode_last`]).
+/// of a real sample replaces (see [`encode_last`]).
 fn empty_slot(bounds: EmptyBounds, with_last: bool) -> RawDocumentBuf {
     let (min, max) = match bounds {
         EmptyBounds::Infinite => (f64::INFINITY, f64::NEG_INFINITY),
@@ -37,7 +37,7 @@ fn empty_slot(bounds: EmptyBounds, with_last: bool) -> RawDocumentBuf {
     s.append("min", min);
     s.append("max", max);
     if with_last {
-        s.append("last", super::decode::encode_last(&Slot::EMPTY));
+        s.append("last", encode_last(&Slot::EMPTY));
     }
     s
 }
@@ -143,6 +143,24 @@ pub(super) fn labels_doc(labels: &Labels) -> RawDocumentBuf {
     let mut d = RawDocumentBuf::new();
     for (name, value) in labels.pairs() {
         d.append(name, value.as_ref());
+    }
+    d
+}
+
+/// A slot's `last` as stored: `{t, v}`, compared by MongoDB's `$max` as
+/// [`crate::model::newer_sample`] compares samples (time first, then
+/// value). NaN is stored as null: some servers refuse NaN in any message
+/// (FerretDB 1.x), and null sorts below every number exactly as NaN does
+/// in MongoDB's order, so `$max` keeps the same sample either way. The
+/// empty slot's is `{t: i64::MIN, v: 0}`.
+pub(super) fn encode_last(slot: &Slot) -> RawDocumentBuf {
+    let (t, v) = slot.last_sample().unwrap_or((NO_LAST_MS, 0.0));
+    let mut d = RawDocumentBuf::new();
+    d.append("t", t);
+    if v.is_nan() {
+        d.append("v", bson::RawBson::Null);
+    } else {
+        d.append("v", v);
     }
     d
 }

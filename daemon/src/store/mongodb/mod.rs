@@ -146,15 +146,16 @@
 //! for discovery ([`Store::catalog_list`]):
 //!
 //! ```text
-//! { _id: "db-01|op_counter",                 // SeriesId::key: <source>|<metric>
+//! { _id: "db-01|op_counter",                 // SeriesId::key: <source>|<metric>[{<labels>}]
 //!   source: "db-01", metric: "op_counter",
+//!   labels: { cpu: "0" },                    // only on labelled series
 //!   kind: "gauge",                           // SampleKind::as_str
 //!   first_seen: Date(...), last_seen: Date(...) }   // minute starts
 //! ```
 //!
 //! [`Store::catalog_upsert`] sends one statement per series,
 //! `{q: {_id}, u: {$min: {first_seen}, $max: {last_seen}, $set: {kind},
-//! $setOnInsert: {source, metric}}, upsert: true}`, in multi-statement
+//! $setOnInsert: {source, metric, labels}}, upsert: true}`, in multi-statement
 //! `update` commands as above. The daemon calls it for new series and when
 //! a series' `last_seen` moved on by a coarse step, not per flush, so it
 //! costs little next to the document writes. Two daemons upserting the same
@@ -180,6 +181,8 @@
 //! Its TTL index is `{last_seen: 1}` with `expireAfterSeconds` = the day
 //! retention: an entry goes when the series' last day document would have
 //! gone too (give or take the daemon's refresh step).
+//! A second index, `{metric: 1, _id: 1}`, serves listings of one metric
+//! named exactly across many sources (`indexes.rs`).
 //!
 //! # Exactly once
 //!

@@ -19,8 +19,8 @@ use hashbrown::HashMap;
 use mongodb::error::Error as DriverError;
 
 use super::command::{bson_len, Work};
-use super::decode::{decode_slot, encode_last, DecodeError};
-use super::documents::{EmptyBounds, HOURS, MINUTES};
+use super::decode::{decode_slot, DecodeError};
+use super::documents::{encode_last, EmptyBounds, HOURS, MINUTES};
 use super::errors::classify;
 use super::ids::{bson_date, doc_id};
 use super::seals::{Items, Share};

@@ -5,8 +5,7 @@
 
 use bson::raw::RawDocumentBuf;
 
-use super::decode::encode_last;
-use super::documents::{labels_doc, MINUTES};
+use super::documents::{encode_last, labels_doc, MINUTES};
 use super::ids::bson_date;
 use crate::model::{HourDocUpdate, SampleKind, SeriesId, Slot};
 use crate::store::StoreError;

@@ -59,8 +59,7 @@ impl Store {
     /// while it is down, fail (and retry) sooner. On FerretDB, whose SQLite
     /// backend takes a few hundred milliseconds per update of a day
     /// document, commands are 10 statements with a 60 s deadline, so that
-    /// one finishes well within its deadline (see the README's notes on
-    /// FerretDB).
+    /// one finishes well within its deadline (see `tests/ferretdb/README.md`).
     pub(super) fn opts(&self, flush_interval: &str) -> DaemonOpts {
         let opts = tallyd().flush_interval(flush_interval);
         match &self.mongodb {

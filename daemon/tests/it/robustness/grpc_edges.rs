@@ -1,6 +1,6 @@
 //! What the audit saw from the outside: reflection `v1alpha` for the stock
 //! Python client, the status codes of an oversized and of an undecodable
-//! message, and the 400s the README promises (`agg=rate` on a gauge,
+//! message, and the 400s `docs/reads.md` promises (`agg=rate` on a gauge,
 //! `limit` above `query.max_page`).
 
 use tally_proto::v1 as pb;

@@ -4,12 +4,12 @@
 
 use redb::TableHandle;
 
-use super::layout::{CATALOG_BY_METRIC, META, META_CATALOG_BY_METRIC};
-use super::tests::*;
-use super::EmbeddedStore;
+use super::*;
 use crate::labels::Labels;
 use crate::model::{SampleKind, SeriesId};
 use crate::selector::NameMatcher;
+use crate::store::embedded::layout::{CATALOG_BY_METRIC, META, META_CATALOG_BY_METRIC};
+use crate::store::embedded::EmbeddedStore;
 use crate::store::{CatalogEntry, CatalogQuery, Store};
 
 fn entries() -> Vec<CatalogEntry> {

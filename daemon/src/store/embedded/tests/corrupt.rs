@@ -1,12 +1,12 @@
 //! Damaged or foreign values: reported as corrupt, never a panic.
 
-use super::codec::{empty_value, encode_catalog, put_header};
-use super::layout::{
+use super::*;
+use crate::model::{Resolution, SampleKind, SeriesId, Tier, DAY_S, HOUR_S};
+use crate::store::embedded::codec::{empty_value, encode_catalog, put_header};
+use crate::store::embedded::layout::{
     HourDoc, DAY_MINUTES, DAY_SUMMARY, DAY_SUMMARY_LEN, HEADER_LEN, HOUR_DOCS, SERIES_CATALOG,
 };
-use super::retention::Retention;
-use super::tests::*;
-use crate::model::{Resolution, SampleKind, SeriesId, Tier, DAY_S, HOUR_S};
+use crate::store::embedded::retention::Retention;
 use crate::store::{CatalogEntry, CatalogQuery, Store, StoreError};
 
 #[tokio::test]
@@ -157,7 +157,7 @@ async fn a_corrupt_file_or_a_failed_operation_fails_the_store_for_good() {
     assert_eq!(store.fault(), None);
     // The file itself: the store cannot be trusted any more.
     store.inner.note(&Err::<(), _>(StoreError::Corrupt {
-        doc: super::layout::FILE_NAME.into(),
+        doc: crate::store::embedded::layout::FILE_NAME.into(),
         reason: "page checksum".into(),
     }));
     assert!(store.fault().is_some_and(|f| f.contains("page checksum")));
@@ -167,14 +167,18 @@ async fn a_corrupt_file_or_a_failed_operation_fails_the_store_for_good() {
 #[test]
 fn an_empty_store_file_is_refused_not_reinitialised() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(super::layout::FILE_NAME), b"").unwrap();
-    let err = super::EmbeddedStore::open(dir.path()).unwrap_err();
+    std::fs::write(
+        dir.path().join(crate::store::embedded::layout::FILE_NAME),
+        b"",
+    )
+    .unwrap();
+    let err = crate::store::embedded::EmbeddedStore::open(dir.path()).unwrap_err();
     assert!(
         matches!(&err, StoreError::Corrupt { reason, .. } if reason.contains("empty (0 bytes)")),
         "{err:?}"
     );
     assert_eq!(
-        std::fs::metadata(dir.path().join(super::layout::FILE_NAME))
+        std::fs::metadata(dir.path().join(crate::store::embedded::layout::FILE_NAME))
             .unwrap()
             .len(),
         0,

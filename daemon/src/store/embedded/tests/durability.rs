@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use super::layout::FILE_NAME;
-use super::tests::*;
-use super::{EmbeddedConfig, EmbeddedStore};
+use super::*;
 use crate::model::{Resolution, Tier};
+use crate::store::embedded::layout::FILE_NAME;
+use crate::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use crate::store::{Store, StoreError};
 
 #[tokio::test]
@@ -71,7 +71,8 @@ async fn durable_policy_every_k_flushes() {
 /// would keep more is made durable, which lets them go.
 #[tokio::test]
 async fn durable_policy_bounds_the_memory_kept_for_a_reopen() {
-    let one = super::db::Redo::Apply(std::sync::Arc::new(sample_batch(1))).approx_bytes();
+    let one = crate::store::embedded::db::Redo::Apply(std::sync::Arc::new(sample_batch(1)))
+        .approx_bytes();
     assert!(one > 0);
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open_with(

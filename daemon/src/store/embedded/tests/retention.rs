@@ -1,8 +1,8 @@
 //! The retention sweep, directly and through the `Store` trait.
 
-use super::retention::Retention;
-use super::tests::*;
+use super::*;
 use crate::model::{DocKey, Resolution, SampleKind, SeriesId, Tier, DAY_S, HOUR_S};
+use crate::store::embedded::retention::Retention;
 use crate::store::Store;
 
 #[tokio::test]
@@ -131,17 +131,38 @@ async fn the_minutely_sweep_looks_only_when_a_period_expires() {
     hour_doc("a", ten);
     // 11:30 with 1 h retention: the 10:00 hour has expired.
     let now = ts(2026, 3, 14, 11, 30);
-    assert_eq!(store.inner.sweep_if_due(now, retention).unwrap(), 1);
+    assert_eq!(
+        store
+            .swept
+            .sweep_if_due(&store.inner, now, retention)
+            .unwrap(),
+        1
+    );
     // A late sample for 10:00, and one for 11:00, which has not expired.
     hour_doc("b", ten);
     hour_doc("c", eleven);
     for later in [60, 1_740] {
-        assert_eq!(store.inner.sweep_if_due(now + later, retention).unwrap(), 0);
+        assert_eq!(
+            store
+                .swept
+                .sweep_if_due(&store.inner, now + later, retention)
+                .unwrap(),
+            0
+        );
     }
     // 12:00:01: the 11:00 hour has expired too, so the sweep looks.
-    let deleted = store.inner.sweep_if_due(now + 1_801, retention).unwrap();
+    let deleted = store
+        .swept
+        .sweep_if_due(&store.inner, now + 1_801, retention)
+        .unwrap();
     assert_eq!(deleted, 2, "b's 10:00 and c's 11:00");
-    assert_eq!(store.inner.sweep_if_due(now + 1_861, retention).unwrap(), 0);
+    assert_eq!(
+        store
+            .swept
+            .sweep_if_due(&store.inner, now + 1_861, retention)
+            .unwrap(),
+        0
+    );
     // What the skipped looks would have found is all gone.
     assert_eq!(store.sweep_expired(now + 1_861, retention).unwrap(), 0);
 }

@@ -13,12 +13,12 @@ use std::time::Duration;
 use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
-use super::db::{Db, Opener};
-use super::errors::db_err;
-use super::layout::FILE_NAME;
-use super::tests::*;
-use super::{EmbeddedConfig, EmbeddedStore};
+use super::*;
 use crate::model::{Resolution, SampleKind, SeriesId, Tier};
+use crate::store::embedded::db::{Db, Opener};
+use crate::store::embedded::errors::db_err;
+use crate::store::embedded::layout::FILE_NAME;
+use crate::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use crate::store::{CatalogEntry, CatalogQuery, Store, StoreError};
 
 /// A file whose writes fail with ENOSPC while `full` is set.

@@ -3,12 +3,12 @@
 
 use redb::ReadableDatabase;
 
-use super::codec::{header, slot_at};
-use super::layout::{
+use super::*;
+use crate::model::{DocKey, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S};
+use crate::store::embedded::codec::{header, slot_at};
+use crate::store::embedded::layout::{
     DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HEADER_LEN, HOUR_DOCS, HOUR_DOC_LEN,
 };
-use super::tests::*;
-use crate::model::{DocKey, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S};
 use crate::store::{PreallocStats, Store, StoreError};
 
 #[tokio::test]

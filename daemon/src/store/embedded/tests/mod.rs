@@ -1,6 +1,17 @@
-//! Fixtures shared by the embedded store's unit tests (the sibling
-//! `tests_*.rs` files), and test-only access to what the daemon itself never
+//! Fixtures shared by the embedded store's unit tests (the other files of
+//! this folder, one concern each), and test-only access to what the daemon itself never
 //! asks of the store.
+
+mod bench;
+mod catalog_index;
+mod corrupt;
+mod durability;
+mod fold;
+mod read;
+mod reopen;
+mod retention;
+mod upgrade;
+mod write;
 
 use std::collections::BTreeMap;
 use std::path::Path;

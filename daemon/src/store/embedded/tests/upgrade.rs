@@ -4,10 +4,10 @@
 
 use redb::{Database, ReadableDatabase};
 
-use super::layout::{
+use super::*;
+use crate::store::embedded::layout::{
     FILE_NAME, FLUSH_LOG, HOUR_DOCS, LEGACY_SLOT_LEN, META, META_LAST_FLUSH_ID, META_LAYOUT_VERSION,
 };
-use super::tests::*;
 use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, HOUR_S, MINUTE_S};
 use crate::store::Store;
 

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::tests::*;
+use super::*;
 use crate::model::{DocKey, FlushBatch, SampleKind, SeriesId, Tier, DAY_S, HOUR_S};
 use crate::store::Store;
 
@@ -64,7 +64,7 @@ fn report(what: &str, d: Duration) {
 }
 
 /// Flush cost per active series. Run with
-/// `cargo test --release -p tallyd --lib store::embedded::tests_bench -- --ignored --nocapture`.
+/// `cargo test --release -p tallyd --lib store::embedded::tests::bench -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore]
 async fn bench_apply_20k_series_one_minute() {

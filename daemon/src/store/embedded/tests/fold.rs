@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::tests::*;
-use super::{EmbeddedConfig, EmbeddedStore};
+use super::*;
 use crate::model::{FlushBatch, Resolution, SampleKind, SeriesId, Tier, DAY_S};
+use crate::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use crate::store::{DocRead, ReadQuery, StoreError};
 
 /// Minute offsets from 22:30 on a day: they cross an hour and a day.
@@ -54,7 +54,7 @@ fn make_batch(id: u64, parts: &[(usize, Vec<(usize, i32)>)]) -> FlushBatch {
         .filter(|(_, samples)| !samples.is_empty())
         .map(|(i, samples)| {
             let (src, met) = SERIES[i];
-            super::tests::series(src, met, SampleKind::Gauge, samples)
+            super::series(src, met, SampleKind::Gauge, samples)
         })
         .collect();
     batch(id, series)
@@ -203,7 +203,7 @@ fn reads_racing_flushes_and_folds_count_every_minute_once() {
 /// that series' pending minutes are dropped and every flush still lands.
 #[test]
 fn a_damaged_document_drops_its_series_not_every_later_flush() {
-    use super::layout::HOUR_DOCS;
+    use crate::store::embedded::layout::HOUR_DOCS;
     let dir = tempfile::tempdir().unwrap();
     let store = open_spread(&dir, 2);
     let h = ts(2026, 3, 14, 10, 0);

@@ -1,8 +1,8 @@
 //! Reads of every tier and resolution, across period boundaries.
 
-use super::tests::*;
-use super::{EmbeddedStore, READS_PER_CPU};
+use super::*;
 use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S};
+use crate::store::embedded::{EmbeddedStore, READS_PER_CPU};
 use crate::store::{Store, StoreError};
 
 /// Starts of [`sample_batch`]'s hours 10:00 and 11:00 and of its day.
