@@ -33,6 +33,10 @@ pub const MAX_SERIES_KEY_LEN: usize = 2048;
 /// The label name that stands for a series' source in selectors and the
 /// Prometheus-compatible API; no pushed label may use it.
 pub const SOURCE_LABEL: &str = "source";
+/// The label the Prometheus-compatible API gives every series with its
+/// exact Tally metric name; no pushed label may use it either, or two
+/// series would come out of that API with the same label set.
+pub const TALLY_METRIC_LABEL: &str = "tally_metric";
 
 /// Why a label set was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,7 +47,7 @@ pub enum LabelError {
     NameTooLong { name: String, len: usize },
     #[error("label name {name:?} has {ch:?} at byte {at}; names are [A-Za-z_][A-Za-z0-9_]*")]
     BadName { name: String, ch: char, at: usize },
-    #[error("label name {0:?} is reserved (names starting with `__`, and `source`, which is the series' source)")]
+    #[error("label name {0:?} is reserved (names starting with `__`; `source`, the series' source; `tally_metric`, its exact metric name in the Prometheus API)")]
     Reserved(String),
     #[error("label {name:?} has a {len}-byte value; the limit is {MAX_LABEL_VALUE_LEN}")]
     ValueTooLong { name: String, len: usize },
@@ -84,7 +88,7 @@ pub fn validate_label_name(name: &str) -> Result<(), LabelError> {
             at,
         });
     }
-    if name.starts_with("__") || name == SOURCE_LABEL {
+    if name.starts_with("__") || name == SOURCE_LABEL || name == TALLY_METRIC_LABEL {
         return Err(LabelError::Reserved(name.into()));
     }
     Ok(())

@@ -58,7 +58,8 @@
 //! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP and remote-write, Prometheus-compatible API |
 //! | [`selector`] | source, metric and label matchers (names, lists, globs, regular expressions) |
 //! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog's records |
-//! | [`tls`] | TLS for both listeners: certificate files, reload, the accept loop |
+//! | [`listen`] | the accept loop of both listeners: connection caps and eviction, the HTTP reserve, handshakes, write deadlines, the open-file limit |
+//! | [`tls`] | TLS for both listeners: certificate files, reload, the handshake |
 //! | [`auth`] | bearer tokens, roles and source globs; the gRPC interceptor and HTTP middleware |
 //! | [`security`] | loads and reloads (SIGHUP) TLS and tokens together; exposure warnings |
 //! | [`config`] | command line, layered loading and composition of every section |
@@ -81,6 +82,7 @@ pub mod grpc;
 pub mod http;
 pub mod ingest;
 pub mod labels;
+pub mod listen;
 pub mod maintenance;
 pub mod metadata;
 pub mod model;

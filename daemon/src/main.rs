@@ -20,6 +20,7 @@ use tally::config::{Cli, Config, LogFormat, StoreKind};
 use tally::flush::Pipeline;
 use tally::grpc::IngestService;
 use tally::ingest::{IngestGate, Ingestor};
+use tally::listen::{self, Listener};
 use tally::maintenance::Maintenance;
 use tally::query::QueryEngine;
 use tally::rollup::Rollups;
@@ -27,7 +28,7 @@ use tally::security::Security;
 use tally::store::embedded::EmbeddedStore;
 use tally::store::mongodb::{redact_uri, MongoStore};
 use tally::store::Store;
-use tally::tls::{Protocol, SecureListener};
+use tally::tls::Protocol;
 use tally::wal::Wal;
 use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
@@ -65,8 +66,14 @@ async fn run(config: Config) -> Result<()> {
     let http_listener = TcpListener::bind(config.http_listen)
         .await
         .with_context(|| format!("binding http_listen {}", config.http_listen))?;
-    let grpc_listener = security.listener(grpc_listener, Protocol::Grpc)?;
-    let http_listener = security.listener(http_listener, Protocol::Http)?;
+    check_open_files(&config);
+    let grpc_listener = security.listener(
+        grpc_listener,
+        Protocol::Grpc,
+        grpc::listen_limits(&config.grpc),
+    )?;
+    let http_listener =
+        security.listener(http_listener, Protocol::Http, http::limits(&config.http))?;
     let (grpc_addr, http_addr) = (grpc_listener.local_addr(), http_listener.local_addr());
     // Tests start the daemon on port 0 and read the real ports from here.
     info!(
@@ -214,7 +221,7 @@ impl Parts {
         config: &Config,
         security: &Security,
         shutdown: Shutdown,
-        (grpc_listener, http_listener): (SecureListener, SecureListener),
+        (grpc_listener, http_listener): (Listener, Listener),
         metrics: metrics_exporter_prometheus::PrometheusHandle,
     ) -> Tasks {
         let (health, health_service) = tonic_health::server::health_reporter();
@@ -232,7 +239,7 @@ impl Parts {
                 grpc: config.grpc.clone(),
                 max_message_bytes: config.ingest.max_message_bytes,
             },
-            shutdown.close.clone().cancelled_owned(),
+            shutdown.close.clone(),
         ));
         let state = http::HttpState {
             query: self.engine.clone(),
@@ -254,6 +261,7 @@ impl Parts {
             http_listener,
             state,
             config.http.clone(),
+            security.tls_enabled(),
             shutdown.http.clone(),
         ));
         let maintenance = Maintenance {
@@ -300,7 +308,7 @@ struct Shutdown {
 /// The running listeners and loops.
 struct Tasks {
     grpc: JoinHandle<Result<(), grpc::GrpcError>>,
-    http: JoinHandle<std::io::Result<()>>,
+    http: JoinHandle<()>,
     flush: JoinHandle<()>,
     watch: JoinHandle<()>,
     maintenance: JoinHandle<()>,
@@ -353,19 +361,54 @@ impl Tasks {
 }
 
 /// Waits up to `grace` for a listener's task to end, then aborts it.
-async fn wait_listener<E: std::fmt::Display>(
-    task: &mut JoinHandle<Result<(), E>>,
-    grace: Duration,
-    what: &str,
-) {
+async fn wait_listener<T: Outcome>(task: &mut JoinHandle<T>, grace: Duration, what: &str) {
     match tokio::time::timeout(grace, &mut *task).await {
-        Ok(Ok(Err(e))) => error!(error = %e, "{what} server failed"),
+        Ok(Ok(outcome)) => outcome.log(what),
         Ok(Err(e)) => error!(error = %e, "{what} task failed"),
-        Ok(Ok(Ok(()))) => {}
         Err(_) => {
             warn!("{what} connections still open after the grace period; closing them");
             task.abort();
         }
+    }
+}
+
+/// How a listener's task ended.
+trait Outcome {
+    fn log(self, what: &str);
+}
+
+impl Outcome for () {
+    fn log(self, _: &str) {}
+}
+
+impl<E: std::fmt::Display> Outcome for Result<(), E> {
+    fn log(self, what: &str) {
+        if let Err(e) = self {
+            error!(error = %e, "{what} server failed");
+        }
+    }
+}
+
+/// Raises the open-file limit to what the listeners' caps need (see
+/// `listen::fds`), and warns, naming the settings, when it cannot.
+fn check_open_files(config: &Config) {
+    // Every listener may pass its cap by the evictions in flight.
+    let connections = config.grpc.max_connections
+        + config.http.max_connections
+        + config.http.reserved_connections
+        + 2 * listen::MAX_EVICTING;
+    let files = listen::fds::raise_to(listen::fds::needed(connections as u64));
+    if files.was != files.now {
+        info!(was = ?files.was, now = ?files.now, "raised the open-file limit (RLIMIT_NOFILE) for the connection caps");
+    }
+    if !files.enough() {
+        warn!(
+            limit = ?files.now,
+            hard_limit = ?files.hard,
+            needed = files.needed,
+            "the open-file limit (RLIMIT_NOFILE) is below what grpc.max_connections + http.max_connections + http.reserved_connections need (plus {} for the store and logs): when connections fill it, accepts fail on both listeners; lower the caps or raise the limit (ulimit -n, LimitNOFILE=)",
+            listen::fds::BASELINE
+        );
     }
 }
 

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::auth::{AuthConfig, Authenticator, TokensError};
-use crate::tls::{Protocol, SecureListener, ServerTls, TlsConfig, TlsError};
+use crate::listen::{Limits, Listener};
+use crate::tls::{Protocol, ServerTls, TlsConfig, TlsError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SecurityError {
@@ -55,17 +56,15 @@ impl Security {
         self.tls.is_some()
     }
 
-    /// Wraps a bound socket so its connections come out ready to serve.
+    /// Wraps a bound socket so its connections are served within `limits`,
+    /// over TLS when it is on.
     pub fn listener(
         &self,
         tcp: TcpListener,
         protocol: Protocol,
-    ) -> std::io::Result<SecureListener> {
-        let name = match protocol {
-            Protocol::Grpc => "grpc",
-            Protocol::Http => "http",
-        };
-        SecureListener::new(tcp, self.tls.clone().map(|t| (t, protocol)), name)
+        limits: Limits,
+    ) -> std::io::Result<Listener> {
+        Listener::new(tcp, self.tls.clone().map(|t| (t, protocol)), limits)
     }
 
     /// Warns about each listener other hosts can reach with no tokens or

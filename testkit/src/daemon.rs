@@ -43,6 +43,9 @@ pub struct DaemonOpts {
     /// The data directory, if not a fresh temporary one (e.g. one on a
     /// small file system the test made).
     pub data_dir: Option<PathBuf>,
+    /// The open-file limit (`RLIMIT_NOFILE`, soft and hard) to run the
+    /// daemon under, if not the test's own.
+    pub open_files: Option<u64>,
 }
 
 impl DaemonOpts {
@@ -53,7 +56,15 @@ impl DaemonOpts {
             args: Vec::new(),
             env: Vec::new(),
             data_dir: None,
+            open_files: None,
         }
+    }
+
+    /// Runs the daemon with at most `n` open files (soft and hard limit),
+    /// through `sh -c 'ulimit -n'`, which then `exec`s it: same process.
+    pub fn open_files(mut self, n: u64) -> DaemonOpts {
+        self.open_files = Some(n);
+        self
     }
 
     /// Runs in `dir` instead of a fresh temporary directory.
@@ -375,7 +386,17 @@ impl Drop for Daemon {
 /// The command line of one `tallyd` process: loopback ports chosen by the
 /// OS, plain-text logs and `data_dir`, then the test's own options.
 fn command(opts: &DaemonOpts, data_dir: &Path, ports: Option<(SocketAddr, SocketAddr)>) -> Command {
-    let mut cmd = Command::new(&opts.bin);
+    let mut cmd = match opts.open_files {
+        None => Command::new(&opts.bin),
+        Some(n) => {
+            let mut sh = Command::new("sh");
+            sh.arg("-c")
+                .arg(r#"ulimit -n "$0" && exec "$@""#)
+                .arg(n.to_string())
+                .arg(&opts.bin);
+            sh
+        }
+    };
     let (grpc, http) = ports.map_or(
         ("127.0.0.1:0".to_owned(), "127.0.0.1:0".to_owned()),
         |(g, h)| (g.to_string(), h.to_string()),

@@ -2,10 +2,10 @@
 //! `ingest_wire`, which keep each request's bytes), OTLP's metrics service
 //! (`otlp`), the query service (`query`), `grpc.health.v1` (tracking the store's health) and server
 //! reflection (`grpc.reflection.v1`, and `v1alpha` for older tools), on
-//! one port, within the `[grpc]` limits (`config`). Conversions between
-//! the wire messages and the daemon's types are in `convert`, shared by
-//! both services; `status` gives tonic's own refusals their conventional
-//! codes.
+//! one port, within the `[grpc]` limits (`config`), each connection served
+//! by `server`. Conversions between the wire messages and the daemon's
+//! types are in `convert`, shared by both services; `status` gives tonic's
+//! own refusals their conventional codes.
 
 mod config;
 mod convert;
@@ -14,9 +14,8 @@ mod ingest;
 mod ingest_wire;
 mod otlp;
 mod query;
+mod server;
 mod status;
-
-use std::future::Future;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
 use tally_proto::v1 as pb;
@@ -24,7 +23,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::auth::{AuthInterceptor, Authenticator, Need};
-use crate::tls::SecureListener;
+use crate::listen::Listener;
 
 pub use config::GrpcConfig;
 pub use health::track_health;
@@ -32,12 +31,12 @@ pub use ingest::{IngestService, WirePush};
 pub use otlp::OtlpService;
 pub use query::QueryService;
 
-/// Serves gRPC on `listener` until `shutdown` resolves; in-progress calls
-/// finish first. Ingest and query calls need tokens when `auth` is on;
-/// health and reflection never do.
+/// Serves gRPC on `listener` until `shutdown` is cancelled; in-progress
+/// calls finish first. Ingest and query calls need tokens when `auth` is
+/// on; health and reflection never do.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve(
-    listener: SecureListener,
+    listener: Listener,
     auth: Authenticator,
     (ingest, otlp): (IngestService, OtlpService),
     query: QueryService,
@@ -46,7 +45,7 @@ pub async fn serve(
         impl tonic_health::pb::health_server::Health,
     >,
     limits: Limits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), GrpcError> {
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -73,14 +72,7 @@ pub async fn serve(
     health
         .set_serving::<pb::query_server::QueryServer<QueryService>>()
         .await;
-    tonic::transport::Server::builder()
-        .max_concurrent_streams(cfg.max_concurrent_streams)
-        .http2_keepalive_interval(Some(cfg.keepalive_interval))
-        .http2_keepalive_timeout(Some(cfg.keepalive_timeout))
-        .layer(tower::util::MapResponseLayer::new(move |r| {
-            status::conventional(r, max_message_bytes)
-        }))
-        .add_service(health_service)
+    let routes = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(InterceptedService::new(
@@ -95,9 +87,27 @@ pub async fn serve(
             query,
             AuthInterceptor::new(auth, Need::Read),
         ))
-        .serve_with_incoming_shutdown(listener, shutdown)
-        .await
-        .map_err(|e| GrpcError::Transport(e.to_string()))
+        .prepare();
+    let services = tower::ServiceBuilder::new()
+        .layer(tower::util::MapResponseLayer::new(move |r| {
+            status::conventional(r, max_message_bytes)
+        }))
+        .service(routes);
+    let serve = server::GrpcServe::new(tower::util::BoxCloneSyncService::new(services), cfg);
+    listener.run(serve, shutdown).await;
+    Ok(())
+}
+
+/// The bounds the listener applies to gRPC connections: the cap, and no
+/// write deadline of its own (a peer that stops reading stops answering
+/// pings, and keepalive closes it).
+pub fn listen_limits(cfg: &GrpcConfig) -> crate::listen::Limits {
+    crate::listen::Limits {
+        names: crate::listen::Names::GRPC,
+        max_connections: cfg.max_connections,
+        reserved: 0,
+        write_timeout: None,
+    }
 }
 
 /// The settings [`serve`] applies.
@@ -112,6 +122,4 @@ pub struct Limits {
 pub enum GrpcError {
     #[error("building the reflection service: {0}")]
     Reflection(String),
-    #[error("gRPC server: {0}")]
-    Transport(String),
 }

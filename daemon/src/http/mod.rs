@@ -23,7 +23,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::{Authenticator, Need};
-use crate::tls::SecureListener;
+use crate::listen::Listener;
 
 use crate::flush::Pipeline;
 use crate::query::QueryEngine;
@@ -34,7 +34,7 @@ use api::ApiState;
 use ops::OpsState;
 use prometheus::PromState;
 
-pub use config::HttpConfig;
+pub use config::{HttpConfig, RESERVE_HEADER_TIMEOUT};
 pub use push::PushState;
 
 #[derive(Clone)]
@@ -65,15 +65,20 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
     });
     let prometheus = prometheus::router().with_state(PromState::new(state.query));
     let reads = ops.nest("/api/v1", api).nest("/prometheus", prometheus);
-    let reads = server::limit_body(reads, cfg.max_body_bytes, "http.max_body_bytes").layer(
-        axum::middleware::from_fn_with_state(
-            (state.auth.clone(), Need::Read),
-            crate::auth::require_token,
-        ),
-    );
-    let max_message = state.push.ingest.limits().max_message_bytes;
-    let push = push::router().with_state(state.push);
-    let push = server::limit_body(push, max_message, "ingest.max_message_bytes").layer(
+    let reads = server::limit_body(
+        reads,
+        server::BodyLimits {
+            max: cfg.max_body_bytes,
+            setting: "http.max_body_bytes",
+            timeout: cfg.body_read_timeout,
+            refusal: server::json_refusal,
+        },
+    )
+    .layer(axum::middleware::from_fn_with_state(
+        (state.auth.clone(), Need::Read),
+        crate::auth::require_token,
+    ));
+    let push = push::router(state.push, cfg.body_read_timeout).layer(
         axum::middleware::from_fn_with_state(
             (state.auth, Need::Ingest),
             crate::auth::require_token,
@@ -82,14 +87,44 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
     reads.merge(push)
 }
 
+/// What a connection beyond `http.max_connections` is served: the
+/// operations endpoints (behind the same token as ever), and a 503 naming
+/// the setting for everything else. It reads no bodies.
+fn reserve_router(state: &HttpState, cfg: &HttpConfig) -> Router {
+    let ops = ops::router().with_state(OpsState {
+        pipeline: state.pipeline.clone(),
+        metrics: state.metrics.clone(),
+        draining: state.draining.clone(),
+    });
+    let max = cfg.max_connections;
+    ops.fallback(move || async move { server::over_capacity(max) })
+        .layer(axum::middleware::from_fn_with_state(
+            (state.auth.clone(), Need::Read),
+            crate::auth::require_token,
+        ))
+}
+
 /// Serves HTTP on `listener`, within the `[http]` limits, until `shutdown`
-/// is cancelled; then open connections finish their requests.
+/// is cancelled; then open connections finish their requests. `tls`: the
+/// listener speaks TLS.
 pub async fn serve(
-    listener: SecureListener,
+    listener: Listener,
     state: HttpState,
     cfg: HttpConfig,
+    tls: bool,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
+) {
+    let reserve = reserve_router(&state, &cfg);
     let router = router(state, &cfg);
-    server::serve(listener, router, cfg, shutdown).await
+    server::serve(listener, (router, reserve), cfg, tls, shutdown).await
+}
+
+/// The bounds the listener applies to HTTP connections.
+pub fn limits(cfg: &HttpConfig) -> crate::listen::Limits {
+    crate::listen::Limits {
+        names: crate::listen::Names::HTTP,
+        max_connections: cfg.max_connections,
+        reserved: cfg.reserved_connections,
+        write_timeout: Some(cfg.write_timeout),
+    }
 }

@@ -1,143 +1,265 @@
-//! The HTTP listener's accept loop, with the `[http]` limits: a cap on open
-//! connections, a deadline for each request's headers (which also ends idle
-//! keep-alive connections), and bounds on the request head and body.
+//! The HTTP/1 server inside each connection ([`crate::listen`] accepts
+//! them), with the `[http]` deadlines: the request head (which also ends
+//! idle keep-alive connections), the request body, and the reserve's
+//! limited service beyond the connection cap; and the bounds on the request
+//! head and body.
 //!
 //! Each connection is its own task, so a client that reads its response
-//! slowly holds only its own connection. At the cap, a new connection gets
-//! a short 503 naming the setting and is closed at once, rather than
-//! waiting unseen in the kernel's backlog.
+//! slowly holds only its own connection, and only until
+//! `http.write_timeout` passes with nothing taken.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::http::{header, StatusCode};
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::serve::Listener as _;
 use axum::Router;
+use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use tokio::io::AsyncWriteExt as _;
-use tokio::sync::Semaphore;
+use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 use tracing::debug;
 
+use super::config::RESERVE_HEADER_TIMEOUT;
 use super::HttpConfig;
-use crate::tls::{Conn, SecureListener};
+use crate::listen::{Closed, Listener, Member, Serve};
+use crate::tls::Conn;
+
+/// The connection a request came on, for the layers that tell it what the
+/// request is waiting for.
+#[derive(Clone)]
+pub(crate) struct ConnHandle(pub(crate) Arc<Member>);
 
 /// Serves `router` on `listener` until `shutdown` is cancelled, then lets
 /// the open connections finish their requests and waits for them.
+/// Connections beyond the cap, in the reserve, are served `reserve`.
 pub(super) async fn serve(
-    mut listener: SecureListener,
-    router: Router,
+    listener: Listener,
+    (router, reserve): (Router, Router),
     cfg: HttpConfig,
+    tls: bool,
     shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    let mut builder = http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(cfg.header_read_timeout)
-        .max_header_size(cfg.max_header_bytes);
-    let cap = u32::try_from(cfg.max_connections).unwrap_or(u32::MAX);
-    let permits = Arc::new(Semaphore::new(cap as usize));
-    loop {
-        // The listener retries failed accepts itself (and, with TLS,
-        // hands over only connections whose handshake completed).
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            (stream, _) = listener.accept() => stream,
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            refuse(stream, cfg.max_connections);
-            continue;
-        };
-        metrics::gauge!("tally_http_connections").increment(1.0);
-        let conn = builder.serve_connection(
-            TokioIo::new(stream),
-            TowerToHyperService::new(router.clone()),
-        );
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let mut conn = std::pin::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
-                }
-            };
-            if let Err(e) = result {
-                debug!(error = %e, "HTTP connection ended");
-            }
-            metrics::gauge!("tally_http_connections").decrement(1.0);
-            drop(permit);
-        });
-    }
-    drop(listener);
-    // Every connection returns its permit when it ends.
-    let _all_closed = permits.acquire_many(cap).await;
-    Ok(())
+) {
+    let builder = |header_timeout: Duration, keep_alive: bool| {
+        let mut b = http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .max_header_size(cfg.max_header_bytes)
+            .keep_alive(keep_alive);
+        b
+    };
+    let serve = HttpServe(Arc::new(Inner {
+        main: (builder(cfg.header_read_timeout, true), router),
+        reserve: (
+            builder(cfg.header_read_timeout.min(RESERVE_HEADER_TIMEOUT), false),
+            reserve,
+        ),
+        refusal: (!tls).then(|| refusal(cfg.max_connections)),
+    }));
+    listener.run(serve, shutdown).await;
 }
 
-/// Answers a connection over `http.max_connections` with a short 503 and
-/// closes it; the write gets a second at most, so refused clients cannot
-/// pile up.
-fn refuse(mut stream: Conn, max: usize) {
-    metrics::counter!("tally_http_connections_refused_total").increment(1);
+#[derive(Clone)]
+struct HttpServe(Arc<Inner>);
+
+struct Inner {
+    main: (http1::Builder, Router),
+    reserve: (http1::Builder, Router),
+    /// The 503 written to a connection no slot takes, over plain text.
+    refusal: Option<String>,
+}
+
+impl Serve for HttpServe {
+    async fn serve(
+        &self,
+        conn: Conn,
+        member: Arc<Member>,
+        reserve: bool,
+        stop: CancellationToken,
+    ) -> Closed {
+        let (builder, router) = if reserve {
+            &self.0.reserve
+        } else {
+            &self.0.main
+        };
+        let router = router.clone();
+        let for_requests = member.clone();
+        let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let router = router.clone();
+            let member = for_requests.clone();
+            async move {
+                let _active = member.begin();
+                let mut req = req.map(Body::new);
+                req.extensions_mut().insert(ConnHandle(member.clone()));
+                let resp: Result<Response, Infallible> = router.oneshot(req).await;
+                resp
+            }
+        });
+        let conn = builder.serve_connection(TokioIo::new(conn), svc);
+        let mut conn = std::pin::pin!(conn);
+        let result = tokio::select! {
+            r = conn.as_mut() => r,
+            _ = stop.cancelled() => {
+                member.close_for(Closed::Shutdown);
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        match result {
+            Ok(()) => Closed::Done,
+            Err(e) if e.is_timeout() => Closed::HeaderTimeout,
+            Err(e) if e.is_parse() || e.is_parse_too_large() || e.is_user() => {
+                debug!(error = %e, "HTTP connection ended");
+                Closed::Error
+            }
+            Err(e) => {
+                debug!(error = %e, "HTTP connection ended");
+                Closed::Done
+            }
+        }
+    }
+
+    /// A short 503 naming the setting, written only if the socket takes it
+    /// at once: refused clients cannot hold anything.
+    fn refuse(&self, tcp: &TcpStream) {
+        if let Some(text) = &self.0.refusal {
+            let _ = tcp.try_write(text.as_bytes());
+        }
+    }
+}
+
+/// The 503 a connection over every cap gets, head and body.
+fn refusal(max: usize) -> String {
     let body = format!(
         "{{\"error\":\"the daemon has {max} HTTP connections open (http.max_connections); retry shortly\"}}\n"
     );
-    let response = format!(
+    format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
         body.len()
-    );
-    tokio::spawn(async move {
-        let _ = tokio::time::timeout(REFUSE_WRITE_TIMEOUT, async {
-            let _ = stream.write_all(response.as_bytes()).await;
-            let _ = stream.shutdown().await;
-        })
-        .await;
-    });
+    )
 }
 
-/// How long a refused connection's 503 may take to write.
-const REFUSE_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Bounds the bodies `router`'s routes take to `max` bytes, the value of
-/// `setting`.
-pub(super) fn limit_body(router: Router, max: usize, setting: &'static str) -> Router {
-    router
-        .layer(axum::middleware::from_fn_with_state(
-            (max, setting),
-            refuse_large_body,
-        ))
-        .layer(DefaultBodyLimit::max(max))
+/// The answer to a request beyond the cap that the reserve does not serve.
+pub(super) fn over_capacity(max: usize) -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
+        axum::Json(serde_json::json!({
+            "status": "error",
+            "errorType": "unavailable",
+            "error": format!(
+                "the daemon has {max} HTTP connections open (http.max_connections); \
+                 only /healthz, /readyz and /metrics are served beyond them; retry shortly"
+            ),
+        })),
+    )
+        .into_response()
 }
 
-/// A declared body over the limit is refused before anything reads it; a
-/// chunked one is cut off by [`DefaultBodyLimit`] as it is read.
-async fn refuse_large_body(
-    axum::extract::State((max, setting)): axum::extract::State<(usize, &'static str)>,
+/// How a route family words a refused body (413, 408, 400): each protocol
+/// answers in its own error format.
+pub(super) type Refusal = fn(&HeaderMap, StatusCode, String) -> Response;
+
+/// The Prometheus API's error format, which the read routes share.
+pub(super) fn json_refusal(_: &HeaderMap, status: StatusCode, message: String) -> Response {
+    let kind = match status {
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::BAD_REQUEST => "bad_data",
+        _ => "timeout",
+    };
+    (
+        status,
+        axum::Json(serde_json::json!({
+            "status": "error",
+            "errorType": kind,
+            "error": message,
+        })),
+    )
+        .into_response()
+}
+
+/// What a route family's bodies may be.
+#[derive(Clone, Copy)]
+pub(super) struct BodyLimits {
+    pub max: usize,
+    /// The setting `max` comes from, for messages.
+    pub setting: &'static str,
+    /// `http.body_read_timeout`.
+    pub timeout: Duration,
+    pub refusal: Refusal,
+}
+
+/// Reads the bodies of `router`'s routes whole before the handler runs,
+/// within `limits`: a declared length over the limit is refused before
+/// anything is read; a body that grows past it, or takes longer than the
+/// timeout to arrive, is refused as it is read, and the connection closed
+/// after the answer.
+pub(super) fn limit_body(router: Router, limits: BodyLimits) -> Router {
+    router.layer(axum::middleware::from_fn_with_state(limits, read_body))
+}
+
+async fn read_body(
+    axum::extract::State(limits): axum::extract::State<BodyLimits>,
     req: Request,
     next: Next,
 ) -> Response {
+    let BodyLimits {
+        max,
+        setting,
+        timeout,
+        refusal,
+    } = limits;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(n) if n > max as u64 => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            axum::Json(serde_json::json!({
-                "status": "error",
-                "errorType": "bad_data",
-                "error": format!("the request body is {n} bytes; the limit is {max} ({setting})"),
-            })),
-        )
-            .into_response(),
-        _ => next.run(req).await,
+    if let Some(n) = declared.filter(|&n| n > max as u64) {
+        let msg = format!("the request body is {n} bytes; the limit is {max} ({setting})");
+        return close(refusal(req.headers(), StatusCode::PAYLOAD_TOO_LARGE, msg));
     }
+    if http_body::Body::is_end_stream(req.body()) {
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let conn = parts.extensions.get::<ConnHandle>().cloned();
+    let _waiting = conn.as_ref().map(|c| c.0.waiting());
+    let read = tokio::time::timeout(timeout, Limited::new(body, max).collect()).await;
+    drop(_waiting);
+    let bytes = match read {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            let msg = format!("the request body is over {max} bytes ({setting})");
+            return close(refusal(&parts.headers, StatusCode::PAYLOAD_TOO_LARGE, msg));
+        }
+        Ok(Err(e)) => {
+            let msg = format!("the request body could not be read: {e}");
+            return close(refusal(&parts.headers, StatusCode::BAD_REQUEST, msg));
+        }
+        Err(_) => {
+            if let Some(c) = &conn {
+                c.0.close_for(Closed::BodyTimeout);
+            }
+            let msg = format!(
+                "the request body did not arrive within {} (http.body_read_timeout)",
+                crate::validate::format_duration(timeout)
+            );
+            return close(refusal(&parts.headers, StatusCode::REQUEST_TIMEOUT, msg));
+        }
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+/// Asks for the connection to close after `r`: the rest of the refused
+/// body is never read.
+fn close(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
 }

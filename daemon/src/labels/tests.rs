@@ -49,6 +49,11 @@ fn bad_sets_are_refused_with_their_reason() {
         Err(LabelError::Reserved("source".into()))
     );
     assert_eq!(
+        set(&[("tally_metric", "x")]),
+        Err(LabelError::Reserved("tally_metric".into()))
+    );
+    assert!(set(&[("tally_metrics", "x")]).is_ok());
+    assert_eq!(
         set(&[("a", "x"), ("a", "y")]),
         Err(LabelError::Duplicate("a".into()))
     );

@@ -81,20 +81,29 @@ impl Step {
         })
     }
 
-    /// The finest step that keeps `[from, to)` within `max_points` buckets.
+    /// The finest step that keeps `[from, to)` within `max_points` buckets,
+    /// counted as the read counts them: from the step boundary at or before
+    /// `from` (see [`Window::buckets`]).
     pub fn auto(from: i64, to: i64, max_points: usize) -> Step {
-        let span = (to - from).max(1);
         let budget = max_points.max(1) as i64;
+        let fits = |w: i64| buckets(from, to, w) <= budget;
         let width = AUTO_STEPS_S
             .iter()
             .copied()
-            // The bucket containing `from` starts before it: allow for it.
-            .find(|w| (span + w - 1) / w < budget)
+            .find(|&w| fits(w))
             .unwrap_or_else(|| {
-                let days = (span + DAY_S * budget - 1) / (DAY_S * budget);
-                (days + 1) * DAY_S
+                // Whole days past the table: the fewest that fit. The span
+                // over the budget is a lower bound; flooring `from` to a
+                // wider step adds at most one bucket, so a day or two more
+                // always fits.
+                let span = (to - from).max(1);
+                let least = ((span + DAY_S * budget - 1) / (DAY_S * budget)).max(1);
+                (least..)
+                    .map(|days| days * DAY_S)
+                    .find(|&w| fits(w) || w >= MAX_STEP_S)
+                    .unwrap_or(MAX_STEP_S)
             });
-        Step::fixed(width).unwrap_or(Step::DAY)
+        Step::fixed(width.min(MAX_STEP_S)).unwrap_or(Step::DAY)
     }
 
     pub fn floor(self, t: i64) -> i64 {
@@ -211,6 +220,13 @@ impl Window {
     }
 }
 
+/// Buckets of `width_s` seconds a read of `[from, to)` holds: they start
+/// at the step boundary at or before `from`, the last one reaches `to`.
+fn buckets(from: i64, to: i64, width_s: i64) -> i64 {
+    let start = from.div_euclid(width_s) * width_s;
+    (to - start + width_s - 1) / width_s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,16 +245,64 @@ mod tests {
 
     #[test]
     fn auto_picks_the_finest_step_within_budget() {
-        let at = |span: i64, points: usize| Step::auto(1_000_000_020, 1_000_000_020 + span, points);
+        // Minute-aligned, not aligned to anything wider.
+        let from = 1_000_000_020;
+        let at = |span: i64, points: usize| Step::auto(from, from + span, points);
         assert_eq!(at(HOUR_S, 1440), Step::MINUTE);
-        // A day is 1440 minutes, plus the bucket holding `from`: 2m.
-        assert_eq!(at(DAY_S, 1440).width_s, 120);
-        assert_eq!(at(DAY_S - 120, 1440).width_s, 60);
-        assert_eq!(at(30 * DAY_S, 1440).width_s, HOUR_S);
+        // A day is exactly 1440 minutes from a minute boundary.
+        assert_eq!(at(DAY_S, 1440), Step::MINUTE);
+        assert_eq!(at(DAY_S + 60, 1440).width_s, 120);
         assert_eq!(at(30 * DAY_S, 100).width_s, 12 * HOUR_S);
         assert_eq!(at(3650 * DAY_S, 100).resolution, Resolution::Day);
         let w = at(3650 * DAY_S, 100).width_s;
-        assert!((3650 * DAY_S + w - 1) / w < 100);
+        assert!(buckets(from, from + 3650 * DAY_S, w) <= 100);
+        // Thirty days are 1440 half hours: they fit from a half-hour
+        // boundary, and one more bucket is needed from anywhere else.
+        let aligned = 1_000_000_800;
+        assert_eq!(aligned % 1800, 0);
+        let month = |from: i64| Step::auto(from, from + 30 * DAY_S, 1440).width_s;
+        assert_eq!(month(aligned), 30 * MINUTE_S);
+        assert_eq!(month(aligned + 60), HOUR_S);
+    }
+
+    proptest::proptest! {
+        /// `auto` picks a step within the budget, and the next finer step it
+        /// could have picked would not fit: the finest that fits.
+        #[test]
+        fn auto_is_the_finest_step_that_fits(
+            from in -MAX_TIME_S / 2..MAX_TIME_S / 2,
+            span in 1i64..400 * DAY_S,
+            points in 1usize..5_000,
+        ) {
+            let to = from + span;
+            let step = Step::auto(from, to, points);
+            let w = step.width_s;
+            proptest::prop_assert!(buckets(from, to, w) <= points as i64, "{w}s");
+            // The step `auto` would have tried just before `w`: the table's
+            // previous entry, or for whole days past it, one day less.
+            let finer = match AUTO_STEPS_S.iter().position(|&s| s == w) {
+                Some(i) => i.checked_sub(1).map(|j| AUTO_STEPS_S[j]),
+                None => Some((w - DAY_S).max(7 * DAY_S)),
+            };
+            if let Some(f) = finer {
+                proptest::prop_assert!(buckets(from, to, f) > points as i64, "{f}s fits finer than {w}s");
+            }
+        }
+
+        /// At the boundary: a range of exactly `n` aligned steps gets that
+        /// step with a budget of `n`, and a coarser one with `n - 1`.
+        #[test]
+        fn a_range_of_exactly_the_budget_gets_its_step(
+            i in 0usize..AUTO_STEPS_S.len(),
+            n in 2i64..3_000,
+            k in -1_000_000i64..1_000_000,
+        ) {
+            let w = AUTO_STEPS_S[i];
+            let from = k * w;
+            let to = from + n * w;
+            proptest::prop_assert_eq!(Step::auto(from, to, n as usize).width_s, w);
+            proptest::prop_assert!(Step::auto(from, to, n as usize - 1).width_s > w);
+        }
     }
 
     #[test]

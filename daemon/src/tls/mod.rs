@@ -10,11 +10,11 @@
 //! serving without TLS or with half of a rotation.
 //!
 //! * `certs`: reading the PEM files and building the rustls configurations.
-//! * `listener`: the accept loop that runs handshakes off the servers' own
-//!   accept path, and the connection type both servers take.
+//! * `conn`: the handshake, and the connection type both servers take (the
+//!   accept loop that runs it is [`crate::listen`]).
 
 mod certs;
-mod listener;
+mod conn;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 pub use certs::TlsError;
-pub use listener::{Conn, SecureListener};
+pub use conn::{handshake, Conn, Socket};
 
 use crate::validate::Problems;
 
@@ -39,11 +39,13 @@ pub struct TlsConfig {
     /// PEM CA certificates; when set, clients must present a certificate
     /// issued by one of them.
     pub client_ca_file: PathBuf,
-    /// A client that has not finished its handshake by then is dropped.
+    /// A client that has not finished its whole handshake by then is
+    /// dropped.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
-    /// Handshakes in progress per listener; further connections wait in
-    /// the kernel's accept queue.
+    /// Handshakes in progress per listener; at the cap a new connection
+    /// takes the place of the handshake that has waited longest on its
+    /// client.
     pub max_handshakes: usize,
 }
 

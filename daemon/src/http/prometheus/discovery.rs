@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
+use axum::response::IntoResponse as _;
 use axum::response::Response;
 use serde_json::{json, Value as Json_};
 
@@ -225,9 +227,14 @@ async fn own_label_names(engine: &QueryEngine) -> Result<Vec<String>, ApiError> 
 
 pub(super) async fn label_values(
     State(prom): State<PromState>,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     p: Params,
 ) -> Response {
+    // A name that does not decode (invalid UTF-8 once percent-decoded) is
+    // refused as Prometheus refuses an invalid name, in its JSON error.
+    let Ok(Path(name)) = name else {
+        return ApiError::BadData("invalid label name: not valid UTF-8".into()).into_response();
+    };
     timed(
         "prometheus_label_values",
         run_label_values(&prom, &name, &p),

@@ -10,12 +10,14 @@ mod remote_write;
 
 use std::io::Read as _;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 
+use super::server::{limit_body, BodyLimits};
 use crate::auth::Grant;
 use crate::ingest::otlp::OtlpConfig;
 use crate::ingest::remote_write::RemoteWriteConfig;
@@ -29,10 +31,24 @@ pub struct PushState {
     pub remote_write: RemoteWriteConfig,
 }
 
-pub(super) fn router() -> Router<PushState> {
-    Router::new()
+/// The ingest routes, each reading bodies up to `ingest.max_message_bytes`
+/// within `body_timeout` (`http.body_read_timeout`) and refusing them in
+/// its protocol's error format.
+pub(super) fn router(state: PushState, body_timeout: Duration) -> Router {
+    let limits = |refusal| BodyLimits {
+        max: state.ingest.limits().max_message_bytes,
+        setting: "ingest.max_message_bytes",
+        timeout: body_timeout,
+        refusal,
+    };
+    let otlp = Router::new()
         .route("/v1/metrics", post(otlp::export))
+        .with_state(state.clone());
+    let rw = Router::new()
         .route("/api/v1/write", post(remote_write::write))
+        .with_state(state.clone());
+    limit_body(otlp, limits(otlp::refuse_body))
+        .merge(limit_body(rw, limits(remote_write::refuse_body)))
 }
 
 /// Why a body could not be read.

@@ -122,6 +122,14 @@ fn decode(
     }
 }
 
+/// A body refused before the handler reads it (too large, too slow), as
+/// every other OTLP/HTTP error: a `google.rpc.Status` in the encoding the
+/// request named.
+pub(super) fn refuse_body(headers: &HeaderMap, status: StatusCode, message: String) -> Response {
+    let json = media(headers, header::CONTENT_TYPE) == JSON;
+    error(json, status, None, message)
+}
+
 /// An error answer: `google.rpc.Status` with the gRPC code matching
 /// `status`, in the request's encoding.
 fn error(json: bool, status: StatusCode, retry: Option<HeaderValue>, message: String) -> Response {
@@ -129,6 +137,7 @@ fn error(json: bool, status: StatusCode, retry: Option<HeaderValue>, message: St
         StatusCode::TOO_MANY_REQUESTS => tonic::Code::ResourceExhausted,
         StatusCode::SERVICE_UNAVAILABLE => tonic::Code::Unavailable,
         StatusCode::FORBIDDEN => tonic::Code::PermissionDenied,
+        StatusCode::REQUEST_TIMEOUT => tonic::Code::DeadlineExceeded,
         _ => tonic::Code::InvalidArgument,
     };
     let st = RpcStatus {

@@ -5,6 +5,14 @@
 //! fail again; 413 for a body too large; 415 for another type or
 //! encoding; 503 with `Retry-After` for backpressure and shutdown, which
 //! Prometheus retries with backoff (it retries 429 only when told to).
+//!
+//! A remote-write 2.0 request (`Content-Type:
+//! application/x-protobuf;proto=io.prometheus.write.v2.Request`) is
+//! answered as the 2.0 specification asks of a receiver that does not
+//! speak it: 415, with `X-Prometheus-Remote-Write-{Samples,Histograms,
+//! Exemplars}-Written: 0`, so that the sender falls back to 1.0 (or its
+//! operator sees why nothing was written) instead of taking a 2xx for a
+//! write.
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -17,6 +25,7 @@ use tally_proto::prometheus::WriteRequest;
 use super::{grant, media, refusal, text, unread, unsnappy, PushState};
 use crate::auth::Grant;
 use crate::ingest::{first_problems, remote_write, Protocol};
+use axum::http::HeaderValue;
 
 pub(super) async fn write(
     State(s): State<PushState>,
@@ -28,7 +37,7 @@ pub(super) async fn write(
         Ok(req) => req,
         Err((status, msg)) => {
             unread(&s.ingest, Protocol::RemoteWrite);
-            return text(status, None, msg);
+            return unwritten(text(status, None, msg));
         }
     };
     let cap = s.ingest.limits().max_rejections_reported;
@@ -62,6 +71,52 @@ pub(super) async fn write(
     }
 }
 
+/// A body refused before the handler reads it (too large, too slow):
+/// plain text, as the other answers.
+pub(super) fn refuse_body(_: &HeaderMap, status: StatusCode, message: String) -> Response {
+    unwritten(text(status, None, message))
+}
+
+/// The protobuf message remote-write 1.0 sends, by its full name.
+const V1_MESSAGE: &str = "prometheus.WriteRequest";
+/// The message remote-write 2.0 sends, which this receiver does not read.
+const V2_MESSAGE: &str = "io.prometheus.write.v2.Request";
+
+/// The response headers in which a remote-write 2.0 receiver reports what
+/// it wrote.
+const WRITTEN_HEADERS: [&str; 3] = [
+    "x-prometheus-remote-write-samples-written",
+    "x-prometheus-remote-write-histograms-written",
+    "x-prometheus-remote-write-exemplars-written",
+];
+
+/// Says on a refusal that nothing was written, in the headers a 2.0 sender
+/// reads (a 1.0 sender ignores them).
+fn unwritten(mut r: Response) -> Response {
+    for name in WRITTEN_HEADERS {
+        r.headers_mut().insert(name, HeaderValue::from_static("0"));
+    }
+    r
+}
+
+/// The `proto` parameter of a `Content-Type` (`application/x-protobuf;
+/// proto=...`), unquoted; empty when absent.
+fn proto_param(headers: &HeaderMap) -> String {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return String::new();
+    };
+    value
+        .split(';')
+        .skip(1)
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("proto"))
+        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+        .unwrap_or_default()
+}
+
 fn decode(
     headers: &HeaderMap,
     body: &Bytes,
@@ -73,6 +128,21 @@ fn decode(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("Content-Type {ct:?} is not supported: remote-write 1.0 sends application/x-protobuf"),
         ));
+    }
+    match proto_param(headers).as_str() {
+        "" | V1_MESSAGE => {}
+        V2_MESSAGE => {
+            return Err((
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("remote-write 2.0 ({V2_MESSAGE}) is not supported: send remote-write 1.0 ({V1_MESSAGE}; in Prometheus, protobuf_message: {V1_MESSAGE})"),
+            ))
+        }
+        other => {
+            return Err((
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("proto={other:?} is not supported: send remote-write 1.0 ({V1_MESSAGE})"),
+            ))
+        }
     }
     let enc = media(headers, header::CONTENT_ENCODING);
     if enc != "snappy" {

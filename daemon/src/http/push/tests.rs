@@ -343,3 +343,65 @@ fn arbitrary_bodies_are_answered_2xx_or_4xx() {
 fn snappy_raw(body: &[u8]) -> Vec<u8> {
     snap::raw::Encoder::new().compress_vec(body).unwrap()
 }
+
+/// A remote-write 2.0 request is refused 415 with the 2.0 `Written`
+/// headers at zero, whatever its body; `proto=prometheus.WriteRequest` is
+/// 1.0 spelt out and taken.
+#[tokio::test]
+async fn remote_write_2_is_415_with_nothing_written() {
+    let (_dir, app) = app();
+    let now = chrono::Utc::now().timestamp_millis();
+    let req = rw::WriteRequest {
+        timeseries: vec![rw_series(
+            &[("__name__", "up"), ("instance", "h1")],
+            &[(now, 1.0)],
+        )],
+        metadata: vec![],
+    };
+    for (ct, want) in [
+        (
+            "application/x-protobuf;proto=io.prometheus.write.v2.Request",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "application/x-protobuf; proto=\"io.prometheus.write.v2.Request\"",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "application/x-protobuf;proto=example.Other",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            "application/x-protobuf;proto=prometheus.WriteRequest",
+            StatusCode::NO_CONTENT,
+        ),
+    ] {
+        let resp = app
+            .clone()
+            .oneshot(
+                Request::post("/api/v1/write")
+                    .header("content-type", ct)
+                    .header("content-encoding", "snappy")
+                    .header("x-prometheus-remote-write-version", "2.0.0")
+                    .body(Body::from(snappy(&req)))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), want, "{ct}");
+        if want == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+            for h in [
+                "x-prometheus-remote-write-samples-written",
+                "x-prometheus-remote-write-histograms-written",
+                "x-prometheus-remote-write-exemplars-written",
+            ] {
+                assert_eq!(resp.headers().get(h).unwrap(), "0", "{ct}: {h}");
+            }
+            let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&body);
+            assert!(text.contains("remote-write 1.0"), "{text}");
+        }
+    }
+}

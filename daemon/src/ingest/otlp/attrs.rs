@@ -6,15 +6,16 @@
 //! `http_method`), a name starting with a digit gets a `key_` prefix, and
 //! attributes whose names collide after that have their values joined with
 //! `;` in the order they were sent. Two rules are Tally's own: a name
-//! starting with `__` (reserved) also gets `key_`, and `source` (the label
-//! Tally gives the source) becomes `exported_source`.
+//! starting with `__` (reserved) also gets `key_`, and the two names Tally
+//! gives labels of its own, `source` and `tally_metric`, become
+//! `exported_source` and `exported_tally_metric`.
 
 use std::fmt::Write as _;
 
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use tally_proto::v1 as pb;
 
-use crate::labels::SOURCE_LABEL;
+use crate::labels::{SOURCE_LABEL, TALLY_METRIC_LABEL};
 
 /// A label name from an attribute key.
 pub fn label_name(key: &str) -> String {
@@ -25,7 +26,7 @@ pub fn label_name(key: &str) -> String {
     if name.starts_with(|c: char| c.is_ascii_digit()) || name.starts_with("__") {
         name.insert_str(0, "key_");
     }
-    if name == SOURCE_LABEL {
+    if name == SOURCE_LABEL || name == TALLY_METRIC_LABEL {
         name.insert_str(0, "exported_");
     }
     name
@@ -127,6 +128,8 @@ mod tests {
         assert_eq!(label_name("0day"), "key_0day");
         assert_eq!(label_name("__meta"), "key___meta");
         assert_eq!(label_name("source"), "exported_source");
+        assert_eq!(label_name("tally_metric"), "exported_tally_metric");
+        assert_eq!(label_name("tally.metric"), "exported_tally_metric");
         assert_eq!(label_name("é"), "_");
     }
 

@@ -1,15 +1,19 @@
 //! The HTTP listener under idle, slow and oversized clients: a thousand
 //! idle connections, a client reading its response a byte at a time and
 //! one sending its headers a byte at a time do not keep a normal client
-//! waiting; the header deadline closes the idle and the trickling; the
-//! connection cap, the head and body limits answer with their setting.
+//! waiting; the header deadline closes the idle and the trickling; a full
+//! listener of working connections refuses a new one naming the cap, and
+//! takes it once they stall; the head and body limits answer with their
+//! setting.
 
 use std::time::{Duration, Instant};
 
 use tally_testkit::client::{get_json, http_client, within};
+use tally_testkit::metrics::{metric, metrics_text};
 use tally_testkit::Daemon;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 use super::PROMPT;
 use crate::tallyd;
@@ -99,43 +103,74 @@ async fn idle_and_slow_clients_do_not_starve_a_normal_one() {
     normal_request(&d).await;
 }
 
+/// A client sending a request head that declares a 900-byte body, then
+/// the body a byte every 200 ms until `trickling` is cancelled (busy: never
+/// silent for a second), then nothing, its connection open until `done`.
+fn trickle_body(d: &Daemon, trickling: CancellationToken, done: CancellationToken) {
+    let addr = d.http_url().trim_start_matches("http://").to_string();
+    tokio::spawn(async move {
+        let Ok(mut s) = TcpStream::connect(addr).await else {
+            return;
+        };
+        let head = "POST /prometheus/api/v1/query HTTP/1.1\r\nhost: x\r\n\
+                    content-type: application/x-www-form-urlencoded\r\n\
+                    content-length: 900\r\n\r\nquery=";
+        if s.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        while !trickling.is_cancelled() {
+            if s.write_all(b"1").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        done.cancelled().await;
+    });
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_cap_and_size_limits_name_their_setting() {
     let d = Daemon::start_async(
         tallyd()
             .env("TALLYD_HTTP_MAX_CONNECTIONS", "8")
+            .env("TALLYD_HTTP_RESERVED_CONNECTIONS", "0")
             .env("TALLYD_HTTP_MAX_BODY_BYTES", "1000"),
     )
     .await;
-    let mut held = Vec::new();
+    // Eight connections sending their bodies, slowly but steadily: each
+    // has a request in progress that is not stalled, so none makes room.
+    let (trickling, done) = (CancellationToken::new(), CancellationToken::new());
     for _ in 0..8 {
-        held.push(connect(&d).await);
+        trickle_body(&d, trickling.clone(), done.clone());
     }
-    let refused = read_to_close(connect(&d).await).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let refused = loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let answer = read_to_close(connect(&d).await).await;
+        if answer.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break answer;
+        }
+    };
     assert!(
         refused.starts_with("HTTP/1.1 503") && refused.contains("http.max_connections"),
         "{refused}"
     );
-    drop(held);
-    // The daemon notices the closed connections and takes new ones.
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // Once they go silent, a second later a new connection takes the place
+    // of one of them.
+    trickling.cancel();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let url = format!("{}/prometheus/api/v1/query", d.http_url());
     let big = format!("query={}", "1".repeat(2000));
-    let resp = loop {
-        // At the cap the 503 may come before the request is sent, which
-        // the client sees as an error.
-        let r = http_client()
+    let resp = within(
+        "POST",
+        http_client()
             .post(&url)
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(big.clone())
-            .send()
-            .await;
-        match r {
-            Ok(r) if r.status() != 503 => break r,
-            _ if Instant::now() > deadline => panic!("still refused: {r:?}"),
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    };
+            .body(big)
+            .send(),
+    )
+    .await
+    .unwrap();
     assert_eq!(resp.status(), 413);
     let text = resp.text().await.unwrap();
     assert!(text.contains("http.max_body_bytes"), "{text}");
@@ -147,4 +182,20 @@ async fn connection_cap_and_size_limits_name_their_setting() {
         .unwrap();
     assert_eq!(resp.status(), 431);
     normal_request(&d).await;
+    let text = metrics_text(&d).await;
+    assert!(
+        metric(&text, "tally_http_connections_refused_total", &[]).unwrap_or(0.0) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            "tally_http_connections_closed_total",
+            &[("reason", "evicted")]
+        )
+        .unwrap_or(0.0)
+            >= 1.0,
+        "{text}"
+    );
+    done.cancel();
 }

@@ -31,14 +31,15 @@ fn labelled(metric: &str, labels: &[(&str, &str)], t: i64) -> pb::SeriesSamples 
 
 /// (series index, expected substring of the detail) of every bad set in
 /// [`bad_label_sets`].
-const BAD: [(u32, &str); 7] = [
+const BAD: [(u32, &str); 8] = [
     (2, "names are [A-Za-z_][A-Za-z0-9_]*"),
     (3, "\"__name__\" is reserved"),
     (4, "\"source\" is reserved"),
-    (5, "label \"a\" is given twice"),
-    (6, "257-byte value; the limit is 256"),
-    (7, "9 labels; the limit is 8 (ingest.max_labels)"),
-    (8, "the limit is 2048 (source, metric and labels together)"),
+    (5, "\"tally_metric\" is reserved"),
+    (6, "label \"a\" is given twice"),
+    (7, "257-byte value; the limit is 256"),
+    (8, "9 labels; the limit is 8 (ingest.max_labels)"),
+    (9, "the limit is 2048 (source, metric and labels together)"),
 ];
 
 /// Two good series first (one labelled set given in two orders, so one
@@ -60,6 +61,7 @@ fn bad_label_sets(t: i64) -> Vec<pb::SeriesSamples> {
         labelled("cpu", &[("1cpu", "0")], t),
         labelled("cpu", &[("__name__", "x")], t),
         labelled("cpu", &[("source", "x")], t),
+        labelled("cpu", &[("tally_metric", "x")], t),
         labelled("cpu", &[("a", "1"), ("a", "2")], t),
         labelled("cpu", &[("a", &long_value)], t),
         labelled("cpu", &nine, t),
@@ -89,7 +91,7 @@ async fn bad_label_sets_get_their_reason_and_the_rest_is_kept() {
         },
     )
     .await;
-    assert_eq!((resp.accepted, resp.rejected), (3, 7), "{resp:#?}");
+    assert_eq!((resp.accepted, resp.rejected), (3, 8), "{resp:#?}");
     assert_eq!(resp.rejections.len(), BAD.len(), "{resp:#?}");
     for (r, (series, detail)) in resp.rejections.iter().zip(BAD) {
         assert_eq!(r.series_index, series, "{r:?}");
@@ -106,7 +108,7 @@ async fn bad_label_sets_get_their_reason_and_the_rest_is_kept() {
 
     let text = metrics_text(&d).await;
     let reason = |r| metric(&text, "tally_samples_rejected_total", &[("reason", r)]);
-    assert_eq!(reason("invalid_label"), Some(7.0), "{text}");
+    assert_eq!(reason("invalid_label"), Some(8.0), "{text}");
     assert_eq!(reason("source_series_limit"), Some(2.0), "{text}");
     let refused = metric(&text, "tally_series_refused_total", &[("limit", "source")]);
     assert_eq!(refused, Some(2.0), "{text}");

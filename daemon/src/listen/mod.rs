@@ -1,0 +1,329 @@
+//! The listening sockets both servers take, with the bounds every
+//! connection lives within whatever protocol it speaks:
+//!
+//! * a cap on open connections per listener, where a new connection takes
+//!   the place of one that keeps the daemon waiting on its client (`pool`);
+//!   HTTP adds a small reserve beyond its cap that serves only the health
+//!   and metrics endpoints;
+//! * with TLS, a deadline on the whole handshake and a cap on handshakes in
+//!   progress (evicting the same way);
+//! * a deadline on each write the client does not take (`tracked`);
+//! * the open-file limit, checked and raised at start against the caps
+//!   (`fds`).
+//!
+//! Each server supplies what happens inside a connection ([`Serve`]): the
+//! HTTP/1 server its header, body and keep-alive deadlines, the gRPC server
+//! its preface and idle deadlines. Every connection is its own task, and
+//! each one that ends is counted by why (`tally_<listener>_connections_
+//! closed_total{reason}`).
+
+pub mod fds;
+mod pool;
+mod tracked;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::error;
+
+pub use pool::{Active, Member, Pool, Slot, Waiting, MAX_EVICTING, STALLED};
+pub use tracked::Tracked;
+
+use crate::tls::{Conn, Protocol, ServerTls};
+
+/// Why a connection ended, as counted in `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Closed {
+    /// The client closed it, or the server finished with it.
+    Done = 1,
+    /// The client broke the protocol (a malformed request, a wrong
+    /// preface, a reset mid-request).
+    Error,
+    HandshakeTimeout,
+    HandshakeFailed,
+    /// Made room for a new connection at the cap.
+    Evicted,
+    /// `http.header_read_timeout`: no complete request head in time, from
+    /// the connection's start or the previous response's end.
+    HeaderTimeout,
+    /// `http.body_read_timeout`.
+    BodyTimeout,
+    /// `http.write_timeout`: the client took nothing for that long.
+    WriteTimeout,
+    /// `grpc.preface_timeout`.
+    PrefaceTimeout,
+    /// `grpc.idle_timeout`.
+    IdleTimeout,
+    /// The peer stopped answering pings (`grpc.keepalive_timeout`).
+    KeepaliveTimeout,
+    /// The daemon is shutting down.
+    Shutdown,
+}
+
+impl Closed {
+    const ALL: [Closed; 12] = [
+        Closed::Done,
+        Closed::Error,
+        Closed::HandshakeTimeout,
+        Closed::HandshakeFailed,
+        Closed::Evicted,
+        Closed::HeaderTimeout,
+        Closed::BodyTimeout,
+        Closed::WriteTimeout,
+        Closed::PrefaceTimeout,
+        Closed::IdleTimeout,
+        Closed::KeepaliveTimeout,
+        Closed::Shutdown,
+    ];
+
+    fn from_u8(v: u8) -> Option<Closed> {
+        Closed::ALL.into_iter().find(|c| *c as u8 == v)
+    }
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Closed::Done => "closed",
+            Closed::Error => "protocol_error",
+            Closed::HandshakeTimeout => "handshake_timeout",
+            Closed::HandshakeFailed => "handshake_failed",
+            Closed::Evicted => "evicted",
+            Closed::HeaderTimeout => "header_timeout",
+            Closed::BodyTimeout => "body_timeout",
+            Closed::WriteTimeout => "write_timeout",
+            Closed::PrefaceTimeout => "preface_timeout",
+            Closed::IdleTimeout => "idle_timeout",
+            Closed::KeepaliveTimeout => "keepalive_timeout",
+            Closed::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// The metric names of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Names {
+    /// `http` or `grpc`: the `listener` label, and the stem of the others.
+    pub listener: &'static str,
+    /// Gauge of connections open (in the main pool).
+    pub open: &'static str,
+    /// Counter of connections refused at the cap.
+    pub refused: &'static str,
+    /// Counter of connections ended, by `reason`.
+    pub closed: &'static str,
+}
+
+impl Names {
+    pub const HTTP: Names = Names {
+        listener: "http",
+        open: "tally_http_connections",
+        refused: "tally_http_connections_refused_total",
+        closed: "tally_http_connections_closed_total",
+    };
+    pub const GRPC: Names = Names {
+        listener: "grpc",
+        open: "tally_grpc_connections",
+        refused: "tally_grpc_connections_refused_total",
+        closed: "tally_grpc_connections_closed_total",
+    };
+}
+
+/// Gauge of the HTTP connections served from the reserve.
+const RESERVE_GAUGE: &str = "tally_http_reserved_connections";
+
+/// The bounds a listener applies to every connection.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub names: Names,
+    /// Connections served in full at once.
+    pub max_connections: usize,
+    /// Connections beyond the cap that the server may answer in a limited
+    /// way (HTTP's health and metrics); 0 for none.
+    pub reserved: usize,
+    /// A write the client takes nothing of for this long fails the
+    /// connection; `None` leaves it to the protocol (gRPC's keepalive).
+    pub write_timeout: Option<Duration>,
+}
+
+/// What a server does inside each connection.
+pub trait Serve: Clone + Send + Sync + 'static {
+    /// Serves `conn` until it ends; on `stop`, finishes what is in
+    /// progress and ends. `reserve`: the connection came in beyond the cap
+    /// and may only be answered in the limited way. Returns why it ended.
+    fn serve(
+        &self,
+        conn: Conn,
+        member: Arc<Member>,
+        reserve: bool,
+        stop: CancellationToken,
+    ) -> impl Future<Output = Closed> + Send;
+
+    /// Turns away a connection no slot could take, without waiting on it.
+    fn refuse(&self, _tcp: &TcpStream) {}
+}
+
+/// A bound socket, not yet accepting.
+pub struct Listener {
+    tcp: TcpListener,
+    tls: Option<(Arc<ServerTls>, Protocol)>,
+    limits: Limits,
+    local: SocketAddr,
+}
+
+impl Listener {
+    /// Takes over `tcp`; with `tls`, connections are served after a
+    /// successful handshake.
+    pub fn new(
+        tcp: TcpListener,
+        tls: Option<(Arc<ServerTls>, Protocol)>,
+        limits: Limits,
+    ) -> io::Result<Listener> {
+        let local = tcp.local_addr()?;
+        Ok(Listener {
+            tcp,
+            tls,
+            limits,
+            local,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Accepts and serves connections with `serve` until `shutdown`, then
+    /// closes the socket, lets every connection finish (each is told to by
+    /// `shutdown`) and returns once they have.
+    pub async fn run<S: Serve>(self, serve: S, shutdown: CancellationToken) {
+        let epoch = Instant::now();
+        let pools = Pools {
+            main: Pool::new(self.limits.max_connections, epoch),
+            reserve: Pool::new(self.limits.reserved, epoch),
+            handshakes: Pool::new(
+                self.tls.as_ref().map_or(0, |(t, _)| t.max_handshakes()),
+                epoch,
+            ),
+            epoch,
+        };
+        let names = self.limits.names;
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                accepted = self.tcp.accept() => accepted,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_failed(e, names.listener, &shutdown).await;
+                    continue;
+                }
+            };
+            // Small requests and responses: do not wait to fill a segment.
+            let _ = stream.set_nodelay(true);
+            let member = Arc::new(Member::new(epoch));
+            let (slot, reserve) = match pools.main.admit(&member) {
+                Some(slot) => (slot, false),
+                None => match pools.reserve.admit(&member) {
+                    Some(slot) => (slot, true),
+                    None => {
+                        metrics::counter!(names.refused).increment(1);
+                        serve.refuse(&stream);
+                        continue;
+                    }
+                },
+            };
+            let task = ConnTask {
+                serve: serve.clone(),
+                tls: self.tls.clone(),
+                handshakes: pools.handshakes.clone(),
+                limits: self.limits.clone(),
+                stop: shutdown.clone(),
+            };
+            tokio::spawn(task.run(stream, member, slot, reserve));
+        }
+        drop(self.tcp);
+        pools.main.emptied().await;
+        pools.reserve.emptied().await;
+        let _ = pools.epoch;
+    }
+}
+
+struct Pools {
+    main: Arc<Pool>,
+    reserve: Arc<Pool>,
+    handshakes: Arc<Pool>,
+    epoch: Instant,
+}
+
+/// One connection's life.
+struct ConnTask<S> {
+    serve: S,
+    tls: Option<(Arc<ServerTls>, Protocol)>,
+    handshakes: Arc<Pool>,
+    limits: Limits,
+    stop: CancellationToken,
+}
+
+impl<S: Serve> ConnTask<S> {
+    async fn run(self, stream: TcpStream, member: Arc<Member>, slot: Slot, reserve: bool) {
+        let names = self.limits.names;
+        let gauge = if reserve { RESERVE_GAUGE } else { names.open };
+        metrics::gauge!(gauge).increment(1.0);
+        let io = Tracked::new(stream, member.clone(), self.limits.write_timeout);
+        let served = async {
+            let conn = match &self.tls {
+                None => Conn::Plain(io),
+                Some((tls, protocol)) => {
+                    // Another slot, among the handshakes in progress.
+                    let Some(_handshaking) = self.handshakes.admit(&member) else {
+                        return Closed::HandshakeFailed;
+                    };
+                    let acceptor = tls.acceptor(*protocol);
+                    let timeout = tls.handshake_timeout();
+                    match crate::tls::handshake(acceptor, io, timeout, names.listener).await {
+                        Ok(conn) => conn,
+                        Err(why) => return why,
+                    }
+                }
+            };
+            self.serve
+                .serve(conn, member.clone(), reserve, self.stop.clone())
+                .await
+        };
+        let closed = tokio::select! {
+            // The slot is already given to another connection: close now.
+            _ = member.evicted() => Closed::Evicted,
+            closed = served => closed,
+        };
+        // A deadline that decided it names the reason better than the
+        // error it caused.
+        let closed = member.reason().unwrap_or(closed);
+        metrics::counter!(names.closed, "reason" => closed.label()).increment(1);
+        metrics::gauge!(gauge).decrement(1.0);
+        drop(slot);
+    }
+}
+
+async fn accept_failed(e: io::Error, name: &'static str, shutdown: &CancellationToken) {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+    ) {
+        return;
+    }
+    // Out of file descriptors, most likely (the caps are sized below the
+    // limit, see `fds`): give connections time to close instead of
+    // spinning.
+    error!(listener = name, error = %e, "accepting a connection failed");
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+    }
+}
