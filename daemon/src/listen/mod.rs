@@ -112,6 +112,9 @@ pub struct Names {
     pub listener: &'static str,
     /// Gauge of connections open (in the main pool).
     pub open: &'static str,
+    /// Counter of connections accepted: each is then refused, or closed
+    /// and counted in `closed`.
+    pub accepted: &'static str,
     /// Counter of connections refused at the cap.
     pub refused: &'static str,
     /// Counter of connections ended, by `reason`.
@@ -122,12 +125,14 @@ impl Names {
     pub const HTTP: Names = Names {
         listener: "http",
         open: "tally_http_connections",
+        accepted: "tally_http_connections_accepted_total",
         refused: "tally_http_connections_refused_total",
         closed: "tally_http_connections_closed_total",
     };
     pub const GRPC: Names = Names {
         listener: "grpc",
         open: "tally_grpc_connections",
+        accepted: "tally_grpc_connections_accepted_total",
         refused: "tally_grpc_connections_refused_total",
         closed: "tally_grpc_connections_closed_total",
     };
@@ -208,7 +213,6 @@ impl Listener {
                 self.tls.as_ref().map_or(0, |(t, _)| t.max_handshakes()),
                 epoch,
             ),
-            epoch,
         };
         let names = self.limits.names;
         loop {
@@ -223,6 +227,7 @@ impl Listener {
                     continue;
                 }
             };
+            metrics::counter!(names.accepted).increment(1);
             // Small requests and responses: do not wait to fill a segment.
             let _ = stream.set_nodelay(true);
             let member = Arc::new(Member::new(epoch));
@@ -249,7 +254,6 @@ impl Listener {
         drop(self.tcp);
         pools.main.emptied().await;
         pools.reserve.emptied().await;
-        let _ = pools.epoch;
     }
 }
 
@@ -257,7 +261,6 @@ struct Pools {
     main: Arc<Pool>,
     reserve: Arc<Pool>,
     handshakes: Arc<Pool>,
-    epoch: Instant,
 }
 
 /// One connection's life.
@@ -281,30 +284,37 @@ impl<S: Serve> ConnTask<S> {
                 Some((tls, protocol)) => {
                     // Another slot, among the handshakes in progress.
                     let Some(_handshaking) = self.handshakes.admit(&member) else {
-                        return Closed::HandshakeFailed;
+                        return None;
                     };
                     let acceptor = tls.acceptor(*protocol);
                     let timeout = tls.handshake_timeout();
                     match crate::tls::handshake(acceptor, io, timeout, names.listener).await {
                         Ok(conn) => conn,
-                        Err(why) => return why,
+                        Err(why) => return Some(why),
                     }
                 }
             };
-            self.serve
-                .serve(conn, member.clone(), reserve, self.stop.clone())
-                .await
+            Some(
+                self.serve
+                    .serve(conn, member.clone(), reserve, self.stop.clone())
+                    .await,
+            )
         };
         let closed = tokio::select! {
             // The slot is already given to another connection: close now.
-            _ = member.evicted() => Closed::Evicted,
+            _ = member.evicted() => Some(Closed::Evicted),
             closed = served => closed,
+        };
+        metrics::gauge!(gauge).decrement(1.0);
+        // No handshake slot could be had: refused, as at the listener's cap.
+        let Some(closed) = closed else {
+            metrics::counter!(names.refused).increment(1);
+            return;
         };
         // A deadline that decided it names the reason better than the
         // error it caused.
         let closed = member.reason().unwrap_or(closed);
         metrics::counter!(names.closed, "reason" => closed.label()).increment(1);
-        metrics::gauge!(gauge).decrement(1.0);
         drop(slot);
     }
 }

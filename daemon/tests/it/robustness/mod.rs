@@ -12,6 +12,9 @@
 //! * `findings`: a late sample lowers `first_seen` (on both stores, across
 //!   a restart), finite input never sums to infinity, and `/readyz` says
 //!   503 while the final flush drains.
+//! * `silent`: 1,100 silent HTTP bodies and 20,000 silent gRPC connections
+//!   (plain and TLS) under a lowered open-file limit: health, a push and a
+//!   read still answer, and every silent connection is closed and counted.
 //! * `grpc_edges`: reflection `v1alpha` from the stock Python client,
 //!   `RESOURCE_EXHAUSTED` for an oversized message, `INVALID_ARGUMENT`
 //!   naming the field for invalid UTF-8, and the 400s of `agg=rate` on a
@@ -22,6 +25,7 @@ mod findings;
 mod grpc_edges;
 mod patterns;
 mod promql;
+mod silent;
 
 use std::time::Duration;
 
