@@ -283,9 +283,7 @@ impl<S: Serve> ConnTask<S> {
                 None => Conn::Plain(io),
                 Some((tls, protocol)) => {
                     // Another slot, among the handshakes in progress.
-                    let Some(_handshaking) = self.handshakes.admit(&member) else {
-                        return None;
-                    };
+                    let _handshaking = self.handshakes.admit(&member)?;
                     let acceptor = tls.acceptor(*protocol);
                     let timeout = tls.handshake_timeout();
                     match crate::tls::handshake(acceptor, io, timeout, names.listener).await {
