@@ -141,7 +141,7 @@ async fn recover(config: &Config, parts: &Parts) -> Result<Option<Arc<Wal>>> {
             config.wal.clone(),
             &segments,
             replayed.baselines,
-            config.ingest.series_idle_timeout,
+            config.ingest.baseline_keep(),
         )
         .context("starting the write-ahead log")?,
     );

@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use crate::aggregator::{Aggregator, PreallocWindow};
 use crate::catalog::CatalogWriter;
-use crate::model::{Tier, MINUTE_S};
+use crate::model::Tier;
 use crate::rollup::Rollups;
 use crate::store::{RetentionConfig, Store};
 use crate::validate::{secs, Problems, DAY, HOUR, MINUTE};
@@ -70,7 +70,9 @@ pub struct Maintenance {
     pub rollups: Arc<Rollups>,
     pub prealloc: PreallocConfig,
     pub retention: RetentionConfig,
-    /// `ingest.series_idle_timeout`.
+    /// `ingest.series_idle_timeout`: how long the group declarations of a
+    /// source that stopped pushing are kept (the aggregator applies the
+    /// rest of `[ingest]` to its own series).
     pub series_idle_timeout: Duration,
 }
 
@@ -102,7 +104,7 @@ impl Maintenance {
     async fn sweep(&self) {
         let now = chrono::Utc::now().timestamp();
         let idle_before = now - self.series_idle_timeout.as_secs() as i64;
-        let evicted = self.agg.evict_idle(idle_before.div_euclid(MINUTE_S));
+        let evicted = self.agg.evict_idle(now * 1000);
         if let Some(c) = &self.catalog {
             c.forget_idle(idle_before);
         }

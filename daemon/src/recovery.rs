@@ -53,14 +53,23 @@ fn resume_point(segments: &[RecoveredSegment], durable: u64) -> (usize, usize) {
 }
 
 /// Restores the baselines into the aggregator, but not those of counters
-/// silent for longer than `ingest.series_idle_timeout`: the aggregator would
-/// have forgotten them (their next sample starts afresh), and so does
-/// replay.
+/// not pushed for longer than `IngestConfig::baseline_keep` (by arrival,
+/// never by their samples' times): the aggregator would have forgotten
+/// them (their next sample starts afresh), and so does replay. A baseline
+/// from an older log, its arrival unknown, is restored.
 fn seed(agg: &Aggregator, baselines: &Baselines) {
-    let idle_ms = agg.limits().series_idle_timeout.as_millis() as i64;
-    let oldest = chrono::Utc::now().timestamp_millis() - idle_ms;
-    for b in baselines.iter().filter(|b| b.ts_ms >= oldest) {
-        agg.seed_baseline(b);
+    let keep_ms = agg
+        .limits()
+        .baseline_keep()
+        .as_millis()
+        .min(i64::MAX as u128) as i64;
+    let now = chrono::Utc::now().timestamp_millis();
+    let oldest = now.saturating_sub(keep_ms);
+    for b in baselines
+        .iter()
+        .filter(|b| b.arrived_ms().is_none_or(|t| t >= oldest))
+    {
+        agg.seed_baseline(b, now);
     }
 }
 

@@ -210,13 +210,15 @@ impl Aggregator {
     }
 
     /// Validates and folds a request's samples. `now_ms` is the wall clock
-    /// used for the lateness and skew windows.
+    /// used for the lateness and skew windows, and the series' arrival time
+    /// (what idleness is judged by).
     pub fn ingest(&self, batches: &[SeriesBatch<'_>], now_ms: i64) -> IngestOutcome {
         let mut out = IngestOutcome::default();
-        let window = (
-            now_ms - self.limits.lateness_ms,
-            now_ms + self.limits.future_skew_ms,
-        );
+        let window = Window {
+            oldest_ms: now_ms - self.limits.lateness_ms,
+            newest_ms: now_ms + self.limits.future_skew_ms,
+            arrived: arrival_minute(now_ms),
+        };
         // Groups are folded in request order, each under its own shard lock
         // (uncontended, a few nanoseconds): walking the decoded request
         // sequentially keeps its arrays in cache, which measured faster than
@@ -241,13 +243,7 @@ impl Aggregator {
     }
 
     /// Validates and folds one series group whose key hashes to `hash`.
-    fn ingest_one(
-        &self,
-        b: &SeriesBatch<'_>,
-        hash: u64,
-        window: (i64, i64),
-        out: &mut IngestOutcome,
-    ) {
+    fn ingest_one(&self, b: &SeriesBatch<'_>, hash: u64, window: Window, out: &mut IngestOutcome) {
         let cap = self.limits.max_rejections_reported;
         let count = b.timestamps_ms.len().max(b.values.len()) as u64;
         if let Err(e) = validate_source(b.source) {
@@ -334,7 +330,12 @@ impl Aggregator {
                 let id = st.id.clone();
                 if let (Some(out), Some((ts_ms, value))) = (baselines.as_deref_mut(), st.baseline())
                 {
-                    out.push(Baseline::new(id.clone(), ts_ms, value));
+                    out.push(Baseline::new(
+                        id.clone(),
+                        ts_ms,
+                        value,
+                        arrival_ms(st.arrived),
+                    ));
                 }
                 // Moved, inline as it was when one minute (nearly always);
                 // a rare longer list gives back what it does not use.
@@ -359,7 +360,12 @@ impl Aggregator {
                     continue;
                 };
                 if let Some((ts_ms, value)) = st.baseline() {
-                    out.push(Baseline::new(st.id.clone(), ts_ms, value));
+                    out.push(Baseline::new(
+                        st.id.clone(),
+                        ts_ms,
+                        value,
+                        arrival_ms(st.arrived),
+                    ));
                 }
             }
             // Under the shard lock, like the additions in `ingest`, so the
@@ -370,8 +376,9 @@ impl Aggregator {
     }
 
     /// Restores a cumulative counter's baseline read back from the
-    /// write-ahead log, creating the series if need be.
-    pub fn seed_baseline(&self, b: &Baseline) {
+    /// write-ahead log, creating the series if need be. It arrived when the
+    /// log says (or, when the log does not say, now).
+    pub fn seed_baseline(&self, b: &Baseline, now_ms: i64) {
         let batch = SeriesBatch {
             source: &b.series.source,
             metric: &b.series.metric,
@@ -395,10 +402,12 @@ impl Aggregator {
         if let Some((_, state)) = self.series_for(&mut shard.series, &batch, hash, key, &mut out) {
             if state.kind == SampleKind::CumulativeCounter {
                 state.last_sample.set(b.ts_ms, b.value);
-                // Idle by its own last sample, not from the start: a series
-                // that has not sent again yet must not be evicted at once,
-                // or its baseline would be lost with it.
                 state.last_minute = state.last_minute.max(crate::model::minute_of_ms(b.ts_ms));
+                // Idle from its last arrival, not from the restart: a series
+                // that has not sent again yet keeps its baseline as long as
+                // it would have without the restart.
+                let arrived = b.arrived_ms().unwrap_or(now_ms);
+                state.arrived = state.arrived.max(arrival_minute(arrived));
             }
         }
     }
@@ -430,10 +439,19 @@ impl Aggregator {
         s.last_sample.get().map(|(ts, v)| (s.kind, ts, v))
     }
 
-    /// Forgets series with nothing pending and no data since `idle_before`
-    /// (a minute), so the series table does not grow without limit. Their
-    /// cumulative counter baselines go with them. Returns how many went.
-    pub fn evict_idle(&self, idle_before: EpochMinute) -> usize {
+    /// Forgets the series with nothing pending that have not been pushed
+    /// (whatever their samples' times) for `ingest.series_idle_timeout`, so
+    /// the series table does not grow without limit. A cumulative counter
+    /// with a baseline stays as long as [`IngestConfig::baseline_keep`]
+    /// says: an agent that buffered through an outage as long as the
+    /// lateness window finds its baseline when it comes back. Returns how
+    /// many went.
+    pub fn evict_idle(&self, now_ms: i64) -> usize {
+        let before = |d: std::time::Duration| {
+            arrival_minute(now_ms.saturating_sub(d.as_millis().min(i64::MAX as u128) as i64))
+        };
+        let idle_before = before(self.ingest.series_idle_timeout);
+        let baseline_before = before(self.ingest.baseline_keep());
         let mut gone: Vec<Arc<crate::model::SeriesId>> = Vec::new();
         for cell in self.shards.iter() {
             let mut s = cell.shard.lock();
@@ -441,10 +459,8 @@ impl Aggregator {
                 // A cumulative counter's baseline alone makes no slot, but
                 // it is data: without it the next sample would be a new
                 // baseline and its increase lost.
-                let baseline = st
-                    .baseline()
-                    .is_some_and(|(ts, _)| crate::model::minute_of_ms(ts) >= idle_before);
-                let keep = !st.pending.is_empty() || st.last_minute >= idle_before || baseline;
+                let baseline = st.baseline().is_some() && st.arrived >= baseline_before;
+                let keep = !st.pending.is_empty() || st.arrived >= idle_before || baseline;
                 if !keep {
                     gone.push(st.id.clone());
                 }
@@ -460,6 +476,31 @@ impl Aggregator {
         }
         gone.len()
     }
+}
+
+/// The clock a request is folded against: the time window its samples
+/// must fall in, and the minute it arrived.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    oldest_ms: i64,
+    newest_ms: i64,
+    arrived: ArrivalMinute,
+}
+
+/// Minutes since the Unix epoch, in the four bytes a series' entry has
+/// for it (enough until the year 10,000).
+type ArrivalMinute = u32;
+
+/// The last millisecond of an [`ArrivalMinute`], Unix ms: rounded up, so
+/// that a baseline is never given up earlier than its series' arrival
+/// says.
+fn arrival_ms(m: ArrivalMinute) -> i64 {
+    (i64::from(m) + 1) * 60_000 - 1
+}
+
+/// The minute `ms` falls in, as an [`ArrivalMinute`] (clamped).
+fn arrival_minute(ms: i64) -> ArrivalMinute {
+    crate::model::minute_of_ms(ms).clamp(0, ArrivalMinute::MAX as i64) as ArrivalMinute
 }
 
 impl Aggregator {

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use super::prealloc::PreallocMarks;
-use super::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
+use super::{Aggregator, ArrivalMinute, IngestOutcome, RejectReason, SeriesBatch, Window};
 use crate::labels::Labels;
 use crate::model::{
     minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, MAX_SUM,
@@ -46,9 +46,14 @@ pub(super) struct SeriesState {
     pub(super) pending: SmallVec<[(EpochMinute, Slot); 1]>,
     /// The next hour / day whose document was already pre-allocated.
     pub(super) prealloc: PreallocMarks,
-    /// Length of `source|metric` in `key`; the labels follow.
-    labels_at: u32,
+    /// Length of `source|metric` in `key`; the labels follow (the whole
+    /// key is at most 2,048 bytes).
+    labels_at: u16,
     pub(super) kind: SampleKind,
+    /// The minute the series was last pushed (or its baseline restored):
+    /// idleness is judged by it, never by the samples' own times, so a
+    /// series pushed with old samples is not idle.
+    pub(super) arrived: ArrivalMinute,
 }
 
 /// A series' newest (timestamp, value), or none yet. An `Option` would
@@ -94,7 +99,7 @@ impl SeriesState {
             .concat()
             .into_iter()
             .collect(),
-            labels_at: (b.source.len() + 1 + b.metric.len()) as u32,
+            labels_at: (b.source.len() + 1 + b.metric.len()) as u16,
             id: Arc::new(SeriesId {
                 source,
                 metric,
@@ -107,6 +112,7 @@ impl SeriesState {
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
             prealloc: PreallocMarks::default(),
+            arrived: 0,
         }
     }
 
@@ -166,7 +172,7 @@ impl Aggregator {
         shard: &mut Shard,
         b: &SeriesBatch<'_>,
         hash: u64,
-        window: (i64, i64),
+        window: Window,
         out: &mut IngestOutcome,
     ) -> usize {
         let cap = self.limits.max_rejections_reported;
@@ -202,7 +208,9 @@ impl Aggregator {
             });
             return 0;
         }
+        state.arrived = state.arrived.max(window.arrived);
         let mut created = 0;
+        let window = (window.oldest_ms, window.newest_ms);
         for (j, (&ts, &v)) in b.timestamps_ms.iter().zip(b.values).enumerate() {
             let sample = Sample {
                 index: j as u32,

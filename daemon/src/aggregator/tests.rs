@@ -8,6 +8,12 @@ fn agg() -> Aggregator {
     Aggregator::new(&AggregatorConfig { shards: 4 }, &IngestConfig::default())
 }
 
+/// A sweep's clock at which series last pushed at [`NOW`] have been idle
+/// (by the default two hours) since `minutes` minutes before it.
+fn sweep(minutes: i64) -> i64 {
+    NOW + 2 * 3_600_000 + minutes * 60_000
+}
+
 fn batch<'a>(
     source: &'a str,
     metric: &'a str,
@@ -218,7 +224,7 @@ fn a_fresh_baseline_is_not_idle() {
     let c = SampleKind::CumulativeCounter;
     a.ingest(&[batch("s", "c", c, &t0, &[10.0])], NOW);
     // A sweep between the baseline and the next sample keeps the series...
-    assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
+    assert_eq!(a.evict_idle(sweep(0)), 0);
     a.ingest(&[batch("s", "c", c, &t1, &[30.0])], NOW);
     let (_, mins) = a.pending_for(SeriesRef::new("s", "c"));
     let mut want = Slot::of(20.0);
@@ -228,7 +234,7 @@ fn a_fresh_baseline_is_not_idle() {
     let b = agg();
     b.ingest(&[batch("s", "c", c, &t0, &[1.0])], NOW);
     b.drain(None);
-    assert_eq!(b.evict_idle(minute_of_ms(NOW) + 1), 1);
+    assert_eq!(b.evict_idle(sweep(1)), 1);
 }
 
 #[test]
@@ -240,11 +246,7 @@ fn pending_is_visible_and_idle_series_are_evicted() {
     let (kind, mins) = a.pending_for(key);
     assert_eq!(kind, Some(SampleKind::Gauge));
     assert_eq!(mins, vec![(minute_of_ms(NOW), Slot::at(NOW, 2.0))]);
-    assert_eq!(
-        a.evict_idle(minute_of_ms(NOW) + 10),
-        0,
-        "pending series stay"
-    );
+    assert_eq!(a.evict_idle(sweep(10)), 0, "pending series stay");
     // An older sample does not replace the newest as the latest value.
     a.ingest(
         &[batch("s", "m", SampleKind::Gauge, &[NOW - 5], &[7.0])],
@@ -254,8 +256,8 @@ fn pending_is_visible_and_idle_series_are_evicted() {
     a.drain(None);
     assert_eq!(a.pending_for(key).1, vec![]);
     assert_eq!(a.last_sample(key), Some((SampleKind::Gauge, NOW, 2.0)));
-    assert_eq!(a.evict_idle(minute_of_ms(NOW)), 0);
-    assert_eq!(a.evict_idle(minute_of_ms(NOW) + 1), 1);
+    assert_eq!(a.evict_idle(sweep(0)), 0);
+    assert_eq!(a.evict_idle(sweep(1)), 1);
     assert_eq!(a.series_count(), 0);
 }
 
@@ -378,7 +380,7 @@ fn label_sets_are_series_of_their_own_and_count_against_their_source() {
         Some(SampleKind::Gauge)
     );
     // Evicting idle series gives the source its budget back.
-    assert_eq!(a.evict_idle(minute_of_ms(NOW) + 1), 3);
+    assert_eq!(a.evict_idle(sweep(1)), 3);
     assert_eq!(a.source_count(), 0);
     assert_eq!(a.ingest(&[with(r#"mode="user""#)], NOW).accepted, 1);
 }
@@ -387,13 +389,18 @@ fn label_sets_are_series_of_their_own_and_count_against_their_source() {
 fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines() {
     let a = agg();
     let now = chrono::Utc::now().timestamp_millis();
-    a.seed_baseline(&Baseline::new(
-        Arc::new(SeriesId::new("s", "c")),
-        now - 2_000,
-        100.0,
-    ));
-    // Not idle just for having had no sample since the restart.
-    assert_eq!(a.evict_idle(minute_of_ms(now - 60_000)), 0);
+    a.seed_baseline(
+        &Baseline::new(
+            Arc::new(SeriesId::new("s", "c")),
+            now - 2_000,
+            100.0,
+            crate::wal::UNKNOWN_ARRIVAL,
+        ),
+        now,
+    );
+    // Not idle just for having had no sample since the restart: its arrival
+    // unknown, it counts from now.
+    assert_eq!(a.evict_idle(now + 3_600_000), 0);
     let out = a.ingest(
         &[batch(
             "s",
@@ -495,4 +502,67 @@ fn a_drained_batch_holds_no_unused_room() {
         assert_eq!(s.minutes.capacity(), s.minutes.len(), "{}", s.series.key());
     }
     assert!(d.iter().any(|s| s.minutes.len() == 2));
+}
+
+/// Backfill: a series pushed every few seconds with samples older than the
+/// idle timeout is being pushed, so it is never idle, and a cumulative
+/// counter's increases all count across sweeps.
+#[test]
+fn a_series_pushed_with_old_samples_is_not_idle() {
+    let limits = IngestConfig {
+        lateness_window: std::time::Duration::from_secs(3 * 3600),
+        series_idle_timeout: std::time::Duration::from_secs(3600),
+        ..IngestConfig::default()
+    };
+    let a = Aggregator::new(&AggregatorConfig { shards: 2 }, &limits);
+    let behind = 150 * 60_000;
+    let c = SampleKind::CumulativeCounter;
+    let mut total = 0.0;
+    for i in 0..10i64 {
+        let now = NOW + i * 2_000;
+        let out = a.ingest(
+            &[batch("s", "c", c, &[now - behind], &[i as f64 * 10.0])],
+            now,
+        );
+        assert_eq!(out.accepted, 1, "{out:?}");
+        // A sweep after every push, as maintenance might run.
+        assert_eq!(a.evict_idle(now + 1_000), 0, "push {i}");
+        total += a
+            .drain(None)
+            .iter()
+            .flat_map(|s| &s.minutes)
+            .map(|(_, slot)| slot.sum)
+            .sum::<f64>();
+    }
+    assert_eq!(total, 90.0);
+}
+
+/// A counter that stops being pushed keeps its baseline for the lateness
+/// window when that is longer than the idle timeout (an agent buffering
+/// through an outage); a gauge goes after the idle timeout.
+#[test]
+fn a_counter_baseline_is_kept_for_the_longer_of_idle_and_lateness() {
+    let limits = IngestConfig {
+        lateness_window: std::time::Duration::from_secs(3 * 3600),
+        series_idle_timeout: std::time::Duration::from_secs(3600),
+        ..IngestConfig::default()
+    };
+    let a = Aggregator::new(&AggregatorConfig { shards: 2 }, &limits);
+    let c = SampleKind::CumulativeCounter;
+    a.ingest(&[batch("s", "c", c, &[NOW], &[5.0])], NOW);
+    a.ingest(&[batch("s", "g", SampleKind::Gauge, &[NOW], &[1.0])], NOW);
+    a.drain(None);
+    let hour = 3_600_000;
+    assert_eq!(a.evict_idle(NOW + hour + 120_000), 1, "the gauge goes");
+    assert_eq!(a.evict_idle(NOW + 2 * hour), 0, "the counter stays");
+    // Back after two and a half hours with what it buffered: counted.
+    let back = NOW + 5 * hour / 2;
+    let out = a.ingest(&[batch("s", "c", c, &[NOW + 60_000], &[8.0])], back);
+    assert_eq!(out.accepted, 1);
+    let (_, mins) = a.pending_for(SeriesRef::new("s", "c"));
+    let mut want = Slot::of(3.0);
+    want.see(NOW + 60_000, 8.0);
+    assert_eq!(mins, vec![(minute_of_ms(NOW + 60_000), want)]);
+    a.drain(None);
+    assert_eq!(a.evict_idle(back + 3 * hour + 120_000), 1);
 }

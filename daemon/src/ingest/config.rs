@@ -41,8 +41,9 @@ pub struct IngestConfig {
     /// Most in-memory minute accumulators; beyond it ingest answers
     /// `RESOURCE_EXHAUSTED` so memory stays bounded.
     pub max_pending_slots: usize,
-    /// A series with no samples for this long has its in-memory state
-    /// dropped.
+    /// A series not pushed for this long (whatever its samples' times) has
+    /// its in-memory state dropped; a cumulative counter's baseline is kept
+    /// for [`IngestConfig::baseline_keep`].
     #[serde(with = "humantime_serde")]
     pub series_idle_timeout: Duration,
 }
@@ -65,6 +66,15 @@ impl Default for IngestConfig {
 }
 
 impl IngestConfig {
+    /// How long a cumulative counter's baseline is kept, in memory and in
+    /// the write-ahead log, after the series was last pushed: the longer of
+    /// `series_idle_timeout` and `lateness_window`, so that an agent that
+    /// buffered through an outage as long as the lateness window, and then
+    /// sends what it buffered, has every increase counted.
+    pub fn baseline_keep(&self) -> Duration {
+        self.series_idle_timeout.max(self.lateness_window)
+    }
+
     /// `hour_retention` is `retention.hour`: a late sample must not land in
     /// an hour document that has already expired.
     pub(crate) fn check(&self, hour_retention: Duration, p: &mut Problems) {

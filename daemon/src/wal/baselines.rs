@@ -53,6 +53,16 @@ impl Baselines {
         self.table.retain(|b| keep(b));
     }
 
+    /// Gives the baselines read from an older log, whose arrival is
+    /// unknown, the arrival `now_ms`.
+    pub fn set_unknown_arrivals(&mut self, now_ms: i64) {
+        for b in self.table.iter_mut() {
+            if b.arrived_ms().is_none() {
+                b.arrived_ms = now_ms;
+            }
+        }
+    }
+
     pub fn clear(&mut self) {
         self.table.clear();
     }
@@ -85,7 +95,7 @@ mod tests {
     use super::*;
 
     fn baseline(series: &Arc<SeriesId>, ts_ms: i64, value: f64) -> Baseline {
-        Baseline::new(series.clone(), ts_ms, value)
+        Baseline::new(series.clone(), ts_ms, value, ts_ms)
     }
 
     #[test]

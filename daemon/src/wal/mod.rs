@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 use tracing::{info, warn};
 
 pub use baselines::Baselines;
-pub use record::{Baseline, Record};
+pub use record::{Baseline, Record, UNKNOWN_ARRIVAL};
 use segment::Open;
 use writer::{Cmd, Writer};
 
@@ -195,15 +195,18 @@ pub struct Wal {
 impl Wal {
     /// Starts writing a new segment after `recovered`, opened with a
     /// checkpoint of `baselines`; `recovered`'s segments are deleted as the
-    /// store makes their flushes durable. Baselines older than
-    /// `max_baseline_age` are dropped as segments roll.
+    /// store makes their flushes durable. Baselines whose series has not
+    /// been pushed for `max_baseline_age` are dropped as segments roll; one
+    /// whose arrival an older log did not record counts as arriving now.
     pub fn start(
         dir: &Path,
         cfg: WalConfig,
         recovered: &[RecoveredSegment],
-        baselines: Baselines,
+        mut baselines: Baselines,
         max_baseline_age: Duration,
     ) -> Result<Wal, WalError> {
+        let now = chrono::Utc::now().timestamp_millis();
+        baselines.set_unknown_arrivals(now);
         let io = |e: std::io::Error| WalError::Io {
             dir: dir.display().to_string(),
             reason: e.to_string(),

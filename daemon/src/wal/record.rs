@@ -11,6 +11,11 @@
 //! - [`Record::Checkpoint`]: every baseline as of the markers before it;
 //!   each segment starts with one, so a segment's predecessors can go.
 //!
+//! Markers and checkpoints carry each baseline's arrival time (when its
+//! series was last pushed), by which baselines are kept; logs written
+//! before they did (kinds 2 and 3) are still read, their baselines' arrival
+//! unknown.
+//!
 //! Integers are little-endian; strings are a `u32` length and UTF-8.
 
 use std::sync::Arc;
@@ -29,15 +34,27 @@ pub struct Baseline {
     pub series: Arc<SeriesId>,
     pub ts_ms: i64,
     pub value: f64,
+    /// When its series was last pushed, Unix ms; [`UNKNOWN_ARRIVAL`] when
+    /// read from a log written before arrivals were kept.
+    pub arrived_ms: i64,
 }
 
+/// The arrival of a baseline read from an older log.
+pub const UNKNOWN_ARRIVAL: i64 = i64::MIN;
+
 impl Baseline {
-    pub fn new(series: Arc<SeriesId>, ts_ms: i64, value: f64) -> Baseline {
+    pub fn new(series: Arc<SeriesId>, ts_ms: i64, value: f64, arrived_ms: i64) -> Baseline {
         Baseline {
             series,
             ts_ms,
             value,
+            arrived_ms,
         }
+    }
+
+    /// When its series was last pushed, if the log said.
+    pub fn arrived_ms(&self) -> Option<i64> {
+        (self.arrived_ms != UNKNOWN_ARRIVAL).then_some(self.arrived_ms)
     }
 }
 
@@ -59,8 +76,11 @@ pub enum Record {
 }
 
 const REQUEST: u8 = 1;
-const MARKER: u8 = 2;
-const CHECKPOINT: u8 = 3;
+/// Markers and checkpoints without arrival times, as older logs have them.
+const MARKER_V1: u8 = 2;
+const CHECKPOINT_V1: u8 = 3;
+const MARKER: u8 = 4;
+const CHECKPOINT: u8 = 5;
 
 /// Why a record could not be read back.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -131,6 +151,7 @@ fn put_baseline(out: &mut Vec<u8>, b: &Baseline) {
     put_str(out, b.series.labels.as_str());
     out.extend_from_slice(&b.ts_ms.to_le_bytes());
     out.extend_from_slice(&b.value.to_le_bytes());
+    out.extend_from_slice(&b.arrived_ms.to_le_bytes());
 }
 
 fn put_baselines(out: &mut Vec<u8>, baselines: &[Baseline]) {
@@ -186,7 +207,9 @@ impl<'a> Reader<'a> {
         ))
     }
 
-    fn baselines(&mut self) -> Result<Vec<Baseline>, DecodeError> {
+    /// A list of baselines; `arrivals`: each has its arrival time (the
+    /// current kinds), else it is unknown.
+    fn baselines(&mut self, arrivals: bool) -> Result<Vec<Baseline>, DecodeError> {
         let n = self.u32()? as usize;
         // Each takes at least 28 bytes: a count past what is left is corrupt.
         if n > self.0.len() / 28 {
@@ -198,6 +221,10 @@ impl<'a> Reader<'a> {
                     series: Arc::new(self.series()?),
                     ts_ms: self.u64()? as i64,
                     value: f64::from_bits(self.u64()?),
+                    arrived_ms: match arrivals {
+                        true => self.u64()? as i64,
+                        false => UNKNOWN_ARRIVAL,
+                    },
                 })
             })
             .collect()
@@ -206,7 +233,8 @@ impl<'a> Reader<'a> {
 
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let mut r = Reader(bytes);
-    match r.u8()? {
+    let kind = r.u8()?;
+    match kind {
         REQUEST => {
             let now_ms = r.u64()? as i64;
             let n = r.u32()? as usize;
@@ -222,12 +250,12 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
                 request,
             })
         }
-        MARKER => Ok(Record::Marker {
+        MARKER | MARKER_V1 => Ok(Record::Marker {
             flush_id: r.u64()?,
-            baselines: r.baselines()?,
+            baselines: r.baselines(kind == MARKER)?,
         }),
-        CHECKPOINT => Ok(Record::Checkpoint {
-            baselines: r.baselines()?,
+        CHECKPOINT | CHECKPOINT_V1 => Ok(Record::Checkpoint {
+            baselines: r.baselines(kind == CHECKPOINT)?,
         }),
         k => Err(DecodeError::Kind(k)),
     }
@@ -245,8 +273,9 @@ mod tests {
             proptest::collection::vec(("[a-z]{1,4}", "[a-z=\",|]{0,6}"), 0..3),
             any::<i64>(),
             any::<f64>(),
+            any::<i64>(),
         )
-            .prop_map(|(source, metric, pairs, ts_ms, value)| {
+            .prop_map(|(source, metric, pairs, ts_ms, value, arrived_ms)| {
                 let mut pairs = pairs;
                 pairs.sort();
                 pairs.dedup_by(|a, b| a.0 == b.0);
@@ -256,8 +285,47 @@ mod tests {
                 )
                 .unwrap();
                 let series = SeriesId::with_labels(&source, &metric, labels);
-                Baseline::new(Arc::new(series), ts_ms, value)
+                Baseline::new(Arc::new(series), ts_ms, value, arrived_ms)
             })
+    }
+
+    /// A marker as logs written before arrival times have it.
+    fn marker_v1(flush_id: u64, baselines: &[Baseline]) -> Vec<u8> {
+        let mut out = vec![MARKER_V1];
+        out.extend_from_slice(&flush_id.to_le_bytes());
+        put_u32(&mut out, baselines.len() as u32);
+        for b in baselines {
+            put_str(&mut out, &b.series.source);
+            put_str(&mut out, &b.series.metric);
+            put_str(&mut out, b.series.labels.as_str());
+            out.extend_from_slice(&b.ts_ms.to_le_bytes());
+            out.extend_from_slice(&b.value.to_le_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn older_markers_are_read_with_their_arrivals_unknown() {
+        let b = Baseline::new(Arc::new(SeriesId::new("s", "c")), 1_000, 5.0, 2_000);
+        assert_eq!(b.arrived_ms(), Some(2_000));
+        let Record::Marker {
+            flush_id,
+            baselines,
+        } = decode(&marker_v1(9, &[b.clone()])).unwrap()
+        else {
+            panic!("not a marker");
+        };
+        assert_eq!(flush_id, 9);
+        assert_eq!(baselines.len(), 1);
+        assert_eq!((baselines[0].ts_ms, baselines[0].value), (1_000, 5.0));
+        assert_eq!(baselines[0].arrived_ms(), None);
+        let mut v1_checkpoint = marker_v1(0, &[b]);
+        v1_checkpoint.drain(1..9);
+        v1_checkpoint[0] = CHECKPOINT_V1;
+        assert!(matches!(
+            decode(&v1_checkpoint).unwrap(),
+            Record::Checkpoint { baselines } if baselines[0].arrived_ms().is_none()
+        ));
     }
 
     fn same(a: &Record, b: &Record) -> bool {

@@ -78,8 +78,9 @@ pub(super) struct Writer {
     pub markers: VecDeque<(u64, u64)>,
     /// Every baseline as of the last marker written.
     pub baselines: Baselines,
-    /// Baselines older than this (by sample time) are dropped at each
-    /// segment roll: the aggregator forgets such idle counters too.
+    /// Baselines whose series has not been pushed for this long are
+    /// dropped at each segment roll (`IngestConfig::baseline_keep`): the
+    /// aggregator forgets such idle counters too.
     pub max_baseline_age: Duration,
     /// Set once a failed write could not be undone: the log cannot be
     /// trusted past it, so every later append fails too until the daemon
@@ -260,7 +261,7 @@ impl Writer {
     fn roll(&mut self) {
         let oldest = chrono::Utc::now().timestamp_millis()
             - self.max_baseline_age.as_millis().min(i64::MAX as u128) as i64;
-        self.baselines.retain(|b| b.ts_ms >= oldest);
+        self.baselines.retain(|b| b.arrived_ms >= oldest);
         let next = self.open.number + 1;
         match Open::create(&self.dir, next) {
             Ok(mut open) => {

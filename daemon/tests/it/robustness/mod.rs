@@ -9,6 +9,9 @@
 //! * `connections`: a thousand idle connections, a slow reader and a
 //!   trickling client do not keep a normal client waiting; the connection
 //!   cap, the header deadline and the size limits answer as documented.
+//! * `backfill`: an agent 150 minutes behind, with a three-hour lateness
+//!   window, keeps every cumulative-counter increase through SIGKILLs and
+//!   clean restarts (idleness is by arrival, not by sample time).
 //! * `findings`: a late sample lowers `first_seen` (on both stores, across
 //!   a restart), finite input never sums to infinity, and `/readyz` says
 //!   503 while the final flush drains.
@@ -20,6 +23,7 @@
 //!   naming the field for invalid UTF-8, and the 400s of `agg=rate` on a
 //!   gauge and of `limit` above `query.max_page`.
 
+mod backfill;
 mod connections;
 mod findings;
 mod grpc_edges;
