@@ -311,7 +311,7 @@ mod tests {
         let Record::Marker {
             flush_id,
             baselines,
-        } = decode(&marker_v1(9, &[b.clone()])).unwrap()
+        } = decode(&marker_v1(9, std::slice::from_ref(&b))).unwrap()
         else {
             panic!("not a marker");
         };
