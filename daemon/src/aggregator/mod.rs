@@ -430,6 +430,14 @@ impl Aggregator {
         }
     }
 
+    /// The kind of one series, if it is in memory.
+    pub fn kind_of(&self, key: SeriesRef<'_>) -> Option<SampleKind> {
+        let hash = self.hasher.hash_one(key);
+        let shard = self.shards[self.shard_of(hash)].shard.lock();
+        let (_, s) = shard.series.find(hash, |s| s.hash == hash && s.is(key))?;
+        Some(s.kind)
+    }
+
     /// The newest sample of one series (timestamp ms, value as sent) and its
     /// kind, if the series is in memory and has had a sample.
     pub fn last_sample(&self, key: SeriesRef<'_>) -> Option<(SampleKind, i64, f64)> {

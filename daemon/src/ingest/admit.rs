@@ -163,6 +163,32 @@ impl Ingestor {
         self.agg.limits()
     }
 
+    /// The kind of a series in memory, for protocols that guess kinds (see
+    /// `remote_write`); labels in any order. None when it is not in memory,
+    /// or its labels are not a valid set.
+    pub fn known_kind(
+        &self,
+        source: &str,
+        metric: &str,
+        labels: &[pb::Label],
+    ) -> Option<pb::SampleKind> {
+        let labels = crate::labels::Labels::from_pairs(
+            labels.iter().map(|l| (l.name.as_str(), l.value.as_str())),
+            self.limits().max_labels,
+        )
+        .ok()?;
+        let kind = self.agg.kind_of(crate::model::SeriesRef {
+            source,
+            metric,
+            labels: labels.as_str(),
+        })?;
+        Some(match kind {
+            SampleKind::Gauge => pb::SampleKind::Gauge,
+            SampleKind::DeltaCounter => pb::SampleKind::DeltaCounter,
+            SampleKind::CumulativeCounter => pb::SampleKind::CumulativeCounter,
+        })
+    }
+
     /// The budget a converted request gets: the sample limit, and four
     /// times the message limit in names and labels (histograms repeat each
     /// point's labels per bucket).

@@ -15,6 +15,13 @@
 //!   daemon's [`MetadataBook`], which decides the kind of the families it
 //!   describes in later requests too, and gives `/api/v1/metadata` its
 //!   type, help and unit.)
+//! - **A kind once taken stays**: where a family's metadata says otherwise
+//!   than the series' name, a series the daemon holds keeps the kind it
+//!   has, whichever way the next request says it. A series typed by
+//!   metadata and later sent without it, or known by its name before the
+//!   metadata came, is taken as the kind it is, not refused
+//!   `kind_conflict` (which Prometheus would drop the batch over). Only
+//!   such series are looked up.
 //! - **Staleness markers** (the NaN Prometheus writes when a series
 //!   disappears) are skipped, not refused.
 
@@ -59,15 +66,19 @@ impl RemoteWriteConfig {
 /// produces.
 const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
+/// The kind of a series the daemon holds: (source, metric, labels).
+pub type KnownKind<'a> = &'a dyn Fn(&str, &str, &[pb::Label]) -> Option<pb::SampleKind>;
+
 /// Converts `req`, refusing series without a name or source, and records
 /// its metadata in `book`. `Full` when the converted request would exceed
-/// `budget`.
+/// `budget`. `known` keeps a series' kind (see the module doc).
 pub fn convert(
     req: &rw::WriteRequest,
     cfg: &RemoteWriteConfig,
     book: &MetadataBook,
     cap: usize,
     budget: Budget,
+    known: KnownKind<'_>,
 ) -> Result<Converted, Full> {
     let types: HashMap<&str, rw::metric_metadata::MetricType> = req
         .metadata
@@ -114,7 +125,7 @@ pub fn convert(
             });
             continue;
         };
-        let labels = ts
+        let labels: Vec<pb::Label> = ts
             .labels
             .iter()
             .filter(|l| l.name != "__name__" && l.name != source.name)
@@ -123,11 +134,14 @@ pub fn convert(
                 value: l.value.clone(),
             })
             .collect();
+        let kind = series_kind(&name.value, &types, book, || {
+            known(&source.value, &name.value, &labels)
+        });
         b.push(
             &source.value,
             pb::SeriesSamples {
                 metric: name.value.clone(),
-                kind: kind(&name.value, &types, book) as i32,
+                kind: kind as i32,
                 timestamps_ms: fresh.iter().map(|s| s.timestamp).collect(),
                 values: fresh.iter().map(|s| s.value).collect(),
                 start_times_ms: Vec::new(),
@@ -154,13 +168,30 @@ fn family_type(t: rw::metric_metadata::MetricType) -> FamilyType {
     }
 }
 
-/// A series' kind, from its family's metadata when the request or the
-/// book has it, else from its name.
-fn kind(
+/// A series' kind: its family's metadata when the request or the book has
+/// it, else its name; but where the two disagree, the kind of the series
+/// in memory (`known`) when there is one.
+fn series_kind(
     name: &str,
     types: &HashMap<&str, rw::metric_metadata::MetricType>,
     book: &MetadataBook,
+    known: impl FnOnce() -> Option<pb::SampleKind>,
 ) -> pb::SampleKind {
+    let by_name = kind_by_name(name);
+    match kind_by_metadata(name, types, book) {
+        None => by_name,
+        Some(said) if said == by_name => said,
+        Some(said) => known().unwrap_or(said),
+    }
+}
+
+/// A series' kind from its family's metadata, when the request or the book
+/// has it.
+fn kind_by_metadata(
+    name: &str,
+    types: &HashMap<&str, rw::metric_metadata::MetricType>,
+    book: &MetadataBook,
+) -> Option<pb::SampleKind> {
     let counter = pb::SampleKind::CumulativeCounter;
     let described = |family: &str| {
         types
@@ -169,21 +200,26 @@ fn kind(
             .or_else(|| book.get(family).map(|f| f.kind))
     };
     if let Some(t) = described(name) {
-        return match t {
+        return Some(match t {
             FamilyType::Counter => counter,
             _ => pb::SampleKind::Gauge,
-        };
+        });
     }
     for suffix in ["_count", "_sum", "_bucket"] {
         let family = name.strip_suffix(suffix).and_then(described);
         match family {
-            Some(FamilyType::Histogram | FamilyType::Summary) => return counter,
-            Some(_) => return pb::SampleKind::Gauge,
+            Some(FamilyType::Histogram | FamilyType::Summary) => return Some(counter),
+            Some(_) => return Some(pb::SampleKind::Gauge),
             None => {}
         }
     }
+    None
+}
+
+/// A series' kind by the naming conventions.
+fn kind_by_name(name: &str) -> pb::SampleKind {
     if COUNTER_SUFFIXES.iter().any(|s| name.ends_with(s)) {
-        counter
+        pb::SampleKind::CumulativeCounter
     } else {
         pb::SampleKind::Gauge
     }
@@ -241,6 +277,7 @@ mod tests {
             &MetadataBook::new(),
             10,
             BUDGET,
+            &|_, _, _| None,
         )
         .unwrap();
         assert_eq!(c.request.sources.len(), 1);
@@ -286,7 +323,7 @@ mod tests {
         let c = pb::SampleKind::CumulativeCounter;
         let g = pb::SampleKind::Gauge;
         let none = MetadataBook::new();
-        let kind = |name| kind(name, &types, &none);
+        let kind = |name| series_kind(name, &types, &none, || None);
         assert_eq!(kind("requests"), c);
         assert_eq!(kind("lat_bucket"), c);
         assert_eq!(kind("lat"), g);
@@ -311,7 +348,16 @@ mod tests {
                 unit: "".into(),
             }],
         };
-        convert(&meta, &RemoteWriteConfig::default(), &book, 10, BUDGET).unwrap();
+        let unknown: KnownKind<'_> = &|_, _, _| None;
+        convert(
+            &meta,
+            &RemoteWriteConfig::default(),
+            &book,
+            10,
+            BUDGET,
+            unknown,
+        )
+        .unwrap();
         assert_eq!(&*book.get("queue_total").unwrap().help, "Items queued.");
         let req = rw::WriteRequest {
             timeseries: vec![series(
@@ -320,7 +366,15 @@ mod tests {
             )],
             metadata: vec![],
         };
-        let c = convert(&req, &RemoteWriteConfig::default(), &book, 10, BUDGET).unwrap();
+        let c = convert(
+            &req,
+            &RemoteWriteConfig::default(),
+            &book,
+            10,
+            BUDGET,
+            unknown,
+        )
+        .unwrap();
         let s = &c.request.sources[0].series[0];
         assert_eq!(
             s.kind,
@@ -347,8 +401,37 @@ mod tests {
             &RemoteWriteConfig::default(),
             &MetadataBook::new(),
             10,
-            budget
+            budget,
+            &|_, _, _| None,
         )
         .is_err());
+    }
+
+    /// Where metadata and name disagree, a series in memory keeps the kind
+    /// it has, whichever way it is sent; one not in memory takes what the
+    /// metadata says; where they agree, nothing is looked up.
+    #[test]
+    fn a_series_keeps_its_kind_whichever_way_it_is_sent() {
+        use rw::metric_metadata::MetricType as T;
+        let with_meta: HashMap<&str, T> = [("queue_total", T::Gauge)].into_iter().collect();
+        let without: HashMap<&str, T> = HashMap::new();
+        let (c, g) = (pb::SampleKind::CumulativeCounter, pb::SampleKind::Gauge);
+        let book = MetadataBook::new();
+        // Typed by the request's metadata, then sent without: in memory it
+        // stays a gauge.
+        assert_eq!(series_kind("queue_total", &with_meta, &book, || None), g);
+        assert_eq!(series_kind("queue_total", &without, &book, || Some(g)), g);
+        // Known by its name first, then typed otherwise (by the request or
+        // by the book): it stays a counter.
+        assert_eq!(series_kind("queue_total", &with_meta, &book, || Some(c)), c);
+        book.record("queue_total", FamilyType::Gauge, "", "");
+        assert_eq!(series_kind("queue_total", &without, &book, || Some(c)), c);
+        // Not in memory: the metadata decides.
+        assert_eq!(series_kind("queue_total", &without, &book, || None), g);
+        // Agreeing metadata, or none: never looked up.
+        let agree: HashMap<&str, T> = [("hits_total", T::Counter)].into_iter().collect();
+        let lookup = || -> Option<pb::SampleKind> { panic!("looked up") };
+        assert_eq!(series_kind("hits_total", &agree, &book, lookup), c);
+        assert_eq!(series_kind("node_load1", &without, &book, lookup), g);
     }
 }

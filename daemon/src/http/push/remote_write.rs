@@ -42,9 +42,19 @@ pub(super) async fn write(
     };
     let cap = s.ingest.limits().max_rejections_reported;
     let budget = s.ingest.budget();
-    let Ok(converted) =
-        remote_write::convert(&req, &s.remote_write, s.ingest.metadata(), cap, budget)
-    else {
+    let ingest = &s.ingest;
+    let known = |source: &str, metric: &str, labels: &[tally_proto::v1::Label]| {
+        ingest.known_kind(source, metric, labels)
+    };
+    let converted = remote_write::convert(
+        &req,
+        &s.remote_write,
+        s.ingest.metadata(),
+        cap,
+        budget,
+        &known,
+    );
+    let Ok(converted) = converted else {
         let e = s.ingest.too_large(Protocol::RemoteWrite, budget);
         return text(StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
     };

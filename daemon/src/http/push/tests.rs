@@ -405,3 +405,39 @@ async fn remote_write_2_is_415_with_nothing_written() {
         }
     }
 }
+
+/// A series typed by metadata against its name, then sent without
+/// metadata, is taken as the kind it has: 204, not 400 `kind_conflict`.
+#[tokio::test]
+async fn remote_write_keeps_a_kind_that_came_from_metadata() {
+    use rw::metric_metadata::MetricType as T;
+    let (_dir, app) = app();
+    let now = chrono::Utc::now().timestamp_millis();
+    let series = |t: i64, v: f64| {
+        rw_series(
+            &[("__name__", "queue_total"), ("instance", "h1"), ("q", "a")],
+            &[(t, v)],
+        )
+    };
+    let typed = rw::WriteRequest {
+        timeseries: vec![series(now - 2_000, 5.0)],
+        metadata: vec![rw::MetricMetadata {
+            r#type: T::Gauge as i32,
+            metric_family_name: "queue_total".into(),
+            ..Default::default()
+        }],
+    };
+    let bare = rw::WriteRequest {
+        timeseries: vec![series(now - 1_000, 3.0)],
+        metadata: vec![],
+    };
+    for req in [&typed, &bare, &typed] {
+        let (status, body, _) = post(&app, "/api/v1/write", &[PB, SNAPPY], snappy(req)).await;
+        assert_eq!(
+            status,
+            StatusCode::NO_CONTENT,
+            "{}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
