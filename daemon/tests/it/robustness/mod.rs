@@ -18,6 +18,10 @@
 //! * `silent`: 1,100 silent HTTP bodies and 20,000 silent gRPC connections
 //!   (plain and TLS) under a lowered open-file limit: health, a push and a
 //!   read still answer, and every silent connection is closed and counted.
+//! * `protocol_findings`: remote-write 2.0 is 415 with nothing written;
+//!   `tally_metric` is reserved; `step=auto` counts its buckets exactly;
+//!   label values, OTLP 413 and remote-write kinds answer in their
+//!   protocols' terms.
 //! * `grpc_edges`: reflection `v1alpha` from the stock Python client,
 //!   `RESOURCE_EXHAUSTED` for an oversized message, `INVALID_ARGUMENT`
 //!   naming the field for invalid UTF-8, and the 400s of `agg=rate` on a
@@ -29,6 +33,7 @@ mod findings;
 mod grpc_edges;
 mod patterns;
 mod promql;
+mod protocol_findings;
 mod silent;
 
 use std::time::Duration;
