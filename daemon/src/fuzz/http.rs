@@ -221,6 +221,12 @@ fn request() -> impl Strategy<Value = (bool, &'static str, String)> {
 
 /// A router over an embedded store in `dir`, with a few series in memory.
 pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
+    super::super::http::router(state(dir), &crate::http::HttpConfig::default())
+}
+
+/// The HTTP server's state over an embedded store in `dir`, with a few
+/// series in memory.
+pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
     let store: Arc<dyn Store> = match EmbeddedStore::open(dir) {
         Ok(s) => Arc::new(s),
         Err(e) => panic!("store: {e}"),
@@ -292,7 +298,7 @@ pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
             remote_write: Default::default(),
         },
     };
-    super::super::http::router(state, &crate::http::HttpConfig::default())
+    state
 }
 
 #[test]

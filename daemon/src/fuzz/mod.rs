@@ -1,6 +1,8 @@
 //! Random-input harnesses for the daemon's front doors: the ingest decoder
 //! and validator, the HTTP query parameters of the native and
-//! Prometheus-compatible APIs (PromQL included), and the config loader.
+//! Prometheus-compatible APIs (PromQL included), the config loader, and
+//! the connection path of both listeners (`conn`: partial heads, bodies,
+//! prefaces and TLS handshakes, stalls, on a paused clock).
 //!
 //! They run on stable Rust through `proptest`, as unit tests, so every
 //! `cargo test` makes a short bounded pass (`FUZZ_DEFAULT_CASES` inputs per
@@ -8,9 +10,11 @@
 //! by setting `TALLY_FUZZ_CASES`. A harness fails on a panic, on a stack
 //! overflow (the test process aborts), on an answer outside the documented
 //! set (e.g. a 500 for bad input), or on a broken invariant (accepted plus
-//! rejected samples must equal the samples sent).
+//! rejected samples must equal the samples sent; a connection is closed
+//! within its deadlines).
 
 mod config;
+mod conn;
 pub(crate) mod http;
 mod ingest;
 

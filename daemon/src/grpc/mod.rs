@@ -98,6 +98,16 @@ pub async fn serve(
     Ok(())
 }
 
+/// The server inside each gRPC connection, serving `routes`, for harnesses
+/// that run a listener in process.
+#[cfg(test)]
+pub(crate) fn connection_server(
+    routes: tonic::service::Routes,
+    cfg: GrpcConfig,
+) -> impl crate::listen::Serve {
+    server::GrpcServe::new(tower::util::BoxCloneSyncService::new(routes), cfg)
+}
+
 /// The bounds the listener applies to gRPC connections: the cap, and no
 /// write deadline of its own (a peer that stops reading stops answering
 /// pings, and keepalive closes it).

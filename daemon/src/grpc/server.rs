@@ -26,7 +26,7 @@ use tracing::debug;
 
 use super::GrpcConfig;
 use crate::listen::{Active, Closed, Member, Serve};
-use crate::tls::Conn;
+use crate::tls::{Conn, Io};
 
 /// Every service of the listener, behind one router.
 pub(super) type Services = BoxCloneSyncService<Request<Body>, Response<Body>, Infallible>;
@@ -61,9 +61,9 @@ impl GrpcServe {
 }
 
 impl Serve for GrpcServe {
-    async fn serve(
+    async fn serve<S: Io>(
         &self,
-        mut conn: Conn,
+        mut conn: Conn<S>,
         member: Arc<Member>,
         _reserve: bool,
         stop: CancellationToken,
@@ -178,13 +178,13 @@ impl http_body::Body for Counted {
 }
 
 /// The connection with the preface, read to check it, put back in front.
-struct Rewind {
+struct Rewind<S> {
     prefix: [u8; PREFACE.len()],
     at: usize,
-    inner: Conn,
+    inner: Conn<S>,
 }
 
-impl AsyncRead for Rewind {
+impl<S: Io> AsyncRead for Rewind<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -202,7 +202,7 @@ impl AsyncRead for Rewind {
     }
 }
 
-impl AsyncWrite for Rewind {
+impl<S: Io> AsyncWrite for Rewind<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

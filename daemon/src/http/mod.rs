@@ -119,6 +119,19 @@ pub async fn serve(
     server::serve(listener, (router, reserve), cfg, tls, shutdown).await
 }
 
+/// The server inside each HTTP connection, for harnesses that run a
+/// listener in process.
+#[cfg(test)]
+pub(crate) fn connection_server(
+    state: HttpState,
+    cfg: &HttpConfig,
+    tls: bool,
+) -> impl crate::listen::Serve {
+    let reserve = reserve_router(&state, cfg);
+    let router = router(state, cfg);
+    server::HttpServe::new((router, reserve), cfg, tls)
+}
+
 /// The bounds the listener applies to HTTP connections.
 pub fn limits(cfg: &HttpConfig) -> crate::listen::Limits {
     crate::listen::Limits {

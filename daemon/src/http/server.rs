@@ -29,7 +29,7 @@ use tracing::debug;
 use super::config::RESERVE_HEADER_TIMEOUT;
 use super::HttpConfig;
 use crate::listen::{Closed, Listener, Member, Serve};
-use crate::tls::Conn;
+use crate::tls::{Conn, Io};
 
 /// The connection a request came on, for the layers that tell it what the
 /// request is waiting for.
@@ -41,32 +41,41 @@ pub(crate) struct ConnHandle(pub(crate) Arc<Member>);
 /// Connections beyond the cap, in the reserve, are served `reserve`.
 pub(super) async fn serve(
     listener: Listener,
-    (router, reserve): (Router, Router),
+    routers: (Router, Router),
     cfg: HttpConfig,
     tls: bool,
     shutdown: CancellationToken,
 ) {
-    let builder = |header_timeout: Duration, keep_alive: bool| {
-        let mut b = http1::Builder::new();
-        b.timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .max_header_size(cfg.max_header_bytes)
-            .keep_alive(keep_alive);
-        b
-    };
-    let serve = HttpServe(Arc::new(Inner {
-        main: (builder(cfg.header_read_timeout, true), router),
-        reserve: (
-            builder(cfg.header_read_timeout.min(RESERVE_HEADER_TIMEOUT), false),
-            reserve,
-        ),
-        refusal: (!tls).then(|| refusal(cfg.max_connections)),
-    }));
-    listener.run(serve, shutdown).await;
+    listener
+        .run(HttpServe::new(routers, &cfg, tls), shutdown)
+        .await;
 }
 
+/// The HTTP/1 server of each connection: `router` for connections within
+/// the cap, `reserve` for those beyond it.
 #[derive(Clone)]
-struct HttpServe(Arc<Inner>);
+pub(crate) struct HttpServe(Arc<Inner>);
+
+impl HttpServe {
+    pub(crate) fn new((router, reserve): (Router, Router), cfg: &HttpConfig, tls: bool) -> Self {
+        let builder = |header_timeout: Duration, keep_alive: bool| {
+            let mut b = http1::Builder::new();
+            b.timer(TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .max_header_size(cfg.max_header_bytes)
+                .keep_alive(keep_alive);
+            b
+        };
+        HttpServe(Arc::new(Inner {
+            main: (builder(cfg.header_read_timeout, true), router),
+            reserve: (
+                builder(cfg.header_read_timeout.min(RESERVE_HEADER_TIMEOUT), false),
+                reserve,
+            ),
+            refusal: (!tls).then(|| refusal(cfg.max_connections)),
+        }))
+    }
+}
 
 struct Inner {
     main: (http1::Builder, Router),
@@ -76,9 +85,9 @@ struct Inner {
 }
 
 impl Serve for HttpServe {
-    async fn serve(
+    async fn serve<S: Io>(
         &self,
-        conn: Conn,
+        conn: Conn<S>,
         member: Arc<Member>,
         reserve: bool,
         stop: CancellationToken,

@@ -25,7 +25,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -34,7 +34,7 @@ use tracing::error;
 pub use pool::{Active, Member, Pool, Slot, Waiting, MAX_EVICTING, STALLED};
 pub use tracked::Tracked;
 
-use crate::tls::{Conn, Protocol, ServerTls};
+use crate::tls::{Conn, Io, Protocol, ServerTls};
 
 /// Why a connection ended, as counted in `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,9 +160,9 @@ pub trait Serve: Clone + Send + Sync + 'static {
     /// Serves `conn` until it ends; on `stop`, finishes what is in
     /// progress and ends. `reserve`: the connection came in beyond the cap
     /// and may only be answered in the limited way. Returns why it ended.
-    fn serve(
+    fn serve<S: Io>(
         &self,
-        conn: Conn,
+        conn: Conn<S>,
         member: Arc<Member>,
         reserve: bool,
         stop: CancellationToken,
@@ -205,7 +205,7 @@ impl Listener {
     /// closes the socket, lets every connection finish (each is told to by
     /// `shutdown`) and returns once they have.
     pub async fn run<S: Serve>(self, serve: S, shutdown: CancellationToken) {
-        let epoch = Instant::now();
+        let epoch = tokio::time::Instant::now();
         let pools = Pools {
             main: Pool::new(self.limits.max_connections, epoch),
             reserve: Pool::new(self.limits.reserved, epoch),
@@ -263,17 +263,71 @@ struct Pools {
     handshakes: Arc<Pool>,
 }
 
+/// A listener without a socket, for harnesses: connections given to it as
+/// in-memory streams are admitted and served as an accepted one would be.
+#[cfg(test)]
+pub(crate) struct Harness {
+    pools: Pools,
+    tls: Option<(Arc<ServerTls>, Protocol)>,
+    limits: Limits,
+    stop: CancellationToken,
+}
+
+#[cfg(test)]
+impl Harness {
+    pub(crate) fn new(limits: Limits, tls: Option<(Arc<ServerTls>, Protocol)>) -> Harness {
+        let epoch = tokio::time::Instant::now();
+        Harness {
+            pools: Pools {
+                main: Pool::new(limits.max_connections, epoch),
+                reserve: Pool::new(limits.reserved, epoch),
+                handshakes: Pool::new(tls.as_ref().map_or(0, |(t, _)| t.max_handshakes()), epoch),
+            },
+            tls,
+            limits,
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Serves `stream` with `serve` in a task of its own; `None` when no
+    /// slot takes it (it is then dropped, as a refused socket is).
+    pub(crate) fn serve<T: Serve, S: Io>(
+        &self,
+        serve: &T,
+        stream: S,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let member = Arc::new(Member::new(tokio::time::Instant::now()));
+        let (slot, reserve) = match self.pools.main.admit(&member) {
+            Some(slot) => (slot, false),
+            None => (self.pools.reserve.admit(&member)?, true),
+        };
+        let task = ConnTask {
+            serve: serve.clone(),
+            tls: self.tls.clone(),
+            handshakes: self.pools.handshakes.clone(),
+            limits: self.limits.clone(),
+            stop: self.stop.clone(),
+        };
+        Some(tokio::spawn(task.run(stream, member, slot, reserve)))
+    }
+
+    /// Connections holding a slot.
+    pub(crate) fn open(&self) -> usize {
+        self.pools.main.counted() + self.pools.reserve.counted() + self.pools.handshakes.counted()
+    }
+}
+
 /// One connection's life.
-struct ConnTask<S> {
-    serve: S,
+struct ConnTask<T> {
+    serve: T,
     tls: Option<(Arc<ServerTls>, Protocol)>,
     handshakes: Arc<Pool>,
     limits: Limits,
     stop: CancellationToken,
 }
 
-impl<S: Serve> ConnTask<S> {
-    async fn run(self, stream: TcpStream, member: Arc<Member>, slot: Slot, reserve: bool) {
+impl<T: Serve> ConnTask<T> {
+    async fn run<S: Io>(self, stream: S, member: Arc<Member>, slot: Slot, reserve: bool) {
         let names = self.limits.names;
         let gauge = if reserve { RESERVE_GAUGE } else { names.open };
         metrics::gauge!(gauge).increment(1.0);

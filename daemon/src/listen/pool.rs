@@ -19,10 +19,12 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use tokio::sync::Notify;
+// The runtime's clock, so that a paused test clock moves it too.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Closed;

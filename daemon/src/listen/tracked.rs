@@ -144,7 +144,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
+    use tokio::time::Instant;
 
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -15,36 +15,28 @@ use tracing::debug;
 
 use crate::listen::{Closed, Tracked};
 
-/// The socket under either kind of connection, its progress tracked.
-pub type Socket = Tracked<TcpStream>;
+/// What a connection can run over: an accepted socket, or in tests an
+/// in-memory stream.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send + 'static {}
 
-/// One accepted connection, in plain text or TLS.
-pub enum Conn {
-    Plain(Socket),
-    Tls(Box<TlsStream<Socket>>),
-}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Io for S {}
 
-impl Conn {
-    /// The peer's address, for logs.
-    pub fn peer(&self) -> Option<std::net::SocketAddr> {
-        let tcp = match self {
-            Conn::Plain(s) => s.get_ref(),
-            Conn::Tls(s) => s.get_ref().0.get_ref(),
-        };
-        tcp.peer_addr().ok()
-    }
+/// One accepted connection, in plain text or TLS, over its socket with its
+/// progress tracked.
+pub enum Conn<S = TcpStream> {
+    Plain(Tracked<S>),
+    Tls(Box<TlsStream<Tracked<S>>>),
 }
 
 /// Runs the server side of a TLS handshake on `io`, giving up after
 /// `timeout` for the whole of it; `name` labels the metric (`grpc`,
 /// `http`).
-pub async fn handshake(
+pub async fn handshake<S: Io>(
     acceptor: tokio_rustls::TlsAcceptor,
-    io: Socket,
+    io: Tracked<S>,
     timeout: Duration,
     name: &'static str,
-) -> Result<Conn, Closed> {
-    let peer = io.get_ref().peer_addr().ok();
+) -> Result<Conn<S>, Closed> {
     let outcome = match tokio::time::timeout(timeout, acceptor.accept(io)).await {
         Ok(Ok(tls)) => Ok(Conn::Tls(Box::new(tls))),
         Ok(Err(e)) => Err((Closed::HandshakeFailed, e.to_string())),
@@ -58,7 +50,7 @@ pub async fn handshake(
         // Scanners and misconfigured clients fail handshakes all day: debug
         // level, with a counter to alert on.
         Err((why, detail)) => {
-            debug!(listener = name, ?peer, error = %detail, "TLS handshake failed");
+            debug!(listener = name, error = %detail, "TLS handshake failed");
             match why {
                 Closed::HandshakeTimeout => "timeout",
                 _ => "failed",
@@ -70,7 +62,7 @@ pub async fn handshake(
     outcome.map_err(|(why, _)| why)
 }
 
-impl AsyncRead for Conn {
+impl<S: Io> AsyncRead for Conn<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -83,7 +75,7 @@ impl AsyncRead for Conn {
     }
 }
 
-impl AsyncWrite for Conn {
+impl<S: Io> AsyncWrite for Conn<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -24,7 +24,7 @@ use parking_lot::RwLock;
 use serde::{Deserialize, Serialize};
 
 pub use certs::TlsError;
-pub use conn::{handshake, Conn, Socket};
+pub use conn::{handshake, Conn, Io};
 
 use crate::validate::Problems;
 

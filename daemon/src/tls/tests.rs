@@ -77,9 +77,9 @@ async fn leaf_seen(addr: std::net::SocketAddr, ca: &str) -> Result<Vec<u8>, Stri
 struct Echo;
 
 impl Serve for Echo {
-    async fn serve(
+    async fn serve<S: Io>(
         &self,
-        mut conn: Conn,
+        mut conn: Conn<S>,
         _: std::sync::Arc<Member>,
         _: bool,
         _: tokio_util::sync::CancellationToken,
