@@ -4,7 +4,8 @@
 //! waiting; the header deadline closes the idle and the trickling; a full
 //! listener of working connections refuses a new one naming the cap, and
 //! takes it once they stall; the head and body limits answer with their
-//! setting.
+//! setting; beyond the cap the reserve answers health and metrics; caps
+//! above the open-file limit are warned about at start.
 
 use std::time::{Duration, Instant};
 
@@ -198,4 +199,63 @@ async fn connection_cap_and_size_limits_name_their_setting() {
         "{text}"
     );
     done.cancel();
+}
+
+/// With every connection of the cap working, a new one is served from the
+/// reserve: health and metrics answer, anything else is a 503 naming the
+/// cap, and the connection ends after its one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reserve_serves_health_beyond_the_cap() {
+    let d = Daemon::start_async(
+        tallyd()
+            .env("TALLYD_HTTP_MAX_CONNECTIONS", "4")
+            .env("TALLYD_HTTP_RESERVED_CONNECTIONS", "2"),
+    )
+    .await;
+    let (trickling, done) = (CancellationToken::new(), CancellationToken::new());
+    for _ in 0..4 {
+        trickle_body(&d, trickling.clone(), done.clone());
+    }
+    // Once the four are in, a new connection lands in the reserve.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let over = loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut s = connect(&d).await;
+        s.write_all(b"GET /api/v1/sources HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let answer = read_to_close(s).await;
+        if answer.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break answer;
+        }
+    };
+    assert!(
+        over.starts_with("HTTP/1.1 503") && over.contains("http.max_connections"),
+        "{over}"
+    );
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        let mut s = connect(&d).await;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        // One request, then the reserve closes the connection.
+        let answer = read_to_close(s).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+    }
+    trickling.cancel();
+    done.cancel();
+}
+
+/// Caps that do not fit the open-file limit are warned about at start,
+/// naming the settings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caps_above_the_open_file_limit_are_warned_about() {
+    let d = Daemon::start_async(tallyd().open_files(512)).await;
+    let logs = d.logs();
+    assert!(
+        logs.contains("open-file limit (RLIMIT_NOFILE) is below")
+            && logs.contains("grpc.max_connections + http.max_connections"),
+        "{logs}"
+    );
+    normal_request(&d).await;
 }
