@@ -416,18 +416,24 @@ mod tests {
         let with_meta: HashMap<&str, T> = [("queue_total", T::Gauge)].into_iter().collect();
         let without: HashMap<&str, T> = HashMap::new();
         let (c, g) = (pb::SampleKind::CumulativeCounter, pb::SampleKind::Gauge);
+        // Typed by the request's metadata (which `convert` puts in the
+        // book), then sent without: in memory it stays a gauge.
         let book = MetadataBook::new();
-        // Typed by the request's metadata, then sent without: in memory it
-        // stays a gauge.
+        book.record("queue_total", FamilyType::Gauge, "", "");
         assert_eq!(series_kind("queue_total", &with_meta, &book, || None), g);
         assert_eq!(series_kind("queue_total", &without, &book, || Some(g)), g);
-        // Known by its name first, then typed otherwise (by the request or
-        // by the book): it stays a counter.
-        assert_eq!(series_kind("queue_total", &with_meta, &book, || Some(c)), c);
-        book.record("queue_total", FamilyType::Gauge, "", "");
-        assert_eq!(series_kind("queue_total", &without, &book, || Some(c)), c);
+        // Known by its name first, then typed otherwise, by the request or
+        // by metadata sent on its own: it stays a counter.
+        let fresh = MetadataBook::new();
+        assert_eq!(series_kind("queue_total", &without, &fresh, || None), c);
+        assert_eq!(
+            series_kind("queue_total", &with_meta, &fresh, || Some(c)),
+            c
+        );
+        fresh.record("queue_total", FamilyType::Gauge, "", "");
+        assert_eq!(series_kind("queue_total", &without, &fresh, || Some(c)), c);
         // Not in memory: the metadata decides.
-        assert_eq!(series_kind("queue_total", &without, &book, || None), g);
+        assert_eq!(series_kind("queue_total", &without, &fresh, || None), g);
         // Agreeing metadata, or none: never looked up.
         let agree: HashMap<&str, T> = [("hits_total", T::Counter)].into_iter().collect();
         let lookup = || -> Option<pb::SampleKind> { panic!("looked up") };
