@@ -209,7 +209,11 @@ pub(super) struct BodyLimits {
 /// timeout to arrive, is refused as it is read, and the connection closed
 /// after the answer.
 pub(super) fn limit_body(router: Router, limits: BodyLimits) -> Router {
-    router.layer(axum::middleware::from_fn_with_state(limits, read_body))
+    // The handlers' extractors take what this read, whole: their own
+    // default bound (2 MiB) must not cut it shorter.
+    router
+        .layer(axum::middleware::from_fn_with_state(limits, read_body))
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max))
 }
 
 async fn read_body(

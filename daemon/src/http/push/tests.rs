@@ -441,3 +441,19 @@ async fn remote_write_keeps_a_kind_that_came_from_metadata() {
         );
     }
 }
+
+/// Bodies up to `ingest.max_message_bytes` (16 MiB) reach the handler,
+/// past the HTTP framework's own 2 MiB default: a 3 MiB body that is not
+/// snappy is 400 (unreadable), not 413.
+#[tokio::test]
+async fn ingest_bodies_over_two_mib_are_read() {
+    let (_dir, app) = app();
+    let body = vec![0xffu8; 3 << 20];
+    let (status, text, _) = post(&app, "/api/v1/write", &[PB, SNAPPY], body).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&text)
+    );
+}
