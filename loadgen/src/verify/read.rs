@@ -31,7 +31,35 @@ struct RangeEnvelope {
 struct SeriesBody {
     kind: Option<String>,
     labels: Option<BTreeMap<String, String>>,
-    points: Vec<PointBody>,
+    points: Vec<RawPoint>,
+}
+
+/// A point as the daemon writes it. A cumulative counter's first minute
+/// holds only its baseline (`last`), with no counted samples: there is
+/// nothing in it to verify, so such points are left out.
+#[derive(Debug, Deserialize)]
+struct RawPoint {
+    t: i64,
+    #[serde(default)]
+    n: u64,
+    sum: Option<f64>,
+    min: Option<f64>,
+    max: Option<f64>,
+}
+
+impl RawPoint {
+    fn counted(self) -> Option<PointBody> {
+        if self.n == 0 {
+            return None;
+        }
+        Some(PointBody {
+            t: self.t,
+            n: self.n,
+            sum: self.sum?,
+            min: self.min?,
+            max: self.max?,
+        })
+    }
 }
 
 /// One series as read: its kind and its points, merged over the chunks.
@@ -84,7 +112,8 @@ pub async fn read(
             };
             let body = all.entry(labels).or_default();
             body.kind = body.kind.take().or(s.kind);
-            body.points.extend(s.points);
+            body.points
+                .extend(s.points.into_iter().filter_map(RawPoint::counted));
         }
         from = to;
     }
@@ -177,12 +206,28 @@ mod tests {
             r#"cpu="0",mode="1""#
         );
         // Floats are read exactly: min and max are compared bit for bit.
-        assert_eq!(s.points[0].sum, 0.1 + 0.2);
+        assert_eq!(s.points[0].sum, Some(0.1 + 0.2));
         let without: RangeEnvelope = serde_json::from_str(
             r#"{"series":[{"source":"s","metric":"m","kind":null,"points":[]}]}"#,
         )
         .unwrap();
         assert!(without.series[0].labels.is_none());
+    }
+
+    #[test]
+    fn a_baseline_only_minute_is_not_a_point_to_verify() {
+        let body: RangeEnvelope = serde_json::from_str(
+            r#"{"series":[{"kind":"counter","points":[{"t":0,"last":5.0,"last_ms":1000},{"t":60,"n":1,"sum":2.0,"min":2.0,"max":2.0,"last":7.0}]}]}"#,
+        )
+        .unwrap();
+        let points: Vec<PointBody> = body
+            .series
+            .into_iter()
+            .flat_map(|s| s.points)
+            .filter_map(RawPoint::counted)
+            .collect();
+        assert_eq!(points.len(), 1);
+        assert_eq!((points[0].t, points[0].n, points[0].sum), (60, 1, 2.0));
     }
 
     #[test]

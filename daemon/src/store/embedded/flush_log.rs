@@ -175,7 +175,6 @@ fn load(
 }
 
 /// Slot `i` of a value whose slots start at byte `base`, in one layout.
-type SlotReader = fn(&[u8], usize, usize) -> Slot;
 
 /// One entry, its slots in today's encoding or, when `legacy`, layout 2's.
 fn decode_entry(bytes: &mut &[u8], legacy: bool) -> Option<Entry> {
@@ -184,10 +183,12 @@ fn decode_entry(bytes: &mut &[u8], legacy: bool) -> Option<Entry> {
     let series = SeriesId::from_metric_key(source, metric_key)?;
     let kind = SampleKind::from_code(*take(bytes, 1)?.first()?)?;
     let n = u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize;
-    let (len, slot): (usize, SlotReader) = match legacy {
-        false => (MINUTE_LEN, slot_at),
-        true => (LEGACY_MINUTE_LEN, legacy_slot_at),
+    let len = if legacy {
+        LEGACY_MINUTE_LEN
+    } else {
+        MINUTE_LEN
     };
+    let slot = if legacy { legacy_slot_at } else { slot_at };
     let raw = take(bytes, n.checked_mul(len)?)?;
     let minutes = raw
         .chunks_exact(len)
