@@ -65,6 +65,19 @@ async fn run(config: Config) -> Result<()> {
     let http_listener = TcpListener::bind(config.http_listen)
         .await
         .with_context(|| format!("binding http_listen {}", config.http_listen))?;
+    let graphite_listener = match config.graphite.addr() {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding graphite.listen {addr}"))?,
+        ),
+        None => None,
+    };
+    let graphite_addr = graphite_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()
+        .context("reading graphite.listen's address")?;
     let grpc_listener = security.listener(grpc_listener, Protocol::Grpc)?;
     let http_listener = security.listener(http_listener, Protocol::Http)?;
     let (grpc_addr, http_addr) = (grpc_listener.local_addr(), http_listener.local_addr());
@@ -72,19 +85,23 @@ async fn run(config: Config) -> Result<()> {
     info!(
         grpc = %grpc_addr,
         http = %http_addr,
+        graphite = %graphite_addr.map_or_else(|| "off".to_owned(), |a| a.to_string()),
         store = %parts.store.name(),
         tls = security.tls_enabled(),
         auth = security.auth().enabled(),
         "tallyd listening"
     );
     security.warn_exposure(&[("grpc_listen", grpc_addr), ("http_listen", http_addr)]);
+    if let Some(addr) = graphite_addr {
+        tally::graphite::warn_exposure(addr, security.auth().enabled());
+    }
     let shutdown = Shutdown::default();
     tokio::spawn(security.clone().reload_on_sighup(shutdown.stop.clone()));
     let tasks = parts.start(
         &config,
         &security,
         shutdown.clone(),
-        (grpc_listener, http_listener),
+        (grpc_listener, http_listener, graphite_listener),
         metrics,
     );
     shutdown_signal().await;
@@ -214,9 +231,21 @@ impl Parts {
         config: &Config,
         security: &Security,
         shutdown: Shutdown,
-        (grpc_listener, http_listener): (SecureListener, SecureListener),
+        (grpc_listener, http_listener, graphite_listener): (
+            SecureListener,
+            SecureListener,
+            Option<TcpListener>,
+        ),
         metrics: metrics_exporter_prometheus::PrometheusHandle,
     ) -> Tasks {
+        let graphite = graphite_listener.map(|listener| {
+            tokio::spawn(tally::graphite::serve(
+                listener,
+                self.ingestor.clone(),
+                config.graphite.clone(),
+                shutdown.close.clone(),
+            ))
+        });
         let (health, health_service) = tonic_health::server::health_reporter();
         let grpc = tokio::spawn(grpc::serve(
             grpc_listener,
@@ -246,6 +275,7 @@ impl Parts {
                 ingest: self.ingestor.clone(),
                 otlp: config.otlp.clone(),
                 remote_write: config.remote_write.clone(),
+                influx: config.influx.clone(),
             },
         };
         // HTTP outlives `close`: `/readyz` answers 503 while the final
@@ -269,6 +299,7 @@ impl Parts {
         Tasks {
             grpc,
             http,
+            graphite,
             flush: tokio::spawn(self.pipeline.clone().run(stop.clone(), shutdown.give_up)),
             // Watch streams end when the listeners close, or graceful
             // shutdown would wait on them for the whole grace period.
@@ -284,8 +315,8 @@ impl Parts {
     }
 }
 
-/// Shutdown runs in steps, each with its own token: the gRPC listener stops
-/// accepting and readiness turns 503 (`close`), then the pipeline makes its
+/// Shutdown runs in steps, each with its own token: the gRPC and Graphite
+/// listeners stop accepting and readiness turns 503 (`close`), then the pipeline makes its
 /// final flush and the background loops end (`stop`), and if the deadline
 /// passes, retries are abandoned (`give_up`); the HTTP listener, which
 /// reports the drain, closes last (`http`).
@@ -301,6 +332,8 @@ struct Shutdown {
 struct Tasks {
     grpc: JoinHandle<Result<(), grpc::GrpcError>>,
     http: JoinHandle<std::io::Result<()>>,
+    /// The Graphite listener, when `graphite.listen` is set.
+    graphite: Option<JoinHandle<std::io::Result<()>>>,
     flush: JoinHandle<()>,
     watch: JoinHandle<()>,
     maintenance: JoinHandle<()>,
@@ -323,6 +356,10 @@ impl Tasks {
         //    otherwise hold graceful shutdown for the whole deadline.
         let grace = LISTENER_GRACE.min(deadline_in / 2);
         wait_listener(&mut self.grpc, grace, "gRPC").await;
+        if let Some(graphite) = &mut self.graphite {
+            // Each connection admits what it has read before it closes.
+            wait_listener(graphite, grace, "Graphite").await;
+        }
         parts.gate.close().await;
         // 2. Final flush: everything acknowledged is in the aggregator now.
         s.stop.cancel();

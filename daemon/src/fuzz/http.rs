@@ -290,6 +290,7 @@ pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
             ingest,
             otlp: Default::default(),
             remote_write: Default::default(),
+            influx: Default::default(),
         },
     };
     super::super::http::router(state, &crate::http::HttpConfig::default())

@@ -1,10 +1,12 @@
-//! The HTTP ingest endpoints: OTLP/HTTP `POST /v1/metrics` (`otlp`) and
-//! Prometheus remote-write `POST /api/v1/write` (`remote_write`). Both take
-//! bodies up to `ingest.max_message_bytes`, compressed or not (a body that
-//! inflates past that limit is refused as it inflates, so a small
-//! compressed body cannot make the daemon allocate more), and need an
-//! `ingest` (or `admin`) token when tokens are on.
+//! The HTTP ingest endpoints: OTLP/HTTP `POST /v1/metrics` (`otlp`),
+//! Prometheus remote-write `POST /api/v1/write` (`remote_write`) and
+//! InfluxDB line protocol `POST /write` and `POST /api/v2/write`
+//! (`influx`). All take bodies up to `ingest.max_message_bytes`, compressed
+//! or not (a body that inflates past that limit is refused as it inflates,
+//! so a small compressed body cannot make the daemon allocate more), and
+//! need an `ingest` (or `admin`) token when tokens are on.
 
+mod influx;
 mod otlp;
 mod remote_write;
 
@@ -17,6 +19,7 @@ use axum::routing::post;
 use axum::Router;
 
 use crate::auth::Grant;
+use crate::ingest::influx::InfluxConfig;
 use crate::ingest::otlp::OtlpConfig;
 use crate::ingest::remote_write::RemoteWriteConfig;
 use crate::ingest::{IngestError, Ingestor, Protocol, PUSHBACK_RETRY_AFTER};
@@ -27,13 +30,18 @@ pub struct PushState {
     pub ingest: Arc<Ingestor>,
     pub otlp: OtlpConfig,
     pub remote_write: RemoteWriteConfig,
+    pub influx: InfluxConfig,
 }
 
 pub(super) fn router() -> Router<PushState> {
     Router::new()
         .route("/v1/metrics", post(otlp::export))
         .route("/api/v1/write", post(remote_write::write))
+        .route(influx::V1_PATH, post(influx::write_v1))
+        .route(influx::V2_PATH, post(influx::write_v2))
 }
+
+pub(super) use influx::credentials as influx_credentials;
 
 /// Why a body could not be read.
 #[derive(Debug)]
