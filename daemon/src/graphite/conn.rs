@@ -154,11 +154,11 @@ impl<'c> Reader<'c> {
             if std::mem::take(&mut self.discarding) {
                 continue;
             }
-            if self.partial.is_empty() {
-                self.line(piece, now_ms).await;
-            } else if self.partial.len() + piece.len() > max {
+            if self.partial.len() + piece.len() > max {
                 self.partial.clear();
                 self.too_long();
+            } else if self.partial.is_empty() {
+                self.line(piece, now_ms).await;
             } else {
                 let mut line = std::mem::take(&mut self.partial);
                 line.extend_from_slice(piece);
