@@ -523,7 +523,7 @@ fn kinds_of(protocol: &str) -> &'static str {
 /// The daemon's Graphite listener, as `--graphite` takes it.
 fn graphite_addr(d: &Daemon) -> String {
     d.graphite_addr()
-        .expect("tallyd started with TALLYD_GRAPHITE_LISTEN")
+        .unwrap_or_else(|| panic!("tallyd started without TALLYD_GRAPHITE_LISTEN"))
         .to_string()
 }
 

@@ -11,7 +11,8 @@
 //!   (`missing_source`).
 //! - **Labels**: the tags, their names sanitised as OTLP attribute names
 //!   are ([`crate::labels::label_name_from_key`]).
-//! - **Kind**: gauge; the value must be a finite number.
+//! - **Kind**: gauge. NaN is data, as on every protocol; an infinite
+//!   value is refused.
 //! - **Time**: Unix seconds, whole or with a fraction (kept to the
 //!   millisecond); a line without one, or with `-1`, is stamped with the
 //!   time it was read.
@@ -44,7 +45,7 @@ pub enum LineError {
     Path,
     #[error("tag {0:?} is not `name=value` with a non-empty name and value")]
     Tag(String),
-    #[error("value {0:?} is not a finite number")]
+    #[error("value {0:?} is not a number, or is infinite")]
     Value(String),
     #[error("timestamp {0:?} is not Unix seconds")]
     Timestamp(String),
@@ -94,7 +95,7 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
     let value = value
         .parse::<f64>()
         .ok()
-        .filter(|v| v.is_finite())
+        .filter(|v| !v.is_infinite())
         .ok_or_else(|| LineError::Value(clip(value)))?;
     let ts_ms = match ts {
         None | Some("-1") => None,
@@ -250,6 +251,7 @@ mod tests {
         assert_eq!(parse_line(b"a.b 1").unwrap().ts_ms, None);
         assert_eq!(parse_line(b"a.b 1 -1").unwrap().ts_ms, None);
         assert_eq!(parse_line(b"a.b 1 .5").unwrap().ts_ms, Some(500));
+        assert!(parse_line(b"a.b nan 1").unwrap().value.is_nan());
     }
 
     #[test]
@@ -261,7 +263,7 @@ mod tests {
             (b".a 1 2", LineError::Path),
             (b"a;t 1 2", LineError::Tag("t".into())),
             (b"a;t= 1 2", LineError::Tag("t=".into())),
-            (b"a nan 2", LineError::Value("nan".into())),
+            (b"a -inf 2", LineError::Value("-inf".into())),
             (b"a inf 2", LineError::Value("inf".into())),
             (b"a 1x 2", LineError::Value("1x".into())),
             (b"a 1 12x", LineError::Timestamp("12x".into())),

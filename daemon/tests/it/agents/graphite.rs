@@ -81,7 +81,7 @@ async fn bad_lines_are_refused_alone_and_good_ones_kept() {
     let mut s = connect(&d).await;
     let mut send = Vec::new();
     send.extend(format!("gr.load;dc=eu 1 {ts}\n").as_bytes());
-    send.extend(format!("gr.load;dc=eu nan {ts}\n").as_bytes());
+    send.extend(format!("gr.load;dc=eu inf {ts}\n").as_bytes());
     send.extend(b"gr.load\n");
     send.extend(format!("gr.load;dc=eu 1 {ts}x\n").as_bytes());
     send.extend(format!("gr 1 {ts}\n").as_bytes());
@@ -124,7 +124,7 @@ async fn bad_lines_are_refused_alone_and_good_ones_kept() {
     })
     .await;
     let text = metrics_text(&d).await;
-    // nan, one field, a bad timestamp, the over-long and the never-ending line.
+    // inf, one field, a bad timestamp, the over-long and the never-ending line.
     assert_eq!(rejected(&text, "invalid_point"), 5.0);
     // "gr" leaves no component for the metric.
     assert_eq!(rejected(&text, "missing_source"), 1.0);

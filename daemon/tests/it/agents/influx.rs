@@ -297,7 +297,7 @@ async fn bad_lines_are_named_and_the_good_ones_kept() {
         long,
         format!("good,host=h v=2 {}", ts + 1_000),
         format!("good,host=h v=3 {}", ts + 2_000),
-        format!("bad,host=h,room=a\\"),
+        "bad,host=h,room=a\\".to_owned(),
     ]
     .join("\n");
     for (path, gzip_it) in [
