@@ -85,6 +85,33 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// What Tally must hold of the lines the witness received, and how many
+/// of them it must take (collectd may write `nan` for a value it cannot
+/// compute yet: Tally takes it, as data that enters no slot's count or sum).
+fn reference(text: &str, collectd_log: &str) -> (Reference, u64) {
+    let mut r = Reference::default();
+    let mut good = 0u64;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f.len(), 3, "{line:?}\n{collectd_log}");
+        let (source, metric) = f[0].split_once('.').unwrap();
+        assert_eq!(source, SOURCE, "{line:?}");
+        let v: f64 = f[1].parse().unwrap();
+        good += 1;
+        if v.is_nan() {
+            continue;
+        }
+        let ts: i64 = f[2].parse().unwrap();
+        r.sample(
+            (metric.to_owned(), BTreeMap::new()),
+            Kind::Gauge,
+            ts * 1000,
+            v,
+        );
+    }
+    (r.finish(), good)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collectd_writes_graphite_exactly() {
     let Some(bin) = collectd_bin() else {
@@ -125,27 +152,7 @@ async fn collectd_writes_graphite_exactly() {
     // What the witness received once collectd has closed its connections.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let text = String::from_utf8(got.lock().unwrap().clone()).unwrap();
-    let mut r = Reference::default();
-    let mut good = 0u64;
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(f.len(), 3, "{line:?}\n{collectd_log}");
-        let (source, metric) = f[0].split_once('.').unwrap();
-        assert_eq!(source, SOURCE, "{line:?}");
-        let v: f64 = f[1].parse().unwrap();
-        good += 1;
-        if v.is_nan() {
-            continue;
-        }
-        let ts: i64 = f[2].parse().unwrap();
-        r.sample(
-            (metric.to_owned(), BTreeMap::new()),
-            Kind::Gauge,
-            ts * 1000,
-            v,
-        );
-    }
-    let r = r.finish();
+    let (r, good) = reference(&text, &collectd_log);
     assert!(good > 0, "the witness received nothing\n{collectd_log}");
 
     // The daemon has taken as many lines as the witness holds.

@@ -352,7 +352,12 @@ async fn bad_lines_are_named_and_the_good_ones_kept() {
     )
     .await;
     assert_eq!(bad["series"].as_array().unwrap().len(), 0, "{bad}");
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_and_oversized_bodies_are_refused_and_the_daemon_unaffected() {
+    let d = Daemon::start_async(tallyd()).await;
+    let ts = (now_ms() / 60_000 - 2) * 60_000;
     // A bad precision; an unknown encoding.
     let (status, v, _) = post(
         &d,
