@@ -237,6 +237,15 @@ fn the_source_tag_is_configurable() {
 }
 
 proptest! {
+    /// Splitting at newlines is InfluxDB's own rule for bodies without
+    /// quotes or backslashes.
+    #[test]
+    fn plain_bodies_split_as_influxdb_splits_them(body in "[a-c,= \n0-9.\r#]{0,200}") {
+        let fast: Vec<&str> = lines(&body).collect();
+        let theirs: Vec<&str> = split_lines(&body).collect();
+        prop_assert_eq!(fast, theirs);
+    }
+
     /// Any bytes: no panic, and every line is either kept or refused.
     #[test]
     fn any_body_converts_without_panicking(body in proptest::collection::vec(any::<u8>(), 0..400)) {
