@@ -59,6 +59,27 @@ pub enum LabelError {
     KeyTooLong { len: usize },
 }
 
+/// A label name made from a foreign protocol's key (an OTLP attribute, an
+/// InfluxDB tag, a Graphite tag), as Prometheus' OTLP translation makes
+/// one: every character outside `[A-Za-z0-9_]` becomes `_`
+/// (`http.method` → `http_method`) and a name starting with a digit gets a
+/// `key_` prefix. Two rules are Tally's own: a name starting with `__`
+/// (reserved) also gets `key_`, and `source` (the label Tally gives the
+/// source) becomes `exported_source`.
+pub fn label_name_from_key(key: &str) -> String {
+    let mut name: String = key
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if name.starts_with(|c: char| c.is_ascii_digit()) || name.starts_with("__") {
+        name.insert_str(0, "key_");
+    }
+    if name == SOURCE_LABEL || name == TALLY_METRIC_LABEL {
+        name.insert_str(0, "exported_");
+    }
+    name
+}
+
 /// Checks a label name: `[A-Za-z_][A-Za-z0-9_]*`, 1–128 bytes, not reserved.
 pub fn validate_label_name(name: &str) -> Result<(), LabelError> {
     let bytes = name.as_bytes();

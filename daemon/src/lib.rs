@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  agents
-//!    │  grpc: tally.v1, OTLP            http: OTLP/HTTP, remote-write
+//!    │  grpc: tally.v1, OTLP     http: OTLP/HTTP, remote-write, InfluxDB     tcp: Graphite
 //!    ▼
 //!  ingest ──────── admission: limits, tokens, labels, backpressure, the gate
 //!    │  1. append the request ─────────────────▶ wal ◀── recovery: replay at start
@@ -42,7 +42,7 @@
 //! |---|---|
 //! | [`model`] | series ids, slots, kinds, periods: the document model's vocabulary |
 //! | [`labels`] | label sets: their rules and the canonical encoding series keys use |
-//! | [`ingest`] | admission every protocol shares: `[ingest]` limits, backpressure, the shutdown gate; requests read as borrowed columns; what OTLP and remote-write mean in Tally's model |
+//! | [`ingest`] | admission every protocol shares: `[ingest]` limits, backpressure, the shutdown gate; requests read as borrowed columns; what OTLP, remote-write, InfluxDB line protocol and Graphite mean in Tally's model |
 //! | [`aggregator`] | the in-memory fold per (series, minute), counter deltas, sample checks |
 //! | [`flush`] | drains the aggregator into batches, applies them, retries, backpressure |
 //! | [`rollup`] | group rollups merged into each drained batch |
@@ -55,7 +55,8 @@
 //! | [`wal`] | the write-ahead log: segments, records, group commit, counter baselines |
 //! | [`recovery`] | replaying the write-ahead log at start, exactly once |
 //! | [`grpc`] | the gRPC server: ingest, OTLP and query services, health, reflection |
-//! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP and remote-write, Prometheus-compatible API |
+//! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP, remote-write and InfluxDB line protocol, Prometheus-compatible API |
+//! | [`graphite`] | the Graphite plaintext TCP listener: bounded connections, lines batched into admission |
 //! | [`selector`] | source, metric and label matchers (names, lists, globs, regular expressions) |
 //! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog's records |
 //! | [`listen`] | the accept loop of both listeners: connection caps and eviction, the HTTP reserve, handshakes, write deadlines, the open-file limit |
@@ -78,6 +79,7 @@ pub mod config;
 pub mod flush;
 #[cfg(test)]
 mod fuzz;
+pub mod graphite;
 pub mod grpc;
 pub mod http;
 pub mod ingest;

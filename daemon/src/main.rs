@@ -66,6 +66,19 @@ async fn run(config: Config) -> Result<()> {
     let http_listener = TcpListener::bind(config.http_listen)
         .await
         .with_context(|| format!("binding http_listen {}", config.http_listen))?;
+    let graphite_listener = match config.graphite.addr() {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding graphite.listen {addr}"))?,
+        ),
+        None => None,
+    };
+    let graphite_addr = graphite_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()
+        .context("reading graphite.listen's address")?;
     check_open_files(&config);
     let grpc_listener = security.listener(
         grpc_listener,
@@ -79,19 +92,23 @@ async fn run(config: Config) -> Result<()> {
     info!(
         grpc = %grpc_addr,
         http = %http_addr,
+        graphite = %graphite_addr.map_or_else(|| "off".to_owned(), |a| a.to_string()),
         store = %parts.store.name(),
         tls = security.tls_enabled(),
         auth = security.auth().enabled(),
         "tallyd listening"
     );
     security.warn_exposure(&[("grpc_listen", grpc_addr), ("http_listen", http_addr)]);
+    if let Some(addr) = graphite_addr {
+        tally::graphite::warn_exposure(addr, security.auth().enabled());
+    }
     let shutdown = Shutdown::default();
     tokio::spawn(security.clone().reload_on_sighup(shutdown.stop.clone()));
     let tasks = parts.start(
         &config,
         &security,
         shutdown.clone(),
-        (grpc_listener, http_listener),
+        (grpc_listener, http_listener, graphite_listener),
         metrics,
     );
     shutdown_signal().await;
@@ -221,9 +238,21 @@ impl Parts {
         config: &Config,
         security: &Security,
         shutdown: Shutdown,
-        (grpc_listener, http_listener): (Listener, Listener),
+        (grpc_listener, http_listener, graphite_listener): (
+            Listener,
+            Listener,
+            Option<TcpListener>,
+        ),
         metrics: metrics_exporter_prometheus::PrometheusHandle,
     ) -> Tasks {
+        let graphite = graphite_listener.map(|listener| {
+            tokio::spawn(tally::graphite::serve(
+                listener,
+                self.ingestor.clone(),
+                config.graphite.clone(),
+                shutdown.close.clone(),
+            ))
+        });
         let (health, health_service) = tonic_health::server::health_reporter();
         let grpc = tokio::spawn(grpc::serve(
             grpc_listener,
@@ -253,6 +282,7 @@ impl Parts {
                 ingest: self.ingestor.clone(),
                 otlp: config.otlp.clone(),
                 remote_write: config.remote_write.clone(),
+                influx: config.influx.clone(),
             },
         };
         // HTTP outlives `close`: `/readyz` answers 503 while the final
@@ -277,6 +307,7 @@ impl Parts {
         Tasks {
             grpc,
             http,
+            graphite,
             flush: tokio::spawn(self.pipeline.clone().run(stop.clone(), shutdown.give_up)),
             // Watch streams end when the listeners close, or graceful
             // shutdown would wait on them for the whole grace period.
@@ -292,8 +323,8 @@ impl Parts {
     }
 }
 
-/// Shutdown runs in steps, each with its own token: the gRPC listener stops
-/// accepting and readiness turns 503 (`close`), then the pipeline makes its
+/// Shutdown runs in steps, each with its own token: the gRPC and Graphite
+/// listeners stop accepting and readiness turns 503 (`close`), then the pipeline makes its
 /// final flush and the background loops end (`stop`), and if the deadline
 /// passes, retries are abandoned (`give_up`); the HTTP listener, which
 /// reports the drain, closes last (`http`).
@@ -309,6 +340,8 @@ struct Shutdown {
 struct Tasks {
     grpc: JoinHandle<Result<(), grpc::GrpcError>>,
     http: JoinHandle<()>,
+    /// The Graphite listener, when `graphite.listen` is set.
+    graphite: Option<JoinHandle<std::io::Result<()>>>,
     flush: JoinHandle<()>,
     watch: JoinHandle<()>,
     maintenance: JoinHandle<()>,
@@ -331,6 +364,10 @@ impl Tasks {
         //    otherwise hold graceful shutdown for the whole deadline.
         let grace = LISTENER_GRACE.min(deadline_in / 2);
         wait_listener(&mut self.grpc, grace, "gRPC").await;
+        if let Some(graphite) = &mut self.graphite {
+            // Each connection admits what it has read before it closes.
+            wait_listener(graphite, grace, "Graphite").await;
+        }
         parts.gate.close().await;
         // 2. Final flush: everything acknowledged is in the aggregator now.
         s.stop.cancel();
@@ -396,6 +433,7 @@ fn check_open_files(config: &Config) {
     let connections = config.grpc.max_connections
         + config.http.max_connections
         + config.http.reserved_connections
+        + config.graphite.addr().map_or(0, |_| config.graphite.max_connections)
         + 2 * listen::MAX_EVICTING;
     let files = listen::fds::raise_to(listen::fds::needed(connections as u64));
     if files.was != files.now {
@@ -406,7 +444,7 @@ fn check_open_files(config: &Config) {
             limit = ?files.now,
             hard_limit = ?files.hard,
             needed = files.needed,
-            "the open-file limit (RLIMIT_NOFILE) is below what grpc.max_connections + http.max_connections + http.reserved_connections need (plus {} for the store and logs): when connections fill it, accepts fail on both listeners; lower the caps or raise the limit (ulimit -n, LimitNOFILE=)",
+            "the open-file limit (RLIMIT_NOFILE) is below what grpc.max_connections + http.max_connections + http.reserved_connections (+ graphite.max_connections when on) need (plus {} for the store and logs): when connections fill it, accepts fail on both listeners; lower the caps or raise the limit (ulimit -n, LimitNOFILE=)",
             listen::fds::BASELINE
         );
     }

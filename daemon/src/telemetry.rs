@@ -88,7 +88,7 @@ enum Kind {
 /// Every metric the daemon exports, with its unit and help text, so
 /// `/metrics` carries `# HELP` for each from the first scrape.
 const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
-    (Kind::Counter, "tally_samples_accepted_total", Unit::Count, "Samples accepted by ingest, by protocol (tally, otlp_grpc, otlp_http, remote_write)."),
+    (Kind::Counter, "tally_samples_accepted_total", Unit::Count, "Samples accepted by ingest, by protocol (tally, otlp_grpc, otlp_http, remote_write, influx, graphite)."),
     (Kind::Counter, "tally_samples_rejected_total", Unit::Count, "Samples rejected by ingest, by protocol and reason."),
     (Kind::Counter, "tally_ingest_requests_total", Unit::Count, "Ingest requests (stream messages) by protocol, RPC and outcome (ok, pushback, too_large, denied, shutting_down, invalid)."),
     (Kind::Counter, "tally_counter_resets_total", Unit::Count, "Cumulative counters seen going down (counted process restarted)."),
@@ -139,6 +139,9 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Counter, "tally_watch_dropped_total", Unit::Count, "Watch subscribers dropped for reading nothing for watch.max_lag."),
     (Kind::Gauge, "tally_http_connections", Unit::Count, "Open HTTP connections (at most http.max_connections)."),
     (Kind::Counter, "tally_http_connections_refused_total", Unit::Count, "HTTP connections answered 503 and closed at http.max_connections."),
+    (Kind::Counter, "tally_influx_string_fields_total", Unit::Count, "InfluxDB line-protocol string fields skipped (Tally keeps numbers only)."),
+    (Kind::Gauge, "tally_graphite_connections", Unit::Count, "Open Graphite plaintext connections (at most graphite.max_connections)."),
+    (Kind::Counter, "tally_graphite_connections_refused_total", Unit::Count, "Graphite connections closed at once at graphite.max_connections."),
     (Kind::Histogram, "tally_watch_tick_duration_seconds", Unit::Seconds, "Time to compute and send one watch tick to every subscriber."),
 ];
 

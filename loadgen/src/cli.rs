@@ -39,9 +39,13 @@ pub struct Cli {
     /// tallyd's gRPC address.
     #[arg(long, default_value = "http://127.0.0.1:4317")]
     pub target: String,
-    /// tallyd's HTTP address, for --verify's reads (`/api/v1/range`).
+    /// tallyd's HTTP address, for --verify's reads (`/api/v1/range`) and
+    /// the HTTP protocols.
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     pub http: String,
+    /// The Graphite plaintext listener (`host:port`), for --protocol graphite.
+    #[arg(long, default_value = "127.0.0.1:2003")]
+    pub graphite: String,
 
     /// Sources (agents), named <prefix>000001, <prefix>000002, …
     #[arg(long, default_value_t = 100)]
@@ -88,7 +92,8 @@ pub struct Cli {
     pub seconds: Option<u64>,
 
     /// The protocol batches are sent in: tally.v1 or OTLP over gRPC
-    /// (--target), OTLP/HTTP or Prometheus remote-write (--http).
+    /// (--target), OTLP/HTTP, Prometheus remote-write or InfluxDB line
+    /// protocol (--http), Graphite plaintext (--graphite).
     #[arg(long, value_enum, default_value_t = Protocol::Tally)]
     pub protocol: Protocol,
     /// gRPC call per batch (unary `Push`) or client streaming (`PushStream`).
@@ -188,6 +193,9 @@ impl Cli {
         }
         if self.protocol == Protocol::RemoteWrite && self.kinds.has_delta() {
             return Err("--protocol remote-write: remote-write has no delta counters; give --kinds with delta=0 (e.g. gauge=2,cumulative=1)".into());
+        }
+        if self.protocol.gauges_only() && self.kinds.has_counters() {
+            return Err(format!("--protocol {}: it carries numbers the daemon keeps as gauges; give --kinds gauge=1", self.protocol.name()));
         }
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err("--timeout and --connect-timeout must be more than zero".into());
@@ -328,6 +336,11 @@ mod tests {
             (&["--rate", "0"][..], "--rate"),
             (&["--batch", "10", "--span", "11", "--max"][..], "--span"),
             (&["--span", "2"][..], "--span"),
+            (&["--protocol", "graphite"][..], "--kinds gauge=1"),
+            (
+                &["--protocol", "influx", "--kinds", "gauge=1,cumulative=1"][..],
+                "--kinds",
+            ),
         ] {
             let err = cli(args).pace(now).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -91,6 +91,11 @@ impl KindMix {
     pub fn has_delta(&self) -> bool {
         self.weights[Kind::Delta as usize] > 0
     }
+
+    /// True when some metrics will be counters of either kind.
+    pub fn has_counters(&self) -> bool {
+        self.has_delta() || self.weights[Kind::Cumulative as usize] > 0
+    }
 }
 
 impl Default for KindMix {

@@ -19,6 +19,7 @@ mod pace;
 mod progress;
 mod protocol;
 mod report;
+mod text_wire;
 mod transport;
 mod verify;
 mod wire;
@@ -156,8 +157,10 @@ async fn send(
     }
     // Fail fast, before any load, on a wrong address or a dead daemon.
     let endpoint = transport::endpoint(target, cli.connect_timeout)?;
-    let ch = transport::connect(&endpoint, 3, cli.connect_timeout).await?;
-    transport::preflight(ch, target, cli.timeout).await?;
+    if cli.protocol.uses_grpc() {
+        let ch = transport::connect(&endpoint, 3, cli.connect_timeout).await?;
+        transport::preflight(ch, target, cli.timeout).await?;
+    }
     if cli.verify {
         verify::preflight(http, cli.timeout).await?;
     }
@@ -257,6 +260,7 @@ fn send_opts(
         verify: cli.verify,
         protocol: cli.protocol,
         http: http.to_owned(),
+        graphite: cli.graphite.clone(),
     }
 }
 

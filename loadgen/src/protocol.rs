@@ -12,6 +12,14 @@
 //! is how the daemon tells it from a gauge, and `--kinds` may not ask for
 //! delta counters. The source is the resource's `service.instance.id`
 //! (OTLP) or the `instance` label (remote-write), the daemon's defaults.
+//!
+//! InfluxDB line protocol and Graphite plaintext carry numbers only: the
+//! daemon keeps them as gauges, so `--kinds` may ask for gauges only. In
+//! line protocol a metric `m_0001` is field `0001` of measurement `m` (the
+//! daemon names it `<measurement>_<field>` again), the source is the tag
+//! `host`, and a source's samples of one tick and label set share a line;
+//! in Graphite a sample is the line `<source>.<metric>[;label=value…]
+//! <value> <seconds>.<milliseconds>`.
 
 #[cfg(test)]
 pub use reference::{otlp, remote_write};
@@ -28,6 +36,36 @@ pub enum Protocol {
     OtlpHttp,
     /// Prometheus remote-write 1.0, `POST /api/v1/write` (--http).
     RemoteWrite,
+    /// InfluxDB line protocol, `POST /api/v2/write` (--http).
+    Influx,
+    /// Graphite plaintext over TCP (--graphite).
+    Graphite,
+}
+
+impl Protocol {
+    /// Whether the protocol's batches go over tallyd's gRPC port, which the
+    /// run then checks first (the others may be sent to any server that
+    /// speaks them).
+    pub fn uses_grpc(self) -> bool {
+        matches!(self, Protocol::Tally | Protocol::OtlpGrpc)
+    }
+
+    /// The flag's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tally => "tally",
+            Protocol::OtlpGrpc => "otlp-grpc",
+            Protocol::OtlpHttp => "otlp-http",
+            Protocol::RemoteWrite => "remote-write",
+            Protocol::Influx => "influx",
+            Protocol::Graphite => "graphite",
+        }
+    }
+
+    /// Whether the protocol carries gauges only.
+    pub fn gauges_only(self) -> bool {
+        matches!(self, Protocol::Influx | Protocol::Graphite)
+    }
 }
 
 /// The requests built with the generated types: slower than

@@ -248,6 +248,8 @@ impl Report {
                 (Protocol::OtlpGrpc, _) => "OTLP/gRPC Export",
                 (Protocol::OtlpHttp, _) => "OTLP/HTTP POST /v1/metrics",
                 (Protocol::RemoteWrite, _) => "remote-write POST /api/v1/write",
+                (Protocol::Influx, _) => "line protocol POST /api/v2/write",
+                (Protocol::Graphite, _) => "Graphite plaintext over TCP",
             };
             let _ = writeln!(
                 o,

@@ -233,6 +233,19 @@ impl Daemon {
         format!("http://{}", self.http)
     }
 
+    /// The Graphite listener's address, when the daemon runs one
+    /// (`TALLYD_GRAPHITE_LISTEN`), read from its latest listening line.
+    pub fn graphite_addr(&self) -> Option<SocketAddr> {
+        let logs = self.logs.lock().unwrap();
+        let line = logs
+            .lines()
+            .rev()
+            .find(|l| l.contains("tallyd listening"))?;
+        line.split_whitespace()
+            .find_map(|tok| tok.strip_prefix("graphite="))
+            .and_then(|v| v.trim_matches('"').parse().ok())
+    }
+
     /// The process id of the current process.
     fn pid(&self) -> u32 {
         self.child.as_ref().expect("tallyd is not running").id()

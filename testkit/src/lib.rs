@@ -18,6 +18,8 @@
 //!   Python environments it and the stand-in run in.
 //! * [`grpc_client`]: the stock `grpcio` reflection client, as older tools
 //!   see the daemon.
+//! * [`gotool`]: programs built with Go from the Go module proxy (FerretDB,
+//!   the OpenTelemetry Collector), skipped with a reason where Go is missing.
 //!
 //! Every wait is bounded and everything listens on 127.0.0.1 only.
 
@@ -27,6 +29,7 @@
 pub mod bins;
 pub mod client;
 pub mod daemon;
+pub mod gotool;
 pub mod grpc_client;
 pub mod metrics;
 #[cfg(feature = "mongodb")]

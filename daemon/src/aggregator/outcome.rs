@@ -31,9 +31,11 @@ pub enum RejectReason {
     InvalidLabel,
     /// The source tracks `ingest.max_series_per_source` series already.
     SourceSeriesLimit,
-    /// OTLP/remote-write: no configured source attribute or label present.
+    /// OTLP, remote-write, InfluxDB line protocol, Graphite: no configured
+    /// source attribute, label, tag or path component present.
     MissingSource,
-    /// OTLP/remote-write: a point that cannot be read as samples.
+    /// OTLP, remote-write: a point that cannot be read as samples;
+    /// InfluxDB line protocol, Graphite: a line that cannot be parsed.
     InvalidPoint,
 }
 

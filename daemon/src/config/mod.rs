@@ -38,8 +38,10 @@ use crate::aggregator::AggregatorConfig;
 use crate::auth::AuthConfig;
 use crate::catalog::CatalogConfig;
 use crate::flush::FlushConfig;
+use crate::graphite::GraphiteConfig;
 use crate::grpc::GrpcConfig;
 use crate::http::HttpConfig;
+use crate::ingest::influx::InfluxConfig;
 use crate::ingest::otlp::OtlpConfig;
 use crate::ingest::remote_write::RemoteWriteConfig;
 use crate::ingest::IngestConfig;
@@ -75,6 +77,8 @@ pub struct Config {
     pub ingest: IngestConfig,
     pub otlp: OtlpConfig,
     pub remote_write: RemoteWriteConfig,
+    pub influx: InfluxConfig,
+    pub graphite: GraphiteConfig,
     pub aggregator: AggregatorConfig,
     pub flush: FlushConfig,
     pub wal: WalConfig,
@@ -128,6 +132,8 @@ impl Default for Config {
             ingest: IngestConfig::default(),
             otlp: OtlpConfig::default(),
             remote_write: RemoteWriteConfig::default(),
+            influx: InfluxConfig::default(),
+            graphite: GraphiteConfig::default(),
             aggregator: AggregatorConfig::default(),
             flush: FlushConfig::default(),
             wal: WalConfig::default(),
@@ -174,6 +180,8 @@ impl Config {
         self.ingest.check(self.retention.hour, &mut p);
         self.otlp.check(&mut p);
         self.remote_write.check(&mut p);
+        self.influx.check(&mut p);
+        self.graphite.check(self.ingest.max_batch_samples, &mut p);
         self.aggregator.check(&mut p);
         self.flush.check(&mut p);
         self.wal.check(&mut p);
@@ -199,6 +207,14 @@ impl Config {
                 self.http_listen, self.grpc_listen
             ),
         );
+        if let Some(graphite) = self.graphite.addr() {
+            p.require(
+                !listeners_clash(graphite, self.grpc_listen)
+                    && !listeners_clash(graphite, self.http_listen),
+                "graphite.listen",
+                format!("{graphite} clashes with grpc_listen or http_listen; use another port"),
+            );
+        }
         p.require(
             !self.data_dir.as_os_str().is_empty(),
             "data_dir",

@@ -296,6 +296,7 @@ pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
             ingest,
             otlp: Default::default(),
             remote_write: Default::default(),
+            influx: Default::default(),
         },
     };
     state

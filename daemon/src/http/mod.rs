@@ -1,8 +1,8 @@
 //! The HTTP listener: the native JSON API under `/api/v1/` (`api`), the
 //! Prometheus-compatible read API under `/prometheus` (`prometheus`), the
 //! operations endpoints `/metrics`, `/healthz` and `/readyz` (`ops`), and
-//! the ingest endpoints OTLP/HTTP `/v1/metrics` and remote-write
-//! `/api/v1/write` (`push`).
+//! the ingest endpoints OTLP/HTTP `/v1/metrics`, remote-write
+//! `/api/v1/write` and InfluxDB's `/write` and `/api/v2/write` (`push`).
 //!
 //! Each of the four has a state of its own holding only what it uses;
 //! this module builds them from [`HttpState`] and mounts the routers, so
@@ -78,12 +78,14 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
         (state.auth.clone(), Need::Read),
         crate::auth::require_token,
     ));
-    let push = push::router(state.push, cfg.body_read_timeout).layer(
-        axum::middleware::from_fn_with_state(
+    // The outer layer runs first: InfluxDB clients' credentials are put in
+    // the form the token check reads.
+    let push = push::router(state.push, cfg.body_read_timeout)
+        .layer(axum::middleware::from_fn_with_state(
             (state.auth, Need::Ingest),
             crate::auth::require_token,
-        ),
-    );
+        ))
+        .layer(axum::middleware::from_fn(push::influx_credentials));
     reads.merge(push)
 }
 

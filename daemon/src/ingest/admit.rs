@@ -40,6 +40,12 @@ pub enum Protocol {
     OtlpHttp,
     /// Prometheus remote-write 1.0, `POST /api/v1/write`.
     RemoteWrite,
+    /// InfluxDB line protocol, v1 API: `POST /write`.
+    InfluxV1,
+    /// InfluxDB line protocol, v2 API: `POST /api/v2/write`.
+    InfluxV2,
+    /// Graphite plaintext over TCP.
+    Graphite,
 }
 
 impl Protocol {
@@ -50,6 +56,8 @@ impl Protocol {
             Protocol::OtlpGrpc => "otlp_grpc",
             Protocol::OtlpHttp => "otlp_http",
             Protocol::RemoteWrite => "remote_write",
+            Protocol::InfluxV1 | Protocol::InfluxV2 => "influx",
+            Protocol::Graphite => "graphite",
         }
     }
 
@@ -60,6 +68,9 @@ impl Protocol {
             Protocol::TallyPushStream => "push_stream",
             Protocol::OtlpGrpc | Protocol::OtlpHttp => "export",
             Protocol::RemoteWrite => "write",
+            Protocol::InfluxV1 => "write_v1",
+            Protocol::InfluxV2 => "write_v2",
+            Protocol::Graphite => "plaintext",
         }
     }
 }

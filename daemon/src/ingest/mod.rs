@@ -2,14 +2,18 @@
 //! gate (`gate`), the borrowed form every request is read in (`view`) and
 //! the admission every receiver shares (`admit`). The receivers themselves
 //! live with their listeners: `tally.v1` and OTLP/gRPC in [`crate::grpc`],
-//! OTLP/HTTP and Prometheus remote-write in [`crate::http`]. What OTLP and remote-write requests mean in Tally's
-//! model (sources, labels, kinds) is decided in `otlp` and `remote_write`,
-//! so both transports of a protocol map it the same way.
+//! OTLP/HTTP, Prometheus remote-write and InfluxDB line protocol in
+//! [`crate::http`], Graphite plaintext in [`crate::graphite`]. What each
+//! foreign protocol's requests mean in Tally's model (sources, labels,
+//! kinds) is decided in `otlp`, `remote_write`, `influx` and `graphite`, so
+//! every transport of a protocol maps it the same way.
 
 mod admit;
 pub mod builder;
 pub mod config;
 mod gate;
+pub mod graphite;
+pub mod influx;
 pub mod otlp;
 pub mod remote_write;
 pub mod view;

@@ -1,5 +1,5 @@
-//! Sending a worker's batches as OTLP (gRPC or HTTP) or remote-write, one
-//! request at a time like unary `Push`. Each batch is built as the
+//! Sending a worker's batches as OTLP (gRPC or HTTP), remote-write or
+//! InfluxDB line protocol, one request at a time like unary `Push`. Each batch is built as the
 //! `tally.v1` request it would be, then converted ([`crate::protocol`]), so
 //! the samples, and what `--verify` expects of them, are the same whatever
 //! the protocol.
@@ -7,7 +7,9 @@
 //! Those protocols answer with counts, not a rejection per sample: a
 //! request with any sample refused is left out of verification (its
 //! samples are neither known accepted nor known refused), like an
-//! ambiguous failure, but counted as answered.
+//! ambiguous failure, but counted as answered. Line protocol's partial
+//! answer counts lines, not samples, so such a batch counts as refused
+//! whole.
 
 use std::time::Duration;
 
@@ -25,6 +27,7 @@ use super::{hint, unary, Worker, INITIAL_BACKOFF};
 use crate::batch::Plan;
 use crate::foreign_wire::{self, Scratch};
 use crate::protocol::Protocol;
+use crate::text_wire;
 use crate::transport::{classify, Backoff, Verdict};
 
 /// OTLP's gRPC method.
@@ -42,15 +45,20 @@ pub(super) enum Sink {
 impl Sink {
     pub(super) fn new(
         protocol: Protocol,
-        ch: Channel,
+        ch: Option<Channel>,
         http: &str,
         timeout: Duration,
     ) -> Result<Sink, String> {
-        let path = match protocol {
-            Protocol::OtlpGrpc => return Ok(Sink::Grpc(Grpc::new(ch))),
-            Protocol::OtlpHttp => "/v1/metrics",
-            Protocol::RemoteWrite => "/api/v1/write",
-            Protocol::Tally => return Err("tally.v1 is not sent by this path".into()),
+        let path = match (protocol, ch) {
+            (Protocol::OtlpGrpc, Some(ch)) => return Ok(Sink::Grpc(Grpc::new(ch))),
+            (Protocol::OtlpHttp, _) => "/v1/metrics",
+            (Protocol::RemoteWrite, _) => "/api/v1/write",
+            (Protocol::Influx, _) => {
+                "/api/v2/write?precision=ms&bucket=tally-loadgen&org=tally-loadgen"
+            }
+            (Protocol::Tally | Protocol::Graphite | Protocol::OtlpGrpc, _) => {
+                return Err(format!("{} is not sent by this path", protocol.name()))
+            }
         };
         let client = reqwest::Client::builder()
             .timeout(timeout)
@@ -65,7 +73,7 @@ impl Sink {
 
 /// What an answer says was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refused {
+pub(super) enum Refused {
     /// This many samples (OTLP counts points: one per sample here).
     Count(u64),
     /// All but this many accepted (remote-write's partial answer).
@@ -77,7 +85,7 @@ enum Refused {
 type Attempt = Result<Refused, (Status, Verdict)>;
 
 impl Worker {
-    pub(super) async fn run_foreign(&mut self, ch: Channel) -> Result<(), String> {
+    pub(super) async fn run_foreign(&mut self, ch: Option<Channel>) -> Result<(), String> {
         let protocol = self.opts.protocol;
         let mut sink = Sink::new(protocol, ch, &self.opts.http, self.opts.timeout)?;
         let mut scratch = Scratch::default();
@@ -130,22 +138,27 @@ impl Worker {
     }
 }
 
-/// The request body: an OTLP export (gRPC or HTTP), or a snappy-compressed
-/// remote-write request.
+/// The request body: an OTLP export (gRPC or HTTP), a snappy-compressed
+/// remote-write request, or line protocol.
 fn encode(protocol: Protocol, req: &pb::PushRequest, s: &mut Scratch) -> Vec<u8> {
     match protocol {
         Protocol::OtlpHttp | Protocol::OtlpGrpc => foreign_wire::otlp(req, s),
         Protocol::RemoteWrite => snap::raw::Encoder::new()
             .compress_vec(&foreign_wire::remote_write(req, s))
             .unwrap_or_default(),
-        Protocol::Tally => Vec::new(),
+        Protocol::Influx => {
+            let mut text = String::new();
+            text_wire::influx(req, &mut text);
+            text.into_bytes()
+        }
+        Protocol::Tally | Protocol::Graphite => Vec::new(),
     }
 }
 
 /// A `PushResponse` standing for a count-only answer: all accepted, or
 /// `rejected` refused somewhere in the batch (a truncated rejection list,
 /// which leaves the batch out of verification).
-fn response(plan: &Plan, refused: Refused) -> pb::PushResponse {
+pub(super) fn response(plan: &Plan, refused: Refused) -> pb::PushResponse {
     let rejected = match refused {
         Refused::Count(n) => n.min(plan.samples()),
         Refused::AllBut(accepted) => plan.samples().saturating_sub(accepted),
@@ -186,9 +199,13 @@ fn rejected_points(resp: &ExportMetricsServiceResponse) -> u64 {
 }
 
 async fn http(client: &reqwest::Client, url: &str, protocol: Protocol, body: &Bytes) -> Attempt {
+    let content_type = match protocol {
+        Protocol::Influx => "text/plain; charset=utf-8",
+        _ => "application/x-protobuf",
+    };
     let mut req = client
         .post(url)
-        .header("content-type", "application/x-protobuf")
+        .header("content-type", content_type)
         .body(body.clone());
     if protocol == Protocol::RemoteWrite {
         req = req
@@ -217,6 +234,11 @@ async fn http(client: &reqwest::Client, url: &str, protocol: Protocol, body: &By
         200 | 204 => Ok(Refused::Count(0)),
         // Remote-write: some samples refused, the rest kept; the body
         // starts "N accepted;".
+        // Line protocol: some lines refused, the rest kept; the answer
+        // counts lines, so the whole batch counts as refused.
+        400 if protocol == Protocol::Influx && text().contains("partial write") => {
+            Ok(Refused::Count(u64::MAX))
+        }
         400 if protocol == Protocol::RemoteWrite => match text()
             .split_once(" accepted;")
             .and_then(|(n, _)| n.parse::<u64>().ok())

@@ -6,9 +6,11 @@
 //! is what keeps every series' samples in time order at the daemon (which
 //! cumulative counters need), including across retries: a refused batch is
 //! resent before anything after it. Unary sends are here, streams in
-//! `stream`, OTLP and remote-write in `foreign`.
+//! `stream`, OTLP, remote-write and line protocol in `foreign`, Graphite in
+//! `plaintext`.
 
 mod foreign;
+mod plaintext;
 mod stream;
 
 use std::collections::BTreeMap;
@@ -63,6 +65,8 @@ pub struct SendOpts {
     pub protocol: Protocol,
     /// The daemon's HTTP address, for the HTTP protocols.
     pub http: String,
+    /// The Graphite listener's `host:port`.
+    pub graphite: String,
 }
 
 /// Messages buffered between a worker and its stream.
@@ -191,13 +195,18 @@ impl Worker {
 
     async fn go(&mut self) -> Result<(), String> {
         let opts = self.opts.clone();
+        match opts.protocol {
+            Protocol::Graphite => return self.run_graphite().await,
+            Protocol::Influx => return self.run_foreign(None).await,
+            _ => {}
+        }
         let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)
             .await
             .map_err(|e| e.to_string())?;
         match (opts.protocol, opts.mode) {
             (Protocol::Tally, Mode::Unary) => self.run_unary(ch).await,
             (Protocol::Tally, Mode::Stream) => self.run_stream(ch).await,
-            _ => self.run_foreign(ch).await,
+            _ => self.run_foreign(Some(ch)).await,
         }
     }
 

@@ -20,27 +20,16 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::log::{self, Log};
-use crate::bins::{target_dir, workspace_root};
-use crate::process::{drain_output, wait_for};
+use crate::process::wait_for;
 
 /// How long FerretDB may take to listen.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long it may take to exit on SIGTERM before it is killed.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the installer may take (a first build compiles FerretDB).
-const INSTALL_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Server-selection timeout put in the URI.
 const SERVER_SELECTION_TIMEOUT_MS: u64 = 5_000;
-/// The installer's exit status for "no usable Go".
-const NO_GO: i32 = 3;
 
-/// Whether FerretDB can run here.
-#[derive(Debug, Clone)]
-pub(crate) enum Availability {
-    Ready(PathBuf),
-    /// Why the target is skipped.
-    Skipped(String),
-}
+pub(crate) use crate::gotool::Availability;
 
 /// The FerretDB binary, installed on first use; `Err` when installing
 /// failed although Go is there (a test failure, not a skip).
@@ -66,35 +55,7 @@ fn find() -> Result<Availability, String> {
 
 /// Runs the installer into `<target dir>/tools`.
 fn install() -> Result<Availability, String> {
-    let tools = target_dir().join("tools");
-    let script = workspace_root().join("tests/ferretdb/install");
-    let mut child = Command::new("bash")
-        .arg(&script)
-        .arg(&tools)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
-    let (out, err) = drain_output(&mut child);
-    let status = wait_for(&mut child, INSTALL_TIMEOUT);
-    let output = format!(
-        "{}{}",
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default()
-    );
-    match status.and_then(|s| s.code()) {
-        Some(0) => Ok(Availability::Ready(tools.join("bin").join("ferretdb"))),
-        Some(NO_GO) => Ok(Availability::Skipped(output.trim().to_string())),
-        Some(code) => Err(format!(
-            "{} failed (exit {code}):\n{output}",
-            script.display()
-        )),
-        None => Err(format!(
-            "{} did not finish within {INSTALL_TIMEOUT:?}:\n{output}",
-            script.display()
-        )),
-    }
+    crate::gotool::install("tests/ferretdb/install", "ferretdb")
 }
 
 /// A running FerretDB. Dropping it kills the process.

@@ -1,10 +1,12 @@
-//! The HTTP ingest endpoints: OTLP/HTTP `POST /v1/metrics` (`otlp`) and
-//! Prometheus remote-write `POST /api/v1/write` (`remote_write`). Both take
-//! bodies up to `ingest.max_message_bytes`, compressed or not (a body that
-//! inflates past that limit is refused as it inflates, so a small
-//! compressed body cannot make the daemon allocate more), and need an
-//! `ingest` (or `admin`) token when tokens are on.
+//! The HTTP ingest endpoints: OTLP/HTTP `POST /v1/metrics` (`otlp`),
+//! Prometheus remote-write `POST /api/v1/write` (`remote_write`) and
+//! InfluxDB line protocol `POST /write` and `POST /api/v2/write`
+//! (`influx`). All take bodies up to `ingest.max_message_bytes`, compressed
+//! or not (a body that inflates past that limit is refused as it inflates,
+//! so a small compressed body cannot make the daemon allocate more), and
+//! need an `ingest` (or `admin`) token when tokens are on.
 
+mod influx;
 mod otlp;
 mod remote_write;
 
@@ -19,6 +21,7 @@ use axum::Router;
 
 use super::server::{limit_body, BodyLimits};
 use crate::auth::Grant;
+use crate::ingest::influx::InfluxConfig;
 use crate::ingest::otlp::OtlpConfig;
 use crate::ingest::remote_write::RemoteWriteConfig;
 use crate::ingest::{IngestError, Ingestor, Protocol, PUSHBACK_RETRY_AFTER};
@@ -29,6 +32,7 @@ pub struct PushState {
     pub ingest: Arc<Ingestor>,
     pub otlp: OtlpConfig,
     pub remote_write: RemoteWriteConfig,
+    pub influx: InfluxConfig,
 }
 
 /// The ingest routes, each reading bodies up to `ingest.max_message_bytes`
@@ -47,9 +51,19 @@ pub(super) fn router(state: PushState, body_timeout: Duration) -> Router {
     let rw = Router::new()
         .route("/api/v1/write", post(remote_write::write))
         .with_state(state.clone());
+    let influx_v1 = Router::new()
+        .route(influx::V1_PATH, post(influx::write_v1))
+        .with_state(state.clone());
+    let influx_v2 = Router::new()
+        .route(influx::V2_PATH, post(influx::write_v2))
+        .with_state(state.clone());
     limit_body(otlp, limits(otlp::refuse_body))
         .merge(limit_body(rw, limits(remote_write::refuse_body)))
+        .merge(limit_body(influx_v1, limits(influx::refuse_body_v1)))
+        .merge(limit_body(influx_v2, limits(influx::refuse_body_v2)))
 }
+
+pub(super) use influx::credentials as influx_credentials;
 
 /// Why a body could not be read.
 #[derive(Debug)]

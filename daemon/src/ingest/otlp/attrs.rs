@@ -15,21 +15,9 @@ use std::fmt::Write as _;
 use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue, KeyValue};
 use tally_proto::v1 as pb;
 
-use crate::labels::{SOURCE_LABEL, TALLY_METRIC_LABEL};
-
 /// A label name from an attribute key.
 pub fn label_name(key: &str) -> String {
-    let mut name: String = key
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if name.starts_with(|c: char| c.is_ascii_digit()) || name.starts_with("__") {
-        name.insert_str(0, "key_");
-    }
-    if name == SOURCE_LABEL || name == TALLY_METRIC_LABEL {
-        name.insert_str(0, "exported_");
-    }
-    name
+    crate::labels::label_name_from_key(key)
 }
 
 /// An attribute value as label text; `None` when it has no value (an

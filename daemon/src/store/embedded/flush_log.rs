@@ -174,8 +174,6 @@ fn load(
     Ok(pending)
 }
 
-/// Slot `i` of a value whose slots start at byte `base`, in one layout.
-
 /// One entry, its slots in today's encoding or, when `legacy`, layout 2's.
 fn decode_entry(bytes: &mut &[u8], legacy: bool) -> Option<Entry> {
     let source = take_str(bytes)?;

@@ -1,0 +1,317 @@
+//! One Graphite connection: reading lines within the bounds, batching them
+//! and admitting each batch (see the parent module for when a line counts
+//! as kept).
+
+use std::fmt::Display;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::GraphiteConfig;
+use crate::aggregator::RejectReason;
+use crate::auth::Grant;
+use crate::ingest::graphite::{parse_line, Batch, LineError, PushError};
+use crate::ingest::{first_problems, IngestError, Ingestor, Protocol};
+
+/// Bytes read from the socket at a time.
+const READ_BUF: usize = 64 * 1024;
+/// Backoff while the store is behind, doubling up to the maximum.
+const PUSHBACK_FIRST: Duration = Duration::from_millis(50);
+const PUSHBACK_MAX: Duration = Duration::from_secs(1);
+/// How long closing our side of a connection may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What every connection of the listener shares.
+pub(super) struct Ctx {
+    ingest: Arc<Ingestor>,
+    cfg: GraphiteConfig,
+    log: Limited,
+}
+
+impl Ctx {
+    pub(super) fn new(ingest: Arc<Ingestor>, cfg: GraphiteConfig) -> Ctx {
+        Ctx {
+            ingest,
+            cfg,
+            log: Limited::default(),
+        }
+    }
+
+    fn batch(&self) -> Batch {
+        let cap = self.ingest.limits().max_rejections_reported;
+        Batch::new(self.cfg.source_component, cap, self.ingest.budget())
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// The client closed its side.
+    Eof,
+    Idle,
+    Shutdown,
+    Error,
+}
+
+/// Reads `stream` until the client closes it, it idles past
+/// `graphite.idle_timeout`, or `shutdown`; then admits what was read and
+/// closes the connection.
+pub(super) async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ctx: &Ctx,
+    shutdown: &CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let mut r = Reader::new(ctx, peer, shutdown);
+    let mut buf = vec![0u8; READ_BUF];
+    let idle = ctx.cfg.idle_timeout;
+    let mut idle_at = Instant::now() + idle;
+    let end = loop {
+        let due = r.batch_due;
+        let read = tokio::select! {
+            biased;
+            _ = shutdown.cancelled() => break End::Shutdown,
+            _ = sleep_until(due), if due.is_some() => {
+                r.admit().await;
+                continue;
+            }
+            _ = tokio::time::sleep_until(idle_at) => break End::Idle,
+            read = stream.read(&mut buf) => read,
+        };
+        match read {
+            Ok(0) => break End::Eof,
+            Ok(n) => {
+                idle_at = Instant::now() + idle;
+                r.take(&buf[..n]).await;
+            }
+            Err(e) => {
+                debug!(%peer, error = %e, "graphite: read failed");
+                break End::Error;
+            }
+        }
+    };
+    if end == End::Eof {
+        // A last line without its newline still counts.
+        r.end_of_stream().await;
+    }
+    r.admit().await;
+    if end == End::Idle {
+        debug!(%peer, "graphite: connection idle past graphite.idle_timeout; closed");
+    }
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, stream.shutdown()).await;
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A connection's state between reads.
+struct Reader<'c> {
+    ctx: &'c Ctx,
+    peer: SocketAddr,
+    shutdown: &'c CancellationToken,
+    batch: Batch,
+    /// When the batch must be admitted; None while it is empty.
+    batch_due: Option<Instant>,
+    /// The start of a line whose newline has not arrived yet.
+    partial: Vec<u8>,
+    /// The rest of an over-long line is being skipped.
+    discarding: bool,
+}
+
+impl<'c> Reader<'c> {
+    fn new(ctx: &'c Ctx, peer: SocketAddr, shutdown: &'c CancellationToken) -> Reader<'c> {
+        Reader {
+            ctx,
+            peer,
+            shutdown,
+            batch: ctx.batch(),
+            batch_due: None,
+            partial: Vec::new(),
+            discarding: false,
+        }
+    }
+
+    /// Takes the bytes of one read: every complete line, and the start of
+    /// the next one within `graphite.max_line_bytes`.
+    async fn take(&mut self, mut data: &[u8]) {
+        let max = self.ctx.cfg.max_line_bytes;
+        let now_ms = chrono::Utc::now().timestamp_millis();
+        while let Some(at) = memchr::memchr(b'\n', data) {
+            let piece = &data[..at];
+            data = &data[at + 1..];
+            if std::mem::take(&mut self.discarding) {
+                continue;
+            }
+            if self.partial.len() + piece.len() > max {
+                self.partial.clear();
+                self.too_long();
+            } else if self.partial.is_empty() {
+                self.line(piece, now_ms).await;
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(piece);
+                self.line(&line, now_ms).await;
+                line.clear();
+                self.partial = line;
+            }
+        }
+        if self.discarding {
+            return;
+        }
+        if self.partial.len() + data.len() > max {
+            self.partial.clear();
+            self.discarding = true;
+            self.too_long();
+        } else {
+            self.partial.extend_from_slice(data);
+        }
+    }
+
+    /// The client closed its side: what is left is its last line.
+    async fn end_of_stream(&mut self) {
+        if self.discarding || self.partial.is_empty() {
+            return;
+        }
+        let line = std::mem::take(&mut self.partial);
+        self.line(&line, chrono::Utc::now().timestamp_millis())
+            .await;
+    }
+
+    /// Takes one complete line.
+    async fn line(&mut self, bytes: &[u8], now_ms: i64) {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return;
+        }
+        let parsed = match parse_line(bytes) {
+            Ok(l) => l,
+            Err(e) => return self.refuse(&e, bytes),
+        };
+        let pushed = match self.batch.push(&parsed, now_ms) {
+            Err(PushError::Full) => {
+                self.admit().await;
+                self.batch.push(&parsed, now_ms)
+            }
+            other => other,
+        };
+        match pushed {
+            Ok(()) => {}
+            Err(PushError::Line(e)) => return self.refuse(&e, bytes),
+            Err(PushError::Full) => return self.refuse(&LineError::TooLarge, bytes),
+        }
+        if self.batch_due.is_none() {
+            self.batch_due = Some(Instant::now() + self.ctx.cfg.batch_delay);
+        }
+        if self.batch.lines >= self.ctx.cfg.batch_lines {
+            self.admit().await;
+        }
+    }
+
+    fn refuse(&self, e: &LineError, bytes: &[u8]) {
+        count_refused(e.reason());
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(120)]);
+        self.ctx
+            .log
+            .warn(self.peer, format_args!("line refused: {e}: {text:?}"));
+    }
+
+    fn too_long(&self) {
+        count_refused(RejectReason::InvalidPoint);
+        let max = self.ctx.cfg.max_line_bytes;
+        self.ctx.log.warn(
+            self.peer,
+            format_args!("line refused: longer than {max} bytes (graphite.max_line_bytes); the rest of it is skipped"),
+        );
+    }
+
+    /// Admits the batch, waiting while the store is behind (the connection
+    /// is not read meanwhile). At shutdown, or when the store has failed,
+    /// the batch's lines are not kept, and that is logged.
+    async fn admit(&mut self) {
+        let batch = std::mem::replace(&mut self.batch, self.ctx.batch());
+        self.batch_due = None;
+        let lines = batch.lines;
+        if lines == 0 {
+            return;
+        }
+        let c = batch.finish();
+        let mut backoff = PUSHBACK_FIRST;
+        loop {
+            let result = self
+                .ctx
+                .ingest
+                .ingest(
+                    &c.request,
+                    &Grant::open(),
+                    Protocol::Graphite,
+                    c.refused.clone(),
+                )
+                .await;
+            match result {
+                Ok(out) if out.rejected > 0 => {
+                    let problems = first_problems(&out);
+                    self.ctx.log.warn(self.peer, format_args!("{problems}"));
+                    return;
+                }
+                Ok(_) => return,
+                Err(IngestError::Pushback { .. }) if !self.shutdown.is_cancelled() => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = self.shutdown.cancelled() => {}
+                    }
+                    backoff = (backoff * 2).min(PUSHBACK_MAX);
+                }
+                Err(e) => {
+                    warn!(peer = %self.peer, "graphite: {lines} lines not kept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn count_refused(reason: RejectReason) {
+    metrics::counter!(
+        "tally_samples_rejected_total",
+        "protocol" => Protocol::Graphite.as_str(),
+        "reason" => reason.as_str()
+    )
+    .increment(1);
+}
+
+/// A warning logged at most once a second for the whole listener, with
+/// the number of warnings left out since the last one.
+#[derive(Default)]
+struct Limited {
+    next_ms: AtomicI64,
+    suppressed: AtomicU64,
+}
+
+impl Limited {
+    fn warn(&self, peer: SocketAddr, what: impl Display) {
+        let now = chrono::Utc::now().timestamp_millis();
+        let next = self.next_ms.load(Ordering::Relaxed);
+        let mine = now >= next
+            && self
+                .next_ms
+                .compare_exchange(next, now + 1_000, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if mine {
+            let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+            warn!(%peer, suppressed, "graphite: {what}");
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,341 @@
+//! What a Graphite plaintext line means in Tally's model (the TCP listener
+//! that reads the lines is [`crate::graphite`]).
+//!
+//! A line is `path value [timestamp]`, fields separated by spaces or tabs;
+//! the path may carry Graphite 1.1 tags, `path;tag=value;tag2=value2`.
+//!
+//! - **Source**: the path's component number `graphite.source_component`
+//!   (1-based, default 1: `web-01.cpu.idle` → `web-01`); the other
+//!   components, in order and joined with `.`, are the **metric**
+//!   (`cpu.idle`). A path with no component left for the metric is refused
+//!   (`missing_source`).
+//! - **Labels**: the tags, their names sanitised as OTLP attribute names
+//!   are ([`crate::labels::label_name_from_key`]).
+//! - **Kind**: gauge. NaN is data, as on every protocol; an infinite
+//!   value is refused.
+//! - **Time**: Unix seconds, whole or with a fraction (kept to the
+//!   millisecond); a line without one, or with `-1`, is stamped with the
+//!   time it was read.
+
+use smallvec::SmallVec;
+use tally_proto::v1 as pb;
+
+use super::builder::{Budget, Converted, Full, RequestBuilder};
+use crate::aggregator::RejectReason;
+use crate::labels::label_name_from_key;
+
+/// One parsed line, borrowing from its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line<'a> {
+    pub path: &'a str,
+    pub tags: SmallVec<[(&'a str, &'a str); 8]>,
+    pub value: f64,
+    /// None: stamp it with the time of arrival.
+    pub ts_ms: Option<i64>,
+}
+
+/// Why a line is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("the line is not UTF-8 text")]
+    NotUtf8,
+    #[error("expected `path value [timestamp]`, found {0} fields")]
+    Fields(usize),
+    #[error("the path is empty or has an empty component")]
+    Path,
+    #[error("tag {0:?} is not `name=value` with a non-empty name and value")]
+    Tag(String),
+    #[error("value {0:?} is not a number, or is infinite")]
+    Value(String),
+    #[error("timestamp {0:?} is not Unix seconds")]
+    Timestamp(String),
+    #[error("the line alone is more than a request may hold (ingest.max_message_bytes)")]
+    TooLarge,
+    #[error("the path {path:?} has no component {component} left over for the metric (graphite.source_component)")]
+    NoMetric { path: String, component: usize },
+}
+
+impl LineError {
+    /// The reason its sample is counted under.
+    pub fn reason(&self) -> RejectReason {
+        match self {
+            LineError::NoMetric { .. } => RejectReason::MissingSource,
+            _ => RejectReason::InvalidPoint,
+        }
+    }
+}
+
+/// Parses one line (without its newline; a trailing `\r` is allowed).
+pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| LineError::NotUtf8)?;
+    let mut fields = text.split([' ', '\t', '\r']).filter(|f| !f.is_empty());
+    let (Some(path), Some(value), ts, None) =
+        (fields.next(), fields.next(), fields.next(), fields.next())
+    else {
+        let n = text
+            .split([' ', '\t', '\r'])
+            .filter(|f| !f.is_empty())
+            .count();
+        return Err(LineError::Fields(n));
+    };
+    let mut parts = path.split(';');
+    let path = parts.next().unwrap_or_default();
+    if path.is_empty() || path.split('.').any(str::is_empty) {
+        return Err(LineError::Path);
+    }
+    let mut tags = SmallVec::new();
+    for tag in parts {
+        match tag.split_once('=') {
+            Some((name, value)) if !name.is_empty() && !value.is_empty() => {
+                tags.push((name, value))
+            }
+            _ => return Err(LineError::Tag(clip(tag))),
+        }
+    }
+    let value = value
+        .parse::<f64>()
+        .ok()
+        .filter(|v| !v.is_infinite())
+        .ok_or_else(|| LineError::Value(clip(value)))?;
+    let ts_ms = match ts {
+        None | Some("-1") => None,
+        Some(ts) => Some(seconds_to_ms(ts).ok_or_else(|| LineError::Timestamp(clip(ts)))?),
+    };
+    Ok(Line {
+        path,
+        tags,
+        value,
+        ts_ms,
+    })
+}
+
+/// `1700000000` or `1700000000.25` (Unix seconds) in milliseconds,
+/// digits past the millisecond dropped; the decimal is read exactly, not
+/// through a float.
+fn seconds_to_ms(text: &str) -> Option<i64> {
+    let (whole, frac) = text.split_once('.').unwrap_or((text, ""));
+    let negative = whole.starts_with('-');
+    let digits = whole.strip_prefix('-').unwrap_or(whole);
+    if digits.is_empty() && frac.is_empty() {
+        return None;
+    }
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(digits) || !all_digits(frac) || digits.len() > 15 {
+        return None;
+    }
+    let secs: i64 = if digits.is_empty() {
+        0
+    } else {
+        digits.parse().ok()?
+    };
+    let mut ms = 0i64;
+    for (i, b) in frac.bytes().take(3).enumerate() {
+        ms += i64::from(b - b'0') * [100, 10, 1][i];
+    }
+    let total = secs * 1000 + ms;
+    Some(if negative { -total } else { total })
+}
+
+fn clip(s: &str) -> String {
+    let mut end = s.len().min(64);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_owned()
+}
+
+/// Lines gathered into one `tally.v1` request.
+pub struct Batch {
+    b: RequestBuilder,
+    source_component: usize,
+    /// Lines added, kept or refused.
+    pub lines: usize,
+}
+
+impl Batch {
+    /// An empty batch; `source_component` is 1-based.
+    pub fn new(source_component: usize, cap: usize, budget: Budget) -> Batch {
+        Batch {
+            b: RequestBuilder::new(cap, budget),
+            source_component,
+            lines: 0,
+        }
+    }
+
+    /// Samples in the batch.
+    pub fn samples(&self) -> usize {
+        self.b.samples()
+    }
+
+    /// Adds a parsed line, stamped `now_ms` if it has no timestamp. `Full`
+    /// when the batch cannot take it (the caller admits the batch and adds
+    /// the line to the next one).
+    pub fn push(&mut self, line: &Line<'_>, now_ms: i64) -> Result<(), PushError> {
+        let n = self.source_component;
+        let mut source = None;
+        let mut metric = String::with_capacity(line.path.len());
+        for (i, part) in line.path.split('.').enumerate() {
+            if i + 1 == n {
+                source = Some(part);
+            } else {
+                if !metric.is_empty() {
+                    metric.push('.');
+                }
+                metric.push_str(part);
+            }
+        }
+        let (Some(source), false) = (source, metric.is_empty()) else {
+            return Err(PushError::Line(LineError::NoMetric {
+                path: clip(line.path),
+                component: n,
+            }));
+        };
+        let labels = line
+            .tags
+            .iter()
+            .map(|(k, v)| pb::Label {
+                name: label_name_from_key(k),
+                value: (*v).to_owned(),
+            })
+            .collect();
+        let series = pb::SeriesSamples {
+            metric,
+            kind: pb::SampleKind::Gauge as i32,
+            timestamps_ms: vec![line.ts_ms.unwrap_or(now_ms)],
+            values: vec![line.value],
+            start_times_ms: Vec::new(),
+            labels,
+        };
+        self.b
+            .push(source, series)
+            .map_err(|Full| PushError::Full)?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// The request, and what the conversion refused (nothing: refused lines
+    /// are counted by the listener).
+    pub fn finish(self) -> Converted {
+        self.b.finish()
+    }
+}
+
+/// Why [`Batch::push`] did not take a line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushError {
+    /// The batch is at its budget.
+    Full,
+    /// The line itself is refused.
+    Line(LineError),
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const BUDGET: Budget = Budget {
+        samples: 100,
+        bytes: 1 << 20,
+    };
+
+    #[test]
+    fn lines_parse() {
+        let l = parse_line(b"web-01.cpu-0.cpu-idle 97.5 1700000000").unwrap();
+        assert_eq!(l.path, "web-01.cpu-0.cpu-idle");
+        assert_eq!((l.value, l.ts_ms), (97.5, Some(1_700_000_000_000)));
+        let l = parse_line(b"a.b;dc=eu;rack=r1  -2e3\t1700000000.0259\r").unwrap();
+        assert_eq!(l.tags.as_slice(), [("dc", "eu"), ("rack", "r1")]);
+        assert_eq!((l.value, l.ts_ms), (-2000.0, Some(1_700_000_000_025)));
+        assert_eq!(parse_line(b"a.b 1").unwrap().ts_ms, None);
+        assert_eq!(parse_line(b"a.b 1 -1").unwrap().ts_ms, None);
+        assert_eq!(parse_line(b"a.b 1 .5").unwrap().ts_ms, Some(500));
+        assert!(parse_line(b"a.b nan 1").unwrap().value.is_nan());
+    }
+
+    #[test]
+    fn bad_lines_say_why() {
+        for (line, want) in [
+            (&b"a.b"[..], LineError::Fields(1)),
+            (b"a.b 1 2 3", LineError::Fields(4)),
+            (b"a..b 1 2", LineError::Path),
+            (b".a 1 2", LineError::Path),
+            (b"a;t 1 2", LineError::Tag("t".into())),
+            (b"a;t= 1 2", LineError::Tag("t=".into())),
+            (b"a -inf 2", LineError::Value("-inf".into())),
+            (b"a inf 2", LineError::Value("inf".into())),
+            (b"a 1x 2", LineError::Value("1x".into())),
+            (b"a 1 12x", LineError::Timestamp("12x".into())),
+            (b"a 1 1.2.3", LineError::Timestamp("1.2.3".into())),
+            (b"a 1 -", LineError::Timestamp("-".into())),
+            (b"a\xff 1 2", LineError::NotUtf8),
+        ] {
+            assert_eq!(
+                parse_line(line),
+                Err(want),
+                "{:?}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn the_source_is_one_path_component() {
+        let mut batch = Batch::new(1, 10, BUDGET);
+        let l = parse_line(b"web-01.cpu-0.cpu-idle;dc=eu 97 1700000000").unwrap();
+        batch.push(&l, 0).unwrap();
+        let mut second = Batch::new(2, 10, BUDGET);
+        let l = parse_line(b"collectd.web_01.load.load.shortterm 0.5").unwrap();
+        second.push(&l, 42).unwrap();
+        let only = parse_line(b"web-01 1").unwrap();
+        assert!(matches!(
+            second.push(&only, 0),
+            Err(PushError::Line(LineError::NoMetric { .. }))
+        ));
+        let c = batch.finish().request;
+        assert_eq!(c.sources[0].source, "web-01");
+        let s = &c.sources[0].series[0];
+        assert_eq!(s.metric, "cpu-0.cpu-idle");
+        assert_eq!(
+            (s.labels[0].name.as_str(), s.labels[0].value.as_str()),
+            ("dc", "eu")
+        );
+        let c = second.finish().request;
+        assert_eq!(c.sources[0].source, "web_01");
+        assert_eq!(
+            c.sources[0].series[0].metric,
+            "collectd.load.load.shortterm"
+        );
+        assert_eq!(c.sources[0].series[0].timestamps_ms, [42]);
+    }
+
+    #[test]
+    fn a_full_batch_says_so() {
+        let mut batch = Batch::new(
+            1,
+            10,
+            Budget {
+                samples: 2,
+                bytes: 1 << 20,
+            },
+        );
+        let l = parse_line(b"h.m 1 1").unwrap();
+        batch.push(&l, 0).unwrap();
+        batch.push(&l, 0).unwrap();
+        assert_eq!(batch.push(&l, 0), Err(PushError::Full));
+    }
+
+    proptest! {
+        #[test]
+        fn any_line_parses_or_is_refused(line in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse_line(&line);
+        }
+
+        #[test]
+        fn fractional_seconds_are_exact(secs in 0i64..4_000_000_000, ms in 0i64..1000) {
+            let text = format!("h.m 1 {secs}.{ms:03}");
+            prop_assert_eq!(parse_line(text.as_bytes()).unwrap().ts_ms, Some(secs * 1000 + ms));
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! What an InfluxDB line-protocol body means in Tally's model, for both of
+//! InfluxDB's write APIs (`POST /write`, v1, and `POST /api/v2/write`, v2;
+//! the HTTP side is in `crate::http`).
+//!
+//! - **Source**: the tag `influx.source_tag` (default `host`, the tag
+//!   Telegraf puts on every line); it is taken off the labels. A line
+//!   without it is refused (`missing_source`), the rest of the body kept.
+//! - **Metric**: `<measurement>_<field>`, one series per field
+//!   (`cpu,host=a usage_idle=97` → `cpu_usage_idle`).
+//! - **Labels**: every other tag, its name sanitised as OTLP attribute
+//!   names are ([`crate::labels::label_name_from_key`]).
+//! - **Kind**: gauge. Floats, integers (`1i`), unsigned integers (`1u`) and
+//!   booleans (1 and 0) are samples; integers beyond 2^53 lose precision as
+//!   any f64 does. String fields are skipped, not refused: Tally keeps
+//!   numbers only, and agents such as Telegraf mix strings into lines whose
+//!   numbers are wanted (counted in `tally_influx_string_fields_total`).
+//! - **Time**: the line's timestamp in the request's precision, truncated
+//!   to milliseconds; a line without one is stamped with the time the
+//!   request arrived.
+//!
+//! The text is parsed by InfluxData's own parser (`influxdb-line-protocol`);
+//! Tally adds what InfluxDB also refuses and that parser lets through: a tag
+//! or a field given twice in one line. A line longer than
+//! `influx.max_line_bytes` is refused unparsed. Every refused line is
+//! reported by its number, and the good lines of the same body are kept.
+
+use std::fmt;
+
+use hashbrown::HashSet;
+use influxdb_line_protocol::{parse_lines, split_lines, FieldValue, ParsedLine};
+use serde::{Deserialize, Serialize};
+use tally_proto::v1 as pb;
+
+use super::builder::{Budget, Converted, Full, RequestBuilder};
+use crate::aggregator::{IngestOutcome, RejectReason};
+use crate::labels::label_name_from_key;
+use crate::validate::Problems;
+
+/// `[influx]`: how line-protocol lines map to sources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InfluxConfig {
+    /// The tag that names a line's source; it is taken off the labels.
+    pub source_tag: String,
+    /// Longest line, in bytes; a longer one is refused unparsed.
+    pub max_line_bytes: usize,
+}
+
+impl Default for InfluxConfig {
+    fn default() -> Self {
+        InfluxConfig {
+            source_tag: "host".into(),
+            max_line_bytes: 64 * 1024,
+        }
+    }
+}
+
+impl InfluxConfig {
+    pub(crate) fn check(&self, p: &mut Problems) {
+        p.require(
+            !self.source_tag.is_empty(),
+            "influx.source_tag",
+            "must name a tag",
+        );
+        p.at_least(self.max_line_bytes, 64, "influx.max_line_bytes");
+    }
+}
+
+/// The unit of the timestamps in a body (`precision` in the query string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    #[default]
+    Nanoseconds,
+    Microseconds,
+    Milliseconds,
+    Seconds,
+    Minutes,
+    Hours,
+}
+
+impl Precision {
+    /// The v1 API's names (`n`, `ns`, `u`, `us`, `ms`, `s`, `m`, `h`); the v2
+    /// API's (`ns`, `us`, `ms`, `s`) are among them. None for anything else.
+    pub fn parse(text: &str) -> Option<Precision> {
+        Some(match text {
+            "" | "n" | "ns" => Precision::Nanoseconds,
+            "u" | "us" | "µ" | "µs" => Precision::Microseconds,
+            "ms" => Precision::Milliseconds,
+            "s" => Precision::Seconds,
+            "m" => Precision::Minutes,
+            "h" => Precision::Hours,
+            _ => return None,
+        })
+    }
+
+    /// `ts` in this unit as Unix milliseconds, rounded down; None when it
+    /// does not fit.
+    fn to_ms(self, ts: i64) -> Option<i64> {
+        match self {
+            Precision::Nanoseconds => Some(ts.div_euclid(1_000_000)),
+            Precision::Microseconds => Some(ts.div_euclid(1_000)),
+            Precision::Milliseconds => Some(ts),
+            Precision::Seconds => ts.checked_mul(1_000),
+            Precision::Minutes => ts.checked_mul(60_000),
+            Precision::Hours => ts.checked_mul(3_600_000),
+        }
+    }
+}
+
+/// One refused line: its number (1-based) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineProblem {
+    pub line: u32,
+    pub why: String,
+}
+
+impl fmt::Display for LineProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.why)
+    }
+}
+
+/// A line-protocol body in `tally.v1` form.
+pub struct InfluxRequest {
+    pub converted: Converted,
+    /// The line each series came from, by series ordinal.
+    line_of: Vec<u32>,
+    /// Lines holding a point (blank lines and comments are not counted).
+    pub lines: u32,
+    /// Lines refused while converting, the first `cap` of them.
+    problems: Vec<LineProblem>,
+    /// All lines refused while converting.
+    refused_lines: u32,
+    /// String fields skipped.
+    pub string_fields: u64,
+}
+
+/// How much of a line is quoted in an answer.
+const QUOTED: usize = 120;
+/// Above this many tags or fields a line's duplicates are looked for with a
+/// set rather than pairwise.
+const PAIRWISE: usize = 16;
+
+/// Converts a body, stamping lines without a timestamp with `now_ms`.
+/// Bytes that are not UTF-8 refuse the lines they are in. `Full` when the
+/// converted request would exceed `budget`.
+pub fn convert(
+    body: &[u8],
+    precision: Precision,
+    now_ms: i64,
+    cfg: &InfluxConfig,
+    cap: usize,
+    budget: Budget,
+) -> Result<InfluxRequest, Full> {
+    let mut r = InfluxRequest {
+        converted: Converted {
+            request: pb::PushRequest::default(),
+            refused: IngestOutcome::default(),
+            ordinals: Vec::new(),
+        },
+        line_of: Vec::new(),
+        lines: 0,
+        problems: Vec::new(),
+        refused_lines: 0,
+        string_fields: 0,
+    };
+    // A U+FFFD in a body that was UTF-8 is a character like any other;
+    // in one that was not, it marks bytes that were replaced.
+    let text = String::from_utf8_lossy(body);
+    let lossy = matches!(text, std::borrow::Cow::Owned(_));
+    let mut b = RequestBuilder::new(cap, budget);
+    for (i, raw) in lines(&text).enumerate() {
+        let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let text = raw.strip_suffix('\r').unwrap_or(raw);
+        let outcome = if text.len() > cfg.max_line_bytes {
+            Err(Refusal::from(format!(
+                "the line is {} bytes long; the limit is {} (influx.max_line_bytes)",
+                text.len(),
+                cfg.max_line_bytes
+            )))
+        } else if lossy && text.contains('\u{fffd}') {
+            Err(Refusal::from("the line is not UTF-8 text".to_owned()))
+        } else {
+            match parse_lines(text).next() {
+                // Blank, or a comment.
+                None => continue,
+                Some(Err(e)) => Err(Refusal::from(parse_error(text, &e))),
+                Some(Ok(line)) => r.line(&mut b, &line, number, precision, now_ms, cfg),
+            }
+        };
+        r.lines += 1;
+        match outcome {
+            Ok(()) => {}
+            Err(Refusal::Full) => return Err(Full),
+            Err(Refusal::Line(reason, why)) => {
+                r.refused_lines += 1;
+                let why = format!("unable to parse '{}': {why}", quote(text));
+                b.refuse(1, reason, || format!("line {number}: {why}"));
+                if r.problems.len() < cap {
+                    r.problems.push(LineProblem { line: number, why });
+                }
+            }
+        }
+    }
+    r.converted = b.finish();
+    Ok(r)
+}
+
+/// The body's lines. Only a quote (a string field may hold a newline) or
+/// a backslash (an escaped newline continues the line) make InfluxDB's
+/// rules for where a line ends differ from splitting at each newline; a
+/// body with neither, which is what most agents send, is split at its
+/// newlines without looking at every character.
+fn lines(body: &str) -> Box<dyn Iterator<Item = &str> + '_> {
+    if memchr::memchr2(b'"', b'\\', body.as_bytes()).is_some() {
+        Box::new(split_lines(body))
+    } else {
+        Box::new(body.split('\n'))
+    }
+}
+
+/// Why a line was not taken.
+enum Refusal {
+    /// The request is over its budget: refuse it whole.
+    Full,
+    Line(RejectReason, String),
+}
+
+impl From<String> for Refusal {
+    fn from(why: String) -> Refusal {
+        Refusal::Line(RejectReason::InvalidPoint, why)
+    }
+}
+
+impl From<Full> for Refusal {
+    fn from(_: Full) -> Refusal {
+        Refusal::Full
+    }
+}
+
+impl InfluxRequest {
+    /// Adds one parsed line's fields as series.
+    fn line(
+        &mut self,
+        b: &mut RequestBuilder,
+        line: &ParsedLine<'_>,
+        number: u32,
+        precision: Precision,
+        now_ms: i64,
+        cfg: &InfluxConfig,
+    ) -> Result<(), Refusal> {
+        let tags = line.series.tag_set.as_deref().unwrap_or_default();
+        if let Some(dup) = duplicate(tags.iter().map(|(k, _)| k.as_str())) {
+            return Err(format!("tag {dup:?} is given twice").into());
+        }
+        let fields = &line.field_set;
+        if let Some(dup) = duplicate(fields.iter().map(|(k, _)| k.as_str())) {
+            return Err(format!("field {dup:?} is given twice").into());
+        }
+        let ts_ms = match line.timestamp {
+            None => now_ms,
+            Some(ts) => precision
+                .to_ms(ts)
+                .ok_or_else(|| format!("timestamp {ts} does not fit in the precision given"))?,
+        };
+        let Some(source) = tags
+            .iter()
+            .find(|(k, _)| k.as_str() == cfg.source_tag)
+            .map(|(_, v)| v.as_str())
+        else {
+            return Err(Refusal::Line(
+                RejectReason::MissingSource,
+                format!(
+                    "no tag {:?} names its source (influx.source_tag)",
+                    cfg.source_tag
+                ),
+            ));
+        };
+        let labels: Vec<pb::Label> = tags
+            .iter()
+            .filter(|(k, _)| k.as_str() != cfg.source_tag)
+            .map(|(k, v)| pb::Label {
+                name: label_name_from_key(k),
+                value: v.to_string(),
+            })
+            .collect();
+        let measurement = line.series.measurement.as_str();
+        for (key, value) in fields {
+            let v = match value {
+                FieldValue::F64(v) => *v,
+                FieldValue::I64(v) => *v as f64,
+                FieldValue::U64(v) => *v as f64,
+                FieldValue::Boolean(v) => f64::from(u8::from(*v)),
+                FieldValue::String(_) => {
+                    self.string_fields += 1;
+                    continue;
+                }
+            };
+            let series = pb::SeriesSamples {
+                metric: format!("{measurement}_{}", key.as_str()),
+                kind: pb::SampleKind::Gauge as i32,
+                timestamps_ms: vec![ts_ms],
+                values: vec![v],
+                start_times_ms: Vec::new(),
+                labels: labels.clone(),
+            };
+            let ordinal = b.push(source, series)?;
+            debug_assert_eq!(ordinal as usize, self.line_of.len());
+            self.line_of.push(number);
+        }
+        Ok(())
+    }
+
+    /// The refused lines: those refused while converting, then those with a
+    /// sample the admission refused (its first reason each), in line order;
+    /// at most `cap`. The second value counts every refused line, exactly
+    /// where the outcome lists every rejection.
+    pub fn refused_lines(&self, out: &IngestOutcome, cap: usize) -> (Vec<LineProblem>, u64) {
+        let mut seen: HashSet<u32> = self.problems.iter().map(|p| p.line).collect();
+        let mut list = self.problems.clone();
+        let mut listed_samples = 0u64;
+        for r in &out.rejections {
+            let Some(line) = self
+                .converted
+                .ordinals
+                .get(r.source_index as usize)
+                .and_then(|s| s.get(r.series_index as usize))
+                .and_then(|o| self.line_of.get(*o as usize))
+            else {
+                continue;
+            };
+            listed_samples += 1;
+            if seen.insert(*line) {
+                list.push(LineProblem {
+                    line: *line,
+                    why: format!("{} ({})", r.reason.as_str(), r.detail),
+                });
+            }
+        }
+        let unplaced = out.rejected.saturating_sub(u64::from(self.refused_lines));
+        let unlisted = unplaced.saturating_sub(listed_samples);
+        let count = (seen.len() as u64 + unlisted).min(u64::from(self.lines));
+        list.sort_by_key(|p| p.line);
+        list.truncate(cap);
+        (list, count)
+    }
+}
+
+/// A key that appears twice, if any.
+fn duplicate<'a>(keys: impl ExactSizeIterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    if keys.len() <= PAIRWISE {
+        let all: smallvec::SmallVec<[&str; PAIRWISE]> = keys.collect();
+        return all
+            .iter()
+            .enumerate()
+            .find(|(i, k)| all[..*i].contains(k))
+            .map(|(_, k)| *k);
+    }
+    let mut seen = HashSet::with_capacity(keys.len());
+    keys.into_iter().find(|k| !seen.insert(*k))
+}
+
+/// The parser's error, made specific where its own message is not.
+fn parse_error(text: &str, e: &influxdb_line_protocol::Error) -> String {
+    use influxdb_line_protocol::Error as E;
+    const SHAPE: &str = "a line is measurement[,tag=value…] field=value[,field=value…] [timestamp], \
+                         a value a float (1.5), an integer (1i), an unsigned integer (1u), a boolean \
+                         (t, f) or a \"string\"; NaN and infinities are not values";
+    match e {
+        E::FieldSetMissing | E::GenericParsingError { .. } => {
+            let fields = field_text(text);
+            if fields.is_empty() {
+                format!("no field set: {SHAPE}")
+            } else {
+                format!("invalid field set {:?}: {SHAPE}", quote(fields))
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The field set's text: after the first space that is not escaped.
+fn field_text(line: &str) -> &str {
+    let mut escaped = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            ' ' => return line[i + 1..].trim_start().split(' ').next().unwrap_or(""),
+            _ => {}
+        }
+    }
+    ""
+}
+
+/// At most [`QUOTED`] bytes of `text`, cut at a character boundary.
+fn quote(text: &str) -> String {
+    if text.len() <= QUOTED {
+        return text.to_owned();
+    }
+    let mut end = QUOTED;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+#[path = "influx_tests.rs"]
+mod tests;
