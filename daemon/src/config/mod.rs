@@ -39,7 +39,7 @@ use crate::auth::AuthConfig;
 use crate::catalog::CatalogConfig;
 use crate::flush::FlushConfig;
 use crate::grpc::GrpcConfig;
-use crate::http::HttpConfig;
+use crate::http::{HttpConfig, UiConfig};
 use crate::ingest::otlp::OtlpConfig;
 use crate::ingest::remote_write::RemoteWriteConfig;
 use crate::ingest::IngestConfig;
@@ -88,6 +88,7 @@ pub struct Config {
     pub catalog: CatalogConfig,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
+    pub ui: UiConfig,
 }
 
 /// Which store backs the daemon.
@@ -141,6 +142,7 @@ impl Default for Config {
             catalog: CatalogConfig::default(),
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
+            ui: UiConfig::default(),
         }
     }
 }
@@ -186,6 +188,7 @@ impl Config {
         self.catalog.check(&mut p);
         self.tls.check(&mut p);
         self.auth.check(&mut p);
+        self.ui.check(&mut p);
         p.into_vec()
     }
 

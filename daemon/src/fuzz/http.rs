@@ -266,6 +266,7 @@ pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
         rollups.clone(),
         Arc::new(crate::ingest::IngestGate::default()),
     ));
+    let fleet = Arc::new(crate::fleet::Fleet::new(agg.clone(), Default::default()));
     let engine = Arc::new(QueryEngine::new(
         store.clone(),
         agg,
@@ -291,6 +292,8 @@ pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
             otlp: Default::default(),
             remote_write: Default::default(),
         },
+        fleet,
+        ui: Default::default(),
     };
     super::super::http::router(state, &crate::http::HttpConfig::default())
 }
