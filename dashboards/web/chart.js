@@ -14,6 +14,8 @@ import { clock, exact, num, stamp } from './format.js';
 import { bandOf, yOf } from './series.js';
 
 const COLORS = 10;
+/** Series listed in the readout: those nearest the pointer. */
+const READOUT_ROWS = 8;
 const MARGIN = { left: 58, right: 14, top: 20, bottom: 24 };
 let firstDrawn = false;
 
@@ -368,9 +370,11 @@ export class Chart {
     this.showReadout(t, rows, px, e.clientY - r.top);
   }
 
-  showReadout(t, rows, px, py) {
+  showReadout(t, all, px, py) {
     const step = this.win.step;
     const head = el('div', 'readout-time', stamp(t, step < 60));
+    const near = (r) => Math.abs(this.sy(yOf(r.s, r.p)) - py);
+    const rows = all.length > READOUT_ROWS ? all.slice().sort((a, b) => near(a) - near(b)).slice(0, READOUT_ROWS) : all;
     const list = rows.map(({ s, i, p }) => {
       const row = el('div', 'readout-row');
       row.append(el('span', `sw s${i % COLORS}`), el('span', 'readout-name', s.name));
@@ -383,6 +387,9 @@ export class Chart {
       row.append(vals);
       return row;
     });
+    if (all.length > rows.length) {
+      list.push(el('div', 'readout-more', `and ${all.length - rows.length} more series`));
+    }
     this.readout.replaceChildren(head, ...list);
     this.readout.hidden = false;
     const w = this.readout.offsetWidth;

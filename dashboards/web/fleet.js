@@ -277,7 +277,7 @@ class Fleet {
     link.title = r.stale ? `${r.source}: stale, nothing for longer than ${duration(this.meta.stale_after_s)}` : r.source;
     series.textContent = num(r.series);
     rate.textContent = num(r.samples_per_s);
-    age.textContent = r.age_s === undefined ? 'never' : `${duration(r.age_s)} ago`;
+    age.textContent = r.age_s === undefined ? 'none yet' : `${duration(r.age_s)} ago`;
   }
 
   renderSummary() {

@@ -204,6 +204,10 @@ export class QueryForm {
     for (const i of this.tierInputs) i.checked = i.value === tier;
     this.limitTiers();
     this.pendingGroup = s.group || '';
+    if (this.pendingGroup && ![...this.group.options].some((o) => o.value === this.pendingGroup)) {
+      // Until the groups are listed: the URL's group, as asked.
+      this.group.append(make('option', { value: this.pendingGroup, text: `group ${this.pendingGroup}` }));
+    }
     this.group.value = this.pendingGroup;
     this.source.disabled = !!this.pendingGroup;
   }

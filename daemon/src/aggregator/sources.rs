@@ -16,8 +16,9 @@ pub struct SourceActivity {
     /// Its series in memory: those with a sample within
     /// `ingest.series_idle_timeout`.
     pub series: usize,
-    /// Timestamp (Unix ms) of its newest sample, as the agent stamped it;
-    /// None while its series hold only a counter's baseline from the log.
+    /// Timestamp (Unix ms) of its newest sample, as the agent stamped it
+    /// (a counter's baseline restored from the log counts: it is the last
+    /// sample before a restart); None before any.
     pub last_ms: Option<i64>,
 }
 
@@ -35,7 +36,8 @@ impl Aggregator {
             let shard = cell.shard.lock();
             for s in shard.series.iter() {
                 let source = &s.id.source;
-                let last = (s.last_sample.0 != i64::MIN).then_some(s.last_sample.0);
+                let sampled = (s.last_sample.0 != i64::MIN).then_some(s.last_sample.0);
+                let last = sampled.max(s.last_cumulative.get().map(|(ts, _)| ts));
                 let key = Arc::as_ptr(source) as *const u8 as usize;
                 let i = *at.entry(key).or_insert_with(|| {
                     out.push(SourceActivity {
@@ -122,5 +124,12 @@ mod tests {
         // Draining the slots keeps the series and their last samples.
         agg.drain(None);
         assert_eq!(agg.source_activity(), got);
+        // A counter's baseline restored after a restart is its last sample.
+        agg.seed_baseline(&crate::wal::Baseline::new(
+            Arc::new(crate::model::SeriesId::new("c", "total")),
+            now - 9_000,
+            5.0,
+        ));
+        assert_eq!(agg.source_activity()[2].last_ms, Some(now - 9_000));
     }
 }

@@ -37,6 +37,7 @@ async fn fleet_explore_and_daemon_views() {
 
     fleet_lists_the_sources(&b, &sources).await;
     chart_equals_range(&b, &d).await;
+    hours_fold_like_the_daemon(&b, &d).await;
     url_restores_the_view(&b).await;
     promql_error_in_words(&b, &d).await;
     daemon_view(&b).await;
@@ -133,6 +134,61 @@ async fn chart_equals_range(b: &Browser, d: &Daemon) {
         .await;
     eprintln!("first chart (2 series, a day of minutes) drawn {first} ms after navigation");
     clean_page(b, "explore").await;
+}
+
+/// The hour tier stays live by folding the stream's minutes into hours:
+/// the page's own fold (run in the page on the minutes the daemon serves)
+/// gives the daemon's hour slots: the same count, minimum and maximum, and
+/// the same sum but for the order of the additions.
+async fn hours_fold_like_the_daemon(b: &Browser, d: &Daemon) {
+    let folded: Value = b
+        .client
+        .execute_async(
+            r#"
+            const done = arguments[arguments.length - 1];
+            (async () => {
+                const api = await import('/ui/api.js');
+                const series = await import('/ui/series.js');
+                const q = { source: 'web-000001', metric: 'm_0001', from: 'now-3h', step: '1m' };
+                const body = await api.getJSON('/api/v1/range', q);
+                const list = series.fromRange({ series: body.series.map((s) => ({ ...s, points: [] })) });
+                series.applyWatch(list, { series: body.series }, 3600, -Infinity);
+                return list[0].points;
+            })().then(done, (e) => done(String(e)));
+            "#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    let folded = folded.as_array().unwrap_or_else(|| panic!("{folded}"));
+    assert_eq!(folded.len(), 2, "the newest two hours: {folded:?}");
+    let from = folded[0]["t"].to_string();
+    let body = get_ok(
+        d,
+        "/api/v1/range",
+        &[
+            ("source", "web-000001"),
+            ("metric", "m_0001"),
+            ("from", &from),
+            ("step", "1h"),
+        ],
+    )
+    .await;
+    let hours = body["series"][0]["points"].as_array().unwrap();
+    assert_eq!(hours.len(), 2, "{body}");
+    for (page, daemon) in folded.iter().zip(hours) {
+        for k in ["t", "n", "min", "max"] {
+            assert_eq!(page[k].as_f64(), daemon[k].as_f64(), "{k}: {page} {daemon}");
+        }
+        let (a, b) = (
+            page["sum"].as_f64().unwrap(),
+            daemon["sum"].as_f64().unwrap(),
+        );
+        assert!(
+            (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
+            "{page} {daemon}"
+        );
+    }
 }
 
 /// Points as numbers: the browser writes 184 where the daemon wrote 184.0.
