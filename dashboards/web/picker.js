@@ -233,6 +233,7 @@ export class QueryForm {
     try {
       const body = await getJSON('/api/v1/groups', {}, { signal });
       const names = (body.groups || []).map((g) => g.name);
+      this.groupNames = names;
       options(this.group, [['', 'per source'], ...names.map((n) => [n, `group ${n}`])]);
       this.group.value = names.includes(this.pendingGroup) ? this.pendingGroup : '';
       this.source.disabled = !!this.group.value;
@@ -248,6 +249,17 @@ export class QueryForm {
     return s || '*';
   }
 
+  /**
+   * The source discovery lists from. Every source's metrics and labels are
+   * those of the `all` group's rollup (one series per metric and label
+   * set), which lists them without scanning every series of the fleet.
+   */
+  discoverySource() {
+    if (this.group.value) return `@${this.group.value}`;
+    const spec = this.sourceSpec();
+    return spec === '*' && (this.groupNames || []).includes('all') ? '@all' : spec;
+  }
+
   async suggestSources() {
     const typed = this.source.value.trim();
     const spec = /[*?,[]/.test(typed) ? typed : `${typed}*`;
@@ -260,9 +272,8 @@ export class QueryForm {
   }
 
   async suggestMetrics() {
-    const params = this.group.value ? {} : { source: this.sourceSpec() };
     try {
-      const body = await getJSON('/api/v1/metrics', { ...params, limit: 1000 });
+      const body = await getJSON('/api/v1/metrics', { source: this.discoverySource(), limit: 1000 });
       suggest(this.metric, this.metricList, body.metrics || []);
       this.metricHint.textContent = body.next ? 'more metrics than listed: type to narrow' : '';
     } catch (e) {
@@ -275,7 +286,7 @@ export class QueryForm {
     this.pickers.replaceChildren();
     const metric = this.metric.value.trim();
     if (!metric) return;
-    const sel = { source: this.group.value ? '*' : this.sourceSpec(), metric };
+    const sel = { source: this.discoverySource(), metric };
     let names = [];
     try {
       names = (await getJSON('/api/v1/labels', { ...sel, limit: 50 })).labels || [];

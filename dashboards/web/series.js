@@ -12,9 +12,6 @@ import { labels as fmtLabels } from './format.js';
 
 export const TIERS = { minute: 60, hour: 3600, day: 86400 };
 
-/** The aggregates every native read asks for (`last` when the daemon has it). */
-export const AGGREGATES = 'count,sum,min,max,avg,rate';
-
 export function seriesKey(s) {
   return `${s.source}\u0000${s.metric}\u0000${JSON.stringify(s.labels || {})}`;
 }

@@ -13,6 +13,7 @@
 //!   console errors, no request to another host, the CSP header.
 //! * `tokens`: with tokens on, the page works with a read token and shows
 //!   the refusal without one.
+//! * `lost`: a live chart whose daemon goes away says so.
 //! * `bench` (ignored; `scripts/bench-dashboard` runs it): the figures of
 //!   BENCHMARKS.md, measured in the page with the Performance API.
 //!
@@ -22,6 +23,7 @@
 mod bench;
 mod browser;
 mod feeds;
+mod lost;
 mod tokens;
 mod views;
 
