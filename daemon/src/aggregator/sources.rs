@@ -36,8 +36,7 @@ impl Aggregator {
             let shard = cell.shard.lock();
             for s in shard.series.iter() {
                 let source = &s.id.source;
-                let sampled = (s.last_sample.0 != i64::MIN).then_some(s.last_sample.0);
-                let last = sampled.max(s.last_cumulative.get().map(|(ts, _)| ts));
+                let last = s.last_sample.get().map(|(ts, _)| ts);
                 let key = Arc::as_ptr(source) as *const u8 as usize;
                 let i = *at.entry(key).or_insert_with(|| {
                     out.push(SourceActivity {

@@ -148,7 +148,7 @@ mod tests {
     fn drained(source: &str, n: u64) -> SeriesMinutes {
         let mut slot = Slot::of(1.0);
         for _ in 1..n {
-            slot.add(1.0);
+            slot.add_value(1.0);
         }
         SeriesMinutes {
             series: Arc::new(SeriesId::new(source, "m")),
