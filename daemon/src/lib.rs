@@ -51,11 +51,12 @@
 //! | [`store`] | the [`store::Store`] trait; [`store::embedded`] and [`store::mongodb`] behind it |
 //! | [`query`] | ranges, latest values, cross-source aggregates, discovery |
 //! | [`watch`] | live subscriptions fed once a second from the query engine |
+//! | [`fleet`] | every source with its series, newest sample and samples per second, for the dashboard |
 //! | [`maintenance`] | pre-allocation, retention sweep, idle-series eviction |
 //! | [`wal`] | the write-ahead log: segments, records, group commit, counter baselines |
 //! | [`recovery`] | replaying the write-ahead log at start, exactly once |
 //! | [`grpc`] | the gRPC server: ingest, OTLP and query services, health, reflection |
-//! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP, remote-write and InfluxDB line protocol, Prometheus-compatible API |
+//! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP, remote-write and InfluxDB line protocol, Prometheus-compatible API, the built-in dashboard |
 //! | [`graphite`] | the Graphite plaintext TCP listener: bounded connections, lines batched into admission |
 //! | [`selector`] | source, metric and label matchers (names, lists, globs, regular expressions) |
 //! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog's records |
@@ -76,6 +77,7 @@ pub mod aggregator;
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod fleet;
 pub mod flush;
 #[cfg(test)]
 mod fuzz;

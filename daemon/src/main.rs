@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tally::aggregator::Aggregator;
 use tally::catalog::CatalogWriter;
 use tally::config::{Cli, Config, LogFormat, StoreKind};
+use tally::fleet::{Fleet, SourceRates};
 use tally::flush::Pipeline;
 use tally::grpc::IngestService;
 use tally::ingest::{IngestGate, Ingestor};
@@ -174,6 +175,7 @@ struct Parts {
     rollups: Arc<Rollups>,
     catalog: Arc<CatalogWriter>,
     pipeline: Arc<Pipeline>,
+    fleet: Arc<Fleet>,
     engine: Arc<QueryEngine>,
     watch: Arc<WatchHub>,
     gate: Arc<IngestGate>,
@@ -195,12 +197,15 @@ impl Parts {
         };
         let rollups = Arc::new(Rollups::new(config.rollup.clone()).context("[rollup]")?);
         let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
+        let source_rates = Arc::new(SourceRates::default());
         let pipeline = Arc::new(
             Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
                 .with_rollups(rollups.clone())
-                .with_catalog(catalog.clone()),
+                .with_catalog(catalog.clone())
+                .with_source_rates(source_rates.clone()),
         );
         let metadata = Arc::new(tally::metadata::MetadataBook::new());
+        let fleet = Arc::new(Fleet::new(agg.clone(), source_rates));
         let engine = Arc::new(
             QueryEngine::new(
                 store.clone(),
@@ -225,6 +230,7 @@ impl Parts {
             rollups,
             catalog,
             pipeline,
+            fleet,
             engine,
             watch,
             gate,
@@ -284,6 +290,8 @@ impl Parts {
                 remote_write: config.remote_write.clone(),
                 influx: config.influx.clone(),
             },
+            fleet: self.fleet.clone(),
+            ui: config.ui.clone(),
         };
         // HTTP outlives `close`: `/readyz` answers 503 while the final
         // flush drains, instead of refusing connections.

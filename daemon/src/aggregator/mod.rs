@@ -15,6 +15,8 @@ mod outcome;
 mod prealloc;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
+mod sources;
+pub use sources::SourceActivity;
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};

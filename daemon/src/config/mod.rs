@@ -40,7 +40,7 @@ use crate::catalog::CatalogConfig;
 use crate::flush::FlushConfig;
 use crate::graphite::GraphiteConfig;
 use crate::grpc::GrpcConfig;
-use crate::http::HttpConfig;
+use crate::http::{HttpConfig, UiConfig};
 use crate::ingest::influx::InfluxConfig;
 use crate::ingest::otlp::OtlpConfig;
 use crate::ingest::remote_write::RemoteWriteConfig;
@@ -92,6 +92,7 @@ pub struct Config {
     pub catalog: CatalogConfig,
     pub tls: TlsConfig,
     pub auth: AuthConfig,
+    pub ui: UiConfig,
 }
 
 /// Which store backs the daemon.
@@ -147,6 +148,7 @@ impl Default for Config {
             catalog: CatalogConfig::default(),
             tls: TlsConfig::default(),
             auth: AuthConfig::default(),
+            ui: UiConfig::default(),
         }
     }
 }
@@ -194,6 +196,7 @@ impl Config {
         self.catalog.check(&mut p);
         self.tls.check(&mut p);
         self.auth.check(&mut p);
+        self.ui.check(&mut p);
         p.into_vec()
     }
 

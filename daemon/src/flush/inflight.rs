@@ -32,6 +32,8 @@ pub struct InflightBatch {
     /// instead of a key and a position (16), at a million series.
     index: hashbrown::HashTable<u32>,
     hasher: ahash::RandomState,
+    /// When it was cut: how long the store has kept it waiting.
+    cut_at: std::time::Instant,
 }
 
 impl InflightBatch {
@@ -49,6 +51,7 @@ impl InflightBatch {
             flush: Arc::new(FlushBatch { id, series }),
             index,
             hasher,
+            cut_at: std::time::Instant::now(),
         }
     }
 
@@ -152,6 +155,15 @@ impl Inflight {
         batches.push_back(batch.clone());
         self.note(&batches);
         Some(batch)
+    }
+
+    /// How long the oldest batch the store has not applied yet has waited
+    /// since it was cut; zero when the store has every batch.
+    pub(super) fn oldest_wait(&self) -> std::time::Duration {
+        self.batches
+            .lock()
+            .front()
+            .map_or(std::time::Duration::ZERO, |b| b.cut_at.elapsed())
     }
 
     /// Forgets a batch the store has applied (or that was given up).

@@ -25,6 +25,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::aggregator::Aggregator;
 use crate::catalog::CatalogWriter;
+use crate::fleet::SourceRates;
 use crate::ingest::IngestGate;
 use crate::model::FlushId;
 use crate::rollup::Rollups;
@@ -94,6 +95,8 @@ pub struct Pipeline {
     cfg: FlushConfig,
     rollups: Arc<Rollups>,
     catalog: Option<Arc<CatalogWriter>>,
+    /// Told the samples of every cut batch, for the fleet view.
+    source_rates: Option<Arc<SourceRates>>,
     /// Batches cut and not yet finished by the applier: applied (or given
     /// up) and recorded in the catalog. A batch leaves `inflight` as soon as
     /// the store has it, for reads; this also covers its catalog write, so
@@ -124,6 +127,7 @@ impl Pipeline {
             cfg,
             rollups: Arc::new(Rollups::disabled()),
             catalog: None,
+            source_rates: None,
             unfinished: AtomicUsize::new(0),
             wal: OnceLock::new(),
         }
@@ -148,6 +152,12 @@ impl Pipeline {
         self
     }
 
+    /// Counts the samples of every cut batch per source.
+    pub fn with_source_rates(mut self, rates: Arc<SourceRates>) -> Pipeline {
+        self.source_rates = Some(rates);
+        self
+    }
+
     /// The batches cut and not yet in the store, for the query engine.
     pub fn inflight(&self) -> &Arc<Inflight> {
         &self.inflight
@@ -166,6 +176,7 @@ impl Pipeline {
         metrics::gauge!("tally_sources").set(self.agg.source_count() as f64);
         metrics::gauge!("tally_flush_inflight_batches")
             .set(self.unfinished.load(Ordering::SeqCst) as f64);
+        metrics::gauge!("tally_store_lag_seconds").set(self.inflight.oldest_wait().as_secs_f64());
     }
 
     /// Drains the aggregator into a new in-flight batch, unless the queue is
@@ -182,6 +193,9 @@ impl Pipeline {
             |drained| self.rollups.expand(drained),
             cut,
         )?;
+        if let Some(rates) = &self.source_rates {
+            rates.observe(&batch.flush.series, chrono::Utc::now().timestamp_millis());
+        }
         self.unfinished.fetch_add(1, Ordering::SeqCst);
         Some(batch)
     }

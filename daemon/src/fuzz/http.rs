@@ -1,6 +1,6 @@
 //! The HTTP read APIs in process: random query strings (globs, times,
 //! steps, limits, PromQL) against every native and Prometheus-compatible
-//! endpoint of the real router, over a real embedded store and aggregator
+//! endpoint of the real router (the dashboard's fleet page too), over a real embedded store and aggregator
 //! holding a few series. Bad input must be a 4xx with a reason; a 5xx is a
 //! bug (503 is allowed where a limit of the house is full).
 
@@ -31,6 +31,7 @@ const PATHS: &[&str] = &[
     "/api/v1/metrics",
     "/api/v1/groups",
     "/api/v1/aggregate",
+    "/api/v1/fleet",
     "/prometheus/api/v1/query",
     "/prometheus/api/v1/query_range",
     "/prometheus/api/v1/series",
@@ -63,6 +64,11 @@ const KEYS: &[&str] = &[
     "time",
     "match[]",
     "timeout",
+    "sort",
+    "order",
+    "stale_only",
+    "stale_after",
+    "offset",
     "bogus",
 ];
 
@@ -272,6 +278,7 @@ pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
         rollups.clone(),
         Arc::new(crate::ingest::IngestGate::default()),
     ));
+    let fleet = Arc::new(crate::fleet::Fleet::new(agg.clone(), Default::default()));
     let engine = Arc::new(QueryEngine::new(
         store.clone(),
         agg,
@@ -298,6 +305,8 @@ pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
             remote_write: Default::default(),
             influx: Default::default(),
         },
+        fleet,
+        ui: Default::default(),
     };
     state
 }

@@ -1,20 +1,24 @@
-//! The HTTP listener: the native JSON API under `/api/v1/` (`api`), the
-//! Prometheus-compatible read API under `/prometheus` (`prometheus`), the
-//! operations endpoints `/metrics`, `/healthz` and `/readyz` (`ops`), and
-//! the ingest endpoints OTLP/HTTP `/v1/metrics`, remote-write
-//! `/api/v1/write` and InfluxDB's `/write` and `/api/v2/write` (`push`).
+//! The HTTP listener: the native JSON API under `/api/v1/` (`api`, and the
+//! dashboard's fleet page in `fleet`), the Prometheus-compatible read API
+//! under `/prometheus` (`prometheus`), the operations endpoints `/metrics`,
+//! `/healthz` and `/readyz` (`ops`), the ingest endpoints OTLP/HTTP
+//! `/v1/metrics`, remote-write `/api/v1/write` and InfluxDB's `/write` and
+//! `/api/v2/write` (`push`), and the built-in dashboard's files at `/` and
+//! `/ui/` (`ui`).
 //!
-//! Each of the four has a state of its own holding only what it uses;
+//! Each of them has a state of its own holding only what it uses;
 //! this module builds them from [`HttpState`] and mounts the routers, so
 //! none of them depends on the others or on this one. Reads and ingest
 //! differ in the token role they need and in how large a body they take.
 
 mod api;
 mod config;
+mod fleet;
 mod ops;
 pub(crate) mod prometheus;
 mod push;
 mod server;
+mod ui;
 
 use std::sync::Arc;
 
@@ -25,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::{Authenticator, Need};
 use crate::listen::Listener;
 
+use crate::fleet::Fleet;
 use crate::flush::Pipeline;
 use crate::query::QueryEngine;
 use crate::store::Store;
@@ -36,6 +41,7 @@ use prometheus::PromState;
 
 pub use config::{HttpConfig, RESERVE_HEADER_TIMEOUT};
 pub use push::PushState;
+pub use ui::{UiConfig, CONTENT_SECURITY_POLICY};
 
 #[derive(Clone)]
 pub struct HttpState {
@@ -51,6 +57,9 @@ pub struct HttpState {
     pub auth: Authenticator,
     /// The ingest endpoints' admission and mappings.
     pub push: PushState,
+    /// Every source, for the dashboard's fleet view.
+    pub fleet: Arc<Fleet>,
+    pub ui: UiConfig,
 }
 
 pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
@@ -59,10 +68,17 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
         metrics: state.metrics,
         draining: state.draining,
     });
-    let api = api::router().with_state(ApiState {
-        query: state.query.clone(),
-        watch: state.watch,
+    let fleet = fleet::router().with_state(fleet::FleetState {
+        fleet: state.fleet,
+        stale_after: state.ui.stale_after,
+        patterns: state.query.limits().pattern_limits(),
     });
+    let api = api::router()
+        .with_state(ApiState {
+            query: state.query.clone(),
+            watch: state.watch,
+        })
+        .merge(fleet);
     let prometheus = prometheus::router().with_state(PromState::new(state.query));
     let reads = ops.nest("/api/v1", api).nest("/prometheus", prometheus);
     let reads = server::limit_body(
@@ -86,7 +102,14 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
             crate::auth::require_token,
         ))
         .layer(axum::middleware::from_fn(push::influx_credentials));
-    reads.merge(push)
+    // The dashboard's files hold no data and are open to all: a browser
+    // without a token must load the page that asks for one.
+    let ui = if state.ui.enabled {
+        ui::router()
+    } else {
+        Router::new()
+    };
+    reads.merge(push).merge(ui)
 }
 
 /// What a connection beyond `http.max_connections` is served: the

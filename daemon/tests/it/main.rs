@@ -82,6 +82,7 @@ mod security;
 mod statement_budget;
 mod two_daemons;
 mod wal_damage;
+mod web;
 
 use tally_testkit::DaemonOpts;
 
