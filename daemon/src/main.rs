@@ -247,6 +247,7 @@ impl Parts {
                 otlp: config.otlp.clone(),
                 remote_write: config.remote_write.clone(),
             },
+            prometheus: config.prometheus.clone(),
         };
         // HTTP outlives `close`: `/readyz` answers 503 while the final
         // flush drains, instead of refusing connections.

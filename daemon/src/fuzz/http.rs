@@ -291,6 +291,7 @@ pub(crate) fn router(dir: &std::path::Path) -> axum::Router {
             otlp: Default::default(),
             remote_write: Default::default(),
         },
+        prometheus: Default::default(),
     };
     super::super::http::router(state, &crate::http::HttpConfig::default())
 }

@@ -51,6 +51,8 @@ pub struct HttpState {
     pub auth: Authenticator,
     /// The ingest endpoints' admission and mappings.
     pub push: PushState,
+    /// How the Prometheus API shows series.
+    pub prometheus: crate::promql::PrometheusConfig,
 }
 
 pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
@@ -63,7 +65,8 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
         query: state.query.clone(),
         watch: state.watch,
     });
-    let prometheus = prometheus::router().with_state(PromState::new(state.query));
+    let prometheus =
+        prometheus::router().with_state(PromState::new(state.query, &state.prometheus));
     let reads = ops.nest("/api/v1", api).nest("/prometheus", prometheus);
     let reads = server::limit_body(reads, cfg.max_body_bytes, "http.max_body_bytes").layer(
         axum::middleware::from_fn_with_state(

@@ -159,6 +159,7 @@ pub struct QueryEngine {
     pub(super) label_sets: super::label_sets::LabelSetCache,
     /// What agents say of their metric families, for `/api/v1/metadata`.
     metadata: Arc<crate::metadata::MetadataBook>,
+    budget: super::ReadBudget,
 }
 
 /// Minute ranges up to this long read hour documents; longer ones read day
@@ -186,11 +187,12 @@ impl QueryEngine {
             agg,
             rollups,
             inflight,
-            limits,
+            limits: limits.clone(),
             hour_retention_s,
             lateness_s: HOUR_S,
             label_sets: Default::default(),
             metadata: Arc::default(),
+            budget: super::ReadBudget::new(limits.read_budget_bytes, limits.read_budget_wait),
         }
     }
 
@@ -218,6 +220,16 @@ impl QueryEngine {
 
     pub fn rollups(&self) -> &Arc<Rollups> {
         &self.rollups
+    }
+
+    /// Reserves `bytes` of the read budget every read shares (see
+    /// [`super::ReadBudget`]), waiting for other reads if need be.
+    pub async fn reserve(&self, bytes: u64) -> Result<super::Reservation, QueryError> {
+        self.budget.reserve(bytes).await
+    }
+
+    pub fn budget(&self) -> &super::ReadBudget {
+        &self.budget
     }
 
     /// Refuses a read of `series` series over `w` whose points together
