@@ -60,6 +60,9 @@ pub struct Inputs<'a> {
     pub selector_series: &'a [usize],
     /// Series of each aggregation's rollup read, if a rollup serves it.
     pub rollup_series: &'a [Option<usize>],
+    /// Width of the slots each selector's windows read (a minute, or an
+    /// hour or a day where those tile them).
+    pub width_ms: &'a [i64],
     pub lookback_ms: i64,
 }
 
@@ -109,9 +112,10 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             } else {
                 (n, span)
             };
+            let width = inp.width_ms.get(*sel).copied().unwrap_or(60_000);
             c.read_points = c
                 .read_points
-                .saturating_add(s.saturating_mul(slots(span, n, *range_ms, 60_000)));
+                .saturating_add(s.saturating_mul(slots(span, n, *range_ms, width)));
             s
         }
         Node::Subquery {
@@ -226,9 +230,11 @@ mod tests {
         let p = plan(q, &QueryConfig::default(), 0, span).unwrap();
         let sel = vec![series; p.selectors.len()];
         let rollups = vec![None; p.aggregates];
+        let width = vec![60_000; p.selectors.len()];
         let inputs = Inputs {
             selector_series: &sel,
             rollup_series: &rollups,
+            width_ms: &width,
             lookback_ms: 300_000,
         };
         cost(&p, &inputs, n, span)
@@ -250,6 +256,20 @@ mod tests {
         // `@` reads one window whatever the steps.
         let c = cost_of("x @ 100", 10, 1000, 1000 * 60_000);
         assert_eq!(c.read_points, 10 * 6);
+    }
+
+    #[test]
+    fn hour_slots_cost_an_hour_each() {
+        let p = plan("increase(x[1h])", &QueryConfig::default(), 0, 0).unwrap();
+        let inputs = Inputs {
+            selector_series: &[1_000],
+            rollup_series: &[],
+            width_ms: &[3_600_000],
+            lookback_ms: 300_000,
+        };
+        // 30 days at a 1h step: 720 hour slots (and the first window's).
+        let c = cost(&p, &inputs, 721, 720 * 3_600_000);
+        assert_eq!(c.read_points, 1_000 * 722);
     }
 
     #[test]
@@ -279,6 +299,7 @@ mod tests {
         let inputs = Inputs {
             selector_series: &sel,
             rollup_series: &rollups,
+            width_ms: &[60_000],
             lookback_ms: 300_000,
         };
         let k = chunk_steps(&p, &inputs, 100_000, 60_000);

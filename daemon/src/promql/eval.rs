@@ -26,6 +26,9 @@ pub struct Evaluator<'a> {
     pub selected: Vec<Arc<Vec<Selected>>>,
     /// Per aggregation of the plan, the rollup serving it, if one does.
     pub rollups: Vec<Option<RollupRead>>,
+    /// Per selector: whether hour and day slots may serve its windows (the
+    /// function reading them takes merged slots of its series' kinds).
+    pub wide: Vec<bool>,
     pub lookback_ms: i64,
 }
 
@@ -38,97 +41,119 @@ struct RangeArg {
 
 impl<'a> Evaluator<'a> {
     /// Evaluates `node` at `times` (ascending, Unix ms).
+    ///
+    /// Each kind of node is its own boxed future, returned as it is rather
+    /// than awaited here: a nesting level then costs one small poll frame,
+    /// so the deepest expression the limits admit (`query.max_promql_depth`
+    /// up to 256) fits a worker thread's stack.
     pub fn eval<'b>(
         &'b self,
         node: &'b Node,
         times: &'b [i64],
     ) -> BoxFuture<'b, EvalResult<Value>> {
-        async move {
-            let n = times.len();
-            Ok(match node {
-                Node::Number(v) => Value::Scalar(vec![*v; n]),
-                Node::String(s) => Value::String(s.clone()),
-                Node::Invariant(inner) if n > 1 => {
-                    let once = self.eval(inner, &times[..1]).await?;
-                    broadcast(once, n)
-                }
-                Node::Invariant(inner) => self.eval(inner, times).await?,
-                Node::Selector { sel, mods } => Value::Vector(
-                    select::instant(
-                        self.ctx,
-                        &self.selected[*sel],
-                        times,
-                        *mods,
-                        self.lookback_ms,
-                        false,
-                    )
-                    .await?,
-                ),
-                Node::Matrix { .. } | Node::Subquery { .. } => {
-                    let arg = self.range_arg(node, times, None).await?;
-                    Value::Matrix(in_window(arg, times.first().copied().unwrap_or(0)))
-                }
-                Node::Call { func, args } => self.call(func, args, times).await?,
-                Node::Aggregate {
-                    id,
-                    op,
-                    param,
-                    expr,
-                    grouping,
-                } => {
-                    if let Some(rollup) = &self.rollups[*id] {
-                        return rollup.eval(self.ctx, *op, grouping, times).await;
-                    }
-                    let param = match (op, param) {
-                        (_, None) => Param::None,
-                        (AggOp::CountValues, Some(p)) => match self.eval(p, times).await? {
-                            Value::String(s) => Param::Label(s),
-                            other => {
-                                return Err(bad(format!(
-                                    "count_values() takes a label name, got {}",
-                                    other.type_name()
-                                )))
-                            }
-                        },
-                        (_, Some(p)) => Param::Number(self.scalar(p, times).await?),
-                    };
-                    let inner = self.vector(expr, times).await?;
-                    Value::Vector(aggregate(*op, grouping, &param, inner, n)?)
-                }
-                Node::Binary {
-                    op,
-                    lhs,
-                    rhs,
-                    matching,
-                    return_bool,
-                } => {
-                    let l = self.eval(lhs, times).await?;
-                    let r = self.eval(rhs, times).await?;
-                    match binary(*op, l, r, matching.as_ref(), *return_bool)? {
-                        Value::Vector(v) => Value::Vector(dedupe(v)?),
-                        other => other,
-                    }
-                }
-                Node::Neg(inner) => match self.eval(inner, times).await? {
-                    Value::Scalar(s) => Value::Scalar(s.into_iter().map(|v| -v).collect()),
-                    Value::Vector(v) => Value::Vector(dedupe(
-                        v.into_iter()
-                            .map(|s| Series {
-                                labels: s.labels.without_name(),
-                                values: s.values.into_iter().map(|v| v.map(|v| -v)).collect(),
-                            })
-                            .collect(),
-                    )?),
-                    other => {
-                        return Err(bad(format!(
-                            "unary expression only allowed on expressions of type scalar or instant vector, got {}",
-                            other.type_name()
-                        )))
-                    }
-                },
-            })
+        let n = times.len();
+        match node {
+            Node::Number(v) => {
+                let v = Value::Scalar(vec![*v; n]);
+                async move { Ok(v) }.boxed()
+            }
+            Node::String(s) => {
+                let v = Value::String(s.clone());
+                async move { Ok(v) }.boxed()
+            }
+            Node::Invariant(inner) if n > 1 => async move {
+                let once = self.eval(inner, &times[..1]).await?;
+                Ok(broadcast(once, n))
+            }
+            .boxed(),
+            Node::Invariant(inner) => self.eval(inner, times),
+            Node::Selector { sel, mods } => async move {
+                let v = select::instant(
+                    self.ctx,
+                    &self.selected[*sel],
+                    times,
+                    *mods,
+                    self.lookback_ms,
+                    false,
+                )
+                .await?;
+                Ok(Value::Vector(v))
+            }
+            .boxed(),
+            Node::Matrix { .. } | Node::Subquery { .. } => async move {
+                let arg = self.range_arg(node, times, None).await?;
+                Ok(Value::Matrix(in_window(
+                    arg,
+                    times.first().copied().unwrap_or(0),
+                )))
+            }
+            .boxed(),
+            Node::Call { func, args } => self.call(func, args, times).boxed(),
+            Node::Aggregate {
+                id,
+                op,
+                param,
+                expr,
+                grouping,
+            } => match &self.rollups[*id] {
+                Some(rollup) => rollup.eval(self.ctx, *op, grouping, times).boxed(),
+                None => self
+                    .aggregation(*op, param.as_deref(), expr, grouping, times)
+                    .boxed(),
+            },
+            Node::Binary {
+                op,
+                lhs,
+                rhs,
+                matching,
+                return_bool,
+            } => async move {
+                let l = self.eval(lhs, times).await?;
+                let r = self.eval(rhs, times).await?;
+                Ok(match binary(*op, l, r, matching.as_ref(), *return_bool)? {
+                    Value::Vector(v) => Value::Vector(dedupe(v)?),
+                    other => other,
+                })
+            }
+            .boxed(),
+            Node::Neg(inner) => async move { negate(self.eval(inner, times).await?) }.boxed(),
         }
-        .boxed()
+    }
+
+    async fn aggregation(
+        &self,
+        op: AggOp,
+        param: Option<&Node>,
+        expr: &Node,
+        grouping: &super::plan::Grouping,
+        times: &[i64],
+    ) -> EvalResult<Value> {
+        let param = match (op, param) {
+            (_, None) => Param::None,
+            (AggOp::CountValues, Some(p)) => match self.eval(p, times).await? {
+                Value::String(s) => Param::Label(s),
+                other => {
+                    return Err(bad(format!(
+                        "count_values() takes a label name, got {}",
+                        other.type_name()
+                    )))
+                }
+            },
+            (_, Some(p)) => Param::Number(self.scalar(p, times).await?),
+        };
+        match self.eval(expr, times).await? {
+            Value::Vector(inner) => Ok(Value::Vector(aggregate(
+                op,
+                grouping,
+                &param,
+                inner,
+                times.len(),
+            )?)),
+            other => Err(bad(format!(
+                "expected an instant vector, got {}",
+                other.type_name()
+            ))),
+        }
     }
 
     async fn scalar(&self, node: &Node, times: &[i64]) -> EvalResult<Vec<f64>> {
@@ -305,9 +330,8 @@ impl<'a> Evaluator<'a> {
                         .map(|&t| select::window_end(mods.at(t)))
                         .collect();
                     ends.dedup();
-                    let wide = select::granularity(*range_ms, &ends);
-                    let g = if wide > 60 && self.merged_slots_serve(f, selected).await? {
-                        wide
+                    let g = if f.is_some() && self.wide[*sel] {
+                        select::granularity(*range_ms, &ends)
                     } else {
                         60
                     };
@@ -353,27 +377,6 @@ impl<'a> Evaluator<'a> {
             }
         }
         .boxed()
-    }
-
-    /// Whether hour or day slots serve `f` for every series selected: the
-    /// function reads merged slots of each series' kind.
-    async fn merged_slots_serve(
-        &self,
-        f: Option<RangeFn>,
-        selected: &[Selected],
-    ) -> EvalResult<bool> {
-        let Some(f) = f else { return Ok(false) };
-        let kinds = select::kinds_of(self.ctx, selected).await?;
-        Ok(kinds.iter().all(|k| match k {
-            Some(super::names::MetricKind::Gauge) => f.from_merged_slots(PointKind::Gauge),
-            // Cumulative or delta: both must be served.
-            Some(super::names::MetricKind::Counter) => {
-                f.from_merged_slots(PointKind::Cumulative) && f.from_merged_slots(PointKind::Delta)
-            }
-            _ => [PointKind::Gauge, PointKind::Cumulative, PointKind::Delta]
-                .into_iter()
-                .all(|k| f.from_merged_slots(k)),
-        }))
     }
 }
 
@@ -446,6 +449,25 @@ fn in_window(arg: RangeArg, t: i64) -> Vec<RangeSeries> {
             (!out.t.is_empty()).then_some(out)
         })
         .collect()
+}
+
+/// Unary minus: values negated, the metric name dropped.
+fn negate(v: Value) -> EvalResult<Value> {
+    match v {
+        Value::Scalar(s) => Ok(Value::Scalar(s.into_iter().map(|v| -v).collect())),
+        Value::Vector(v) => Ok(Value::Vector(dedupe(
+            v.into_iter()
+                .map(|s| Series {
+                    labels: s.labels.without_name(),
+                    values: s.values.into_iter().map(|v| v.map(|v| -v)).collect(),
+                })
+                .collect(),
+        )?)),
+        other => Err(bad(format!(
+            "unary expression only allowed on expressions of type scalar or instant vector, got {}",
+            other.type_name()
+        ))),
+    }
 }
 
 /// A value computed once, repeated at `n` times.

@@ -158,6 +158,23 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
     } else {
         ((req.end_ms - req.start_ms) / req.step_ms + 1) as u64
     };
+    let wide = wide_windows(ctx, &plan, &selected).await?;
+    let width_ms: Vec<i64> = plan
+        .selectors
+        .iter()
+        .enumerate()
+        .map(|(i, _)| match (wide[i], matrix_of(&plan.root, i)) {
+            (true, Some((range_ms, mods))) => {
+                let at = |t: i64| select::window_end(mods.at(t));
+                let mut ends = vec![at(req.start_ms)];
+                if !instant && mods.at_ms.is_none() {
+                    ends.push(at(req.start_ms + req.step_ms));
+                }
+                select::granularity(range_ms, &ends) * 1000
+            }
+            _ => 60_000,
+        })
+        .collect();
     let selector_series: Vec<usize> = selected.iter().map(|s| s.len()).collect();
     let rollup_series: Vec<Option<usize>> = rollups
         .iter()
@@ -166,6 +183,7 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
     let inputs = Inputs {
         selector_series: &selector_series,
         rollup_series: &rollup_series,
+        width_ms: &width_ms,
         lookback_ms: req.lookback_ms,
     };
     let total = budget::cost(&plan, &inputs, steps, req.end_ms - req.start_ms);
@@ -190,6 +208,7 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         plan: &plan,
         selected,
         rollups: rollups.clone(),
+        wide,
         lookback_ms: req.lookback_ms,
     };
     let rollup_groups = {
@@ -210,6 +229,78 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         data,
         rollups: rollup_groups,
     })
+}
+
+/// Each matrix selector's range function (`absent_over_time` reads as
+/// `present_over_time`), where a function reads it.
+fn range_fns_of(plan: &plan::Plan) -> Vec<Option<range_fns::RangeFn>> {
+    let mut out = vec![None; plan.selectors.len()];
+    let mut todo: Vec<&Node> = vec![&plan.root];
+    while let Some(node) = todo.pop() {
+        match node {
+            Node::Call { func, args } => {
+                let f = match *func {
+                    "absent_over_time" => Some(range_fns::RangeFn::Present),
+                    name => range_fns::RangeFn::parse(name),
+                };
+                for a in args {
+                    if let (Some(f), Node::Matrix { sel, .. }) = (f, a.unwrapped()) {
+                        out[*sel] = Some(f);
+                    }
+                    todo.push(a);
+                }
+            }
+            Node::Aggregate { param, expr, .. } => {
+                todo.push(expr);
+                todo.extend(param.as_deref());
+            }
+            Node::Binary { lhs, rhs, .. } => {
+                todo.push(lhs);
+                todo.push(rhs);
+            }
+            Node::Subquery { expr, .. } | Node::Neg(expr) | Node::Invariant(expr) => {
+                todo.push(expr)
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Per selector, whether hour and day slots may serve its windows.
+async fn wide_windows(
+    ctx: Context<'_>,
+    plan: &plan::Plan,
+    selected: &[Arc<Vec<select::Selected>>],
+) -> EvalResult<Vec<bool>> {
+    let mut out = Vec::with_capacity(selected.len());
+    for (f, sel) in range_fns_of(plan).into_iter().zip(selected) {
+        out.push(match f {
+            Some(f) => select::merged_slots_serve(ctx, f, sel).await?,
+            None => false,
+        });
+    }
+    Ok(out)
+}
+
+/// The range and modifiers of matrix selector `sel`.
+fn matrix_of(node: &Node, sel: usize) -> Option<(i64, plan::Mods)> {
+    match node {
+        Node::Matrix {
+            sel: s,
+            range_ms,
+            mods,
+        } if *s == sel => Some((*range_ms, *mods)),
+        Node::Call { args, .. } => args.iter().find_map(|a| matrix_of(a, sel)),
+        Node::Aggregate { param, expr, .. } => {
+            matrix_of(expr, sel).or_else(|| param.as_deref().and_then(|p| matrix_of(p, sel)))
+        }
+        Node::Binary { lhs, rhs, .. } => matrix_of(lhs, sel).or_else(|| matrix_of(rhs, sel)),
+        Node::Subquery { expr, .. } | Node::Neg(expr) | Node::Invariant(expr) => {
+            matrix_of(expr, sel)
+        }
+        _ => None,
+    }
 }
 
 /// An instant query's answer. Vectors come in label order, except where
@@ -286,10 +377,12 @@ async fn range_data(
                     }
                 }
             }
-            other => return Err(value::bad(format!(
+            other => {
+                return Err(value::bad(format!(
                 "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
                 other.type_name()
-            ))),
+            )))
+            }
         }
         if points > max_points {
             return Err(execution(format!(

@@ -32,6 +32,7 @@ use super::names::{
     NameCache, Route,
 };
 use super::plan::{Mods, SelectorSpec};
+use super::range_fns::RangeFn;
 use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
 use crate::model::{validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S};
 use crate::query::{QueryEngine, Selection, Step, Window};
@@ -233,16 +234,24 @@ pub fn point_kind(kind: Option<SampleKind>) -> PointKind {
     }
 }
 
-/// What the catalog says of the kinds of the selected metrics.
-pub async fn kinds_of(
+/// Whether hour or day slots serve `f` for every series selected: `f`
+/// reads merged slots of each series' kind (as the catalog knows it).
+pub async fn merged_slots_serve(
     ctx: Context<'_>,
+    f: RangeFn,
     selected: &[Selected],
-) -> EvalResult<Vec<Option<MetricKind>>> {
+) -> EvalResult<bool> {
     let names = ctx.names.get(ctx.engine).await?;
-    Ok(selected
-        .iter()
-        .map(|s| names.metrics.get(&*s.id.metric).copied())
-        .collect())
+    let all = [PointKind::Gauge, PointKind::Cumulative, PointKind::Delta];
+    Ok(selected.iter().all(|s| {
+        let kinds: &[PointKind] = match names.metrics.get(&*s.id.metric) {
+            Some(MetricKind::Gauge) => &all[..1],
+            // Cumulative or delta: both must be served.
+            Some(MetricKind::Counter) => &all[1..],
+            _ => &all,
+        };
+        kinds.iter().all(|k| f.from_merged_slots(*k))
+    }))
 }
 
 /// Reads the slots of `selected` of width `granularity_s` starting in the

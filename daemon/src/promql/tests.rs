@@ -516,3 +516,36 @@ async fn range_queries_are_the_instant_queries_at_each_step() {
         assert!(!m.is_empty(), "{q}");
     }
 }
+
+/// The deepest expression the limits admit, evaluated on a thread with a
+/// runtime worker's stack (2 MiB): nesting costs one small frame a level.
+#[test]
+fn the_deepest_admitted_query_fits_a_worker_stack() {
+    let run = std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let h = Harness::new(QueryConfig {
+                    max_promql_depth: 256,
+                    max_promql_nodes: 8_000,
+                    ..QueryConfig::default()
+                });
+                let b = base();
+                h.push("a", "x", "", SampleKind::Gauge, &[(b, 1.0)]);
+                let deep = format!(
+                    "{}avg_over_time(x{{instance=\"a\"}}[1m]){}",
+                    "sum(".repeat(250),
+                    ")".repeat(250)
+                );
+                assert_eq!(h.one(&deep, b + M).await, Some(1.0));
+                let neg = format!("{}x{{instance=\"a\"}}", "-".repeat(250));
+                assert_eq!(h.one(&neg, b + M).await, Some(1.0));
+            });
+        })
+        .unwrap();
+    run.join().unwrap();
+}

@@ -167,6 +167,10 @@ pub struct QueryEngine {
 /// documents.
 const MINUTE_FROM_HOUR_TIER_MAX_S: i64 = 2 * DAY_S;
 
+/// Estimated bytes a native read holds per bucket: the merged slot, its
+/// time and the point answered.
+const BYTES_PER_POINT: u64 = 160;
+
 /// Series read at once when a call spans many.
 pub(super) const READ_CONCURRENCY: usize = 16;
 
@@ -230,6 +234,12 @@ impl QueryEngine {
 
     pub fn budget(&self) -> &super::ReadBudget {
         &self.budget
+    }
+
+    /// Reserves the read budget for `points` buckets read and answered
+    /// (a merged slot and the point made of it, with their overheads).
+    pub async fn reserve_points(&self, points: u64) -> Result<super::Reservation, QueryError> {
+        self.reserve(points.saturating_mul(BYTES_PER_POINT)).await
     }
 
     /// Refuses a read of `series` series over `w` whose points together
@@ -487,6 +497,9 @@ impl QueryEngine {
             .resolve(sel, self.limits.max_series, "query.max_series")
             .await?;
         self.check_total(ids.len(), &w)?;
+        let _reserved = self
+            .reserve_points((ids.len() as u64).saturating_mul(w.buckets().max(0) as u64))
+            .await?;
         let buckets = self.many_buckets(&ids, &w).await?;
         refuse_rate_of_gauges(&buckets, aggregates)?;
         let series = buckets
@@ -519,6 +532,7 @@ impl QueryEngine {
             to: minute + MINUTE_S,
             step: Step::MINUTE,
         };
+        let _reserved = self.reserve_points(ids.len() as u64).await?;
         Ok(self
             .many_buckets(&ids, &w)
             .await?
