@@ -139,6 +139,7 @@ fn select_k(
 ) -> EvalResult<Vec<Series>> {
     let mut chosen = vec![vec![false; n]; members.len()];
     let mut order: Vec<usize> = Vec::with_capacity(members.len());
+    #[allow(clippy::needless_range_loop)] // `i` indexes every member's values too
     for i in 0..n {
         let k = k_at(i);
         if k.is_nan() || k.abs() >= 9.2e18 {

@@ -63,7 +63,7 @@ fn parse_bound(s: &str) -> Option<f64> {
 }
 
 /// The φ-quantile of buckets `(upper bound, cumulative count)`.
-pub fn bucket_quantile(q: f64, buckets: &mut Vec<(f64, f64)>) -> f64 {
+pub fn bucket_quantile(q: f64, buckets: &mut [(f64, f64)]) -> f64 {
     if q.is_nan() {
         return f64::NAN;
     }

@@ -74,7 +74,7 @@ impl RangeFn {
     /// Whether the function reads `kind`'s slots merged over the window
     /// (exact, and servable by hour and day slots), rather than per-minute
     /// samples.
-    pub fn from_merged_slots(self, kind: PointKind) -> bool {
+    pub fn reads_merged_slots(self, kind: PointKind) -> bool {
         match self {
             RangeFn::Count | RangeFn::Present | RangeFn::Last => kind != PointKind::Samples,
             RangeFn::Rate | RangeFn::Increase => kind.sums_increases(),
@@ -155,7 +155,7 @@ pub fn apply(
             continue;
         }
         let p = |ps: Option<&[f64]>| ps.and_then(|v| v.get(i).copied()).unwrap_or(f64::NAN);
-        let exact = f.from_merged_slots(rs.kind);
+        let exact = f.reads_merged_slots(rs.kind);
         let v = match f {
             RangeFn::Present => Some(1.0),
             RangeFn::Count if exact => Some(view.merged(w).n as f64),

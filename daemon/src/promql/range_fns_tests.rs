@@ -45,7 +45,7 @@ fn windows_hold_the_slots_that_end_inside_them() {
 }
 
 #[test]
-fn gauges_from_merged_slots_and_counters_from_their_increases() {
+fn gauges_reads_merged_slots_and_counters_from_their_increases() {
     let g = minutes(
         PointKind::Gauge,
         &[(0, &[(10, 1.0), (50, 5.0)]), (1, &[(10, 3.0)])],
@@ -137,14 +137,14 @@ fn subquery_samples_are_exact() {
 #[test]
 fn merged_slots_serve_only_what_they_determine() {
     use PointKind::*;
-    assert!(RangeFn::Rate.from_merged_slots(Cumulative));
-    assert!(RangeFn::Rate.from_merged_slots(Delta));
-    assert!(!RangeFn::Rate.from_merged_slots(Gauge));
-    assert!(RangeFn::Avg.from_merged_slots(Gauge));
-    assert!(!RangeFn::Avg.from_merged_slots(Cumulative));
-    assert!(RangeFn::Count.from_merged_slots(Cumulative));
-    assert!(!RangeFn::Count.from_merged_slots(Samples));
-    assert!(!RangeFn::Quantile.from_merged_slots(Gauge));
+    assert!(RangeFn::Rate.reads_merged_slots(Cumulative));
+    assert!(RangeFn::Rate.reads_merged_slots(Delta));
+    assert!(!RangeFn::Rate.reads_merged_slots(Gauge));
+    assert!(RangeFn::Avg.reads_merged_slots(Gauge));
+    assert!(!RangeFn::Avg.reads_merged_slots(Cumulative));
+    assert!(RangeFn::Count.reads_merged_slots(Cumulative));
+    assert!(!RangeFn::Count.reads_merged_slots(Samples));
+    assert!(!RangeFn::Quantile.reads_merged_slots(Gauge));
     assert!(RangeFn::Last.keeps_name() && !RangeFn::Rate.keeps_name());
 }
 

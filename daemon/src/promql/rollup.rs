@@ -37,14 +37,20 @@ pub struct RollupRead {
 
 /// Whether the rollup of metrics of `kind` serves `op` of `f`.
 fn servable(op: AggOp, f: RangeFn, kind: MetricKind) -> bool {
-    match (op, f, kind) {
-        (AggOp::Sum, RangeFn::Count, MetricKind::Gauge | MetricKind::Counter) => true,
-        (AggOp::Sum, RangeFn::Rate | RangeFn::Increase, MetricKind::Counter) => true,
-        (AggOp::Sum, RangeFn::Sum, MetricKind::Gauge)
-        | (AggOp::Min, RangeFn::Min, MetricKind::Gauge)
-        | (AggOp::Max, RangeFn::Max, MetricKind::Gauge) => true,
-        _ => false,
-    }
+    matches!(
+        (op, f, kind),
+        (
+            AggOp::Sum,
+            RangeFn::Count,
+            MetricKind::Gauge | MetricKind::Counter
+        ) | (
+            AggOp::Sum,
+            RangeFn::Rate | RangeFn::Increase,
+            MetricKind::Counter
+        ) | (AggOp::Sum, RangeFn::Sum, MetricKind::Gauge)
+            | (AggOp::Min, RangeFn::Min, MetricKind::Gauge)
+            | (AggOp::Max, RangeFn::Max, MetricKind::Gauge)
+    )
 }
 
 /// The rollup reads of the plan's aggregations (indexed by aggregation),

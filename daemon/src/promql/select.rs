@@ -250,9 +250,12 @@ pub async fn merged_slots_serve(
             Some(MetricKind::Counter) => &all[1..],
             _ => &all,
         };
-        kinds.iter().all(|k| f.from_merged_slots(*k))
+        kinds.iter().all(|k| f.reads_merged_slots(*k))
     }))
 }
+
+/// One series' read: its kind, if known, and its non-empty slots.
+pub type Read = (Option<SampleKind>, Vec<(i64, Slot)>);
 
 /// Reads the slots of `selected` of width `granularity_s` starting in the
 /// ranges `spans` (Unix seconds, ascending, aligned), one read per series
@@ -262,10 +265,10 @@ pub async fn read(
     selected: &[Selected],
     granularity_s: i64,
     spans: &[(i64, i64)],
-) -> EvalResult<Vec<(Option<SampleKind>, Vec<(i64, Slot)>)>> {
+) -> EvalResult<Vec<Read>> {
     let step = Step::fixed(granularity_s)?;
     let ids: Vec<SeriesId> = selected.iter().map(|s| s.id.clone()).collect();
-    let mut out: Vec<(Option<SampleKind>, Vec<(i64, Slot)>)> = vec![(None, Vec::new()); ids.len()];
+    let mut out: Vec<Read> = vec![(None, Vec::new()); ids.len()];
     for &(from, to) in spans {
         if to <= from {
             continue;
