@@ -187,7 +187,7 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         lookback_ms: req.lookback_ms,
     };
     let total = budget::cost(&plan, &inputs, steps, req.end_ms - req.start_ms);
-    budget::check(&total, steps, limits)?;
+    budget::check(&total, limits)?;
     let chunk = budget::chunk_steps(&plan, &inputs, steps, req.step_ms.max(1));
     let chunk_cost = budget::cost(
         &plan,
@@ -198,6 +198,7 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
     let answer_bytes = total
         .answer_series
         .saturating_mul(steps)
+        .min(limits.max_total_points as u64)
         .saturating_mul(budget::BYTES_PER_ANSWER_POINT);
     let _reserved = ctx
         .engine

@@ -22,6 +22,7 @@ mod findings;
 mod grpc_edges;
 mod patterns;
 mod promql;
+mod read_memory;
 
 use std::time::Duration;
 
