@@ -53,9 +53,9 @@ use std::sync::Arc;
 
 pub use aggregate::format_value;
 pub use config::PrometheusConfig;
-pub(crate) use names::{LabelScheme, NameCache};
+pub use names::{LabelScheme, NameCache};
 pub use plan::Ty;
-pub(crate) use select::Context;
+pub use select::Context;
 pub use value::{EvalError, Labels};
 
 use budget::Inputs;

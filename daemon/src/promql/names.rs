@@ -61,7 +61,7 @@ impl Default for LabelScheme {
 }
 
 impl LabelScheme {
-    pub(crate) fn new(source_label: &str) -> LabelScheme {
+    pub fn new(source_label: &str) -> LabelScheme {
         LabelScheme {
             source_label: source_label.to_string(),
             exported_source: format!("{EXPORTED}{source_label}"),
@@ -223,7 +223,7 @@ pub struct NameCache {
 }
 
 impl NameCache {
-    pub(crate) fn new() -> NameCache {
+    pub fn new() -> NameCache {
         NameCache::default()
     }
 

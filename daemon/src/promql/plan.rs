@@ -775,7 +775,15 @@ mod tests {
 
     #[test]
     fn invalid_queries_are_bad_data() {
-        for q in ["", "sum(", "rate(x)", "x[5m] + 1", "1 and 2"] {
+        for q in [
+            "",
+            "sum(",
+            "rate(x)",
+            "x[5m] + 1",
+            "1 and 2",
+            "limitk(2, x)",
+            "first_over_time(x[5m])",
+        ] {
             let e = plan(q, &QueryConfig::default(), 0, 0).unwrap_err();
             assert!(matches!(e, EvalError::BadData(_)), "{q}: {e}");
         }
