@@ -6,7 +6,8 @@
 //! number of evaluation times and the span each node covers:
 //! * a selector reads `series × slots` of its span (plus the lookback or
 //!   its range), a subquery evaluates its expression at its aligned inner
-//!   times, and every node holds `series × times` values;
+//!   times and its range function reads `series × inner times` samples,
+//!   and every node holds `series × times` values;
 //! * the whole query's points read must be within `query.max_total_points`
 //!   and its subqueries' inner times within `query.max_points` (what a
 //!   range query's steps are limited to); the answer's points are held to
@@ -15,15 +16,23 @@
 //! Every node's value at time `t` depends only on data near `t` (its
 //! ranges, lookback and offsets), so a range query is evaluated in chunks
 //! of consecutive steps, each reading and holding only its own part: the
-//! chunk is the longest run of steps whose estimate fits
-//! [`CHUNK_BYTES`].
+//! chunk is the longest run of steps whose estimate fits an eighth of the
+//! read budget (`query.read_budget_bytes`), so that eight heavy queries
+//! can run at once.
 
 use super::plan::{AggOp, Grouping, Node, Plan};
 use super::value::{execution, EvalResult};
 use crate::query::QueryConfig;
 
+/// The share of the read budget one chunk of a query may hold.
+pub const CHUNKS_PER_BUDGET: u64 = 8;
+/// The least working memory a chunk may hold, whatever the budget.
+pub const MIN_CHUNK_BYTES: u64 = 4 << 20;
+
 /// Working memory one chunk of a query may hold (bytes, estimated).
-pub const CHUNK_BYTES: u64 = 64 << 20;
+pub fn chunk_bytes(limits: &QueryConfig) -> u64 {
+    (limits.read_budget_bytes / CHUNKS_PER_BUDGET).max(MIN_CHUNK_BYTES)
+}
 /// Estimated bytes per slot read (the slot, its time, and the per-minute
 /// view functions build of it).
 pub const BYTES_PER_READ_POINT: u64 = 80;
@@ -132,7 +141,8 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             let inner = slots(span, n, *range_ms, *step_ms);
             c.subquery_times = c.subquery_times.saturating_add(inner);
             let s = walk(expr, inp, inner, span + range_ms, c);
-            c.values = c.values.saturating_add(s.saturating_mul(inner));
+            // Its results are the samples its range function reads.
+            c.read_points = c.read_points.saturating_add(s.saturating_mul(inner));
             return s;
         }
         Node::Call { args, .. } => args
@@ -203,11 +213,17 @@ pub fn check(total: &Cost, limits: &QueryConfig) -> EvalResult<()> {
     Ok(())
 }
 
-/// The most steps per chunk whose cost fits [`CHUNK_BYTES`] (at least 1).
-pub fn chunk_steps(plan: &Plan, inputs: &Inputs<'_>, steps: u64, step_ms: i64) -> u64 {
+/// The most steps per chunk whose cost fits `max_bytes` (at least 1).
+pub fn chunk_steps(
+    plan: &Plan,
+    inputs: &Inputs<'_>,
+    steps: u64,
+    step_ms: i64,
+    max_bytes: u64,
+) -> u64 {
     let fits = |k: u64| {
         let span = (k.saturating_sub(1) as i64).saturating_mul(step_ms);
-        cost(plan, inputs, k, span).bytes() <= CHUNK_BYTES
+        cost(plan, inputs, k, span).bytes() <= max_bytes
     };
     if fits(steps) {
         return steps.max(1);
@@ -279,7 +295,8 @@ mod tests {
     fn subqueries_count_their_inner_times() {
         let c = cost_of("max_over_time(rate(x[5m])[1h:1m])", 10, 1, 0);
         assert_eq!(c.subquery_times, 61);
-        assert_eq!(c.read_points, 10 * (60 + 5 + 1));
+        // The selector's minutes, and the subquery's 61 samples a series.
+        assert_eq!(c.read_points, 10 * (60 + 5 + 1) + 10 * 61);
     }
 
     #[test]
@@ -304,11 +321,13 @@ mod tests {
             width_ms: &[60_000],
             lookback_ms: 300_000,
         };
-        let k = chunk_steps(&p, &inputs, 100_000, 60_000);
+        let max = chunk_bytes(&QueryConfig::default());
+        assert_eq!(max, 128 << 20);
+        let k = chunk_steps(&p, &inputs, 100_000, 60_000, max);
         assert!(k > 1 && k < 100_000, "{k}");
         let span = (k as i64 - 1) * 60_000;
-        assert!(cost(&p, &inputs, k, span).bytes() <= CHUNK_BYTES);
-        assert!(cost(&p, &inputs, k + 1, span + 60_000).bytes() > CHUNK_BYTES);
-        assert_eq!(chunk_steps(&p, &inputs, 10, 60_000), 10);
+        assert!(cost(&p, &inputs, k, span).bytes() <= max);
+        assert!(cost(&p, &inputs, k + 1, span + 60_000).bytes() > max);
+        assert_eq!(chunk_steps(&p, &inputs, 10, 60_000, max), 10);
     }
 }

@@ -188,7 +188,13 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
     };
     let total = budget::cost(&plan, &inputs, steps, req.end_ms - req.start_ms);
     budget::check(&total, limits)?;
-    let chunk = budget::chunk_steps(&plan, &inputs, steps, req.step_ms.max(1));
+    let chunk = budget::chunk_steps(
+        &plan,
+        &inputs,
+        steps,
+        req.step_ms.max(1),
+        budget::chunk_bytes(limits),
+    );
     let chunk_cost = budget::cost(
         &plan,
         &inputs,
