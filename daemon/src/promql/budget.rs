@@ -97,17 +97,7 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
         Node::Invariant(inner) => return walk(inner, inp, 1, 0, c),
         Node::Selector { sel, mods } => {
             let s = inp.selector_series[*sel] as u64;
-            let (n, span) = if mods.at_ms.is_some() {
-                (1, 0)
-            } else {
-                (n, span)
-            };
-            c.read_points = c.read_points.saturating_add(s.saturating_mul(slots(
-                span,
-                n,
-                inp.lookback_ms,
-                60_000,
-            )));
+            c.read(s, fixed(*mods, n, span), inp.lookback_ms, 60_000);
             s
         }
         Node::Matrix {
@@ -116,15 +106,8 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             mods,
         } => {
             let s = inp.selector_series[*sel] as u64;
-            let (n, span) = if mods.at_ms.is_some() {
-                (1, 0)
-            } else {
-                (n, span)
-            };
             let width = inp.width_ms.get(*sel).copied().unwrap_or(60_000);
-            c.read_points = c
-                .read_points
-                .saturating_add(s.saturating_mul(slots(span, n, *range_ms, width)));
+            c.read(s, fixed(*mods, n, span), *range_ms, width);
             s
         }
         Node::Subquery {
@@ -133,11 +116,7 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             step_ms,
             mods,
         } => {
-            let (n, span) = if mods.at_ms.is_some() {
-                (1, 0)
-            } else {
-                (n, span)
-            };
+            let (n, span) = fixed(*mods, n, span);
             let inner = slots(span, n, *range_ms, *step_ms);
             c.subquery_times = c.subquery_times.saturating_add(inner);
             let s = walk(expr, inp, inner, span + range_ms, c);
@@ -150,39 +129,14 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             .map(|a| walk(a, inp, n, span, c))
             .max()
             .unwrap_or(1),
-        Node::Aggregate {
-            id,
-            op,
-            param,
-            expr,
-            grouping,
-        } => {
-            if let Some(Some(rollup)) = inp.rollup_series.get(*id) {
-                let range = match expr.unwrapped() {
-                    Node::Call { args, .. } => match args.first().map(Node::unwrapped) {
-                        Some(Node::Matrix { range_ms, .. }) => *range_ms,
-                        _ => 0,
-                    },
-                    _ => 0,
-                };
+        Node::Aggregate { id, .. } => match inp.rollup_series.get(*id) {
+            Some(Some(rollup)) => {
                 let s = *rollup as u64;
-                c.read_points = c
-                    .read_points
-                    .saturating_add(s.saturating_mul(slots(span, n, range, 60_000)));
+                c.read(s, (n, span), rollup_range(node), 60_000);
                 s
-            } else {
-                if let Some(p) = param {
-                    walk(p, inp, n, span, c);
-                }
-                let inner = walk(expr, inp, n, span, c);
-                // Without grouping, one series; else at most one per input.
-                match (op, grouping) {
-                    (AggOp::Topk | AggOp::Bottomk | AggOp::CountValues, _) => inner,
-                    (_, Grouping::By(labels)) if labels.is_empty() => inner.min(1),
-                    _ => inner,
-                }
             }
-        }
+            _ => aggregation(node, inp, n, span, c),
+        },
         Node::Binary { lhs, rhs, .. } => {
             let l = walk(lhs, inp, n, span, c);
             let r = walk(rhs, inp, n, span, c);
@@ -192,6 +146,62 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
     };
     c.values = c.values.saturating_add(out.saturating_mul(n));
     out
+}
+
+impl Cost {
+    /// `series` reading windows of `window_ms` in slots of `width_ms` at
+    /// `n` times over `span_ms`.
+    fn read(&mut self, series: u64, (n, span_ms): (u64, i64), window_ms: i64, width_ms: i64) {
+        let points = series.saturating_mul(slots(span_ms, n, window_ms, width_ms));
+        self.read_points = self.read_points.saturating_add(points);
+    }
+}
+
+/// Times and span of a node with modifiers `mods`: one time under `@`.
+fn fixed(mods: super::plan::Mods, n: u64, span: i64) -> (u64, i64) {
+    if mods.at_ms.is_some() {
+        (1, 0)
+    } else {
+        (n, span)
+    }
+}
+
+/// The range of the matrix selector an aggregation's rollup reads.
+fn rollup_range(node: &Node) -> i64 {
+    let Node::Aggregate { expr, .. } = node else {
+        return 0;
+    };
+    match expr.unwrapped() {
+        Node::Call { args, .. } => match args.first().map(Node::unwrapped) {
+            Some(Node::Matrix { range_ms, .. }) => *range_ms,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// An aggregation's cost and series: one without grouping, else at most
+/// one per input series.
+fn aggregation(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
+    let Node::Aggregate {
+        op,
+        param,
+        expr,
+        grouping,
+        ..
+    } = node
+    else {
+        return 0;
+    };
+    if let Some(p) = param {
+        walk(p, inp, n, span, c);
+    }
+    let inner = walk(expr, inp, n, span, c);
+    match (op, grouping) {
+        (AggOp::Topk | AggOp::Bottomk | AggOp::CountValues, _) => inner,
+        (_, Grouping::By(labels)) if labels.is_empty() => inner.min(1),
+        _ => inner,
+    }
 }
 
 /// Checks the whole query's cost against the limits, naming the one it

@@ -208,6 +208,44 @@ pub fn call(
                     .collect(),
             )
         }
+        "round" | "clamp" | "clamp_min" | "clamp_max" => bounded(name, args)?,
+        "timestamp" => {
+            // Of a selector the evaluator answers with the samples' own
+            // times; of anything else, the evaluation time.
+            let v = vector(args.remove(0), name)?;
+            Value::Vector(map(v, |_, i| Some(times[i] as f64 / 1000.0)))
+        }
+        // Ordering matters to instant queries only; the caller keeps it.
+        "sort" | "sort_desc" | "sort_by_label" | "sort_by_label_desc" => {
+            let v = vector(args.remove(0), name)?;
+            Value::Vector(order(name, v, &args)?)
+        }
+        "label_replace" | "label_join" => relabel(name, args, limits)?,
+        "absent" => {
+            let v = vector(args.remove(0), name)?;
+            let values: Vec<Option<f64>> = (0..n)
+                .map(|i| (!v.iter().any(|s| s.values[i].is_some())).then_some(1.0))
+                .collect();
+            let out = Series {
+                labels: absent_labels,
+                values,
+            };
+            Value::Vector(if out.has_any() { vec![out] } else { Vec::new() })
+        }
+        // Native histograms: Tally keeps none, so these answer nothing, as
+        // Prometheus does for float series.
+        n if n.starts_with("histogram_") => Value::Vector(Vec::new()),
+        other => return Err(bad(format!("unknown function {other}()"))),
+    })
+}
+
+/// `round`, `clamp`, `clamp_min`, `clamp_max`: a vector and scalars.
+fn bounded(name: &str, mut args: Vec<Value>) -> EvalResult<Value> {
+    let n = match args.first() {
+        Some(Value::Vector(v)) => v.first().map_or(0, |s| s.values.len()),
+        _ => 0,
+    };
+    Ok(match name {
         "round" => {
             let to = match args.get(1) {
                 Some(a) => scalar(a, name)?,
@@ -239,17 +277,13 @@ pub fn call(
                 })
             }))
         }
-        "timestamp" => {
-            // Of a selector the evaluator answers with the samples' own
-            // times; of anything else, the evaluation time.
-            let v = vector(args.remove(0), name)?;
-            Value::Vector(map(v, |_, i| Some(times[i] as f64 / 1000.0)))
-        }
-        // Ordering matters to instant queries only; the caller keeps it.
-        "sort" | "sort_desc" | "sort_by_label" | "sort_by_label_desc" => {
-            let v = vector(args.remove(0), name)?;
-            Value::Vector(order(name, v, &args)?)
-        }
+        other => return Err(bad(format!("unknown function {other}()"))),
+    })
+}
+
+/// `label_replace` and `label_join`.
+fn relabel(name: &str, mut args: Vec<Value>, limits: &QueryConfig) -> EvalResult<Value> {
+    Ok(match name {
         "label_replace" => {
             let dst = string(&args[1], name)?;
             let repl = string(&args[2], name)?;
@@ -268,20 +302,6 @@ pub fn call(
             let v = vector(args.remove(0), name)?;
             Value::Vector(label_join(v, &dst, &sep, &srcs)?)
         }
-        "absent" => {
-            let v = vector(args.remove(0), name)?;
-            let values: Vec<Option<f64>> = (0..n)
-                .map(|i| (!v.iter().any(|s| s.values[i].is_some())).then_some(1.0))
-                .collect();
-            let out = Series {
-                labels: absent_labels,
-                values,
-            };
-            Value::Vector(if out.has_any() { vec![out] } else { Vec::new() })
-        }
-        // Native histograms: Tally keeps none, so these answer nothing, as
-        // Prometheus does for float series.
-        n if n.starts_with("histogram_") => Value::Vector(Vec::new()),
         other => return Err(bad(format!("unknown function {other}()"))),
     })
 }

@@ -159,22 +159,7 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         ((req.end_ms - req.start_ms) / req.step_ms + 1) as u64
     };
     let wide = wide_windows(ctx, &plan, &selected).await?;
-    let width_ms: Vec<i64> = plan
-        .selectors
-        .iter()
-        .enumerate()
-        .map(|(i, _)| match (wide[i], matrix_of(&plan.root, i)) {
-            (true, Some((range_ms, mods))) => {
-                let at = |t: i64| select::window_end(mods.at(t));
-                let mut ends = vec![at(req.start_ms)];
-                if !instant && mods.at_ms.is_none() {
-                    ends.push(at(req.start_ms + req.step_ms));
-                }
-                select::granularity(range_ms, &ends) * 1000
-            }
-            _ => 60_000,
-        })
-        .collect();
+    let width_ms = slot_widths(&plan, &wide, req);
     let selector_series: Vec<usize> = selected.iter().map(|s| s.len()).collect();
     let rollup_series: Vec<Option<usize>> = rollups
         .iter()
@@ -186,46 +171,20 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         width_ms: &width_ms,
         lookback_ms: req.lookback_ms,
     };
-    let total = budget::cost(&plan, &inputs, steps, req.end_ms - req.start_ms);
-    budget::check(&total, limits)?;
-    let chunk = budget::chunk_steps(
-        &plan,
-        &inputs,
-        steps,
-        req.step_ms.max(1),
-        budget::chunk_bytes(limits),
-    );
-    let chunk_cost = budget::cost(
-        &plan,
-        &inputs,
-        chunk,
-        (chunk as i64 - 1).saturating_mul(req.step_ms),
-    );
-    let answer_bytes = total
-        .answer_series
-        .saturating_mul(steps)
-        .min(limits.max_total_points as u64)
-        .saturating_mul(budget::BYTES_PER_ANSWER_POINT);
-    let _reserved = ctx
-        .engine
-        .reserve(chunk_cost.bytes().saturating_add(answer_bytes))
-        .await?;
+    let (chunk, _reserved) = admit(ctx, &plan, &inputs, req, steps).await?;
+    let mut rollup_groups: Vec<String> = Vec::new();
+    for r in rollups.iter().flatten() {
+        if !rollup_groups.contains(&r.group) {
+            rollup_groups.push(r.group.clone());
+        }
+    }
     let ev = eval::Evaluator {
         ctx,
         plan: &plan,
         selected,
-        rollups: rollups.clone(),
+        rollups,
         wide,
         lookback_ms: req.lookback_ms,
-    };
-    let rollup_groups = {
-        let mut g: Vec<String> = Vec::new();
-        for r in rollups.iter().flatten() {
-            if !g.contains(&r.group) {
-                g.push(r.group.clone());
-            }
-        }
-        g
     };
     let data = if instant {
         instant_data(&plan.root, ev.eval(&plan.root, &[req.start_ms]).await?)
@@ -236,6 +195,62 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         data,
         rollups: rollup_groups,
     })
+}
+
+/// Checks the query's cost against the limits, sizes its chunks and
+/// reserves their memory (and the answer's) from the read budget.
+async fn admit(
+    ctx: Context<'_>,
+    plan: &plan::Plan,
+    inputs: &Inputs<'_>,
+    req: &Request,
+    steps: u64,
+) -> EvalResult<(u64, crate::query::Reservation)> {
+    let limits = ctx.engine.limits();
+    let total = budget::cost(plan, inputs, steps, req.end_ms - req.start_ms);
+    budget::check(&total, limits)?;
+    let chunk = budget::chunk_steps(
+        plan,
+        inputs,
+        steps,
+        req.step_ms.max(1),
+        budget::chunk_bytes(limits),
+    );
+    let chunk_cost = budget::cost(
+        plan,
+        inputs,
+        chunk,
+        (chunk as i64 - 1).saturating_mul(req.step_ms),
+    );
+    let answer_bytes = total
+        .answer_series
+        .saturating_mul(steps)
+        .min(limits.max_total_points as u64)
+        .saturating_mul(budget::BYTES_PER_ANSWER_POINT);
+    let reserved = ctx
+        .engine
+        .reserve(chunk_cost.bytes().saturating_add(answer_bytes))
+        .await?;
+    Ok((chunk, reserved))
+}
+
+/// Per selector, the width of the slots its windows read: an hour or a day
+/// where those tile every window and the function reads merged slots, else
+/// a minute.
+fn slot_widths(plan: &plan::Plan, wide: &[bool], req: &Request) -> Vec<i64> {
+    (0..plan.selectors.len())
+        .map(|i| match (wide[i], matrix_of(&plan.root, i)) {
+            (true, Some((range_ms, mods))) => {
+                let at = |t: i64| select::window_end(mods.at(t));
+                let mut ends = vec![at(req.start_ms)];
+                if req.step_ms > 0 && mods.at_ms.is_none() {
+                    ends.push(at(req.start_ms + req.step_ms));
+                }
+                select::granularity(range_ms, &ends) * 1000
+            }
+            _ => 60_000,
+        })
+        .collect()
 }
 
 /// Each matrix selector's range function (`absent_over_time` reads as
