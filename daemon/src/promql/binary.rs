@@ -9,27 +9,9 @@ use std::collections::HashMap;
 use super::plan::{BinOp, Card, Matching};
 use super::value::{execution, EvalResult, Labels, Series, Value, NAME_LABEL};
 
-/// `op` of two numbers; comparisons give 1 or 0 (scalars compare only
-/// with `bool`).
+/// `op` of two numbers (see [`BinOp::apply`]).
 pub fn scalar_op(op: BinOp, a: f64, b: f64) -> f64 {
-    let bool_of = |x: bool| if x { 1.0 } else { 0.0 };
-    match op {
-        BinOp::Add => a + b,
-        BinOp::Sub => a - b,
-        BinOp::Mul => a * b,
-        BinOp::Div => a / b,
-        // Go's math.Mod, which Prometheus uses, truncates like Rust's %.
-        BinOp::Mod => a % b,
-        BinOp::Pow => a.powf(b),
-        BinOp::Atan2 => a.atan2(b),
-        BinOp::Eq => bool_of(a == b),
-        BinOp::Ne => bool_of(a != b),
-        BinOp::Gt => bool_of(a > b),
-        BinOp::Lt => bool_of(a < b),
-        BinOp::Ge => bool_of(a >= b),
-        BinOp::Le => bool_of(a <= b),
-        BinOp::And | BinOp::Or | BinOp::Unless => f64::NAN,
-    }
+    op.apply(a, b)
 }
 
 /// `op` of a vector element and another value: the result and whether the

@@ -162,6 +162,29 @@ impl BinOp {
         })
     }
 
+    /// The operator of two numbers; comparisons give 1 or 0 (scalars
+    /// compare only with `bool`), set operators NaN (they take vectors).
+    pub fn apply(self, a: f64, b: f64) -> f64 {
+        let bool_of = |x: bool| if x { 1.0 } else { 0.0 };
+        match self {
+            BinOp::Add => a + b,
+            BinOp::Sub => a - b,
+            BinOp::Mul => a * b,
+            BinOp::Div => a / b,
+            // Go's math.Mod, which Prometheus uses, truncates like Rust's %.
+            BinOp::Mod => a % b,
+            BinOp::Pow => a.powf(b),
+            BinOp::Atan2 => a.atan2(b),
+            BinOp::Eq => bool_of(a == b),
+            BinOp::Ne => bool_of(a != b),
+            BinOp::Gt => bool_of(a > b),
+            BinOp::Lt => bool_of(a < b),
+            BinOp::Ge => bool_of(a >= b),
+            BinOp::Le => bool_of(a <= b),
+            BinOp::And | BinOp::Or | BinOp::Unless => f64::NAN,
+        }
+    }
+
     pub fn is_comparison(self) -> bool {
         matches!(
             self,
@@ -483,7 +506,7 @@ impl Builder {
         let matching = both_vectors.then(|| matching(op, modifier));
         if let (Node::Number(a), Node::Number(b)) = (&lhs, &rhs) {
             if !op.is_comparison() {
-                return Ok(Node::Number(super::binary::scalar_op(op, *a, *b)));
+                return Ok(Node::Number(op.apply(*a, *b)));
             }
         }
         Ok(Node::Binary {

@@ -115,7 +115,7 @@ pub fn window(rs: &RangeSeries, read_t: i64, range_ms: i64) -> WindowAt {
             end_ms: end,
         }
     } else {
-        let end = super::select::window_end(read_t);
+        let end = window_end(read_t);
         let start = end - range_ms;
         WindowAt {
             lo: rs.t.partition_point(|&t| t < start),
@@ -125,6 +125,14 @@ pub fn window(rs: &RangeSeries, read_t: i64, range_ms: i64) -> WindowAt {
         }
     }
 }
+
+/// The end of the window a range selector reads for evaluation time `t`:
+/// the start of `t`'s minute.
+pub fn window_end(t: i64) -> i64 {
+    t.div_euclid(MINUTE_MS) * MINUTE_MS
+}
+
+const MINUTE_MS: i64 = 60_000;
 
 /// Arguments besides the range vector, per evaluation time.
 #[derive(Debug, Default)]
@@ -155,18 +163,26 @@ pub fn apply(
             continue;
         }
         let p = |ps: Option<&[f64]>| ps.and_then(|v| v.get(i).copied()).unwrap_or(f64::NAN);
-        let exact = f.reads_merged_slots(rs.kind);
-        let v = match f {
-            RangeFn::Present => Some(1.0),
-            RangeFn::Count if exact => Some(view.merged(w).n as f64),
-            RangeFn::Last if exact => view.last(w),
-            RangeFn::Sum if exact => Some(view.merged(w).sum),
-            RangeFn::Avg if exact => view.merged(w).avg(),
-            RangeFn::Min if exact => Some(view.merged(w).min),
-            RangeFn::Max if exact => Some(view.merged(w).max),
-            RangeFn::Increase if exact => Some(view.merged(w).sum),
-            RangeFn::Rate if exact => Some(view.merged(w).sum / range_s),
-            RangeFn::Irate if rs.kind.sums_increases() => view.counter_irate(w),
+        // A window whose slots hold last samples only (a counter's first
+        // sample, a NaN gauge sample) has no aggregates to merge: its
+        // samples answer, as they would for Prometheus.
+        let merged = match f.reads_merged_slots(rs.kind) && f != RangeFn::Last {
+            true => Some(view.merged(w)).filter(|m| m.n > 0),
+            false => None,
+        };
+        let v = match (f, merged) {
+            (RangeFn::Present, _) => Some(1.0),
+            (RangeFn::Last, _) if f.reads_merged_slots(rs.kind) => view.last(w),
+            (RangeFn::Count, Some(m)) => Some(m.n as f64),
+            (RangeFn::Sum | RangeFn::Increase, Some(m)) => Some(m.sum),
+            (RangeFn::Avg, Some(m)) => m.avg(),
+            (RangeFn::Min, Some(m)) => Some(m.min),
+            (RangeFn::Max, Some(m)) => Some(m.max),
+            (RangeFn::Rate, Some(m)) => Some(m.sum / range_s),
+            // A counter's window without increases: one sample at most,
+            // no rate (Prometheus needs two).
+            (RangeFn::Rate | RangeFn::Increase, None) if rs.kind.sums_increases() => None,
+            (RangeFn::Irate, _) if rs.kind.sums_increases() => view.counter_irate(w),
             _ => {
                 let pts = view.samples(w);
                 by_samples(

@@ -16,8 +16,7 @@ fn minutes(kind: PointKind, data: &[(i64, &[(i64, f64)])]) -> RangeSeries {
     for (minute, samples) in data {
         let mut slot = Slot::EMPTY;
         for &(s, v) in *samples {
-            slot.add(v);
-            slot.note_last(minute * M + s * 1000, v);
+            slot.add(minute * M + s * 1000, v);
         }
         rs.t.push(minute * M);
         rs.slots.push(slot);

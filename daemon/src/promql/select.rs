@@ -32,6 +32,7 @@ use super::names::{
     NameCache, Route,
 };
 use super::plan::{Mods, SelectorSpec};
+pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
 use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
 use crate::model::{validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S};
@@ -414,12 +415,6 @@ pub async fn range(
             slots: buckets.into_iter().map(|(_, s)| s).collect(),
         })
         .collect())
-}
-
-/// The end of the window a range selector reads for evaluation time `t`:
-/// the start of `t`'s minute.
-pub fn window_end(t: i64) -> i64 {
-    t.div_euclid(MINUTE_MS) * MINUTE_MS
 }
 
 #[cfg(test)]

@@ -179,10 +179,7 @@ impl RangeSeries {
 
 /// A slot holding one real sample.
 pub fn sample_slot(t: i64, v: f64) -> Slot {
-    let mut s = Slot::of(v);
-    s.last = v;
-    s.last_ms = t;
-    s
+    Slot::at(t, v)
 }
 
 /// What an expression evaluates to, at every evaluation time.
@@ -259,12 +256,10 @@ mod tests {
 
     #[test]
     fn the_sample_view_of_slots() {
-        let mut with_last = Slot::of(4.0);
-        with_last.add(2.0);
-        with_last.last = 2.0;
-        with_last.last_ms = 61_500;
+        let mut with_last = Slot::at(60_500, 4.0);
+        with_last.add(61_500, 2.0);
         let mut old = Slot::of(4.0);
-        old.add(2.0);
+        old.add_value(2.0);
         let gauge = RangeSeries {
             labels: Labels::empty(),
             kind: PointKind::Gauge,

@@ -389,7 +389,7 @@ async fn run_metadata(prom: &PromState, p: &Params) -> Result<Response, ApiError
     let metrics = ctx.names.get(ctx.engine).await?;
     let only = p.get("metric");
     let limit = p.limit()?.unwrap_or(usize::MAX);
-    let book = engine.metadata();
+    let book = ctx.engine.metadata();
     let mut described: BTreeMap<String, Json_> = BTreeMap::new();
     let mut by_name: BTreeMap<String, (Vec<&str>, Option<names::MetricKind>)> = BTreeMap::new();
     for (metric, kind) in &metrics.metrics {

@@ -112,7 +112,6 @@ fn decode_last(
     Ok((t != NO_LAST_MS).then_some((t, v)))
 }
 
-
 /// A numeric field name of `values` (a minute or an hour) below `limit`.
 fn slot_index(key: &str, limit: usize, path: &dyn Fn() -> String) -> Result<i64, DecodeError> {
     match key.parse::<usize>() {

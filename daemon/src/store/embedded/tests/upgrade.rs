@@ -5,10 +5,10 @@
 use redb::{Database, ReadableDatabase};
 
 use super::*;
+use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, HOUR_S, MINUTE_S};
 use crate::store::embedded::layout::{
     FILE_NAME, FLUSH_LOG, HOUR_DOCS, LEGACY_SLOT_LEN, META, META_LAST_FLUSH_ID, META_LAYOUT_VERSION,
 };
-use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, HOUR_S, MINUTE_S};
 use crate::store::Store;
 
 fn legacy_slot(out: &mut Vec<u8>, s: &Slot) {
