@@ -49,7 +49,8 @@
 //! | [`catalog`] | which series exist, recorded after each applied batch |
 //! | [`metadata`] | what agents say their metric families are: type, help, unit |
 //! | [`store`] | the [`store::Store`] trait; [`store::embedded`] and [`store::mongodb`] behind it |
-//! | [`query`] | ranges, latest values, cross-source aggregates, discovery |
+//! | [`query`] | ranges, latest values, cross-source aggregates, discovery, the read budget |
+//! | [`promql`] | PromQL over the minute slots: the engine behind the Prometheus API |
 //! | [`watch`] | live subscriptions fed once a second from the query engine |
 //! | [`fleet`] | every source with its series, newest sample and samples per second, for the dashboard |
 //! | [`maintenance`] | pre-allocation, retention sweep, idle-series eviction |
@@ -90,6 +91,7 @@ pub mod listen;
 pub mod maintenance;
 pub mod metadata;
 pub mod model;
+pub mod promql;
 pub mod query;
 pub mod recovery;
 pub mod rollup;

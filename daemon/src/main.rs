@@ -292,6 +292,7 @@ impl Parts {
             },
             fleet: self.fleet.clone(),
             ui: config.ui.clone(),
+            prometheus: config.prometheus.clone(),
         };
         // HTTP outlives `close`: `/readyz` answers 503 while the final
         // flush drains, instead of refusing connections.

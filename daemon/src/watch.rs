@@ -280,6 +280,10 @@ impl WatchHub {
             StepSpec::Fixed(Step::MINUTE),
         )?;
         self.engine.check_total(series.len(), &w)?;
+        let _reserved = self
+            .engine
+            .reserve_points((series.len() as u64).saturating_mul(w.buckets().max(0) as u64))
+            .await?;
         let buckets = self.engine.many_buckets(&series, &w).await?;
         let mut sent = HashMap::new();
         let mut kinds = HashMap::new();
@@ -418,6 +422,7 @@ impl WatchHub {
             to: current + MINUTE_S,
             step: Step::MINUTE,
         };
+        let _reserved = self.engine.reserve_points(2 * union.len() as u64).await?;
         let live: Live = self
             .engine
             .many_buckets(&union, &w)

@@ -247,7 +247,7 @@ impl Daemon {
     }
 
     /// The process id of the current process.
-    fn pid(&self) -> u32 {
+    pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("tallyd is not running").id()
     }
 

@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
+pub use crate::promql::PrometheusConfig;
 pub use crate::query::QueryConfig;
 pub use crate::store::embedded::EmbeddedConfig;
 pub use crate::store::mongodb::MongoDbConfig;
@@ -87,6 +88,7 @@ pub struct Config {
     pub mongodb: MongoDbConfig,
     pub embedded: EmbeddedConfig,
     pub query: QueryConfig,
+    pub prometheus: PrometheusConfig,
     pub rollup: RollupConfig,
     pub watch: WatchConfig,
     pub catalog: CatalogConfig,
@@ -143,6 +145,7 @@ impl Default for Config {
             mongodb: MongoDbConfig::default(),
             embedded: EmbeddedConfig::default(),
             query: QueryConfig::default(),
+            prometheus: PrometheusConfig::default(),
             rollup: RollupConfig::default(),
             watch: WatchConfig::default(),
             catalog: CatalogConfig::default(),
@@ -191,6 +194,7 @@ impl Config {
         self.retention.check(&mut p);
         self.mongodb.check(&mut p);
         self.query.check(&mut p);
+        self.prometheus.check(&mut p);
         self.rollup.check(&mut p);
         self.watch.check(&mut p);
         self.catalog.check(&mut p);

@@ -330,7 +330,7 @@ impl Pipeline {
     /// Writes the catalog entries an applied batch made due, at most
     /// [`CATALOG_WRITE_ENTRIES`] per store write. A failure only
     /// delays them: they stay due and go with the series' next flush.
-    async fn record_catalog(&self, batch: &InflightBatch) {
+    pub(crate) async fn record_catalog(&self, batch: &InflightBatch) {
         let Some(catalog) = &self.catalog else { return };
         let due = catalog.due(&batch.flush.series);
         if due.is_empty() {

@@ -307,6 +307,7 @@ pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
         },
         fleet,
         ui: Default::default(),
+        prometheus: Default::default(),
     };
     state
 }

@@ -60,6 +60,8 @@ pub struct HttpState {
     /// Every source, for the dashboard's fleet view.
     pub fleet: Arc<Fleet>,
     pub ui: UiConfig,
+    /// How the Prometheus API shows series.
+    pub prometheus: crate::promql::PrometheusConfig,
 }
 
 pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
@@ -79,7 +81,8 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
             watch: state.watch,
         })
         .merge(fleet);
-    let prometheus = prometheus::router().with_state(PromState::new(state.query));
+    let prometheus =
+        prometheus::router().with_state(PromState::new(state.query, &state.prometheus));
     let reads = ops.nest("/api/v1", api).nest("/prometheus", prometheus);
     let reads = server::limit_body(
         reads,

@@ -2,7 +2,8 @@
 //!
 //! - **Source**: the first of `remote_write.source_labels` (default
 //!   `instance`) present on the series; that label is taken off the series'
-//!   labels, as it is the series' source (`source` in PromQL). A series with
+//!   labels, as it is the series' source (PromQL shows it as `instance`, see
+//!   `promql::names`). A series with
 //!   none is refused (`missing_source`), the rest of the request kept.
 //! - **Metric**: `__name__`; every other label is kept as it is.
 //! - **Kind**: remote-write 1.0 carries no types with the samples. When the

@@ -242,6 +242,14 @@ impl QueryEngine {
     ) -> Result<BTreeMap<Labels, Merged>, QueryError> {
         // Folded as they arrive: memory follows the buckets of one series
         // per group, not of every member.
+        let held = if q.by.is_empty() {
+            ids.len().min(READ_CONCURRENCY + 1)
+        } else {
+            ids.len()
+        };
+        let _reserved = self
+            .reserve_points((held as u64).saturating_mul(w.buckets().max(0) as u64))
+            .await?;
         let mut groups: BTreeMap<Labels, Merged> = BTreeMap::new();
         if q.by.is_empty() {
             groups.insert(Labels::none(), Merged::default());

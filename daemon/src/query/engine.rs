@@ -159,12 +159,17 @@ pub struct QueryEngine {
     pub(super) label_sets: super::label_sets::LabelSetCache,
     /// What agents say of their metric families, for `/api/v1/metadata`.
     metadata: Arc<crate::metadata::MetadataBook>,
+    budget: super::ReadBudget,
 }
 
 /// Minute ranges up to this long read hour documents; longer ones read day
 /// documents, which carry the same minutes in a twenty-fourth of the
 /// documents.
 const MINUTE_FROM_HOUR_TIER_MAX_S: i64 = 2 * DAY_S;
+
+/// Estimated bytes a native read holds per bucket: the merged slot, its
+/// time and the point answered.
+const BYTES_PER_POINT: u64 = 160;
 
 /// Series read at once when a call spans many.
 pub(super) const READ_CONCURRENCY: usize = 16;
@@ -186,11 +191,12 @@ impl QueryEngine {
             agg,
             rollups,
             inflight,
-            limits,
+            limits: limits.clone(),
             hour_retention_s,
             lateness_s: HOUR_S,
             label_sets: Default::default(),
             metadata: Arc::default(),
+            budget: super::ReadBudget::new(limits.read_budget_bytes, limits.read_budget_wait),
         }
     }
 
@@ -218,6 +224,22 @@ impl QueryEngine {
 
     pub fn rollups(&self) -> &Arc<Rollups> {
         &self.rollups
+    }
+
+    /// Reserves `bytes` of the read budget every read shares (see
+    /// [`super::ReadBudget`]), waiting for other reads if need be.
+    pub async fn reserve(&self, bytes: u64) -> Result<super::Reservation, QueryError> {
+        self.budget.reserve(bytes).await
+    }
+
+    pub fn budget(&self) -> &super::ReadBudget {
+        &self.budget
+    }
+
+    /// Reserves the read budget for `points` buckets read and answered
+    /// (a merged slot and the point made of it, with their overheads).
+    pub async fn reserve_points(&self, points: u64) -> Result<super::Reservation, QueryError> {
+        self.reserve(points.saturating_mul(BYTES_PER_POINT)).await
     }
 
     /// Refuses a read of `series` series over `w` whose points together
@@ -475,6 +497,9 @@ impl QueryEngine {
             .resolve(sel, self.limits.max_series, "query.max_series")
             .await?;
         self.check_total(ids.len(), &w)?;
+        let _reserved = self
+            .reserve_points((ids.len() as u64).saturating_mul(w.buckets().max(0) as u64))
+            .await?;
         let buckets = self.many_buckets(&ids, &w).await?;
         refuse_rate_of_gauges(&buckets, aggregates)?;
         let series = buckets
@@ -507,6 +532,7 @@ impl QueryEngine {
             to: minute + MINUTE_S,
             step: Step::MINUTE,
         };
+        let _reserved = self.reserve_points(ids.len() as u64).await?;
         Ok(self
             .many_buckets(&ids, &w)
             .await?

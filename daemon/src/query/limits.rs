@@ -1,5 +1,5 @@
 //! `[query]`: the limits that keep one read from taking the daemon's
-//! memory or the store's time.
+//! memory or the store's time, and the budget all reads share.
 //!
 //! The engine's own settings type is also the configuration section, so a
 //! new limit is declared, defaulted and checked in one place.
@@ -39,6 +39,13 @@ pub struct QueryConfig {
     /// bytes: a short pattern such as `(.*){9999}` compiles to a large
     /// program, and matching time grows with it.
     pub max_pattern_compiled_bytes: usize,
+    /// Memory all reads in progress may hold together (estimated before
+    /// each read starts), in bytes.
+    pub read_budget_bytes: u64,
+    /// How long a read waits for its share of `read_budget_bytes` before it
+    /// is refused as busy.
+    #[serde(with = "humantime_serde")]
+    pub read_budget_wait: std::time::Duration,
 }
 
 /// Above these, a PromQL expression could overflow a worker thread's stack
@@ -60,6 +67,8 @@ impl Default for QueryConfig {
             max_promql_nodes: 2_048,
             max_pattern_bytes: 16 * 1024,
             max_pattern_compiled_bytes: 1 << 20,
+            read_budget_bytes: 1 << 30,
+            read_budget_wait: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -94,6 +103,11 @@ impl QueryConfig {
             self.max_pattern_compiled_bytes,
             1024,
             "query.max_pattern_compiled_bytes",
+        );
+        p.require(
+            self.read_budget_bytes >= 16 << 20,
+            "query.read_budget_bytes",
+            "must be at least 16 MiB (16777216)",
         );
     }
 

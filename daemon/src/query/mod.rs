@@ -28,8 +28,10 @@
 //! | `partial`      | answering from memory while the store is unreachable      |
 //! | `error`        | [`QueryError`]                                             |
 //! | `limits`       | [`QueryConfig`], the `[query]` section                     |
+//! | `budget`       | [`ReadBudget`]: the memory all reads in progress share     |
 
 mod aggregate;
+mod budget;
 mod cross_source;
 mod discovery;
 mod engine;
@@ -41,6 +43,7 @@ pub mod partial;
 mod step;
 
 pub use aggregate::{Aggregate, Point};
+pub use budget::{ReadBudget, Reservation};
 pub use cross_source::{AggregateGroup, AggregateQuery, AggregateResult, Sources};
 pub use discovery::{Names, Page, SeriesInfo};
 pub use engine::{

@@ -22,6 +22,7 @@ const RETIRED: &[(&str, &str)] = &[(
 const NOT_KEYS: &[&str] = &[
     "http.route",                   // an OTLP attribute
     "grpc.ssl_channel_credentials", // a Python grpcio call
+    "prometheus.remote_write",      // a Grafana Alloy component
 ];
 
 /// File name extensions: `ingest.rs` is a file, not a key.

@@ -175,7 +175,7 @@ fn expected(
     times: &[i64],
 ) -> Matrix {
     let re = regex::Regex::new(
-        r#"^(?:(sum|avg|min|max)\(|topk\((\d+), )?(\w+)\(\$(metric|counter)(\{source=~"\$source"\})?\[(\$__interval|\$__rate_interval|\d+m)\]\)\)?$"#,
+        r#"^(?:(sum|avg|min|max)\(|topk\((\d+), )?(\w+)\(\$(metric|counter)(\{instance=~"\$instance"\})?\[(\$__interval|\$__rate_interval|\d+m)\]\)\)?$"#,
     )
     .expect("a valid pattern");
     let caps = re.captures(template).unwrap_or_else(|| {
@@ -195,7 +195,10 @@ fn expected(
             .collect()
     };
     let series_labels = |src: &str| -> Labels {
-        [("source", src), ("tally_metric", metric)]
+        // Loadgen metric names are Prometheus names as they are: no
+        // `tally_metric` label.
+        let _ = metric;
+        [("instance", src)]
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
@@ -279,7 +282,7 @@ fn dashboard_targets_and_variables_checked() -> Vec<String> {
     };
     assert_eq!(var("datasource")["type"], "datasource");
     assert_eq!(var("datasource")["query"], "prometheus");
-    assert_eq!(var("source")["definition"], "label_values(source)");
+    assert_eq!(var("instance")["definition"], "label_values(instance)");
     assert_eq!(var("metric")["definition"], "label_values(__name__)");
     let templates = target_exprs(&dashboard);
     assert!(templates.len() >= 8, "{templates:?}");
@@ -288,7 +291,7 @@ fn dashboard_targets_and_variables_checked() -> Vec<String> {
 
 /// The dashboard's variables as Grafana would fill them from the API.
 struct Variables {
-    /// `$source`: every source, as a regex alternation.
+    /// `$instance`: every source, as a regex alternation.
     source_regex: String,
     /// `$metric`: a gauge.
     gauge: String,
@@ -299,7 +302,9 @@ struct Variables {
 /// Fills the variables from the label values and metadata APIs, checking
 /// that every source the load generator pushed is listed.
 async fn variables_as_grafana_fills_them(api: &Api) -> Variables {
-    let (status, sources) = api.get("/prometheus/api/v1/label/source/values", &[]).await;
+    let (status, sources) = api
+        .get("/prometheus/api/v1/label/instance/values", &[])
+        .await;
     assert_eq!(status, 200, "{sources}");
     let sources: Vec<String> = serde_json::from_value(sources["data"].clone()).expect("names");
     assert_eq!(sources.len(), SOURCES, "{sources:?}");
@@ -424,7 +429,7 @@ async fn every_fleet_dashboard_query_answers_correctly() {
         let expr = template
             .replace("$__rate_interval", &format!("{}m", RATE_INTERVAL_S / 60))
             .replace("$__interval", &format!("{}m", INTERVAL_S / 60))
-            .replace("$source", &vars.source_regex)
+            .replace("$instance", &vars.source_regex)
             .replace("$metric", gauge)
             .replace("$counter", counter);
         let got = query_range_matrix(&api, &expr, start, end).await;

@@ -1,22 +1,25 @@
 //! The discovery endpoints Grafana browses with: `series`, `labels`,
 //! `label/<name>/values`, `metadata`, plus `query_exemplars` and
 //! `status/buildinfo`, which it probes. They list from the catalog rather
-//! than evaluate PromQL, so they share little with the query endpoints.
+//! than evaluate PromQL, so they share little with the query endpoints;
+//! series are shown with the same labels (`promql::names`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::response::IntoResponse as _;
 use axum::response::Response;
+use promql_parser::label::Matcher;
 use serde_json::{json, Value as Json_};
 
-use super::eval::{self, Labels, Resolved};
-use super::names::{self, prom_name, NameCache, NAME_LABEL, SOURCE_LABEL, TALLY_METRIC_LABEL};
 use super::params::Params;
-use super::plan;
 use super::response::{labels_json, success, success_with_warnings, timed, ApiError};
 use super::state::PromState;
+use crate::promql::names::{
+    self, prom_name, tally_metric_value, Route, NAME_LABEL, TALLY_METRIC_LABEL,
+};
+use crate::promql::select::{resolve_matchers, Resolved};
+use crate::promql::{Context, Labels};
 use crate::query::{LabelMap, QueryEngine};
 use crate::store::CatalogQuery;
 
@@ -28,21 +31,32 @@ const PROMETHEUS_VERSION: &str = "2.42.0";
 /// still be listed: the catalog refreshes `last_seen` coarsely.
 const SEEN_SLACK_S: i64 = 86_400;
 
-/// The selectors of `match[]`.
-fn match_selectors(p: &Params) -> Result<Vec<plan::Selector>, ApiError> {
+/// The selectors of `match[]`, each as its alternatives of matchers (one
+/// unless `or` is used between matchers).
+fn match_selectors(p: &Params) -> Result<Vec<Vec<Vec<Matcher>>>, ApiError> {
     p.all("match[]")
         .into_iter()
         .map(|m| {
             let expr = promql_parser::parser::parse(m)
                 .map_err(|e| ApiError::BadData(format!("invalid parameter \"match[]\": {e}")))?;
-            match expr {
-                promql_parser::parser::Expr::VectorSelector(vs) => {
-                    plan::selector(&vs).map_err(ApiError::from)
-                }
-                other => Err(ApiError::BadData(format!(
-                    "invalid parameter \"match[]\": {other} is not a series selector"
-                ))),
+            let promql_parser::parser::Expr::VectorSelector(vs) = expr else {
+                return Err(ApiError::BadData(format!(
+                    "invalid parameter \"match[]\": {m} is not a series selector"
+                )));
+            };
+            let name = vs
+                .name
+                .as_ref()
+                .map(|n| Matcher::new(promql_parser::label::MatchOp::Equal, NAME_LABEL, n));
+            let mut alternatives = if vs.matchers.or_matchers.is_empty() {
+                vec![vs.matchers.matchers.clone()]
+            } else {
+                vs.matchers.or_matchers.clone()
+            };
+            for alt in &mut alternatives {
+                alt.extend(name.clone());
             }
+            Ok(alternatives)
         })
         .collect()
 }
@@ -50,32 +64,38 @@ fn match_selectors(p: &Params) -> Result<Vec<plan::Selector>, ApiError> {
 /// A listed series: source, metric and its own labels.
 type Listed = (String, String, LabelMap);
 
-/// A series' full label set: its own labels and the three Tally adds.
-fn series_labels((source, metric, own): &Listed) -> Labels {
-    let mut labels = own.clone();
-    labels.insert(NAME_LABEL.to_string(), prom_name(metric));
-    labels.insert(SOURCE_LABEL.to_string(), source.to_string());
-    labels.insert(TALLY_METRIC_LABEL.to_string(), metric.to_string());
-    labels
+fn shown(ctx: Context<'_>, (source, metric, own): &Listed) -> Labels {
+    let mut map: BTreeMap<String, String> = own
+        .iter()
+        .map(|(k, v)| (ctx.scheme.shown_own(k).into_owned(), v.clone()))
+        .collect();
+    let name = prom_name(metric);
+    if name != *metric {
+        map.insert(TALLY_METRIC_LABEL.to_string(), metric.clone());
+    }
+    map.insert(NAME_LABEL.to_string(), name);
+    map.insert(ctx.scheme.source_label().to_string(), source.clone());
+    Labels::new(map)
 }
 
-/// The series matching any of `selectors` in `[start, end]`, up to `cap`.
-/// Returns the series (source, metric) and whether there were more.
+/// The series matching any of `selectors` in `[start, end]`, up to `cap`;
+/// and whether there were more.
 async fn list_series(
-    engine: &QueryEngine,
-    cache: &NameCache,
-    selectors: &[plan::Selector],
+    ctx: Context<'_>,
+    selectors: &[Vec<Vec<Matcher>>],
     start_ms: Option<i64>,
     end_ms: Option<i64>,
     cap: usize,
 ) -> Result<(BTreeSet<Listed>, bool), ApiError> {
     let mut out = BTreeSet::new();
-    for sel in selectors {
-        let Some(res) = eval::resolve(engine, cache, sel).await? else {
-            continue;
-        };
-        if page_series(engine, &res, start_ms, end_ms, cap, &mut out).await? {
-            return Ok((out, true));
+    for alternatives in selectors {
+        for matchers in alternatives {
+            let Some(res) = resolve_matchers(ctx, matchers).await? else {
+                continue;
+            };
+            if page_series(ctx.engine, &res, start_ms, end_ms, cap, &mut out).await? {
+                return Ok((out, true));
+            }
         }
     }
     Ok((out, false))
@@ -108,7 +128,7 @@ async fn page_series(
             let born_later = end_ms.is_some_and(|e| s.first_seen > e.div_euclid(1000));
             if born_later
                 || crate::rollup::Rollups::is_rollup_source(&s.source)
-                || !crate::selector::all_match(&res.names, &prom_name(&s.metric))
+                || !res.metric_ok(&s.metric)
             {
                 continue;
             }
@@ -145,20 +165,25 @@ fn truncated(what: &str, cap: usize, limited: bool) -> Result<Vec<String>, ApiEr
     }
 }
 
+/// `start` and `end`, checked whether or not they narrow the listing.
+fn time_range(p: &Params) -> Result<(Option<i64>, Option<i64>), ApiError> {
+    Ok((p.time_ms("start")?, p.time_ms("end")?))
+}
+
 pub(super) async fn series(State(prom): State<PromState>, p: Params) -> Response {
     timed("prometheus_series", run_series(&prom, &p)).await
 }
 
 async fn run_series(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
+    let ctx = prom.ctx();
     let selectors = match_selectors(p)?;
     if selectors.is_empty() {
         return Err(ApiError::BadData("no match[] parameter provided".into()));
     }
-    let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
+    let (start, end) = time_range(p)?;
     let limit = p.limit()?;
-    let cap = limit.unwrap_or_else(|| listing_cap(engine));
-    let (found, more) = list_series(engine, cache, &selectors, start, end, cap).await?;
+    let cap = limit.unwrap_or_else(|| listing_cap(ctx.engine));
+    let (found, more) = list_series(ctx, &selectors, start, end, cap).await?;
     let warnings = if more {
         truncated("series", cap, limit.is_some())?
     } else {
@@ -167,7 +192,7 @@ async fn run_series(prom: &PromState, p: &Params) -> Result<Response, ApiError> 
     let data: Vec<Json_> = found
         .iter()
         .take(cap)
-        .map(|listed| labels_json(&series_labels(listed)))
+        .map(|listed| labels_json(&shown(ctx, listed)))
         .collect();
     Ok(success_with_warnings(Json_::Array(data), warnings))
 }
@@ -177,29 +202,43 @@ pub(super) async fn labels(State(prom): State<PromState>, p: Params) -> Response
 }
 
 async fn run_labels(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
+    let ctx = prom.ctx();
     let selectors = match_selectors(p)?;
+    let (start, end) = time_range(p)?;
+    let limit = p.limit()?;
     let mut names: BTreeSet<String> = BTreeSet::new();
     if selectors.is_empty() {
-        names.extend(own_label_names(engine).await?);
-        names.extend([NAME_LABEL, SOURCE_LABEL, TALLY_METRIC_LABEL].map(String::from));
-        return Ok(success(json!(names)));
+        names.extend(
+            own_label_names(ctx.engine)
+                .await?
+                .into_iter()
+                .map(|n| ctx.scheme.shown_own(&n).into_owned()),
+        );
+        names.extend(ctx.scheme.added().map(String::from));
+        let metrics = ctx.names.get(ctx.engine).await?;
+        if metrics
+            .metrics
+            .keys()
+            .any(|m| !tally_metric_value(m).is_empty())
+        {
+            names.insert(TALLY_METRIC_LABEL.to_string());
+        }
+    } else {
+        let cap = listing_cap(ctx.engine);
+        let (found, over) = list_series(ctx, &selectors, start, end, cap).await?;
+        if over {
+            return Err(ApiError::Execution(format!(
+                "more than {cap} series match: narrow match[]"
+            )));
+        }
+        for listed in &found {
+            names.extend(shown(ctx, listed).iter().map(|(k, _)| k.to_string()));
+        }
     }
-    let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
-    let cap = listing_cap(engine);
-    let (found, over) = list_series(engine, cache, &selectors, start, end, cap).await?;
-    if over {
-        return Err(ApiError::Execution(format!(
-            "more than {cap} series match: narrow match[]"
-        )));
-    }
-    for (_, _, own) in &found {
-        names.extend(own.keys().cloned());
-    }
-    // Every series has the three labels Tally adds.
-    if !found.is_empty() {
-        names.extend([NAME_LABEL, SOURCE_LABEL, TALLY_METRIC_LABEL].map(String::from));
-    }
+    let names: Vec<String> = names
+        .into_iter()
+        .take(limit.unwrap_or(usize::MAX))
+        .collect();
     Ok(success(json!(names)))
 }
 
@@ -232,73 +271,75 @@ pub(super) async fn label_values(
 ) -> Response {
     // A name that does not decode (invalid UTF-8 once percent-decoded) is
     // refused as Prometheus refuses an invalid name, in its JSON error.
-    let Ok(Path(name)) = name else {
-        return ApiError::BadData("invalid label name: not valid UTF-8".into()).into_response();
+    let run = async {
+        let Path(name) =
+            name.map_err(|e| ApiError::BadData(format!("invalid label name: {}", e.body_text())))?;
+        run_label_values(&prom, &name, &p).await
     };
-    timed(
-        "prometheus_label_values",
-        run_label_values(&prom, &name, &p),
-    )
-    .await
+    timed("prometheus_label_values", run).await
+}
+
+fn valid_label_name(name: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 async fn run_label_values(prom: &PromState, name: &str, p: &Params) -> Result<Response, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
+    let ctx = prom.ctx();
+    if !valid_label_name(name) {
+        return Err(ApiError::BadData(format!("invalid label name: {name:?}")));
+    }
     let selectors = match_selectors(p)?;
+    let (start, end) = time_range(p)?;
     let limit = p.limit()?;
-    let cap = limit.unwrap_or_else(|| listing_cap(engine));
+    let cap = limit.unwrap_or_else(|| listing_cap(ctx.engine));
     let mut values: BTreeSet<String> = BTreeSet::new();
     let mut more = false;
-    match (name, selectors.is_empty()) {
-        (NAME_LABEL | TALLY_METRIC_LABEL, true) => {
-            let names = cache.get(engine).await?;
-            values.extend(names.metrics.keys().map(|m| {
-                if name == NAME_LABEL {
-                    prom_name(m)
-                } else {
-                    m.clone()
-                }
-            }));
+    if !selectors.is_empty() {
+        let (found, over) =
+            list_series(ctx, &selectors, start, end, listing_cap(ctx.engine)).await?;
+        if over {
+            return Err(ApiError::Execution(format!(
+                "more than {} series match: narrow match[]",
+                listing_cap(ctx.engine)
+            )));
         }
-        (SOURCE_LABEL, true) => {
-            let mut after = None;
-            loop {
-                let page = engine
-                    .sources(
-                        Vec::new(),
-                        Vec::new(),
-                        after.take(),
-                        engine.limits().max_page,
-                    )
+        values.extend(
+            found
+                .iter()
+                .filter_map(|l| shown(ctx, l).get(name).map(str::to_string)),
+        );
+    } else {
+        match ctx.scheme.route(name) {
+            Route::Name | Route::TallyMetric => {
+                let metrics = ctx.names.get(ctx.engine).await?;
+                values.extend(metrics.metrics.keys().filter_map(|m| {
+                    if name == NAME_LABEL {
+                        Some(prom_name(m))
+                    } else {
+                        let v = tally_metric_value(m);
+                        (!v.is_empty()).then(|| v.to_string())
+                    }
+                }));
+            }
+            Route::Source => more = source_values(ctx.engine, cap, &mut values).await?,
+            Route::Own(own) => {
+                let every = crate::query::Selection {
+                    source: Vec::new(),
+                    metric: Vec::new(),
+                    labels: Vec::new(),
+                };
+                let page_limit = cap.saturating_add(1).min(ctx.engine.limits().max_page);
+                let page = ctx
+                    .engine
+                    .label_values(own, &every, None, page_limit)
                     .await?;
                 values.extend(page.items);
-                if values.len() > cap {
-                    more = true;
-                    break;
-                }
-                match page.next {
-                    Some(n) => after = Some(n),
-                    None => break,
-                }
+                more = page.next.is_some();
             }
         }
-        (NAME_LABEL | SOURCE_LABEL | TALLY_METRIC_LABEL, false) => {
-            let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
-            let (found, over) =
-                list_series(engine, cache, &selectors, start, end, listing_cap(engine)).await?;
-            if over {
-                return Err(ApiError::Execution(format!(
-                    "more than {} series match: narrow match[]",
-                    listing_cap(engine)
-                )));
-            }
-            values.extend(found.into_iter().map(|(src, m, _)| match name {
-                NAME_LABEL => prom_name(&m),
-                SOURCE_LABEL => src,
-                _ => m,
-            }));
-        }
-        _ => more |= own_label_values(prom, name, &selectors, p, cap, &mut values).await?,
     }
     more |= values.len() > cap;
     let warnings = if more {
@@ -310,44 +351,31 @@ async fn run_label_values(prom: &PromState, name: &str, p: &Params) -> Result<Re
     Ok(success_with_warnings(json!(data), warnings))
 }
 
-/// The values of one of the series' own labels (not one Tally adds): over
-/// every series without `match[]`, else over the matching ones. True when
-/// there were more than `cap`.
-async fn own_label_values(
-    prom: &PromState,
-    name: &str,
-    selectors: &[plan::Selector],
-    p: &Params,
+/// Every source, up to `cap`; true when there were more.
+async fn source_values(
+    engine: &QueryEngine,
     cap: usize,
     values: &mut BTreeSet<String>,
 ) -> Result<bool, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
-    if selectors.is_empty() {
-        let every = crate::query::Selection {
-            source: Vec::new(),
-            metric: Vec::new(),
-            labels: Vec::new(),
-        };
-        let limit = cap.saturating_add(1).min(engine.limits().max_page);
-        let page = engine.label_values(name, &every, None, limit).await?;
+    let mut after = None;
+    loop {
+        let page = engine
+            .sources(
+                Vec::new(),
+                Vec::new(),
+                after.take(),
+                engine.limits().max_page,
+            )
+            .await?;
         values.extend(page.items);
-        return Ok(page.next.is_some());
+        if values.len() > cap {
+            return Ok(true);
+        }
+        match page.next {
+            Some(n) => after = Some(n),
+            None => return Ok(false),
+        }
     }
-    let (start, end) = (p.time_ms("start")?, p.time_ms("end")?);
-    let (found, over) =
-        list_series(engine, cache, selectors, start, end, listing_cap(engine)).await?;
-    if over {
-        return Err(ApiError::Execution(format!(
-            "more than {} series match: narrow match[]",
-            listing_cap(engine)
-        )));
-    }
-    values.extend(
-        found
-            .into_iter()
-            .filter_map(|(_, _, mut own)| own.remove(name)),
-    );
-    Ok(false)
 }
 
 pub(super) async fn metadata(State(prom): State<PromState>, p: Params) -> Response {
@@ -359,14 +387,14 @@ pub(super) async fn metadata(State(prom): State<PromState>, p: Params) -> Respon
 /// types: gauges are `gauge`, counters (sent as deltas or cumulative
 /// values, stored as deltas) `counter`.
 async fn run_metadata(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
-    let names = cache.get(engine).await?;
+    let ctx = prom.ctx();
+    let metrics = ctx.names.get(ctx.engine).await?;
     let only = p.get("metric");
     let limit = p.limit()?.unwrap_or(usize::MAX);
-    let book = engine.metadata();
+    let book = ctx.engine.metadata();
     let mut described: BTreeMap<String, Json_> = BTreeMap::new();
     let mut by_name: BTreeMap<String, (Vec<&str>, Option<names::MetricKind>)> = BTreeMap::new();
-    for (metric, kind) in &names.metrics {
+    for (metric, kind) in &metrics.metrics {
         let prom_metric = prom_name(metric);
         if let Some((family, f)) = book.of_series(&prom_metric) {
             if only.is_none_or(|o| o == family) {
@@ -398,9 +426,18 @@ async fn run_metadata(prom: &PromState, p: &Params) -> Result<Response, ApiError
     Ok(success(Json_::Object(data)))
 }
 
-/// Tally keeps no exemplars: always none.
-pub(super) async fn exemplars() -> Response {
-    success(json!([]))
+/// Tally keeps no exemplars: always none. The query is still checked, as
+/// Prometheus checks it.
+pub(super) async fn exemplars(p: Params) -> Response {
+    let run = async {
+        if let Some(q) = p.get("query") {
+            promql_parser::parser::parse(q)
+                .map_err(|e| ApiError::BadData(format!("invalid parameter \"query\": {e}")))?;
+        }
+        time_range(&p)?;
+        Ok(success(json!([])))
+    };
+    timed("prometheus_query_exemplars", run).await
 }
 
 pub(super) async fn buildinfo() -> Response {

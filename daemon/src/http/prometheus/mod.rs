@@ -5,20 +5,14 @@
 //! `status/buildinfo`, over GET or form-encoded POST, in Prometheus' JSON
 //! format and with its error types and status codes.
 //!
-//! A series appears as `<metric>{source="…", tally_metric="…"}` (see
-//! `names` for the name mapping). PromQL is parsed with `promql-parser`,
-//! checked by `plan` (anything Tally cannot answer exactly is a `bad_data`
-//! error naming the construct) and evaluated from the slots by `eval`
-//! through the query engine. The handlers are in `queries` (PromQL) and
+//! A series appears as `<metric>{instance="<source>", ...}` (see
+//! `promql::names` for the mapping). PromQL is evaluated by
+//! [`crate::promql`]; the handlers are in `queries` (PromQL) and
 //! `discovery` (catalog listings); `params` and `response` are the request
-//! and response formats they share.
+//! and response formats they share. `docs/promql.md` documents the API.
 
 mod discovery;
-mod eval;
-mod limits;
-mod names;
 mod params;
-mod plan;
 mod queries;
 mod response;
 mod state;

@@ -1,15 +1,13 @@
-//! `query` and `query_range`: PromQL planned by [`super::plan`],
-//! evaluated by [`super::eval`], answered as a vector, scalar or matrix.
+//! `query` and `query_range`: PromQL evaluated by [`crate::promql`],
+//! answered as a vector, scalar, string or matrix in Prometheus' JSON.
 
 use axum::extract::State;
 use axum::response::Response;
-use serde_json::{json, Value as Json_};
 
-use super::eval::{Evaluator, Labels, Value};
 use super::params::{parse_duration_ms, Params};
-use super::plan::{self, AggOp, Plan};
-use super::response::{labels_json, sample, success_with_warnings, timed, with_rollups, ApiError};
+use super::response::{success_raw, timed, with_rollups, ApiError, JsonOut};
 use super::state::PromState;
+use crate::promql::{self, Data, Request};
 
 fn query_text(p: &Params) -> Result<&str, ApiError> {
     p.get("query").ok_or_else(|| {
@@ -17,12 +15,26 @@ fn query_text(p: &Params) -> Result<&str, ApiError> {
     })
 }
 
+/// `lookback_delta`: how far back an instant selector looks (5 minutes
+/// unless given).
+fn lookback_ms(p: &Params) -> Result<i64, ApiError> {
+    match p.get("lookback_delta") {
+        None => Ok(promql::DEFAULT_LOOKBACK_MS),
+        Some(v) => match parse_duration_ms(v) {
+            Ok(ms) if ms > 0 => Ok(ms),
+            Ok(_) => Ok(promql::DEFAULT_LOOKBACK_MS),
+            Err(e) => Err(ApiError::BadData(format!(
+                "invalid parameter \"lookback_delta\": {e}"
+            ))),
+        },
+    }
+}
+
 pub(super) async fn query_range(State(prom): State<PromState>, p: Params) -> Response {
     timed("prometheus_query_range", run_range(&prom, &p)).await
 }
 
 async fn run_range(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
     let q = query_text(p)?;
     let start = p.required_time_ms("start")?;
     let end = p.required_time_ms("end")?;
@@ -45,46 +57,21 @@ async fn run_range(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
             "zero or negative query resolution step widths are not accepted. Try a positive integer".into(),
         ));
     }
-    let max = engine.limits().max_points;
+    let max = prom.engine.limits().max_points;
     let points = (end - start) / step + 1;
     if points > max as i64 {
         return Err(ApiError::BadData(format!(
             "exceeded maximum resolution of {max} points per timeseries (query.max_points). Try decreasing the query resolution (?step=XX)"
         )));
     }
-    let plan = plan::plan_within(q, engine.limits())?;
-    let times: Vec<i64> = (0..points).map(|i| start + i * step).collect();
-    let mut ev = Evaluator::new(engine, cache, times);
-    let (value, partial) = crate::query::partial::tracking(ev.eval(&plan)).await;
-    let value = value?;
-    let times = ev.times_ms();
-    let result: Vec<Json_> = match value {
-        Value::Scalar(v) => vec![json!({
-            "metric": {},
-            "values": times.iter().zip(&v).map(|(t, x)| sample(*t, *x)).collect::<Vec<_>>(),
-        })],
-        Value::Vector(mut series) => {
-            series.sort_by(|a, b| a.labels.cmp(&b.labels));
-            series
-                .iter()
-                .map(|s| {
-                    let values: Vec<Json_> = times
-                        .iter()
-                        .zip(&s.values)
-                        .filter_map(|(t, v)| v.map(|v| sample(*t, v)))
-                        .collect();
-                    json!({ "metric": labels_json(&s.labels), "values": values })
-                })
-                .collect()
-        }
+    let req = Request {
+        query: q.to_string(),
+        start_ms: start,
+        end_ms: end,
+        step_ms: step,
+        lookback_ms: lookback_ms(p)?,
     };
-    Ok(with_rollups(
-        success_with_warnings(
-            json!({ "resultType": "matrix", "result": result }),
-            partial.into_iter().collect(),
-        ),
-        &ev.rollups,
-    ))
+    answer(prom, req).await
 }
 
 pub(super) async fn query(State(prom): State<PromState>, p: Params) -> Response {
@@ -92,45 +79,77 @@ pub(super) async fn query(State(prom): State<PromState>, p: Params) -> Response 
 }
 
 async fn run_instant(prom: &PromState, p: &Params) -> Result<Response, ApiError> {
-    let (engine, cache) = (&*prom.engine, &*prom.names);
     let q = query_text(p)?;
     let t = match p.time_ms("time")? {
         Some(t) => t,
         None => chrono::Utc::now().timestamp_millis(),
     };
-    let plan = plan::plan_within(q, engine.limits())?;
-    let mut ev = Evaluator::new(engine, cache, vec![t]);
-    let (value, partial) = crate::query::partial::tracking(ev.eval(&plan)).await;
-    let data = match value? {
-        Value::Scalar(v) => json!({
-            "resultType": "scalar",
-            "result": sample(t, v.first().copied().unwrap_or(f64::NAN)),
-        }),
-        Value::Vector(series) => {
-            let mut present: Vec<(Labels, f64)> = series
-                .into_iter()
-                .filter_map(|s| s.values.first().copied().flatten().map(|v| (s.labels, v)))
-                .collect();
-            // topk and bottomk answer in rank order, as in Prometheus;
-            // everything else in label order.
-            match &plan {
-                Plan::Aggregate {
-                    op: AggOp::Topk, ..
-                } => present.sort_by(|a, b| b.1.total_cmp(&a.1)),
-                Plan::Aggregate {
-                    op: AggOp::Bottomk, ..
-                } => present.sort_by(|a, b| a.1.total_cmp(&b.1)),
-                _ => present.sort_by(|a, b| a.0.cmp(&b.0)),
-            }
-            let result: Vec<Json_> = present
-                .iter()
-                .map(|(l, v)| json!({ "metric": labels_json(l), "value": sample(t, *v) }))
-                .collect();
-            json!({ "resultType": "vector", "result": result })
-        }
+    let req = Request {
+        query: q.to_string(),
+        start_ms: t,
+        end_ms: t,
+        step_ms: 0,
+        lookback_ms: lookback_ms(p)?,
     };
+    answer(prom, req).await
+}
+
+async fn answer(prom: &PromState, req: Request) -> Result<Response, ApiError> {
+    let (answer, partial) =
+        crate::query::partial::tracking(promql::evaluate(prom.ctx(), &req)).await;
+    let answer = answer?;
+    let mut out = JsonOut::new();
+    let t = req.start_ms;
+    match &answer.data {
+        Data::Scalar(v) => {
+            out.raw("{\"resultType\":\"scalar\",\"result\":");
+            out.sample(t, *v);
+            out.raw("}");
+        }
+        Data::String(s) => {
+            out.raw("{\"resultType\":\"string\",\"result\":[");
+            out.time(t);
+            out.raw(",");
+            out.string(s);
+            out.raw("]}");
+        }
+        Data::Vector(v) => {
+            out.raw("{\"resultType\":\"vector\",\"result\":[");
+            for (i, (labels, value)) in v.iter().enumerate() {
+                if i > 0 {
+                    out.raw(",");
+                }
+                out.raw("{\"metric\":");
+                out.labels(labels);
+                out.raw(",\"value\":");
+                out.sample(t, *value);
+                out.raw("}");
+            }
+            out.raw("]}");
+        }
+        Data::Matrix(m) => {
+            out.raw("{\"resultType\":\"matrix\",\"result\":[");
+            for (i, (labels, points)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.raw(",");
+                }
+                out.raw("{\"metric\":");
+                out.labels(labels);
+                out.raw(",\"values\":[");
+                for (j, (t, v)) in points.iter().enumerate() {
+                    if j > 0 {
+                        out.raw(",");
+                    }
+                    out.sample(*t, *v);
+                }
+                out.raw("]}");
+            }
+            out.raw("]}");
+        }
+    }
+    drop(answer.data);
     Ok(with_rollups(
-        success_with_warnings(data, partial.into_iter().collect()),
-        &ev.rollups,
+        success_raw(out, partial.into_iter().collect()),
+        &answer.rollups,
     ))
 }

@@ -11,8 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value as Json_};
 
-use super::eval::{EvalError, Labels};
-use super::plan::PlanError;
+use crate::promql::{EvalError, Labels};
 use crate::query::QueryError;
 
 /// Response header naming the rollup groups a query read, for operators
@@ -60,14 +59,9 @@ impl From<EvalError> for ApiError {
     fn from(e: EvalError) -> ApiError {
         match e {
             EvalError::BadData(m) => ApiError::BadData(m),
+            EvalError::Execution(m) => ApiError::Execution(m),
             EvalError::Query(q) => q.into(),
         }
-    }
-}
-
-impl From<PlanError> for ApiError {
-    fn from(e: PlanError) -> ApiError {
-        ApiError::BadData(e.to_string())
     }
 }
 
@@ -93,31 +87,75 @@ pub(super) fn success_with_warnings(data: Json_, warnings: Vec<String>) -> Respo
     Json(json!({ "status": "success", "data": data, "warnings": warnings })).into_response()
 }
 
-/// A sample's timestamp as Prometheus writes it: seconds, with
-/// milliseconds when there are any.
-fn json_time(t_ms: i64) -> Json_ {
-    if t_ms % 1000 == 0 {
-        json!(t_ms / 1000)
-    } else {
-        json!(t_ms as f64 / 1000.0)
+pub(super) use crate::promql::format_value;
+
+/// A JSON answer written straight to text: a matrix of millions of points
+/// would take several times its size as a tree of values.
+pub(super) struct JsonOut(String);
+
+impl JsonOut {
+    pub(super) fn new() -> JsonOut {
+        JsonOut(String::new())
+    }
+
+    pub(super) fn raw(&mut self, s: &str) {
+        self.0.push_str(s);
+    }
+
+    pub(super) fn string(&mut self, s: &str) {
+        // Serializing a str cannot fail.
+        self.0
+            .push_str(&serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into()));
+    }
+
+    pub(super) fn time(&mut self, t_ms: i64) {
+        use std::fmt::Write;
+        let _ = if t_ms % 1000 == 0 {
+            write!(self.0, "{}", t_ms / 1000)
+        } else {
+            write!(self.0, "{}", t_ms as f64 / 1000.0)
+        };
+    }
+
+    /// `[time, "value"]`.
+    pub(super) fn sample(&mut self, t_ms: i64, v: f64) {
+        self.0.push('[');
+        self.time(t_ms);
+        self.0.push_str(",\"");
+        self.0.push_str(&format_value(v));
+        self.0.push_str("\"]");
+    }
+
+    pub(super) fn labels(&mut self, labels: &Labels) {
+        self.0.push('{');
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                self.0.push(',');
+            }
+            self.string(k);
+            self.0.push(':');
+            self.string(v);
+        }
+        self.0.push('}');
     }
 }
 
-/// A sample value as Prometheus writes it (Go's shortest `'f'` format).
-pub(super) fn format_value(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else {
-        format!("{v}")
+/// A success envelope around `data`, written as text.
+pub(super) fn success_raw(data: JsonOut, warnings: Vec<String>) -> Response {
+    let mut body = String::with_capacity(data.0.len() + 64);
+    body.push_str("{\"status\":\"success\",\"data\":");
+    body.push_str(&data.0);
+    drop(data);
+    if !warnings.is_empty() {
+        body.push_str(",\"warnings\":");
+        body.push_str(&serde_json::to_string(&warnings).unwrap_or_else(|_| "[]".into()));
     }
-}
-
-pub(super) fn sample(t_ms: i64, v: f64) -> Json_ {
-    json!([json_time(t_ms), format_value(v)])
+    body.push('}');
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        body,
+    )
+        .into_response()
 }
 
 /// Runs a read and records its latency under the same histogram as the
@@ -147,7 +185,7 @@ pub(super) fn labels_json(labels: &Labels) -> Json_ {
     Json_::Object(
         labels
             .iter()
-            .map(|(k, v)| (k.clone(), Json_::String(v.clone())))
+            .map(|(k, v)| (k.to_string(), Json_::String(v.to_string())))
             .collect(),
     )
 }
@@ -165,8 +203,20 @@ mod tests {
         assert_eq!(format_value(f64::NAN), "NaN");
         assert_eq!(format_value(f64::INFINITY), "+Inf");
         assert_eq!(format_value(f64::NEG_INFINITY), "-Inf");
-        assert_eq!(json_time(1_700_000_000_000).to_string(), "1700000000");
-        assert_eq!(json_time(1_700_000_000_500).to_string(), "1700000000.5");
+        let mut out = JsonOut::new();
+        out.sample(1_700_000_000_000, 1.5);
+        out.raw(" ");
+        out.sample(1_700_000_000_500, f64::NAN);
+        out.raw(" ");
+        out.labels(
+            &[("a\"b".to_string(), "é".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(
+            out.0,
+            r#"[1700000000,"1.5"] [1700000000.5,"NaN"] {"a\"b":"é"}"#
+        );
     }
 
     #[test]

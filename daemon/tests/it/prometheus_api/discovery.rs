@@ -19,14 +19,19 @@ pub(super) async fn check_discovery(fx: &Fixture) {
     };
     let sources: Vec<String> = SOURCES.iter().map(|s| s.to_string()).collect();
     assert_eq!(
-        strings(fx.ok("label/source/values", &[]).await),
+        strings(fx.ok("label/instance/values", &[]).await),
         sources,
         "no rollup sources"
     );
     let mut prom: Vec<String> = METRICS.iter().map(|m| m.1.to_string()).collect();
     prom.sort();
     assert_eq!(strings(fx.ok("label/__name__/values", &[]).await), prom);
-    let tally: Vec<String> = METRICS.iter().map(|m| m.0.to_string()).collect();
+    // Only where the Prometheus name differs.
+    let tally: Vec<String> = METRICS
+        .iter()
+        .filter(|m| m.0 != m.1)
+        .map(|m| m.0.to_string())
+        .collect();
     assert_eq!(
         strings(fx.ok("label/tally_metric/values", &[]).await),
         tally
@@ -35,8 +40,8 @@ pub(super) async fn check_discovery(fx: &Fixture) {
     assert_eq!(
         strings(
             fx.ok(
-                "label/source/values",
-                &[("match[]", "requests{source=~\"web.*\"}".into())]
+                "label/instance/values",
+                &[("match[]", "requests{instance=~\"web.*\"}".into())]
             )
             .await
         ),
@@ -44,7 +49,11 @@ pub(super) async fn check_discovery(fx: &Fixture) {
     );
     assert_eq!(
         strings(fx.ok("labels", &[]).await),
-        ["__name__", "source", "tally_metric"]
+        ["__name__", "instance", "tally_metric"]
+    );
+    assert_eq!(
+        strings(fx.ok("labels", &[("match[]", "temp".into())]).await),
+        ["__name__", "instance"]
     );
     assert!(strings(fx.ok("labels", &[("match[]", "nothing_here".into())]).await).is_empty());
 
@@ -78,7 +87,7 @@ pub(super) async fn check_discovery(fx: &Fixture) {
         .map(|s| {
             labels(&[
                 ("__name__", "cpu_load"),
-                ("source", s),
+                ("instance", s),
                 ("tally_metric", "cpu.load"),
             ])
         })
@@ -88,8 +97,8 @@ pub(super) async fn check_discovery(fx: &Fixture) {
         fx.ok(
             "series",
             &[
-                ("match[]", "{source=\"db-1\"}".into()),
-                ("match[]", "temp{tally_metric=\"temp\"}".into()),
+                ("match[]", "{instance=\"db-1\"}".into()),
+                ("match[]", "temp{tally_metric=\"\"}".into()),
             ],
         )
         .await,

@@ -204,6 +204,27 @@ pub(super) fn parse_matrix(result: &Value, key: &str) -> Matrix {
     out
 }
 
+/// A series' labels as the API shows them after a range function (no
+/// metric name): its source as `instance`, and `tally_metric` where the
+/// Prometheus name differs from the Tally metric.
+pub(super) fn shown(source: &str, metric: &str) -> Labels {
+    let mut l = labels(&[("instance", source)]);
+    if let Some(extra) = tally_metric(metric) {
+        l.insert("tally_metric".into(), extra.into());
+    }
+    l
+}
+
+/// The `tally_metric` label of a metric: itself, where its Prometheus name
+/// differs.
+pub(super) fn tally_metric(metric: &str) -> Option<&str> {
+    super::METRICS
+        .iter()
+        .find(|m| m.0 == metric)
+        .filter(|m| m.0 != m.1)
+        .map(|m| m.0)
+}
+
 pub(super) fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()

@@ -167,28 +167,21 @@ async fn check_queries(p: &Prom<'_>) {
     let (r, header) = p.range(&rolled).await;
     assert_eq!(header.as_deref(), Some("all"), "{rolled} reads the rollup");
     assert_values(&rolled, &r, &by_mode(&[]));
-    let fanned = format!("sum by (mode) (rate({METRIC}{{source=~\".+\"}}[1m]))");
+    let fanned = format!("sum by (mode) (rate({METRIC}{{instance=~\".+\"}}[1m]))");
     let (f, header) = p.range(&fanned).await;
     assert_eq!(header, None, "{fanned} fans out");
     assert_same(&rolled, &r, &f);
 
-    let q = format!("sum without (cpu, source) (rate({METRIC}[1m]))");
+    let q = format!("sum without (cpu, instance) (rate({METRIC}[1m]))");
     let (w, _) = p.range(&q).await;
-    assert_values(&q, &w, &by_mode(&[("tally_metric", METRIC)]));
+    assert_values(&q, &w, &by_mode(&[]));
 
     // Matchers with every op on labels, and on the source.
-    let q = format!("rate({METRIC}{{mode=\"idle\", cpu!=\"1\", source=~\"n[12]\"}}[1m])");
+    let q = format!("rate({METRIC}{{mode=\"idle\", cpu!=\"1\", instance=~\"n[12]\"}}[1m])");
     let (m, _) = p.range(&q).await;
     let want: Vec<Labels> = ["n1", "n2"]
         .iter()
-        .map(|s| {
-            labels(&[
-                ("cpu", "0"),
-                ("mode", "idle"),
-                ("source", s),
-                ("tally_metric", METRIC),
-            ])
-        })
+        .map(|s| labels(&[("cpu", "0"), ("instance", s), ("mode", "idle")]))
         .collect();
     assert_eq!(m.keys().cloned().collect::<Vec<_>>(), want, "{q}");
     let q = format!("sum(rate({METRIC}{{mode!~\"idle|user\"}}[1m]))");
@@ -200,7 +193,7 @@ async fn check_queries(p: &Prom<'_>) {
 
 async fn check_discovery(p: &Prom<'_>) {
     let names = p.data("labels", &[]).await;
-    for l in ["__name__", "cpu", "mode", "source", "tally_metric"] {
+    for l in ["__name__", "cpu", "instance", "mode"] {
         assert!(
             names.as_array().unwrap().iter().any(|n| n == l),
             "{l}: {names}"
@@ -208,7 +201,7 @@ async fn check_discovery(p: &Prom<'_>) {
     }
     let values = p.data("label/mode/values", &[]).await;
     assert_eq!(values, serde_json::json!(["idle", "system", "user"]));
-    let sel = format!("{METRIC}{{cpu=\"0\",source=\"n3\"}}");
+    let sel = format!("{METRIC}{{cpu=\"0\",instance=\"n3\"}}");
     let series = p.data("series", &[("match[]", sel.as_str())]).await;
     let modes: Vec<&str> = series
         .as_array()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tally_testkit::client::now_ms;
 
-use super::fixture::{labels, parse_matrix, Fixture};
+use super::fixture::{parse_matrix, shown, Fixture};
 use super::{close, window, SOURCES};
 
 /// Runs promtool with `args`, bounded in time; its stdout.
@@ -68,7 +68,7 @@ async fn check_promtool_range(fx: &Fixture, server: &str) {
     assert_eq!(got.len(), SOURCES.len(), "{out}");
     for src in SOURCES {
         let native = fx.native(src, "cpu.load", start - 60, end, "1m").await;
-        let pts = &got[&labels(&[("source", src), ("tally_metric", "cpu.load")])];
+        let pts = &got[&shown(src, "cpu.load")];
         assert_eq!(pts.len(), native.len(), "{src}: {pts:?} vs {native:?}");
         for (t, v) in pts {
             let n = native[&(*t as i64 - 60)]["avg"].as_f64().expect("avg");
@@ -87,7 +87,7 @@ async fn check_promtool_instant(fx: &Fixture, server: &str) {
         s("instant"),
         format!("--time={t}"),
         s(server),
-        s("sum by (source) (increase(requests[5m]))"),
+        s("sum by (instance) (increase(requests[5m]))"),
     ])
     .await;
     let mut lines = 0;
@@ -95,9 +95,9 @@ async fn check_promtool_instant(fx: &Fixture, server: &str) {
         let want = window(fx.series(src, "requests"), "increase", t, 300).expect("data");
         let line = out
             .lines()
-            .find(|l| l.contains(&format!("source=\"{src}\"")))
+            .find(|l| l.contains(&format!("instance=\"{src}\"")))
             .unwrap_or_else(|| panic!("no {src} in {out}"));
-        // `{source="web-1"} => 42 @[1700000000]`
+        // `{instance="web-1"} => 42 @[1700000000]`
         let v: f64 = line
             .split("=>")
             .nth(1)
@@ -124,8 +124,8 @@ async fn check_promtool_series_and_label_values(fx: &Fixture, server: &str) {
     for src in SOURCES {
         assert!(
             out.lines().any(|l| l.contains("__name__=\"temp\"")
-                && l.contains(&format!("source=\"{src}\""))
-                && l.contains("tally_metric=\"temp\"")),
+                && l.contains(&format!("instance=\"{src}\""))
+                && !l.contains("tally_metric")),
             "{src} missing from promtool's series: {out}"
         );
     }
@@ -134,7 +134,7 @@ async fn check_promtool_series_and_label_values(fx: &Fixture, server: &str) {
         SOURCES.len(),
         "{out}"
     );
-    let out = promtool(&[s("query"), s("labels"), s(server), s("source")]).await;
+    let out = promtool(&[s("query"), s("labels"), s(server), s("instance")]).await;
     let listed: Vec<&str> = out
         .lines()
         .map(str::trim)

@@ -4,7 +4,7 @@
 
 use tally_testkit::client::now_ms;
 
-use super::fixture::{assert_matrix, assert_same, labels, Fixture, Labels, Matrix};
+use super::fixture::{assert_matrix, assert_same, labels, shown, Fixture, Labels, Matrix};
 use super::{close, window, Kind, HOUR_S, METRICS, SOURCES};
 
 /// Every range function of every series at every minute, against the
@@ -13,13 +13,17 @@ pub(super) async fn check_range_functions(fx: &Fixture) {
     let (start, end) = fx.span();
     let times: Vec<i64> = (start..=end).step_by(60).collect();
     for (metric, prom, kind) in METRICS {
-        let mut funcs = vec![
-            "avg_over_time",
-            "min_over_time",
-            "max_over_time",
-            "sum_over_time",
-            "count_over_time",
-        ];
+        // A cumulative counter's *_over_time read its raw values (each
+        // minute's last sample); the slots determine the rest exactly.
+        let mut funcs = vec!["count_over_time"];
+        if kind != Kind::Cumulative {
+            funcs.extend([
+                "avg_over_time",
+                "min_over_time",
+                "max_over_time",
+                "sum_over_time",
+            ]);
+        }
         if kind != Kind::Gauge {
             funcs.extend(["rate", "increase"]);
         }
@@ -33,7 +37,7 @@ pub(super) async fn check_range_functions(fx: &Fixture) {
                     .map(|src| {
                         let s = fx.series(src, metric);
                         (
-                            labels(&[("source", src), ("tally_metric", metric)]),
+                            shown(src, metric),
                             times.iter().map(|t| (*t, window(s, func, *t, r))).collect(),
                         )
                     })
@@ -42,12 +46,14 @@ pub(super) async fn check_range_functions(fx: &Fixture) {
             }
         }
         // The native API's 1m buckets are labelled by their start; a
-        // Prometheus point by the end of its window.
-        for src in SOURCES {
-            let q = format!("avg_over_time({prom}{{source=\"{src}\"}}[1m])");
+        // Prometheus point by the end of its window. (A cumulative
+        // counter's native average is of its increases, PromQL's of its
+        // values.)
+        for src in SOURCES.iter().filter(|_| kind != Kind::Cumulative) {
+            let q = format!("avg_over_time({prom}{{instance=\"{src}\"}}[1m])");
             let (got, _) = fx.range(&q, start, end, "1m").await;
             let native = fx.native(src, metric, start - 60, end, "1m").await;
-            let pts = &got[&labels(&[("source", src), ("tally_metric", metric)])];
+            let pts = &got[&shown(src, metric)];
             assert_eq!(pts.len(), native.len(), "{q}: {pts:?} vs native {native:?}");
             for (t, v) in pts {
                 let n = &native[&(*t as i64 - 60)];
@@ -56,18 +62,18 @@ pub(super) async fn check_range_functions(fx: &Fixture) {
         }
     }
     // Sub-minute steps evaluate every step; the data changes per minute.
-    let q = "max_over_time(temp{source=\"web-1\"}[1m])";
+    let q = "max_over_time(temp{instance=\"web-1\"}[1m])";
     let (got, _) = fx.range(q, start, start + 45, "15s").await;
-    let pts = &got[&labels(&[("source", "web-1"), ("tally_metric", "temp")])];
+    let pts = &got[&shown("web-1", "temp")];
     let want = window(fx.series("web-1", "temp"), "max_over_time", start, 60).expect("data");
     assert_eq!(pts.len(), 4, "{pts:?}");
     assert!(pts.iter().all(|(_, v)| *v == want), "{pts:?}");
     // Arithmetic with numbers.
-    let q = "rate(requests{source=\"web-2\"}[2m]) * 120";
+    let q = "rate(requests{instance=\"web-2\"}[2m]) * 120";
     let (got, _) = fx.range(q, start, end, "60").await;
     let s = fx.series("web-2", "requests");
     let want = [(
-        labels(&[("source", "web-2"), ("tally_metric", "requests")]),
+        shown("web-2", "requests"),
         times
             .iter()
             .map(|t| (*t, window(s, "increase", *t, 120)))
@@ -123,8 +129,8 @@ pub(super) async fn check_aggregations(fx: &Fixture) {
     check_instant_vector_and_scalar(fx, t).await;
 }
 
-/// `op(func(prom[2m]))` over a source regex, `by (source)` and
-/// `without (source)`, every minute of `times`.
+/// `op(func(prom[2m]))` over a source regex, `by (instance)` and
+/// `without (instance)`, every minute of `times`.
 async fn check_aggregation_with_and_without_grouping(
     fx: &Fixture,
     times: &[i64],
@@ -135,7 +141,7 @@ async fn check_aggregation_with_and_without_grouping(
 ) {
     let (start, end) = fx.span();
     // A source regex that is not a rollup group: the fan-out path.
-    let q = format!("{op}({func}({prom}{{source=~\"(web|db)-.*\"}}[2m]))");
+    let q = format!("{op}({func}({prom}{{instance=~\"(web|db)-.*\"}}[2m]))");
     let (got, _) = fx.range(&q, start, end, "60").await;
     let want = [(
         Labels::new(),
@@ -148,13 +154,13 @@ async fn check_aggregation_with_and_without_grouping(
     .collect();
     assert_matrix(&q, &got, &want);
 
-    let q = format!("{op} by (source) ({func}({prom}[2m]))");
+    let q = format!("{op} by (instance) ({func}({prom}[2m]))");
     let (got, _) = fx.range(&q, start, end, "60").await;
     let want = SOURCES
         .iter()
         .map(|src| {
             (
-                labels(&[("source", src)]),
+                labels(&[("instance", src)]),
                 times
                     .iter()
                     .map(|t| {
@@ -167,13 +173,12 @@ async fn check_aggregation_with_and_without_grouping(
         .collect();
     assert_matrix(&q, &got, &want);
 
-    let q = format!("{op} without (source) ({func}({prom}[2m]))");
+    let q = format!("{op} without (instance) ({func}({prom}[2m]))");
     let (got, _) = fx.range(&q, start, end, "60").await;
-    assert_eq!(
-        got.keys().collect::<Vec<_>>(),
-        vec![&labels(&[("tally_metric", metric)])],
-        "{q}"
-    );
+    let rest: Labels = super::fixture::tally_metric(metric)
+        .map(|m| labels(&[("tally_metric", m)]))
+        .unwrap_or_default();
+    assert_eq!(got.keys().collect::<Vec<_>>(), vec![&rest], "{q}");
 }
 
 /// topk / bottomk at one time `t`, and per step over a range.
@@ -185,15 +190,12 @@ async fn check_topk_and_bottomk(fx: &Fixture, times: &[i64], t: i64) {
     let want: Vec<(&str, f64)> = ranked[..2].to_vec();
     assert_eq!(got.len(), 2, "{got:?}");
     for (src, v) in &want {
-        let pts = &got[&labels(&[("source", src), ("tally_metric", "temp")])];
+        let pts = &got[&shown(src, "temp")];
         assert_eq!(pts, &vec![(t as f64, *v)]);
     }
     let got = fx.instant("bottomk(1, avg_over_time(temp[5m]))", t).await;
     let low = ranked.last().expect("a source");
-    assert_eq!(
-        got[&labels(&[("source", low.0), ("tally_metric", "temp")])],
-        vec![(t as f64, low.1)]
-    );
+    assert_eq!(got[&shown(low.0, "temp")], vec![(t as f64, low.1)]);
     let (got, _) = fx
         .range("topk(1, increase(requests[1m]))", start, end, "60")
         .await;
@@ -207,11 +209,7 @@ async fn check_topk_and_bottomk(fx: &Fixture, times: &[i64], t: i64) {
             .collect();
         match best {
             None => assert!(chosen.is_empty()),
-            Some((src, v)) => assert_eq!(
-                chosen,
-                vec![(&labels(&[("source", src), ("tally_metric", "requests")]), v)],
-                "topk at {t}"
-            ),
+            Some((src, v)) => assert_eq!(chosen, vec![(&shown(src, "requests"), v)], "topk at {t}"),
         }
     }
 }
@@ -219,13 +217,10 @@ async fn check_topk_and_bottomk(fx: &Fixture, times: &[i64], t: i64) {
 /// Instant queries at `t`: a vector, and a scalar.
 async fn check_instant_vector_and_scalar(fx: &Fixture, t: i64) {
     let got = fx
-        .instant("sum_over_time(cpu_load{source=\"db-1\"}[5m])", t)
+        .instant("sum_over_time(cpu_load{instance=\"db-1\"}[5m])", t)
         .await;
     let want = window(fx.series("db-1", "cpu.load"), "sum_over_time", t, 300).expect("data");
-    assert_eq!(
-        got[&labels(&[("source", "db-1"), ("tally_metric", "cpu.load")])],
-        vec![(t as f64, want)]
-    );
+    assert_eq!(got[&shown("db-1", "cpu.load")], vec![(t as f64, want)]);
     let data = fx
         .ok(
             "query",
@@ -242,7 +237,7 @@ pub(super) async fn check_rollups(fx: &Fixture) {
     let (start, end) = fx.span();
     for (op, func, prom) in [
         ("sum", "sum_over_time", "cpu_load"),
-        ("sum", "sum_over_time", "requests"),
+        ("sum", "count_over_time", "requests"),
         ("sum", "rate", "requests"),
         ("sum", "increase", "bytes_out"),
         ("sum", "count_over_time", "temp"),
@@ -251,7 +246,7 @@ pub(super) async fn check_rollups(fx: &Fixture) {
     ] {
         for by in ["", " by (tally_metric)"] {
             let rolled = format!("{op}{by} ({func}({prom}[3m]))");
-            let fanned = format!("{op}{by} ({func}({prom}{{source=~\".+\"}}[3m]))");
+            let fanned = format!("{op}{by} ({func}({prom}{{instance=~\".+\"}}[3m]))");
             let (r, header) = fx.range(&rolled, start, end, "60").await;
             assert_eq!(header.as_deref(), Some("all"), "{rolled} reads the rollup");
             let (f, header) = fx.range(&fanned, start, end, "60").await;
@@ -261,12 +256,12 @@ pub(super) async fn check_rollups(fx: &Fixture) {
         }
     }
     // Several metrics through one name regex.
-    let q = "sum by (tally_metric) (sum_over_time({__name__=~\"requests|temp\"}[2m]))";
+    let q = "sum by (tally_metric) (count_over_time({__name__=~\"cpu_load|temp\"}[2m]))";
     let (r, header) = fx.range(q, start, end, "60").await;
     assert_eq!(header.as_deref(), Some("all"));
     let fanned = q
         .replace("[2m]", "")
-        .replace("\"}", "\", source!=\"\"}[2m]");
+        .replace("\"}", "\", instance!=\"\"}[2m]");
     let (f, _) = fx.range(&fanned, start, end, "60").await;
     assert_eq!(r.len(), 2, "{r:?}");
     assert_same(q, &r, &f);
@@ -274,7 +269,7 @@ pub(super) async fn check_rollups(fx: &Fixture) {
     let t = fx.t0 + 6 * 60;
     assert_eq!(
         fx.instant("sum(increase(requests[5m]))", t).await,
-        fx.instant("sum(increase(requests{source=~\".*-.*\"}[5m]))", t)
+        fx.instant("sum(increase(requests{instance=~\".*-.*\"}[5m]))", t)
             .await
     );
 }
@@ -297,7 +292,7 @@ pub(super) async fn check_tiers(fx: &Fixture) {
             .map(|src| {
                 let s = fx.series(src, metric);
                 (
-                    labels(&[("source", src), ("tally_metric", metric)]),
+                    shown(src, metric),
                     [h, h + HOUR_S]
                         .iter()
                         .map(|t| (*t, window(s, func, *t, 2 * HOUR_S)))
@@ -326,7 +321,7 @@ pub(super) async fn check_tiers(fx: &Fixture) {
             .iter()
             .map(|src| {
                 (
-                    labels(&[("source", src), ("tally_metric", metric)]),
+                    shown(src, metric),
                     vec![(day, window(fx.series(src, metric), func, day, 86_400))],
                 )
             })

@@ -34,6 +34,7 @@ mod grpc_edges;
 mod patterns;
 mod promql;
 mod protocol_findings;
+mod read_memory;
 mod silent;
 
 use std::time::Duration;

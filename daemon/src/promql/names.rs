@@ -1,29 +1,134 @@
-//! Names between Tally and Prometheus: how a Tally metric name becomes a
-//! Prometheus metric name, which Tally metrics a Prometheus name stands
-//! for, and the short-lived cache of the catalog's metric names that the
-//! reverse lookup and the listings read.
+//! Names between Tally and Prometheus: a series' labels as PromQL sees
+//! them, which Tally metrics a Prometheus name stands for, and the
+//! short-lived cache of the catalog's metric names that the reverse lookup
+//! and the listings read.
 //!
-//! Tally metric names are `[A-Za-z0-9._:/-]+`; Prometheus names must match
-//! `[a-zA-Z_:][a-zA-Z0-9_:]*`. The mapping replaces `.`, `/` and `-` with
-//! `_` and puts `_` before a leading digit. It is lossy (`cpu.user` and
-//! `cpu-user` both become `cpu_user`), so every series also carries the
-//! label `tally_metric` with the exact Tally name: colliding metrics stay
-//! distinct series, and a user can select one exactly.
+//! A series (source, metric, labels) is shown with:
+//! * `__name__`: the metric's Prometheus name. Tally metric names are
+//!   `[A-Za-z0-9._:/-]+`; Prometheus names must match
+//!   `[a-zA-Z_:][a-zA-Z0-9_:]*`. The mapping replaces `.`, `/` and `-` with
+//!   `_` and puts `_` before a leading digit.
+//! * the source label (`prometheus.source_label`, `instance` unless told):
+//!   the series' source.
+//! * `tally_metric`: the exact Tally name, only where the mapping changed
+//!   it. The mapping is lossy (`cpu.user` and `cpu-user` both become
+//!   `cpu_user`), so colliding metrics stay distinct series and a user can
+//!   select one exactly.
+//! * the series' own labels; one named like the source label or
+//!   `tally_metric` is shown as `exported_<name>`, as Prometheus renames a
+//!   scraped label that collides with a target label.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::value::Labels;
 use crate::model::{validate_metric, SampleKind};
 use crate::query::{QueryEngine, QueryError};
 use crate::store::CatalogQuery;
 
-/// The label holding a series' metric name.
-pub(crate) const NAME_LABEL: &str = "__name__";
-/// The label holding a series' source.
-pub(crate) const SOURCE_LABEL: &str = "source";
-/// The label holding the exact Tally metric name.
+pub(crate) use super::value::NAME_LABEL;
+/// The label holding the exact Tally metric name, where it differs.
 pub(crate) const TALLY_METRIC_LABEL: &str = "tally_metric";
+/// What a colliding own label is prefixed with.
+const EXPORTED: &str = "exported_";
+
+/// What a label name in a selector refers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// The Prometheus metric name.
+    Name,
+    Source,
+    /// The exact Tally metric name (empty where it equals `__name__`).
+    TallyMetric,
+    /// One of the series' own labels, by its stored name.
+    Own(&'a str),
+}
+
+/// How series are shown: the configured source label and the renames it
+/// implies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelScheme {
+    source_label: String,
+    /// `exported_<source label>`.
+    exported_source: String,
+}
+
+impl Default for LabelScheme {
+    fn default() -> Self {
+        LabelScheme::new("instance")
+    }
+}
+
+impl LabelScheme {
+    pub fn new(source_label: &str) -> LabelScheme {
+        LabelScheme {
+            source_label: source_label.to_string(),
+            exported_source: format!("{EXPORTED}{source_label}"),
+        }
+    }
+
+    pub(crate) fn source_label(&self) -> &str {
+        &self.source_label
+    }
+
+    /// A series' labels as PromQL sees them.
+    pub(crate) fn labels_of(
+        &self,
+        source: &str,
+        metric: &str,
+        own: &crate::labels::Labels,
+    ) -> Labels {
+        let mut map: std::collections::BTreeMap<String, String> = own
+            .to_map()
+            .into_iter()
+            .map(|(k, v)| (self.shown_own(&k).into_owned(), v))
+            .collect();
+        let name = prom_name(metric);
+        if name != metric {
+            map.insert(TALLY_METRIC_LABEL.to_string(), metric.to_string());
+        }
+        map.insert(NAME_LABEL.to_string(), name);
+        map.insert(self.source_label.clone(), source.to_string());
+        Labels::new(map)
+    }
+
+    /// How an own label's name is shown.
+    pub(crate) fn shown_own<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
+        if name == self.source_label || name == TALLY_METRIC_LABEL {
+            std::borrow::Cow::Owned(format!("{EXPORTED}{name}"))
+        } else {
+            std::borrow::Cow::Borrowed(name)
+        }
+    }
+
+    /// What a label name in a selector refers to.
+    pub(crate) fn route<'a>(&self, name: &'a str) -> Route<'a> {
+        match name {
+            NAME_LABEL => Route::Name,
+            TALLY_METRIC_LABEL => Route::TallyMetric,
+            n if n == self.source_label => Route::Source,
+            n if n == self.exported_source => Route::Own(&n[EXPORTED.len()..]),
+            "exported_tally_metric" => Route::Own(TALLY_METRIC_LABEL),
+            n => Route::Own(n),
+        }
+    }
+
+    /// The names Tally adds to every series (`tally_metric` aside).
+    pub(crate) fn added(&self) -> [&str; 2] {
+        [NAME_LABEL, &self.source_label]
+    }
+}
+
+/// The `tally_metric` label's value for `metric`: empty where the
+/// Prometheus name is the metric itself.
+pub(crate) fn tally_metric_value(metric: &str) -> &str {
+    if prom_name(metric) == metric {
+        ""
+    } else {
+        metric
+    }
+}
 
 /// How long the catalog's metric names are reused: long enough that a
 /// dashboard refreshing many panels scans the catalog once, short enough
@@ -66,7 +171,7 @@ pub(crate) fn is_mapped_name(prom: &str) -> bool {
 
 /// What the catalog knows of one metric across its sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MetricKind {
+pub enum MetricKind {
     Gauge,
     Counter,
     /// Gauge on some sources, counter on others.
@@ -94,7 +199,7 @@ impl MetricKind {
 
 /// Every metric in the catalog with its kind, as of `at`.
 #[derive(Debug)]
-pub(crate) struct MetricNames {
+pub struct MetricNames {
     pub(crate) at: Instant,
     pub(crate) metrics: BTreeMap<String, MetricKind>,
 }
@@ -113,12 +218,12 @@ impl MetricNames {
 /// The cache of the catalog's metric names. One refresh at a time: callers
 /// arriving during a refresh wait for it rather than scanning again.
 #[derive(Default)]
-pub(crate) struct NameCache {
+pub struct NameCache {
     current: tokio::sync::Mutex<Option<Arc<MetricNames>>>,
 }
 
 impl NameCache {
-    pub(crate) fn new() -> NameCache {
+    pub fn new() -> NameCache {
         NameCache::default()
     }
 
@@ -208,6 +313,44 @@ mod tests {
         assert!(!is_mapped_name("9a"));
         assert!(!is_mapped_name("a.b"));
         assert!(!is_mapped_name(""));
+    }
+
+    #[test]
+    fn series_labels_as_prometheus_shows_them() {
+        let scheme = LabelScheme::default();
+        let own = crate::labels::Labels::from_pairs(
+            [("instance", "own"), ("cpu", "0"), ("tally_metric", "t")],
+            16,
+        )
+        .unwrap();
+        let l = scheme.labels_of("web-1", "node.load1", &own);
+        let got: Vec<(&str, &str)> = l.iter().collect();
+        assert_eq!(
+            got,
+            vec![
+                ("__name__", "node_load1"),
+                ("cpu", "0"),
+                ("exported_instance", "own"),
+                ("exported_tally_metric", "t"),
+                ("instance", "web-1"),
+                ("tally_metric", "node.load1"),
+            ]
+        );
+        let plain = scheme.labels_of("a", "up", &crate::labels::Labels::none());
+        assert_eq!(plain.get("tally_metric"), None);
+        assert_eq!(scheme.route("instance"), Route::Source);
+        assert_eq!(scheme.route("exported_instance"), Route::Own("instance"));
+        assert_eq!(
+            scheme.route("exported_tally_metric"),
+            Route::Own("tally_metric")
+        );
+        assert_eq!(scheme.route("tally_metric"), Route::TallyMetric);
+        assert_eq!(scheme.route("__name__"), Route::Name);
+        assert_eq!(scheme.route("cpu"), Route::Own("cpu"));
+        assert_eq!(tally_metric_value("up"), "");
+        assert_eq!(tally_metric_value("a.b"), "a.b");
+        let source = LabelScheme::new("source");
+        assert_eq!(source.route("instance"), Route::Own("instance"));
     }
 
     #[test]

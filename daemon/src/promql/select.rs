@@ -1,0 +1,484 @@
+//! Selectors and the data behind them: which series a selector stands for,
+//! and their slots at the evaluation times.
+//!
+//! # Instant selectors
+//!
+//! At time `t` a selector answers each series' newest sample no later than
+//! `t` and no older than the lookback delta (5 minutes unless the request
+//! says otherwise). Tally keeps each minute's last sample, so that is the
+//! last sample of the newest non-empty minute whose last sample is at or
+//! before `t`: when `t` falls inside a past minute whose last sample came
+//! after `t`, the minute before answers. The minute in progress is in
+//! memory and counts, so a bare selector at "now" is fresh to the second.
+//!
+//! # Range selectors
+//!
+//! `[r]` is rounded to whole minutes `r'` (see [`round_range_ms`]). The
+//! window at `t` holds the slots that *end* in `(t - r', t]`: the minute
+//! slots starting in `[floor_minute(t) - r', floor_minute(t))`. For a
+//! minute-aligned `t` those are exactly the samples in `[t - r', t)`. The
+//! minute in progress is not in it: it counts once it is over, so the
+//! newest point of a graph is never a partial minute that looks like a dip.
+//! When `r'` and every window end are whole hours (or days) and the
+//! function needs no per-minute samples, hour (or day) slots serve the
+//! windows: the same answer from a sixtieth of the slots.
+//!
+//! [`round_range_ms`]: super::plan::round_range_ms
+
+use promql_parser::label::{MatchOp as PromOp, Matcher};
+
+use super::names::{
+    is_mapped_name, prom_name, tally_metric_value, unambiguous_metric, LabelScheme, MetricKind,
+    NameCache, Route,
+};
+use super::plan::{Mods, SelectorSpec};
+pub use super::range_fns::window_end;
+use super::range_fns::RangeFn;
+use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
+use crate::model::{validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S};
+use crate::query::{QueryEngine, Selection, Step, Window};
+use crate::rollup::Rollups;
+use crate::selector::{all_match, LabelMatcher, MatchOp, NameMatcher};
+
+const MINUTE_MS: i64 = 60_000;
+
+/// What a query reads through: the engine, the catalog's metric names and
+/// how series are shown.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    pub engine: &'a QueryEngine,
+    pub names: &'a NameCache,
+    pub scheme: &'a LabelScheme,
+}
+
+/// A selected series with the labels PromQL shows it with.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub id: SeriesId,
+    pub labels: Labels,
+}
+
+/// The engine's matchers for one alternative of a selector.
+#[derive(Debug, Default)]
+pub struct Resolved {
+    pub source: Vec<NameMatcher>,
+    /// Tally metric matchers, a list of names first when known.
+    pub metric: Vec<NameMatcher>,
+    /// Matchers on the Prometheus name.
+    pub names: Vec<NameMatcher>,
+    /// Matchers on `tally_metric` (empty where the names agree).
+    pub tally: Vec<NameMatcher>,
+    pub labels: Vec<LabelMatcher>,
+}
+
+impl Resolved {
+    /// Whether a metric passes the name and `tally_metric` matchers.
+    pub fn metric_ok(&self, metric: &str) -> bool {
+        all_match(&self.metric, metric)
+            && all_match(&self.names, &prom_name(metric))
+            && all_match(&self.tally, tally_metric_value(metric))
+    }
+}
+
+fn op_of(m: &Matcher) -> MatchOp {
+    match m.op {
+        PromOp::Equal => MatchOp::Equal,
+        PromOp::NotEqual => MatchOp::NotEqual,
+        PromOp::Re(_) => MatchOp::Regex,
+        PromOp::NotRe(_) => MatchOp::NotRegex,
+    }
+}
+
+/// Turns matchers into engine matchers; None when no series can match.
+pub async fn resolve_matchers(
+    ctx: Context<'_>,
+    matchers: &[Matcher],
+) -> EvalResult<Option<Resolved>> {
+    let limits = ctx.engine.limits().pattern_limits();
+    let mut res = Resolved::default();
+    let mut exact_name = None;
+    let mut exact_tally = None;
+    for m in matchers {
+        let op = op_of(m);
+        let matcher = NameMatcher::new_within(op, &m.value, &limits)
+            .map_err(|e| bad(format!("label {}: {e}", m.name)))?;
+        match ctx.scheme.route(&m.name) {
+            Route::Name => {
+                if op == MatchOp::Equal {
+                    exact_name = Some(m.value.as_str());
+                }
+                res.names.push(matcher);
+            }
+            Route::Source => {
+                // Not a name any source can have (rollup series included,
+                // which are not listed as sources).
+                if op == MatchOp::Equal && validate_source(&m.value).is_err() {
+                    return Ok(None);
+                }
+                res.source.push(matcher);
+            }
+            Route::TallyMetric => {
+                if op == MatchOp::Equal && !m.value.is_empty() {
+                    if validate_metric(&m.value).is_err() {
+                        return Ok(None);
+                    }
+                    exact_tally = Some(m.value.as_str());
+                }
+                res.tally.push(matcher);
+            }
+            // A series' own label; one without it has the empty value.
+            Route::Own(name) => res.labels.push(LabelMatcher {
+                name: name.to_string(),
+                matcher,
+            }),
+        }
+    }
+    if !res.names.is_empty() || !res.tally.is_empty() {
+        let candidates = match (exact_tally, exact_name) {
+            (Some(t), _) => vec![t.to_string()],
+            (None, Some(v)) if !is_mapped_name(v) => return Ok(None),
+            (None, Some(v)) => match unambiguous_metric(v) {
+                Some(m) => vec![m.to_string()],
+                None => ctx.names.get(ctx.engine).await?.named(v),
+            },
+            (None, None) => ctx
+                .names
+                .get(ctx.engine)
+                .await?
+                .metrics
+                .keys()
+                .cloned()
+                .collect(),
+        };
+        let candidates: Vec<String> = candidates
+            .into_iter()
+            .filter(|m| res.metric_ok(m))
+            .collect();
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        res.metric.insert(0, list_matcher(&candidates)?);
+    }
+    // The engine enumerates exact selections from the first matcher.
+    res.source.sort_by_key(|m| m.names().is_none());
+    res.metric.sort_by_key(|m| m.names().is_none());
+    Ok(Some(res))
+}
+
+/// A matcher accepting exactly `names` (at least one).
+fn list_matcher(names: &[String]) -> EvalResult<NameMatcher> {
+    match names {
+        [one] => Ok(NameMatcher::exact(one)),
+        _ => NameMatcher::one_of(names).map_err(|e| bad(format!("metric names: {e}"))),
+    }
+}
+
+/// The series a selector stands for, within the series limit that applies
+/// to it (`query.max_fanout` under an aggregation, else
+/// `query.max_series`).
+pub async fn resolve(ctx: Context<'_>, spec: &SelectorSpec) -> EvalResult<Vec<Selected>> {
+    let limits = ctx.engine.limits();
+    let (limit, limit_name) = if spec.fan_out {
+        (limits.max_fanout, "query.max_fanout")
+    } else {
+        (limits.max_series, "query.max_series")
+    };
+    let alternatives: Vec<&[Matcher]> = if spec.alternatives.is_empty() {
+        vec![&spec.matchers]
+    } else {
+        spec.alternatives.iter().map(Vec::as_slice).collect()
+    };
+    let mut ids: Vec<SeriesId> = Vec::new();
+    for matchers in alternatives {
+        let Some(res) = resolve_matchers(ctx, matchers).await? else {
+            continue;
+        };
+        let sel = Selection {
+            source: res.source.clone(),
+            metric: res.metric.clone(),
+            labels: res.labels.clone(),
+        };
+        let found = ctx.engine.resolve(&sel, limit, limit_name).await?;
+        ids.extend(
+            found
+                .into_iter()
+                .filter(|id| !Rollups::is_rollup_source(&id.source) && res.metric_ok(&id.metric)),
+        );
+    }
+    if spec.alternatives.len() > 1 {
+        ids.sort_by_cached_key(SeriesId::key);
+        ids.dedup();
+        if ids.len() > limit {
+            return Err(crate::query::QueryError::Limit(format!(
+                "the selection {} matches {} series; the limit is {limit} ({limit_name}): narrow the selector",
+                spec.text,
+                ids.len()
+            ))
+            .into());
+        }
+    }
+    Ok(ids
+        .into_iter()
+        .map(|id| Selected {
+            labels: ctx.scheme.labels_of(&id.source, &id.metric, &id.labels),
+            id,
+        })
+        .collect())
+}
+
+/// How a series' kind reads in a range.
+pub fn point_kind(kind: Option<SampleKind>) -> PointKind {
+    match kind {
+        Some(SampleKind::DeltaCounter) => PointKind::Delta,
+        Some(SampleKind::CumulativeCounter) => PointKind::Cumulative,
+        _ => PointKind::Gauge,
+    }
+}
+
+/// Whether hour or day slots serve `f` for every series selected: `f`
+/// reads merged slots of each series' kind (as the catalog knows it).
+pub async fn merged_slots_serve(
+    ctx: Context<'_>,
+    f: RangeFn,
+    selected: &[Selected],
+) -> EvalResult<bool> {
+    let names = ctx.names.get(ctx.engine).await?;
+    let all = [PointKind::Gauge, PointKind::Cumulative, PointKind::Delta];
+    Ok(selected.iter().all(|s| {
+        let kinds: &[PointKind] = match names.metrics.get(&*s.id.metric) {
+            Some(MetricKind::Gauge) => &all[..1],
+            // Cumulative or delta: both must be served.
+            Some(MetricKind::Counter) => &all[1..],
+            _ => &all,
+        };
+        kinds.iter().all(|k| f.reads_merged_slots(*k))
+    }))
+}
+
+/// One series' read: its kind, if known, and its non-empty slots.
+pub type Read = (Option<SampleKind>, Vec<(i64, Slot)>);
+
+/// Reads the slots of `selected` of width `granularity_s` starting in the
+/// ranges `spans` (Unix seconds, ascending, aligned), one read per series
+/// and span.
+pub async fn read(
+    ctx: Context<'_>,
+    selected: &[Selected],
+    granularity_s: i64,
+    spans: &[(i64, i64)],
+) -> EvalResult<Vec<Read>> {
+    let step = Step::fixed(granularity_s)?;
+    let ids: Vec<SeriesId> = selected.iter().map(|s| s.id.clone()).collect();
+    let mut out: Vec<Read> = vec![(None, Vec::new()); ids.len()];
+    for &(from, to) in spans {
+        if to <= from {
+            continue;
+        }
+        let w = Window { from, to, step };
+        for (i, b) in ctx
+            .engine
+            .many_buckets(&ids, &w)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            out[i].0 = out[i].0.or(b.kind);
+            out[i].1.extend(b.buckets);
+        }
+    }
+    Ok(out)
+}
+
+/// Joins the needed ranges (ascending by start) that lie closer than
+/// `gap` into one read each: many small reads for sparse windows, one for
+/// dense ones.
+pub fn merge_spans(mut spans: Vec<(i64, i64)>, gap: i64) -> Vec<(i64, i64)> {
+    spans.sort_unstable();
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (a, b) in spans {
+        match out.last_mut() {
+            Some(last) if a <= last.1 + gap => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// Slots a span read reads at most before a gap splits it.
+const MERGE_GAP_SLOTS: i64 = 120;
+
+/// The instant selector at each of `times`: per series, the value (or the
+/// sample's time in seconds, for `timestamp()`) at each time.
+pub async fn instant(
+    ctx: Context<'_>,
+    selected: &[Selected],
+    times: &[i64],
+    mods: Mods,
+    lookback_ms: i64,
+    timestamps: bool,
+) -> EvalResult<Vec<Series>> {
+    let read_at: Vec<i64> = times.iter().map(|&t| mods.at(t)).collect();
+    let spans = merge_spans(
+        read_at
+            .iter()
+            .map(|&t| {
+                let from = (t - lookback_ms).div_euclid(MINUTE_MS) * 60;
+                (from, t.div_euclid(MINUTE_MS) * 60 + 60)
+            })
+            .collect(),
+        MERGE_GAP_SLOTS * 60,
+    );
+    let data = read(ctx, selected, 60, &spans).await?;
+    let mut out = Vec::new();
+    for (sel, (kind, buckets)) in selected.iter().zip(data) {
+        let rs = RangeSeries {
+            labels: sel.labels.clone(),
+            kind: point_kind(kind),
+            width_ms: MINUTE_MS,
+            t: buckets.iter().map(|(t, _)| t * 1000).collect(),
+            slots: buckets.into_iter().map(|(_, s)| s).collect(),
+        };
+        let values: Vec<Option<f64>> = read_at
+            .iter()
+            .map(|&t| {
+                newest_sample(&rs, t, lookback_ms).map(|(ts, v)| {
+                    if timestamps {
+                        ts as f64 / 1000.0
+                    } else {
+                        v
+                    }
+                })
+            })
+            .collect();
+        if values.iter().any(Option::is_some) {
+            out.push(Series {
+                labels: rs.labels,
+                values,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The newest sample at or before `t` and no older than `lookback_ms`.
+pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64, f64)> {
+    let mut i = rs.t.partition_point(|&start| start <= t);
+    while i > 0 {
+        i -= 1;
+        if rs.t[i] + rs.width_ms <= t - lookback_ms {
+            return None;
+        }
+        if let Some((ts, v)) = rs.sample(i) {
+            if ts <= t {
+                return (ts >= t - lookback_ms).then_some((ts, v));
+            }
+        }
+    }
+    None
+}
+
+/// The widest slots (a day, an hour, a minute) that tile every window of
+/// `range_ms` ending at the minutes `ends_ms`.
+pub fn granularity(range_ms: i64, ends_ms: &[i64]) -> i64 {
+    [DAY_S, HOUR_S]
+        .into_iter()
+        .find(|g| range_ms % (g * 1000) == 0 && ends_ms.iter().all(|e| e.rem_euclid(g * 1000) == 0))
+        .unwrap_or(60)
+}
+
+/// The range selector's slots for windows ending at `ends_ms` (minute
+/// boundaries, ascending), read at `granularity_s`.
+pub async fn range(
+    ctx: Context<'_>,
+    selected: &[Selected],
+    ends_ms: &[i64],
+    range_ms: i64,
+    granularity_s: i64,
+) -> EvalResult<Vec<RangeSeries>> {
+    let spans = merge_spans(
+        ends_ms
+            .iter()
+            .map(|&e| ((e - range_ms) / 1000, e / 1000))
+            .collect(),
+        MERGE_GAP_SLOTS * granularity_s,
+    );
+    let data = read(ctx, selected, granularity_s, &spans).await?;
+    Ok(selected
+        .iter()
+        .zip(data)
+        .filter(|(_, (_, b))| !b.is_empty())
+        .map(|(sel, (kind, buckets))| RangeSeries {
+            labels: sel.labels.clone(),
+            kind: point_kind(kind),
+            width_ms: granularity_s * 1000,
+            t: buckets.iter().map(|(t, _)| t * 1000).collect(),
+            slots: buckets.into_iter().map(|(_, s)| s).collect(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::promql::value::sample_slot;
+
+    fn minutes(points: &[(i64, Option<(i64, f64)>)], kind: PointKind) -> RangeSeries {
+        RangeSeries {
+            labels: Labels::empty(),
+            kind,
+            width_ms: MINUTE_MS,
+            t: points.iter().map(|(m, _)| m * MINUTE_MS).collect(),
+            slots: points
+                .iter()
+                .map(|(_, last)| match last {
+                    Some((t, v)) => sample_slot(*t, *v),
+                    None => Slot::of(7.0),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_newest_sample_within_the_lookback() {
+        // Minutes 10 and 11 with last samples at 10:50 and 11:20.
+        let rs = minutes(
+            &[(10, Some((650_000, 1.0))), (11, Some((680_000, 2.0)))],
+            PointKind::Gauge,
+        );
+        let lb = 300_000;
+        assert_eq!(newest_sample(&rs, 700_000, lb), Some((680_000, 2.0)));
+        // Inside minute 11 but before its last sample: minute 10 answers.
+        assert_eq!(newest_sample(&rs, 670_000, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 600_000, lb), None);
+        // Beyond the lookback.
+        assert_eq!(newest_sample(&rs, 680_000 + lb + 1, lb), None);
+        assert_eq!(newest_sample(&rs, 680_000 + lb, lb), Some((680_000, 2.0)));
+        // A minute without a last sample reads its average at its end.
+        let old = minutes(&[(10, None)], PointKind::Gauge);
+        assert_eq!(newest_sample(&old, 700_000, lb), Some((659_999, 7.0)));
+        assert_eq!(newest_sample(&old, 659_998, lb), None);
+        let counter = minutes(&[(10, None)], PointKind::Cumulative);
+        assert_eq!(newest_sample(&counter, 700_000, lb), None);
+    }
+
+    #[test]
+    fn windows_tile_with_wide_slots_when_they_can() {
+        let h = 3_600_000;
+        assert_eq!(granularity(h, &[5 * h, 6 * h]), HOUR_S);
+        assert_eq!(granularity(2 * h, &[5 * h]), HOUR_S);
+        assert_eq!(granularity(h, &[5 * h, 5 * h + 60_000]), 60);
+        assert_eq!(granularity(300_000, &[5 * h]), 60);
+        assert_eq!(granularity(24 * h, &[24 * h, 48 * h]), DAY_S);
+        assert_eq!(window_end(61_500), 60_000);
+        assert_eq!(window_end(-1), -60_000);
+    }
+
+    #[test]
+    fn spans_merge_across_small_gaps_only() {
+        assert_eq!(
+            merge_spans(vec![(0, 60), (60, 120), (200, 260), (10_000, 10_060)], 120),
+            vec![(0, 260), (10_000, 10_060)]
+        );
+        assert_eq!(merge_spans(vec![], 1), vec![]);
+    }
+}
