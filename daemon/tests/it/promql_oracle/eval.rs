@@ -132,6 +132,7 @@ pub(super) struct Outcome {
     pub(super) prometheus_error: Option<String>,
     /// Prometheus' answer was empty in every evaluation.
     pub(super) prometheus_empty: bool,
+    pub(super) evaluations: usize,
 }
 
 impl Outcome {
@@ -149,25 +150,25 @@ async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outco
         tally_errors: 0,
         prometheus_error: None,
         prometheus_empty: true,
+        evaluations: 0,
     };
     for eval in setting.evals(q) {
+        out.evaluations += 1;
         let (prom, _) = ask(http, &setting.prometheus, &text, eval).await;
         let (tally, _) = ask(http, &setting.tally, &text, eval).await;
+        if prom.as_ref().is_ok_and(|p| !p.series.is_empty()) {
+            out.prometheus_empty = false;
+        }
         let why = match (&prom, &tally) {
             (Err(e), _) => {
                 out.prometheus_error = Some(format!("{eval}: {e}"));
                 continue;
             }
-            (Ok(_), Err(e)) => {
+            (Ok(_), Err(_)) => {
                 out.tally_errors += 1;
-                Some(format!("Tally answered an error: {}", trim(e, 300)))
+                Some("Tally answered an error".to_string())
             }
-            (Ok(p), Ok(t)) => {
-                if !p.series.is_empty() {
-                    out.prometheus_empty = false;
-                }
-                compare(q.class, p, t)
-            }
+            (Ok(p), Ok(t)) => compare(q.class, p, t),
         };
         if let Some(why) = why {
             out.disagreements.push(Disagreement {
@@ -247,13 +248,18 @@ pub(super) fn report(outcomes: &[Outcome]) -> String {
             "\nDISAGREES line {} [{:?}, {}] {}",
             o.query.line, o.query.feed, o.query.class.name, o.text
         );
-        for d in o.disagreements.iter().take(2) {
-            let _ = writeln!(r, "  {}: {}", d.eval, d.why);
-            let _ = writeln!(r, "    Prometheus: {}", trim(&d.prometheus, 500));
-            let _ = writeln!(r, "    Tally:      {}", trim(&d.tally, 500));
-        }
-        if o.disagreements.len() > 2 {
-            let _ = writeln!(r, "  … and {} more evaluations", o.disagreements.len() - 2);
+        // The first evaluation tells what is wrong; the others are counted.
+        let d = &o.disagreements[0];
+        let _ = writeln!(r, "  {}: {}", d.eval, d.why);
+        let _ = writeln!(r, "    Prometheus: {}", trim(&d.prometheus, 400));
+        let _ = writeln!(r, "    Tally:      {}", trim(&d.tally, 400));
+        if o.disagreements.len() > 1 {
+            let _ = writeln!(
+                r,
+                "  ({} of {} evaluations disagree)",
+                o.disagreements.len(),
+                o.evaluations
+            );
         }
     }
     r
