@@ -11,7 +11,7 @@
 //! A class says how close Tally's values must be to Prometheus', and why
 //! they may differ at all: Tally keeps per-minute count, sum, minimum,
 //! maximum and last sample, not every sample. The table is [`CLASSES`];
-//! `docs/promql.md` ("How the API is checked against Prometheus") gives
+//! `docs/testing.md` ("How the API is checked against Prometheus") gives
 //! the same table to readers.
 
 /// The feed a query reads.
@@ -224,4 +224,33 @@ fn the_corpus_parses_and_every_query_is_promql() {
     }
     assert!(parse("exact | up").is_err(), "a query before a feed");
     assert!(parse("[live]\nbogus | up").is_err(), "an unknown class");
+}
+
+/// A tolerance as `docs/testing.md` writes it: `5%`, `1e-9`, `1 s`, `0`.
+fn as_written(x: f64, seconds: bool) -> String {
+    match x {
+        0.0 => "0".into(),
+        x if seconds => format!("{x} s"),
+        x if x >= 0.01 => format!("{}%", (x * 100.0).round()),
+        x => format!("{x:e}"),
+    }
+}
+
+#[test]
+fn the_docs_give_the_same_tolerance_table() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/testing.md");
+    let docs = std::fs::read_to_string(&path).unwrap();
+    for c in &CLASSES {
+        let row = format!(
+            "| `{}` | {} | {} | {} |",
+            c.name,
+            as_written(c.rel, false),
+            as_written(c.scale, false),
+            as_written(c.abs, true)
+        );
+        assert!(
+            docs.contains(&row),
+            "docs/testing.md has no row starting {row:?}"
+        );
+    }
 }
