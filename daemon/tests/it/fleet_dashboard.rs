@@ -225,7 +225,8 @@ fn expected(
             .collect()
     };
     // A function's result has no name; the instance is the source.
-    let series_labels = |src: &str| -> Labels { [("instance".to_string(), src.to_string())].into() };
+    let series_labels =
+        |src: &str| -> Labels { [("instance".to_string(), src.to_string())].into() };
     let mut out = Matrix::new();
     for &t in times {
         let values = per_source(t);
@@ -325,7 +326,9 @@ struct Variables {
 /// Fills the variables from the label values and metadata APIs, checking
 /// that every source the load generator pushed is listed.
 async fn variables_as_grafana_fills_them(api: &Api) -> Variables {
-    let (status, sources) = api.get("/prometheus/api/v1/label/instance/values", &[]).await;
+    let (status, sources) = api
+        .get("/prometheus/api/v1/label/instance/values", &[])
+        .await;
     assert_eq!(status, 200, "{sources}");
     let sources: Vec<String> = serde_json::from_value(sources["data"].clone()).expect("names");
     assert_eq!(sources.len(), SOURCES, "{sources:?}");

@@ -179,7 +179,10 @@ async fn remote_write(url: &str, series: &[rw::TimeSeries]) {
 async fn series_counts(api: &str, q: &str, at: i64) -> Result<(usize, usize), String> {
     let mut counts = [0; 2];
     for (i, (path, params)) in [
-        ("query", vec![("query", q.to_string()), ("time", at.to_string())]),
+        (
+            "query",
+            vec![("query", q.to_string()), ("time", at.to_string())],
+        ),
         (
             "query_range",
             vec![

@@ -32,7 +32,9 @@ pub(super) fn parse_answer(status: u16, body: &str) -> Result<Answer, String> {
     }
     let data = &v["data"];
     let point = |p: &Value| -> Result<(f64, f64), String> {
-        let t = p[0].as_f64().ok_or(format!("a point without a time: {p}"))?;
+        let t = p[0]
+            .as_f64()
+            .ok_or(format!("a point without a time: {p}"))?;
         let v = p[1]
             .as_str()
             .and_then(|s| s.parse::<f64>().ok())
@@ -42,7 +44,8 @@ pub(super) fn parse_answer(status: u16, body: &str) -> Result<Answer, String> {
     let mut out = Answer::default();
     match data["resultType"].as_str() {
         Some("scalar") => {
-            out.series.insert(Labels::new(), vec![point(&data["result"])?]);
+            out.series
+                .insert(Labels::new(), vec![point(&data["result"])?]);
         }
         Some(kind @ ("vector" | "matrix")) => {
             for s in data["result"].as_array().ok_or("no result array")? {
@@ -206,7 +209,10 @@ fn comparisons_follow_the_classes() {
     // A series near zero is judged against the answer's largest value.
     let two = |a: f64| Answer {
         series: BTreeMap::from([
-            (Labels::from([("m".into(), "a".into())]), vec![(60.0, 1000.0)]),
+            (
+                Labels::from([("m".into(), "a".into())]),
+                vec![(60.0, 1000.0)],
+            ),
             (Labels::from([("m".into(), "b".into())]), vec![(60.0, a)]),
         ]),
     };
@@ -217,6 +223,12 @@ fn comparisons_follow_the_classes() {
         r#"{"status":"success","data":{"resultType":"vector","result":[{"metric":{"a":"b"},"value":[60,"NaN"]}]}}"#,
     )
     .unwrap();
-    assert!(ok.series[&Labels::from([("a".into(), "b".into())])][0].1.is_nan());
-    assert!(parse_answer(400, r#"{"status":"error","errorType":"bad_data","error":"x"}"#).is_err());
+    assert!(ok.series[&Labels::from([("a".into(), "b".into())])][0]
+        .1
+        .is_nan());
+    assert!(parse_answer(
+        400,
+        r#"{"status":"error","errorType":"bad_data","error":"x"}"#
+    )
+    .is_err());
 }

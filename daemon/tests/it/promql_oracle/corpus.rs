@@ -166,7 +166,8 @@ pub(super) fn parse(text: &str) -> Result<Vec<Query>, String> {
             "[live]" => feed = Some(Feed::Live),
             "[synthetic]" => feed = Some(Feed::Synthetic),
             _ => {
-                let feed = feed.ok_or(format!("line {}: a query before [live]/[synthetic]", i + 1))?;
+                let feed =
+                    feed.ok_or(format!("line {}: a query before [live]/[synthetic]", i + 1))?;
                 let (head, query) = line
                     .split_once('|')
                     .ok_or(format!("line {}: no `class |` before the query", i + 1))?;

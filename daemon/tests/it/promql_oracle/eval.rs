@@ -85,7 +85,10 @@ pub(super) async fn ask(
     eval: Eval,
 ) -> (Result<Answer, String>, Duration) {
     let (path, params) = match eval {
-        Eval::Instant(t) => ("query", vec![("query", q.to_string()), ("time", t.to_string())]),
+        Eval::Instant(t) => (
+            "query",
+            vec![("query", q.to_string()), ("time", t.to_string())],
+        ),
         Eval::Range { start, end, step } => (
             "query_range",
             vec![
@@ -183,7 +186,11 @@ async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outco
 }
 
 /// Evaluates every query of `corpus` for `setting`'s feed.
-pub(super) async fn run(http: &reqwest::Client, setting: &Setting, corpus: &[Query]) -> Vec<Outcome> {
+pub(super) async fn run(
+    http: &reqwest::Client,
+    setting: &Setting,
+    corpus: &[Query],
+) -> Vec<Outcome> {
     let mine: Vec<&Query> = corpus.iter().filter(|q| q.feed == setting.feed).collect();
     let mut out: Vec<Outcome> = stream::iter(mine)
         .map(|q| evaluate(http, setting, q))
@@ -235,7 +242,10 @@ pub(super) fn report(outcomes: &[Outcome]) -> String {
             o.prometheus_error.as_deref().unwrap_or("")
         );
     }
-    for o in outcomes.iter().filter(|o| o.prometheus_empty && o.prometheus_error.is_none()) {
+    for o in outcomes
+        .iter()
+        .filter(|o| o.prometheus_empty && o.prometheus_error.is_none())
+    {
         let _ = writeln!(
             r,
             "note: Prometheus' answer is empty: line {} `{}`",

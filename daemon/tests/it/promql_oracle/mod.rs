@@ -208,7 +208,10 @@ fn check(
 ) {
     // The harness itself: every query is PromQL that Prometheus answers,
     // and Prometheus took the feed as sent.
-    let corpus_errors = outcomes.iter().filter(|o| o.prometheus_error.is_some()).count();
+    let corpus_errors = outcomes
+        .iter()
+        .filter(|o| o.prometheus_error.is_some())
+        .count();
     let refused_by_prometheus = delivery.failures.iter().any(|f| f.side == "prometheus");
     assert!(
         corpus_errors == 0 && !refused_by_prometheus && receiver_errors.is_empty(),

@@ -142,7 +142,11 @@ pub(super) async fn deliver(
     let lag_windows = |s: &Series| s.lag_minutes * 60_000 / WINDOW_MS;
     let last_window = feed
         .iter()
-        .flat_map(|s| s.samples.last().map(|x| (x.0 - t0_ms) / WINDOW_MS + lag_windows(s)))
+        .flat_map(|s| {
+            s.samples
+                .last()
+                .map(|x| (x.0 - t0_ms) / WINDOW_MS + lag_windows(s))
+        })
         .max()
         .unwrap_or(0);
     for w in 0..=last_window {

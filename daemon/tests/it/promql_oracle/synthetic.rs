@@ -219,9 +219,14 @@ fn host_gauges(b: &mut Builder, host: &str, hf: f64, load_interval: i64) {
         move |a| (limit - 9.2e9 - 1.0e9 * wave(a.s, hf) - 2.0e8 * wave(a.s, hf + 1.0)).round(),
     )
     .tally_late = true;
-    b.series(host, "system_memory_limit_bytes", &[], 10, always, move |_| {
-        limit
-    });
+    b.series(
+        host,
+        "system_memory_limit_bytes",
+        &[],
+        10,
+        always,
+        move |_| limit,
+    );
     if host == LATE_HOST {
         return;
     }
@@ -265,10 +270,17 @@ fn host_gauges(b: &mut Builder, host: &str, hf: f64, load_interval: i64) {
     }
     // A queue depth: a bounded random walk of whole numbers.
     let mut depth = 20.0;
-    b.series(host, "otelcol_exporter_queue_size", &[], 10, always, move |a| {
-        depth = (depth + (a.noise * 3.0).round()).clamp(0.0, 200.0);
-        depth
-    })
+    b.series(
+        host,
+        "otelcol_exporter_queue_size",
+        &[],
+        10,
+        always,
+        move |a| {
+            depth = (depth + (a.noise * 3.0).round()).clamp(0.0, 200.0);
+            depth
+        },
+    )
     .tally_late = true;
     for (status, base) in [("running", 3.0), ("blocked", 0.0)] {
         b.series(
@@ -286,7 +298,13 @@ fn host_gauges(b: &mut Builder, host: &str, hf: f64, load_interval: i64) {
         &[],
         15,
         |m| m < BACKUP_ENDS_MINUTE,
-        |a| if (a.s / 600.0) as i64 % 2 == 0 { 1.0 } else { 0.0 },
+        |a| {
+            if (a.s / 600.0) as i64 % 2 == 0 {
+                1.0
+            } else {
+                0.0
+            }
+        },
     );
 }
 
@@ -388,7 +406,10 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
         b.series(
             host,
             "http_server_requests_total",
-            &[("http_request_method", method), ("http_response_status_code", code)],
+            &[
+                ("http_request_method", method),
+                ("http_response_status_code", code),
+            ],
             5,
             always,
             move |a| {
@@ -396,7 +417,9 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
                     was_reset = true;
                     total = 0.0;
                 }
-                total += (5.0 * rate * (1.0 + 0.4 * wave(a.s, hf) + 0.3 * a.noise)).max(0.0).round();
+                total += (5.0 * rate * (1.0 + 0.4 * wave(a.s, hf) + 0.3 * a.noise))
+                    .max(0.0)
+                    .round();
                 total
             },
         );
@@ -507,11 +530,18 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
     // Unix seconds, as exporters report it: a day before the feed, or
     // just after the restart.
     let t0_s = (b.t0 / 1000) as f64;
-    b.series(host, "process_start_time_seconds", &[], 15, always, move |a| {
-        if reset(a.s) {
-            t0_s + restart_s + 3.25
-        } else {
-            t0_s - 86_400.0
-        }
-    });
+    b.series(
+        host,
+        "process_start_time_seconds",
+        &[],
+        15,
+        always,
+        move |a| {
+            if reset(a.s) {
+                t0_s + restart_s + 3.25
+            } else {
+                t0_s - 86_400.0
+            }
+        },
+    );
 }
