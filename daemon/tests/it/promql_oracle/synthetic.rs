@@ -167,6 +167,7 @@ pub(super) fn feed(t0_ms: i64) -> Vec<Series> {
     for (h, host) in HOSTS.iter().enumerate() {
         let hf = h as f64;
         host_gauges(&mut b, host, hf, [1, 5, 15][h]);
+        host_state(&mut b, host, hf);
         host_counters(&mut b, host, hf);
         service(&mut b, host, hf, *host == "host-b");
     }
@@ -179,6 +180,7 @@ pub(super) fn feed(t0_ms: i64) -> Vec<Series> {
     b.out
 }
 
+/// Load and memory.
 fn host_gauges(b: &mut Builder, host: &str, hf: f64, load_interval: i64) {
     b.series(
         host,
@@ -227,9 +229,11 @@ fn host_gauges(b: &mut Builder, host: &str, hf: f64, load_interval: i64) {
         always,
         move |_| limit,
     );
-    if host == LATE_HOST {
-        return;
-    }
+}
+
+/// What a host reports beyond load and memory: its resource info, file
+/// systems, exporter queue, processes and a backup job.
+fn host_state(b: &mut Builder, host: &str, hf: f64) {
     // What the OpenTelemetry Collector's Prometheus exporter makes of the
     // resource: an info series, always 1.
     let host_name = format!("{host}.example.net");
@@ -282,6 +286,8 @@ fn host_gauges(b: &mut Builder, host: &str, hf: f64, load_interval: i64) {
         },
     )
     .tally_late = true;
+    // A gauge whose name ends like a counter's (`_count`), as OpenTelemetry's
+    // `system.processes.count` comes out of Prometheus' naming.
     for (status, base) in [("running", 3.0), ("blocked", 0.0)] {
         b.series(
             host,
@@ -389,20 +395,44 @@ fn under(route_slow: f64, le: f64, s: f64, hf: f64) -> f64 {
     (le / (le + median)).powf(2.0)
 }
 
+/// When a host's service restarts, if it does: its counters start again
+/// from zero then.
+#[derive(Clone, Copy)]
+struct Restart(Option<f64>);
+
+impl Restart {
+    fn done_by(self, s: f64) -> bool {
+        self.0.is_some_and(|at| s >= at)
+    }
+}
+
+/// A counter of the service: it adds `inc` a sample and starts again from
+/// zero at the restart.
+fn counting(restart: Restart, mut inc: impl FnMut(At) -> f64) -> impl FnMut(At) -> f64 {
+    let mut total = 0.0;
+    let mut was_reset = false;
+    move |a| {
+        if restart.done_by(a.s) && !was_reset {
+            was_reset = true;
+            total = 0.0;
+        }
+        total += inc(a);
+        total
+    }
+}
+
 /// An instrumented HTTP service: requests by method and code, a duration
 /// histogram per route, an RPC summary with NaN quantiles, and its start
 /// time. `restarts`: its counters reset at [`RESTART_MINUTE`].
 fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
     let restart_s = (RESTART_MINUTE * 60) as f64;
-    let reset = move |s: f64| restarts && s >= restart_s;
+    let restart = Restart(restarts.then_some(restart_s));
     for (method, code, rate) in [
         ("GET", "200", 40.0),
         ("GET", "500", 0.5),
         ("POST", "200", 8.0),
         ("POST", "500", 0.2),
     ] {
-        let mut total = 0.0;
-        let mut was_reset = false;
         b.series(
             host,
             "http_server_requests_total",
@@ -412,21 +442,39 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
             ],
             5,
             always,
-            move |a| {
-                if reset(a.s) && !was_reset {
-                    was_reset = true;
-                    total = 0.0;
-                }
-                total += (5.0 * rate * (1.0 + 0.4 * wave(a.s, hf) + 0.3 * a.noise))
+            counting(restart, move |a| {
+                (5.0 * rate * (1.0 + 0.4 * wave(a.s, hf) + 0.3 * a.noise))
                     .max(0.0)
-                    .round();
-                total
-            },
+                    .round()
+            }),
         );
     }
     if host == LATE_HOST {
         return;
     }
+    latency(b, host, hf, restart);
+    rpc_summary(b, host, hf);
+    // Unix seconds, as exporters report it: a day before the feed, or
+    // just after the restart.
+    let t0_s = (b.t0 / 1000) as f64;
+    b.series(
+        host,
+        "process_start_time_seconds",
+        &[],
+        15,
+        always,
+        move |a| {
+            if restart.done_by(a.s) {
+                t0_s + restart_s + 3.25
+            } else {
+                t0_s - 86_400.0
+            }
+        },
+    );
+}
+
+/// The request duration histogram, per route.
+fn latency(b: &mut Builder, host: &str, hf: f64, restart: Restart) {
     for (route, slow, rate) in [("/api", 1.0, 30.0), ("/health", 0.2, 2.0)] {
         // Every series of the histogram sees the same observations: the
         // count per interval and their spread depend on time only.
@@ -434,63 +482,50 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
         let mut les: Vec<String> = BOUNDS.iter().map(|b| b.to_string()).collect();
         les.push("+Inf".into());
         for le in les {
-            let bound: f64 = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().expect("a bound")
-            };
-            let mut total = 0.0;
-            let mut was_reset = false;
+            let bound: f64 = le.parse().unwrap_or(f64::INFINITY);
             b.series(
                 host,
                 "http_server_request_duration_seconds_bucket",
                 &[("http_route", route), ("le", &le)],
                 10,
                 always,
-                move |a| {
-                    if reset(a.s) && !was_reset {
-                        was_reset = true;
-                        total = 0.0;
-                    }
+                counting(restart, move |a| {
                     let frac = if bound.is_infinite() {
                         1.0
                     } else {
                         under(slow, bound, a.s, hf)
                     };
-                    total += (observed(a.s) * frac).round();
-                    total
-                },
+                    (observed(a.s) * frac).round()
+                }),
             );
         }
-        for part in ["sum", "count"] {
-            let mut total = 0.0;
-            let mut was_reset = false;
-            b.series(
-                host,
-                &format!("http_server_request_duration_seconds_{part}"),
-                &[("http_route", route)],
-                10,
-                always,
-                move |a| {
-                    if reset(a.s) && !was_reset {
-                        was_reset = true;
-                        total = 0.0;
-                    }
-                    let n = observed(a.s);
-                    total += if part == "count" {
-                        n
-                    } else {
-                        // Mean duration about the median, in milliseconds.
-                        (n * slow * (0.15 + 0.05 * wave(a.s, hf + 2.0)) * 1000.0).round() / 1000.0
-                    };
-                    total
-                },
-            );
-        }
+        b.series(
+            host,
+            "http_server_request_duration_seconds_count",
+            &[("http_route", route)],
+            10,
+            always,
+            counting(restart, move |a| observed(a.s)),
+        );
+        // The mean duration is about the median; milliseconds.
+        b.series(
+            host,
+            "http_server_request_duration_seconds_sum",
+            &[("http_route", route)],
+            10,
+            always,
+            counting(restart, move |a| {
+                (observed(a.s) * slow * (0.15 + 0.05 * wave(a.s, hf + 2.0)) * 1000.0).round()
+                    / 1000.0
+            }),
+        );
     }
-    // A summary with no observations for its first 25 minutes and for
-    // minutes 100–103, and one NaN quantile sample every seven minutes:
-    // quantiles are NaN then.
+}
+
+/// A summary with no observations for its first 25 minutes and for
+/// minutes 100–103, and one NaN quantile sample every seven minutes:
+/// its quantiles are NaN then, as client libraries export them.
+fn rpc_summary(b: &mut Builder, host: &str, hf: f64) {
     let idle = |s: f64| {
         let m = (s / 60.0) as i64;
         m < 25 || (100..104).contains(&m)
@@ -511,7 +546,7 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
             },
         );
     }
-    for part in ["sum", "count"] {
+    for (part, inc) in [("sum", 2.0), ("count", 20.0)] {
         let mut total = 0.0;
         b.series(
             host,
@@ -521,27 +556,52 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
             always,
             move |a| {
                 if !idle(a.s) {
-                    total += if part == "count" { 20.0 } else { 2.0 };
+                    total += inc;
                 }
                 total
             },
         );
     }
-    // Unix seconds, as exporters report it: a day before the feed, or
-    // just after the restart.
-    let t0_s = (b.t0 / 1000) as f64;
-    b.series(
-        host,
-        "process_start_time_seconds",
-        &[],
-        15,
-        always,
-        move |a| {
-            if reset(a.s) {
-                t0_s + restart_s + 3.25
-            } else {
-                t0_s - 86_400.0
+}
+
+#[test]
+fn the_feed_is_what_the_comparison_assumes() {
+    let t0 = 1_700_000_040_000;
+    let feed = feed(t0);
+    let end = t0 + SPAN_MINUTES * 60_000;
+    let mut resets = 0;
+    let mut nans = 0;
+    for s in &feed {
+        let name = &s.labels["__name__"];
+        assert!(!s.samples.is_empty(), "{name}");
+        for w in s.samples.windows(2) {
+            assert!(w[0].0 < w[1].0, "{name}: out of order");
+            // `system_processes_count` is a gauge named like a counter, as
+            // OpenTelemetry's `system.processes.count` comes out.
+            let counter = ["_total", "_bucket", "_sum", "_count"]
+                .iter()
+                .any(|x| name.ends_with(x))
+                && name != "system_processes_count";
+            if counter && w[1].1 < w[0].1 {
+                resets += 1;
+                assert_eq!(s.labels["instance"], "host-b", "{name}");
             }
-        },
-    );
+        }
+        for (t, v) in &s.samples {
+            assert!((t0..end).contains(t) && t % 1000 != 0, "{name} at {t}");
+            nans += usize::from(v.is_nan());
+        }
+    }
+    // Every counter of host-b's service goes down once, at its restart.
+    let restarting = feed
+        .iter()
+        .filter(|s| s.labels["instance"] == "host-b")
+        .filter(|s| {
+            let n = &s.labels["__name__"];
+            n.starts_with("http_server_request")
+        })
+        .count();
+    assert_eq!(resets, restarting);
+    assert!(nans > 100, "{nans} NaN samples");
+    assert!(feed.iter().any(|s| s.tally_late) && feed.iter().any(|s| s.lag_minutes > 0));
 }
