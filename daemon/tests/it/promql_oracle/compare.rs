@@ -89,8 +89,49 @@ fn close(class: &Class, p: f64, t: f64, scale: f64) -> bool {
     (p - t).abs() <= allowed
 }
 
+/// Both answers without the points where Prometheus answers NaN, and
+/// without the series left with no points: where a window holds only NaN
+/// samples Tally, which keeps NaN out of its minutes, has nothing.
+fn without_nan_points(prom: &Answer, tally: &Answer) -> (Answer, Answer) {
+    let mut p = Answer::default();
+    let mut t = Answer::default();
+    for (labels, pts) in &prom.series {
+        let nan_at: Vec<f64> = pts.iter().filter(|x| x.1.is_nan()).map(|x| x.0).collect();
+        let keep = |pts: &[(f64, f64)]| -> Vec<(f64, f64)> {
+            pts.iter()
+                .copied()
+                .filter(|x| !nan_at.contains(&x.0))
+                .collect()
+        };
+        let kept = keep(pts);
+        if !kept.is_empty() {
+            p.series.insert(labels.clone(), kept);
+        }
+        if let Some(tp) = tally.series.get(labels) {
+            let kept = keep(tp);
+            if !kept.is_empty() {
+                t.series.insert(labels.clone(), kept);
+            }
+        }
+    }
+    for (labels, pts) in &tally.series {
+        if !prom.series.contains_key(labels) {
+            t.series.insert(labels.clone(), pts.clone());
+        }
+    }
+    (p, t)
+}
+
 /// Why one evaluation disagrees, `None` when it agrees.
 pub(super) fn compare(class: &Class, prom: &Answer, tally: &Answer) -> Option<String> {
+    if class.nan_is_any {
+        let (p, t) = without_nan_points(prom, tally);
+        let plain = Class {
+            nan_is_any: false,
+            ..*class
+        };
+        return compare(&plain, &p, &t);
+    }
     let only_prom: Vec<&Labels> = prom
         .series
         .keys()
@@ -205,6 +246,9 @@ fn comparisons_follow_the_classes() {
     assert!(compare(class("exact"), &one(f64::NAN), &one(1.0)).is_some());
     assert!(compare(class("nan"), &one(f64::NAN), &one(1.0)).is_none());
     assert!(compare(class("nan"), &one(1.0), &one(f64::NAN)).is_some());
+    // A window of NaN only: Prometheus answers NaN, Tally nothing.
+    assert!(compare(class("nan"), &one(f64::NAN), &Answer::default()).is_none());
+    assert!(compare(class("exact"), &one(f64::NAN), &Answer::default()).is_some());
     assert!(compare(class("time"), &one(100.0), &one(100.9)).is_none());
     // A series near zero is judged against the answer's largest value.
     let two = |a: f64| Answer {

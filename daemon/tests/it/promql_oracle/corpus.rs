@@ -32,7 +32,7 @@ pub(super) enum Modes {
 /// How close two values must be: within `rel` of the larger of the two,
 /// or `scale` of the largest finite value in Prometheus' whole answer (so
 /// a series near zero is judged against its neighbours), or `abs`.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Class {
     pub(super) name: &'static str,
     pub(super) rel: f64,
@@ -133,7 +133,8 @@ pub(super) const CLASSES: [Class; 9] = [
         why: "series with NaN samples: Prometheus lets a NaN into sums and averages \
               (the result is NaN), Tally keeps NaN out of the minute's count, sum, \
               minimum and maximum (issue #29), so where Prometheus answers NaN Tally \
-              may answer a number; elsewhere exact",
+              may answer a number, or nothing for a window of NaN samples only; \
+              elsewhere exact",
     },
 ];
 
