@@ -240,8 +240,10 @@ fn comparisons_follow_the_classes() {
     };
     assert!(compare(class("exact"), &one(1.0), &one(1.0 + 1e-12)).is_none());
     assert!(compare(class("exact"), &one(1.0), &one(1.001)).is_some());
-    assert!(compare(class("rate"), &one(100.0), &one(104.0)).is_none());
-    assert!(compare(class("rate"), &one(100.0), &one(106.0)).is_some());
+    assert!(compare(class("rate"), &one(100.0), &one(109.0)).is_none());
+    assert!(compare(class("rate"), &one(100.0), &one(112.0)).is_some());
+    // irate: a factor of 60 fails.
+    assert!(compare(class("irate"), &one(60.0), &one(1.0)).is_some());
     assert!(compare(class("exact"), &one(f64::NAN), &one(f64::NAN)).is_none());
     assert!(compare(class("exact"), &one(f64::NAN), &one(1.0)).is_some());
     assert!(compare(class("nan"), &one(f64::NAN), &one(1.0)).is_none());
@@ -260,7 +262,7 @@ fn comparisons_follow_the_classes() {
             (Labels::from([("m".into(), "b".into())]), vec![(60.0, a)]),
         ]),
     };
-    assert!(compare(class("rate"), &two(0.1), &two(5.0)).is_none());
+    assert!(compare(class("rate"), &two(0.1), &two(15.0)).is_none());
     assert!(compare(class("rate"), &two(0.1), &two(50.0)).is_some());
     let ok = parse_answer(
         200,

@@ -66,35 +66,38 @@ pub(super) const CLASSES: [Class; 9] = [
     },
     Class {
         name: "rate",
-        rel: 0.05,
-        scale: 0.01,
+        rel: 0.10,
+        scale: 0.02,
         abs: 0.0,
         nan_is_any: false,
         why: "rate, increase, delta: Prometheus extrapolates the first and last samples \
               in the window to its edges; Tally adds up the increases of the samples in \
               the window's minutes (from the sample before) and does not extrapolate. \
-              For a counter sampled many times a window the two differ by about one \
-              sample interval's increase",
+              The two differ by about one sample interval's increase: a few percent of \
+              a window, more for a bursty counter",
     },
     Class {
         name: "irate",
-        rel: 0.25,
-        scale: 0.05,
+        rel: 0.5,
+        scale: 0.1,
         abs: 0.0,
         nan_is_any: false,
-        why: "irate, idelta: Prometheus takes the last two samples, Tally the last \
-              minute (it keeps no two samples of a minute); equal for a steady \
-              counter, apart by the noise between one interval and a minute otherwise",
+        why: "irate, idelta: Prometheus takes the last two samples (one scrape \
+              interval), Tally the last minute (it keeps no two samples of a minute); \
+              equal for a steady counter, apart by how much the rate varies from one \
+              interval to the next otherwise. A factor such as 60, or a missing point, \
+              still fails",
     },
     Class {
         name: "rounded",
-        rel: 0.10,
-        scale: 0.02,
+        rel: 0.2,
+        scale: 0.05,
         abs: 0.0,
         nan_is_any: false,
         why: "a range that is not whole minutes ([75s], [90s], Grafana's \
               $__rate_interval) is rounded to whole minutes by Tally, so the window \
-              holds a different stretch of samples",
+              holds a different stretch of samples, and a noisy series differs by its \
+              noise over that stretch",
     },
     Class {
         name: "quantile",
@@ -116,13 +119,13 @@ pub(super) const CLASSES: [Class; 9] = [
     },
     Class {
         name: "distribution",
-        rel: 0.25,
+        rel: 0.35,
         scale: 0.05,
         abs: 0.0,
         nan_is_any: false,
-        why: "quantile_over_time, stddev_over_time, stdvar_over_time: Tally estimates \
-              the spread of the samples from each minute's count, sum, minimum, maximum \
-              and last, not from the samples themselves",
+        why: "quantile_over_time, stddev_over_time, stdvar_over_time: Tally applies \
+              Prometheus' definition to each minute's last sample, not to every \
+              sample; over ten minutes that estimate is off by about a quarter",
     },
     Class {
         name: "nan",

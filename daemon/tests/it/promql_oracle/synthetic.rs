@@ -364,12 +364,14 @@ fn host_counters(b: &mut Builder, host: &str, hf: f64) {
             10,
             always,
             move |a| {
-                total += (10.0 * rate * (1.0 + 0.3 * a.noise)).round();
+                total += (10.0 * rate * (1.0 + 0.15 * a.noise)).round();
                 total
             },
         );
     }
-    for (kind, rate) in [("major", 0.2), ("minor", 800.0)] {
+    // Minor faults come by the thousand, steadily; major ones one at a
+    // time.
+    for (kind, rate, noise) in [("major", 0.2, 0.8), ("minor", 800.0, 0.1)] {
         let mut total = 1.0e4;
         b.series(
             host,
@@ -378,7 +380,7 @@ fn host_counters(b: &mut Builder, host: &str, hf: f64) {
             5,
             always,
             move |a| {
-                total += (5.0 * rate * (1.0 + 0.8 * a.noise)).max(0.0).round();
+                total += (5.0 * rate * (1.0 + noise * a.noise)).max(0.0).round();
                 total
             },
         );
@@ -443,7 +445,7 @@ fn service(b: &mut Builder, host: &str, hf: f64, restarts: bool) {
             5,
             always,
             counting(restart, move |a| {
-                (5.0 * rate * (1.0 + 0.4 * wave(a.s, hf) + 0.3 * a.noise))
+                (5.0 * rate * (1.0 + 0.4 * wave(a.s, hf) + 0.1 * a.noise))
                     .max(0.0)
                     .round()
             }),
