@@ -60,9 +60,10 @@ pub(super) const CLASSES: [Class; 9] = [
         name: "time",
         rel: 0.0,
         scale: 0.0,
-        abs: 1.0,
+        abs: 0.001,
         nan_is_any: false,
-        why: "timestamp(): the last sample's time as Tally keeps it, to the second",
+        why: "timestamp(): the time of the sample a bare selector picks, which both keep to \
+              the millisecond (a relative tolerance would allow seconds)",
     },
     Class {
         name: "rate",
@@ -235,7 +236,7 @@ fn the_corpus_parses_and_every_query_is_promql() {
 fn as_written(x: f64, seconds: bool) -> String {
     match x {
         0.0 => "0".into(),
-        x if seconds => format!("{x} s"),
+        x if seconds => format!("{} ms", x * 1000.0),
         x if x >= 0.01 => format!("{}%", (x * 100.0).round()),
         x => format!("{x:e}"),
     }
