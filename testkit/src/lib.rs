@@ -16,6 +16,7 @@
 //!   stand-in or the server in `MONGODB_URI`.
 //! * [`pygrpc`]: a third-party gRPC client (Python `grpcio`); [`venv`]: the
 //!   Python environments it and the stand-in run in.
+//! * [`prometheus`]: a real Prometheus and node exporter beside the daemon.
 //! * [`grpc_client`]: the stock `grpcio` reflection client, as older tools
 //!   see the daemon.
 //! * [`gotool`]: programs built with Go from the Go module proxy (FerretDB,
@@ -35,6 +36,7 @@ pub mod metrics;
 #[cfg(feature = "mongodb")]
 pub mod mongo;
 pub mod process;
+pub mod prometheus;
 pub mod pygrpc;
 pub mod settle;
 pub mod venv;

@@ -77,6 +77,7 @@ mod mongo_outage;
 mod mongo_standin;
 mod mongo_store;
 mod prometheus_api;
+mod promql_oracle;
 mod robustness;
 mod security;
 mod statement_budget;

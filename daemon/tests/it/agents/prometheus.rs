@@ -9,90 +9,14 @@
 //! Skips, saying why, when either program is missing (the test setup
 //! installs both).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tally_testkit::client::{get_ok, http_client, now_ms};
+use tally_testkit::prometheus::{programs, start_node_exporter, start_prometheus};
 use tally_testkit::Daemon;
 
 use crate::tallyd;
-
-/// A child process killed when dropped, its output in a file.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(name: &'static str, bin: &Path, args: &[String], dir: &Path) -> Proc {
-        let log = dir.join(format!("{name}.log"));
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        Proc { name, child, log }
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let tail: String = log
-                .chars()
-                .rev()
-                .take(8000)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            eprintln!("---- {} log (tail) ----\n{tail}", self.name);
-        }
-    }
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// Waits until `url` answers 200, for at most 30 s.
-async fn wait_ready(url: &str, p: &Proc) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(r) = http_client().get(url).send().await {
-            if r.status().is_success() {
-                return;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("{} did not answer {url} within 30 s", p.name);
-}
 
 /// A Prometheus instant query's single value, if there is one.
 async fn prom_value(prom: &str, query: &str, at_ms: i64) -> Option<f64> {
@@ -165,66 +89,47 @@ async fn tally_minutes(
         .collect()
 }
 
-fn config(node: u16, tally_http: &str) -> String {
+fn config(node: &str, tally_http: &str) -> String {
     format!(
         "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n\
-         scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['127.0.0.1:{node}']\n\
+         scrape_configs:\n  - job_name: node\n    static_configs:\n      - targets: ['{node}']\n\
          remote_write:\n  - url: {tally_http}/api/v1/write\n    queue_config:\n      batch_send_deadline: 500ms\n      min_backoff: 100ms\n      max_backoff: 1s\n"
     )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_remote_writes_node_exporter_exactly() {
-    let (Some(prometheus), Some(node_exporter)) =
-        (which("prometheus"), which("prometheus-node-exporter"))
-    else {
-        eprintln!("skipped: prometheus or prometheus-node-exporter is not installed (scripts/setup-test-deps installs both)");
-        return;
+    let (prometheus, node_exporter) = match programs() {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
     };
     let d = Daemon::start_async(tallyd().flush_interval("200ms")).await;
     let dir = tempfile::tempdir().unwrap();
-    let node_port = free_port();
-    let mut node = Proc::start(
-        "node_exporter",
-        &node_exporter,
-        &[format!("--web.listen-address=127.0.0.1:{node_port}")],
-        dir.path(),
-    );
-    wait_ready(&format!("http://127.0.0.1:{node_port}/metrics"), &node).await;
-    std::fs::write(
-        dir.path().join("prometheus.yml"),
-        config(node_port, &d.http_url()),
-    )
-    .unwrap();
-    let prom_port = free_port();
-    let prom_url = format!("http://127.0.0.1:{prom_port}");
-    let prom = Proc::start(
+    let mut node = start_node_exporter(&node_exporter, dir.path()).await;
+    let prom = start_prometheus(
         "prometheus",
         &prometheus,
-        &[
-            format!(
-                "--config.file={}",
-                dir.path().join("prometheus.yml").display()
-            ),
-            format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-            format!("--web.listen-address=127.0.0.1:{prom_port}"),
-        ],
         dir.path(),
-    );
-    wait_ready(&format!("{prom_url}/-/ready"), &prom).await;
+        |_| config(node.address(), &d.http_url()),
+        &[],
+    )
+    .await;
     let from = now_ms() / 60_000 * 60 - 60;
     // About fifteen scrapes; then the exporter goes away, so nothing new
     // arrives while the two sides are compared.
     tokio::time::sleep(Duration::from_secs(15)).await;
     node.stop();
-    let source = format!("127.0.0.1:{node_port}");
+    let source = node.address().to_string();
     check_labels(&d, &source).await;
     for metric in [
         "node_load1",
         "node_memory_MemFree_bytes",
         "node_procs_running",
     ] {
-        compare_gauge(&d, &prom_url, &source, metric, from).await;
+        compare_gauge(&d, prom.url(), &source, metric, from).await;
     }
     drop(prom);
 }

@@ -18,11 +18,16 @@
 //!   nothing to lint in either scrape. These tests fail, not skip, without
 //!   `promtool`.
 //!
+//! * Every query of that dashboard, evaluated by Tally's own Prometheus API
+//!   on those scrapes replayed as remote-write, answers with data
+//!   (`panels`).
+//!
 //! The dashboard model is in `model`, scrapes and the check against them in
 //! `scrape`, the daemons under load in `load`.
 
 mod load;
 mod model;
+mod panels;
 mod scrape;
 
 use std::collections::BTreeSet;

@@ -1,0 +1,276 @@
+//! Evaluates the corpus on both sides, as Grafana asks (form POSTs to
+//! `query` and `query_range`), and tells what agrees.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+
+use super::compare::{compare, parse_answer, summary, Answer};
+use super::corpus::{Feed, Modes, Query, CLASSES};
+use super::remote_write::trim;
+
+/// Queries in flight at once, per side.
+const CONCURRENCY: usize = 4;
+
+/// One side's Prometheus API, up to and including `/api/v1`.
+#[derive(Clone)]
+pub(super) struct Side {
+    pub(super) name: &'static str,
+    pub(super) api: String,
+}
+
+/// One evaluation of a query.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Eval {
+    Instant(i64),
+    Range { start: i64, end: i64, step: i64 },
+}
+
+impl std::fmt::Display for Eval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Eval::Instant(t) => write!(f, "query time={t}"),
+            Eval::Range { start, end, step } => {
+                write!(f, "query_range start={start} end={end} step={step}")
+            }
+        }
+    }
+}
+
+/// Grafana aligns a range's start and end down to a multiple of its step.
+pub(super) fn aligned(start: i64, end: i64, step: i64) -> Eval {
+    Eval::Range {
+        start: start.div_euclid(step) * step,
+        end: end.div_euclid(step) * step,
+        step,
+    }
+}
+
+/// Where and when one feed's queries are evaluated.
+pub(super) struct Setting {
+    pub(super) feed: Feed,
+    pub(super) prometheus: Side,
+    pub(super) tally: Side,
+    pub(super) instants: Vec<i64>,
+    pub(super) ranges: Vec<Eval>,
+    /// Placeholders and their values.
+    pub(super) vars: Vec<(&'static str, String)>,
+}
+
+impl Setting {
+    fn text(&self, q: &Query) -> String {
+        self.vars
+            .iter()
+            .fold(q.text.clone(), |t, (k, v)| t.replace(k, v))
+    }
+
+    fn evals(&self, q: &Query) -> Vec<Eval> {
+        let mut out = Vec::new();
+        if q.modes != Modes::Range {
+            out.extend(self.instants.iter().map(|t| Eval::Instant(*t)));
+        }
+        if q.modes != Modes::Instant {
+            out.extend(self.ranges.iter().copied());
+        }
+        out
+    }
+}
+
+/// Asks `side` for `q` at `eval`: its answer and how long it took.
+pub(super) async fn ask(
+    http: &reqwest::Client,
+    side: &Side,
+    q: &str,
+    eval: Eval,
+) -> (Result<Answer, String>, Duration) {
+    let (path, params) = match eval {
+        Eval::Instant(t) => (
+            "query",
+            vec![("query", q.to_string()), ("time", t.to_string())],
+        ),
+        Eval::Range { start, end, step } => (
+            "query_range",
+            vec![
+                ("query", q.to_string()),
+                ("start", start.to_string()),
+                ("end", end.to_string()),
+                ("step", step.to_string()),
+            ],
+        ),
+    };
+    let url = format!("{}/{path}", side.api);
+    let started = Instant::now();
+    let resp = http.post(&url).form(&params).send().await;
+    let answer = match resp {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            match r.text().await {
+                Ok(body) => parse_answer(status, &body),
+                Err(e) => Err(format!("reading the answer: {e}")),
+            }
+        }
+        Err(e) => Err(format!("{} at {url}: {e}", side.name)),
+    };
+    (answer, started.elapsed())
+}
+
+/// One evaluation where the sides disagree.
+pub(super) struct Disagreement {
+    pub(super) eval: Eval,
+    pub(super) why: String,
+    pub(super) prometheus: String,
+    pub(super) tally: String,
+}
+
+/// What one corpus query did.
+pub(super) struct Outcome {
+    pub(super) query: Query,
+    /// With its placeholders replaced.
+    pub(super) text: String,
+    pub(super) disagreements: Vec<Disagreement>,
+    /// Tally answered an error where Prometheus answered.
+    pub(super) tally_errors: usize,
+    /// Prometheus refused it: the corpus is wrong.
+    pub(super) prometheus_error: Option<String>,
+    /// Prometheus' answer was empty in every evaluation.
+    pub(super) prometheus_empty: bool,
+    pub(super) evaluations: usize,
+}
+
+impl Outcome {
+    pub(super) fn agrees(&self) -> bool {
+        self.disagreements.is_empty() && self.prometheus_error.is_none()
+    }
+}
+
+async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outcome {
+    let text = setting.text(q);
+    let mut out = Outcome {
+        query: q.clone(),
+        text: text.clone(),
+        disagreements: Vec::new(),
+        tally_errors: 0,
+        prometheus_error: None,
+        prometheus_empty: true,
+        evaluations: 0,
+    };
+    for eval in setting.evals(q) {
+        out.evaluations += 1;
+        let (prom, _) = ask(http, &setting.prometheus, &text, eval).await;
+        let (tally, _) = ask(http, &setting.tally, &text, eval).await;
+        if prom.as_ref().is_ok_and(|p| !p.series.is_empty()) {
+            out.prometheus_empty = false;
+        }
+        let why = match (&prom, &tally) {
+            (Err(e), _) => {
+                out.prometheus_error = Some(format!("{eval}: {e}"));
+                continue;
+            }
+            (Ok(_), Err(_)) => {
+                out.tally_errors += 1;
+                Some("Tally answered an error".to_string())
+            }
+            (Ok(p), Ok(t)) => compare(q.class, p, t),
+        };
+        if let Some(why) = why {
+            out.disagreements.push(Disagreement {
+                eval,
+                why,
+                prometheus: summary(&prom),
+                tally: summary(&tally),
+            });
+        }
+    }
+    out
+}
+
+/// Evaluates every query of `corpus` for `setting`'s feed.
+pub(super) async fn run(
+    http: &reqwest::Client,
+    setting: &Setting,
+    corpus: &[Query],
+) -> Vec<Outcome> {
+    let mine: Vec<&Query> = corpus.iter().filter(|q| q.feed == setting.feed).collect();
+    let mut out: Vec<Outcome> = stream::iter(mine)
+        .map(|q| evaluate(http, setting, q))
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    out.sort_by_key(|o| o.query.line);
+    out
+}
+
+/// The report: totals per feed and class, then every disagreeing query
+/// with both answers.
+pub(super) fn report(outcomes: &[Outcome]) -> String {
+    let mut r = String::new();
+    let agreed = outcomes.iter().filter(|o| o.agrees()).count();
+    let _ = writeln!(
+        r,
+        "{agreed} of {} queries agree ({:.1}%)",
+        outcomes.len(),
+        100.0 * agreed as f64 / outcomes.len().max(1) as f64
+    );
+    for feed in [Feed::Live, Feed::Synthetic] {
+        let of: Vec<&Outcome> = outcomes.iter().filter(|o| o.query.feed == feed).collect();
+        let ok = of.iter().filter(|o| o.agrees()).count();
+        let _ = writeln!(r, "  {feed:?}: {ok} of {}", of.len());
+    }
+    for class in &CLASSES {
+        let of: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.query.class.name == class.name)
+            .collect();
+        if of.is_empty() {
+            continue;
+        }
+        let ok = of.iter().filter(|o| o.agrees()).count();
+        let _ = writeln!(r, "  class {}: {ok} of {}", class.name, of.len());
+        if ok < of.len() {
+            let _ = writeln!(r, "    (tolerance: {})", class.why);
+        }
+    }
+    let errors = outcomes.iter().filter(|o| o.tally_errors > 0).count();
+    let _ = writeln!(r, "Tally errors where Prometheus answers: {errors} queries");
+    for o in outcomes.iter().filter(|o| o.prometheus_error.is_some()) {
+        let _ = writeln!(
+            r,
+            "CORPUS: Prometheus refuses line {} `{}`: {}",
+            o.query.line,
+            o.text,
+            o.prometheus_error.as_deref().unwrap_or("")
+        );
+    }
+    for o in outcomes
+        .iter()
+        .filter(|o| o.prometheus_empty && o.prometheus_error.is_none())
+    {
+        let _ = writeln!(
+            r,
+            "note: Prometheus' answer is empty: line {} `{}`",
+            o.query.line, o.text
+        );
+    }
+    for o in outcomes.iter().filter(|o| !o.disagreements.is_empty()) {
+        let _ = writeln!(
+            r,
+            "\nDISAGREES line {} [{:?}, {}] {}",
+            o.query.line, o.query.feed, o.query.class.name, o.text
+        );
+        // The first evaluation tells what is wrong; the others are counted.
+        let d = &o.disagreements[0];
+        let _ = writeln!(r, "  {}: {}", d.eval, d.why);
+        let _ = writeln!(r, "    Prometheus: {}", trim(&d.prometheus, 400));
+        let _ = writeln!(r, "    Tally:      {}", trim(&d.tally, 400));
+        if o.disagreements.len() > 1 {
+            let _ = writeln!(
+                r,
+                "  ({} of {} evaluations disagree)",
+                o.disagreements.len(),
+                o.evaluations
+            );
+        }
+    }
+    r
+}
