@@ -142,6 +142,11 @@ pub struct Cli {
     /// Pause between the last acknowledgement and the first read.
     #[arg(long, default_value = "250ms", value_parser = humantime::parse_duration)]
     pub settle: Duration,
+    /// How long a read the daemon answers `partial` (from memory alone,
+    /// its store unreachable) is read again before it counts as a read
+    /// error; it never counts as missing data.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub partial_patience: Duration,
     /// Mismatches listed in the report (all are counted).
     #[arg(long, default_value_t = 20)]
     pub max_mismatches: usize,

@@ -23,6 +23,11 @@ stdin are control commands (each answered by one line on stdout):
                               connection is closed without a reply
     failNext N [CODE [MSG]]   the next N write commands fail with CODE
                               (default 91 ShutdownInProgress), unapplied
+    failInserts on|off [CODE] every `insert` command fails with CODE
+                              (default 91), unapplied; updates still work
+    probeCode CODE|off        Tally's feature probes (its `~features`
+                              document, TTL probe index and `collMod` on
+                              `tally_writers`) fail with CODE
     reset                     clear all faults (and `down`)
     ttlPass                   run one TTL-monitor pass now; prints the count
     status                    print the fault state
@@ -1499,10 +1504,34 @@ class Faults:
         self.fail_next = 0
         self.fail_code = 91
         self.fail_msg = "The server is in quiesce mode and will shut down"
+        self.fail_inserts = False
+        self.fail_inserts_code = 91
+        self.probe_code = 0
 
     def describe(self):
-        return "down=%s dropAfterApply=%d failNext=%d failCode=%d" % (
-            self.down, self.drop_after_apply, self.fail_next, self.fail_code)
+        return "down=%s dropAfterApply=%d failNext=%d failCode=%d failInserts=%s probeCode=%d" % (
+            self.down, self.drop_after_apply, self.fail_next, self.fail_code,
+            self.fail_inserts, self.probe_code)
+
+    def probe_fault(self, name, cmd):
+        """The code to fail the command with, if it is one of Tally's feature
+        probes and `probeCode` is set."""
+        if not self.probe_code:
+            return None
+        target = cmd.get(name)
+        if target != "tally_writers":
+            return None
+        if name == "collMod":
+            return self.probe_code
+        if name == "createIndexes":
+            names = [i.get("name") for i in cmd.get("indexes", []) if isinstance(i, dict)]
+            return self.probe_code if "ttl_probe_1" in names else None
+        if name == "update":
+            for u in cmd.get("updates", []):
+                q = u.get("q", {}) if isinstance(u, dict) else {}
+                if isinstance(q, dict) and q.get("_id") == "~features":
+                    return self.probe_code
+        return None
 
 
 class Standin:
@@ -1582,6 +1611,13 @@ class Standin:
         if "txnNumber" in cmd or "startTransaction" in cmd or "autocommit" in cmd:
             raise CommandError(
                 20, "Transaction numbers are only allowed on a replica set member or mongos")
+        probe_code = self.faults.probe_fault(name, cmd)
+        if probe_code is not None:
+            LOG.info("fault: failing the feature probe %s with code %d", name, probe_code)
+            raise CommandError(probe_code, "stand-in: an unexpected answer to a probe")
+        if name == "insert" and self.faults.fail_inserts:
+            LOG.info("fault: failing insert with code %d", self.faults.fail_inserts_code)
+            raise CommandError(self.faults.fail_inserts_code, "stand-in: inserts are failing")
         if name in WRITE_COMMANDS and self.faults.fail_next > 0:
             self.faults.fail_next -= 1
             LOG.info("fault: failing %s with code %d", name, self.faults.fail_code)
@@ -2486,6 +2522,11 @@ class Standin:
             f.fail_next = int(args[0])
             f.fail_code = int(args[1]) if len(args) > 1 else 91
             f.fail_msg = " ".join(args[2:]) if len(args) > 2 else "stand-in injected failure"
+        elif op == "failInserts":
+            f.fail_inserts = args[0] == "on"
+            f.fail_inserts_code = int(args[1]) if len(args) > 1 else 91
+        elif op == "probeCode":
+            f.probe_code = 0 if args[0] == "off" else int(args[0])
         elif op == "reset":
             self.set_down(False)
             f.reset()

@@ -14,12 +14,13 @@
 
 mod inflight;
 mod pace;
+mod upkeep;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
@@ -107,6 +108,8 @@ pub struct Pipeline {
     wal: OnceLock<(Arc<Wal>, Arc<IngestGate>)>,
     /// Spaces flushes under the store's statement budget.
     pace: Pace,
+    /// Wakes the store's upkeep after a flush landed (`upkeep.rs`).
+    upkeep_kick: Notify,
 }
 
 impl Pipeline {
@@ -130,6 +133,7 @@ impl Pipeline {
             source_rates: None,
             unfinished: AtomicUsize::new(0),
             wal: OnceLock::new(),
+            upkeep_kick: Notify::new(),
         }
     }
 
@@ -366,12 +370,19 @@ impl Pipeline {
     /// left. Cancelling `give_up` abandons retries (the shutdown deadline).
     pub async fn run(self: Arc<Self>, stop: CancellationToken, give_up: CancellationToken) {
         let (tx, mut rx) = mpsc::channel::<Arc<InflightBatch>>(self.cfg.queue_depth.max(1));
+        let upkeep_stop = CancellationToken::new();
+        let upkeep = {
+            let this = self.clone();
+            let stop = upkeep_stop.clone();
+            tokio::spawn(async move { this.upkeep_loop(stop).await })
+        };
         let applier = {
             let this = self.clone();
             let give_up = give_up.clone();
             tokio::spawn(async move {
                 while let Some(batch) = rx.recv().await {
                     if this.apply(&batch, &give_up).await {
+                        this.upkeep_kick.notify_one();
                         this.record_catalog(&batch).await;
                     }
                     this.unfinished.fetch_sub(1, Ordering::SeqCst);
@@ -415,6 +426,11 @@ impl Pipeline {
         drop(tx);
         if let Err(e) = applier.await {
             error!(error = %e, "flush applier task failed");
+        }
+        // The store's close finishes what the upkeep leaves.
+        upkeep_stop.cancel();
+        if let Err(e) = upkeep.await {
+            error!(error = %e, "store upkeep task failed");
         }
         let left = self.unflushed_slots();
         if left > 0 {

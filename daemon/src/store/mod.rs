@@ -387,6 +387,15 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The store's own upkeep (MongoDB: seals of the hours that closed, a
+    /// step of a stopped writer's takeover, the documents flushes saw
+    /// first), each call a bounded share of it. The daemon calls it beside
+    /// the flushes, never in their way: after each flush and every second.
+    /// Returns the durable flush id when it moved.
+    async fn upkeep(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
     /// Deletes documents past their tier's retention, for stores without a
     /// TTL mechanism of their own. Returns how many went.
     async fn expire(

@@ -28,6 +28,9 @@ pub struct Stored {
 pub struct Fake {
     pub store: Mutex<Vec<Stored>>,
     pub reads: AtomicUsize,
+    /// Reads still to answer `partial` (with the points it holds, as a
+    /// daemon answering from memory would, here empty).
+    pub partial_for: AtomicUsize,
 }
 
 /// Serves `fake` on a loopback port until the runtime ends; returns the
@@ -57,7 +60,15 @@ async fn answer(mut conn: TcpStream, fake: Arc<Fake>) {
     let url = reqwest::Url::parse(&format!("http://fake{path}")).unwrap();
     let q: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
     fake.reads.fetch_add(1, Ordering::Relaxed);
-    let body = range(&fake.store.lock().unwrap(), &q).to_string();
+    let partial = fake
+        .partial_for
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok();
+    let body = if partial {
+        json!({"step": "1m", "series": [], "partial": "the store is unreachable"}).to_string()
+    } else {
+        range(&fake.store.lock().unwrap(), &q).to_string()
+    };
     let head = format!(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()

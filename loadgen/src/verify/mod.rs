@@ -78,6 +78,8 @@ pub struct VerifyOpts {
     pub concurrency: usize,
     pub timeout: Duration,
     pub settle: Duration,
+    /// How long a `partial` answer is read again (`read.rs`).
+    pub partial_patience: Duration,
     /// Mismatch lines listed in the report; all are counted.
     pub max_listed: usize,
     /// Unix seconds; minutes whose start is in `[from, to)` are read.
@@ -113,8 +115,12 @@ pub struct VerifyReport {
     /// Series with points under a checked source and metric whose label
     /// set the run did not send.
     pub extra_series: u64,
-    /// Series that could not be read at all.
+    /// Series that could not be read at all, or only `partial` (from the
+    /// daemon's memory alone, its store unreachable) for longer than
+    /// `--partial-patience`: a read problem, never missing data.
     pub read_errors: u64,
+    /// Reads answered `partial` and read again.
+    pub partial_rereads: u64,
     /// HTTP reads made (one per source and metric, or per series; more
     /// when the window spans days).
     pub reads: u64,
@@ -244,12 +250,14 @@ pub async fn verify(
         .map(|r| {
             let client = client.clone();
             async move {
-                let got = read::read(&client, opts, r.of()).await;
-                (r, got)
+                let mut rereads = 0;
+                let got = read::read(&client, opts, r.of(), &mut rereads).await;
+                (r, got, rereads)
             }
         })
         .buffer_unordered(opts.concurrency.max(1));
-    while let Some((r, got)) = results.next().await {
+    while let Some((r, got, rereads)) = results.next().await {
+        report.partial_rereads += rereads;
         report.series_checked += r.checks.len() as u64;
         report.slots_checked += r.checks.iter().map(|c| c.slots.len() as u64).sum::<u64>();
         let found = match got {
@@ -378,6 +386,7 @@ mod tests {
             concurrency: 4,
             timeout: Duration::from_secs(10),
             settle: Duration::ZERO,
+            partial_patience: Duration::from_secs(2),
             max_listed: 10,
             from_s: 0,
             to_s: 3600,
@@ -429,6 +438,28 @@ mod tests {
             text.contains(r#"s0/m0{cpu="9",mode="0"}: extra series"#),
             "{text}"
         );
+    }
+
+    /// A daemon whose store is away answers `partial` for a while: the
+    /// reads are made again and pass; one that stays partial is a read
+    /// error, never missing data.
+    #[tokio::test]
+    async fn partial_answers_are_read_again_and_never_count_as_missing() {
+        let (checks, stored) = labelled(2, 2, "cpu=2");
+        let fake = Arc::new(fake::Fake::default());
+        *fake.store.lock().unwrap() = stored;
+        fake.partial_for.store(5, Ordering::Relaxed);
+        let opts = opts(fake::serve(fake.clone()).await);
+        let report = verify(checks.clone(), Vec::new(), &opts).await.unwrap();
+        assert!(report.passed, "{report:?}");
+        assert_eq!(report.partial_rereads, 5, "{report:?}");
+
+        fake.partial_for.store(usize::MAX, Ordering::Relaxed);
+        let report = verify(checks, Vec::new(), &opts).await.unwrap();
+        assert!(!report.passed);
+        assert_eq!((report.missing_points, report.mismatches), (0, 0), "{report:?}");
+        assert_eq!(report.read_errors, 8, "{report:?}");
+        assert!(report.listed[0].contains("partial"), "{:?}", report.listed);
     }
 
     #[tokio::test]

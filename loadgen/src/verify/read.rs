@@ -21,10 +21,13 @@ use super::VerifyOpts;
 use crate::labels::canonical;
 use crate::transport::{error_chain, Backoff};
 
-/// `/api/v1/range` answers with a list of series.
+/// `/api/v1/range` answers with a list of series; `partial` when the
+/// daemon answered from memory alone because its store was unreachable.
 #[derive(Debug, Deserialize)]
 struct RangeEnvelope {
     series: Vec<SeriesBody>,
+    #[serde(default)]
+    partial: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -93,18 +96,20 @@ pub struct ReadOf<'a> {
 }
 
 /// The series of one read over the whole window, by the canonical text of
-/// their labels.
+/// their labels. `rereads` counts the chunks read again because the
+/// daemon answered them `partial`.
 pub async fn read(
     client: &reqwest::Client,
     opts: &VerifyOpts,
     of: ReadOf<'_>,
+    rereads: &mut u64,
 ) -> Result<BTreeMap<String, RangeBody>, String> {
     const CHUNK_S: i64 = 86_400;
     let mut all: BTreeMap<String, RangeBody> = BTreeMap::new();
     let mut from = opts.from_s;
     while from < opts.to_s {
         let to = (from + CHUNK_S).min(opts.to_s);
-        for s in read_chunk(client, opts, of, from, to).await? {
+        for s in read_whole_chunk(client, opts, of, from, to, rereads).await? {
             // The daemon leaves `labels` out for a series without any.
             let labels = match &s.labels {
                 Some(l) => canonical(l.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
@@ -142,13 +147,44 @@ pub fn chunk_url(
         .map_err(|e| e.to_string())
 }
 
+/// A chunk as the store holds it: a `partial` answer (what the daemon's
+/// memory holds, the store unreachable for the moment) is read again, with
+/// backoff, for up to `opts.partial_patience`; one that stays partial is
+/// an error, a read problem rather than missing points.
+async fn read_whole_chunk(
+    client: &reqwest::Client,
+    opts: &VerifyOpts,
+    of: ReadOf<'_>,
+    from: i64,
+    to: i64,
+    rereads: &mut u64,
+) -> Result<Vec<SeriesBody>, String> {
+    let started = std::time::Instant::now();
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    loop {
+        let envelope = read_chunk(client, opts, of, from, to).await?;
+        let Some(why) = envelope.partial else {
+            return Ok(envelope.series);
+        };
+        let wait = backoff.next_delay();
+        if started.elapsed() + wait > opts.partial_patience {
+            return Err(format!(
+                "the daemon answered partial (from memory alone: {why}) for {:.0?}; not counted as missing",
+                started.elapsed()
+            ));
+        }
+        *rereads += 1;
+        tokio::time::sleep(wait).await;
+    }
+}
+
 async fn read_chunk(
     client: &reqwest::Client,
     opts: &VerifyOpts,
     of: ReadOf<'_>,
     from: i64,
     to: i64,
-) -> Result<Vec<SeriesBody>, String> {
+) -> Result<RangeEnvelope, String> {
     let url = chunk_url(opts, of, from, to)?;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     let mut attempt = 0;
@@ -175,7 +211,7 @@ async fn read_chunk(
         if status.is_success() {
             let envelope: RangeEnvelope = serde_json::from_slice(&bytes)
                 .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
-            return Ok(envelope.series);
+            return Ok(envelope);
         }
         // 503 is the daemon's "store busy, try again".
         if status.is_server_error() && !last {
@@ -237,6 +273,7 @@ mod tests {
             concurrency: 1,
             timeout: Duration::from_secs(1),
             settle: Duration::ZERO,
+            partial_patience: Duration::from_secs(1),
             max_listed: 1,
             from_s: 0,
             to_s: 60,

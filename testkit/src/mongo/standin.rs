@@ -145,6 +145,26 @@ impl Standin {
         self.control(&format!("failNext {n} {code}"));
     }
 
+    /// `true`: every `insert` command fails with 91 (ShutdownInProgress),
+    /// unapplied, while updates work: pre-allocation fails, flushes don't.
+    pub fn fail_inserts(&self, on: bool) {
+        self.control(if on {
+            "failInserts on"
+        } else {
+            "failInserts off"
+        });
+    }
+
+    /// `Some(code)`: the store's feature probes are answered with error
+    /// `code`; `None`: answered normally again.
+    pub fn probe_code(&self, code: Option<i32>) {
+        let line = match code {
+            Some(c) => format!("probeCode {c}"),
+            None => "probeCode off".to_string(),
+        };
+        self.control(&line);
+    }
+
     /// Runs one TTL-monitor pass now (the stand-in's monitor otherwise runs
     /// every 60 s, as a real server's does); returns the documents deleted.
     pub fn ttl_pass(&self) -> u64 {

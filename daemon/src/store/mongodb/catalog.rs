@@ -12,7 +12,7 @@ use super::errors::classify;
 use super::ids::bson_date;
 use super::indexes::LAST_SEEN_FIELD;
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::model::SeriesId;
 use crate::selector::NameMatcher;
 use crate::store::{
@@ -26,7 +26,7 @@ use crate::store::{
 const CATALOG_MIN_BATCH: usize = 100;
 const CATALOG_MAX_BATCH: usize = 2_000;
 
-impl MongoStore {
+impl Conn {
     pub(super) async fn catalog_upsert_inner(
         &self,
         entries: &[CatalogEntry],

@@ -15,7 +15,7 @@ use futures::stream::{self, StreamExt};
 use super::errors::{all_or_worst, parse_write_reply, Failure, WriteReply};
 use super::features::Feature;
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::model::Tier;
 use crate::store::StoreError;
 
@@ -159,7 +159,7 @@ pub(super) fn by_tier<T: Copy>(items: &[T], tier_of: impl Fn(T) -> Tier) -> Vec<
         .collect()
 }
 
-impl MongoStore {
+impl Conn {
     /// Runs a command with the store's deadline, counting and timing it.
     pub(super) async fn send(
         &self,

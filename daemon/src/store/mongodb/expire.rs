@@ -12,10 +12,10 @@ use super::features::Feature;
 use super::ids::bson_date;
 use super::indexes::{LAST_SEEN_FIELD, PERIOD_FIELD};
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::store::StoreError;
 
-impl MongoStore {
+impl Conn {
     /// Deletes hour and day documents whose period started more than their
     /// retention before `now_s`, and catalog entries last seen more than the
     /// day retention before it: what the TTL indexes would delete. Returns

@@ -5,12 +5,12 @@
 use std::sync::atomic::Ordering;
 
 use bson::doc;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::command::{to_raw, WriteCommand};
 use super::errors::{as_i64, classify, parse_write_reply};
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::store::StoreError;
 
 /// Where each writer's flush-id reservation lives (one tiny document per
@@ -22,7 +22,7 @@ pub(super) const WRITERS_COLLECTION: &str = "tally_writers";
 /// minute.
 const ID_RESERVATION: u64 = 60_000_000;
 
-impl MongoStore {
+impl Conn {
     /// Records, ahead of the writes, that this writer may use flush ids up
     /// to `flush_id` + [`ID_RESERVATION`]; see the module documentation.
     pub(super) async fn reserve_ids(&self, flush_id: u64) -> Result<bool, StoreError> {
@@ -78,6 +78,26 @@ impl MongoStore {
     }
 
     /// The newest flush recorded complete, 0 when none is.
+    /// [`crate::store::Store::last_flush_id`]: 0, with a warning, while
+    /// the server cannot be reached.
+    pub(super) async fn last_flush_id_at_start(&self) -> Result<u64, StoreError> {
+        match self.last_flush_id_inner().await {
+            Ok(id) => {
+                self.reserved_id.fetch_max(id, Ordering::AcqRel);
+                Ok(id)
+            }
+            Err(e) if e.is_retryable() => {
+                self.count_error(Op::LastFlushId, &e);
+                warn!(error = %e, "cannot read this writer's last flush id; continuing from the wall clock");
+                Ok(0)
+            }
+            Err(e) => {
+                self.count_error(Op::LastFlushId, &e);
+                Err(e)
+            }
+        }
+    }
+
     pub(super) async fn complete_flush_id_inner(&self) -> Result<u64, StoreError> {
         Ok(self
             .writer_doc()

@@ -9,13 +9,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::command::raw_command;
 use super::errors::{as_i64, not_implemented, Failure};
 use super::features::Feature;
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::store::StoreError;
 
 /// Field of the hour and day documents' TTL index.
@@ -36,7 +36,7 @@ const NAMESPACE_NOT_FOUND: i32 = 26;
 const INDEX_OPTIONS_CONFLICT: i32 = 85;
 const INDEX_KEY_SPECS_CONFLICT: i32 = 86;
 
-impl MongoStore {
+impl Conn {
     /// Probes the server's features (once) and makes sure the TTL indexes
     /// exist, before the first operation that reaches the server. A
     /// retryable failure fails the operation (it would fail anyway); any
@@ -54,7 +54,15 @@ impl MongoStore {
             return Ok(());
         }
         if !self.features.probed() {
-            self.probe_features().await?;
+            self.contacts.fetch_add(1, Ordering::AcqRel);
+            match self.probe_features().await {
+                Ok(()) => {}
+                Err(e) if e.is_retryable() => return Err(e),
+                // Not expected (every answer is a refusal or a retry), but
+                // no probe may stop the store: what is not known missing
+                // is assumed present, and a write that needs it says so.
+                Err(e) => warn!(error = %e, "the feature probes failed; going on without them"),
+            }
             self.features.set_probed();
         }
         let made = self.ensure_indexes().await;

@@ -257,18 +257,16 @@ mod known_docs;
 mod prealloc;
 mod probes;
 mod reads;
-mod seal_run;
-mod seal_write;
-mod seals;
+mod seal;
 mod statements;
 mod stats;
-mod takeover;
 #[cfg(test)]
 mod tests;
 mod writes;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bson::doc;
@@ -290,7 +288,8 @@ use self::features::Features;
 use self::flush_ids::WRITERS_COLLECTION;
 use self::ids::check_writer_id;
 use self::known_docs::{KnownDocs, KNOWN_DOCS_CAP};
-use self::seals::Seals;
+use self::prealloc::Sightings;
+use self::seal::Sealer;
 use self::stats::{Counters, Op};
 use super::{
     observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
@@ -304,8 +303,21 @@ const CLOSE_SEAL_LIMIT: Duration = Duration::from_secs(30);
 /// Upper bound of `health()`: it backs a readiness probe polled every 2 s.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A [`Store`] on MongoDB; see the module documentation.
+/// A [`Store`] on MongoDB; see the module documentation. A thin facade:
+/// flushes go through [`Conn`] with nothing but their own statements,
+/// while the upkeep ([`Store::upkeep`]: seals, takeovers, the documents
+/// first seen by flushes) runs beside them, in the [`Sealer`] and the
+/// first-sighting queue, each with its own state.
 pub struct MongoStore {
+    conn: Arc<Conn>,
+    sealer: Sealer,
+    /// Day documents flushes reached before they were known to exist.
+    sightings: Mutex<Sightings>,
+}
+
+/// What every part of the store shares: the server, its collections, what
+/// it lacks, the limits of each command, and the counters.
+pub(super) struct Conn {
     client: Client,
     db: Database,
     hour: Collection<RawDocumentBuf>,
@@ -331,28 +343,13 @@ pub struct MongoStore {
     /// Serialises index attempts; holds when the next one may run after a
     /// failure retrying could not fix.
     index_attempt: tokio::sync::Mutex<Option<Instant>>,
+    /// First contacts tried so far, for the probes' patience with
+    /// transient answers.
+    contacts: AtomicU64,
     /// Flush ids up to here are covered by the reservation in
     /// `tally_writers`.
     reserved_id: AtomicU64,
     known: Mutex<KnownDocs>,
-    /// Applies, seals and close take turns.
-    turn: tokio::sync::Mutex<()>,
-    /// Hours to seal into the day documents.
-    seals: Mutex<Seals>,
-    /// The read of a recovered pass' ids, from one page to the next.
-    load_cursor: tokio::sync::Mutex<Option<seal_write::LoadCursor>>,
-    seal_spread: Duration,
-    /// The newest flush whose hour documents landed.
-    applied_through: AtomicU64,
-    /// The oldest hour start any writer may not have sealed; `i64::MAX`
-    /// until known.
-    lag_from: AtomicI64,
-    /// When `lag_from` was last read (wall-clock µs).
-    lag_read_at: AtomicU64,
-    /// A stopped writer whose seals this daemon is taking over.
-    takeover: tokio::sync::Mutex<Option<takeover::Takeover>>,
-    /// When the writers were last searched for a stopped one (µs).
-    takeover_searched_at: AtomicU64,
     hasher: ahash::RandomState,
     counters: Counters,
     /// Why the last operation could not reach the server, until one does:
@@ -363,12 +360,13 @@ pub struct MongoStore {
 impl fmt::Debug for MongoStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URI is left out: it may hold a password.
+        let c = &self.conn;
         f.debug_struct("MongoStore")
-            .field("database", &self.db.name())
-            .field("hour_collection", &self.hour.name())
-            .field("day_collection", &self.day.name())
-            .field("series_collection", &self.series.name())
-            .field("writer", &self.writer)
+            .field("database", &c.db.name())
+            .field("hour_collection", &c.hour.name())
+            .field("day_collection", &c.day.name())
+            .field("series_collection", &c.series.name())
+            .field("writer", &c.writer)
             .finish_non_exhaustive()
     }
 }
@@ -401,7 +399,7 @@ impl MongoStore {
             writer = writer_id,
             "MongoDB store configured"
         );
-        Ok(MongoStore {
+        let conn = Arc::new(Conn {
             hour: db.collection(&cfg.hour_collection),
             day: db.collection(&cfg.day_collection),
             series: db.collection(&cfg.series_collection),
@@ -421,28 +419,38 @@ impl MongoStore {
             features: Features::default(),
             indexes_ready: AtomicBool::new(false),
             index_attempt: tokio::sync::Mutex::new(None),
+            contacts: AtomicU64::new(0),
             reserved_id: AtomicU64::new(0),
             known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
-            turn: tokio::sync::Mutex::new(()),
-            seals: Mutex::new(Seals::default()),
-            load_cursor: tokio::sync::Mutex::new(None),
-            seal_spread: cfg.seal_spread.min(config::MAX_SEAL_SPREAD),
-            applied_through: AtomicU64::new(0),
-            lag_from: AtomicI64::new(i64::MAX),
-            lag_read_at: AtomicU64::new(0),
-            takeover: tokio::sync::Mutex::new(None),
-            takeover_searched_at: AtomicU64::new(0),
             hasher: ahash::RandomState::new(),
             counters: Counters::default(),
             outage: Mutex::new(None),
+        });
+        let spread = cfg.seal_spread.min(config::MAX_SEAL_SPREAD);
+        Ok(MongoStore {
+            sealer: Sealer::new(conn.clone(), spread),
+            conn,
+            sightings: Mutex::new(Sightings::default()),
         })
     }
 
     /// The driver client, e.g. for tests and tools in the same process.
     pub fn client(&self) -> &Client {
-        &self.client
+        &self.conn.client
     }
 
+    /// What the store has sent so far.
+    pub fn stats(&self) -> MongoStats {
+        self.conn.stats()
+    }
+
+    /// The features this store found the server lacking, so far.
+    pub fn missing_features(&self) -> Vec<Feature> {
+        self.conn.features.missing()
+    }
+}
+
+impl Conn {
     fn collection(&self, tier: Tier) -> &Collection<RawDocumentBuf> {
         match tier {
             Tier::Hour => &self.hour,
@@ -459,48 +467,6 @@ impl MongoStore {
         }
     }
 
-    /// Seals what is due by the wall clock (everything, when `all`), then
-    /// records where the store is complete. Returns that point, or None
-    /// when nothing was sealed.
-    async fn seal_now(&self, all: bool) -> Result<Option<u64>, StoreError> {
-        let _turn = self.turn.lock().await;
-        let now = seal_run::wall_us();
-        if self.seals.lock().should_read_record() {
-            // A restarted daemon seals what it left even if no flush comes;
-            // while the server is away, the next tick tries again.
-            let start = async {
-                self.ready().await?;
-                self.start_seals(None).await
-            };
-            if let Err(e) = start.await {
-                if e.is_retryable() && !all {
-                    tracing::debug!(error = %e, "cannot read this writer's seal record yet");
-                    return Ok(None);
-                }
-                return Err(e);
-            }
-        }
-        let did = self.run_seals(now, all).await?;
-        if !all {
-            self.upkeep(now).await;
-        }
-        if !did {
-            return Ok(None);
-        }
-        let complete = self.durable_through(self.applied_through.load(Ordering::Acquire));
-        self.note_complete(complete).await?;
-        Ok(Some(complete))
-    }
-
-    async fn note_complete(&self, complete: u64) -> Result<(), StoreError> {
-        if complete == 0 {
-            return Ok(());
-        }
-        self.record_complete(complete).await.inspect_err(|e| {
-            self.count_error(Op::Complete, e);
-        })
-    }
-
     fn doc_name(&self, tier: Tier, id: &str) -> String {
         format!("{}.{}/{id}", self.db.name(), self.collection(tier).name())
     }
@@ -512,44 +478,68 @@ impl Store for MongoStore {
         "mongodb"
     }
 
+    /// Sends the flush's own statements and nothing else: documents it
+    /// finds unknown are upserted, and the upkeep makes their day documents
+    /// exist; seals follow in the upkeep too.
     async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        let stats = self.apply_inner(batch).await?;
+        let Some((stats, days)) = self.conn.apply_inner(batch, &self.sealer).await? else {
+            return Ok(ApplyStats::default());
+        };
+        self.sealer.wrote(batch);
+        self.sightings.lock().add(days);
         // Only flushes whose every document is in: a crash replays the rest,
         // and the watermarks skip what is already there.
-        self.note_complete(self.durable_through(batch.id.0)).await?;
+        self.sealer
+            .note_complete(self.durable_through(batch.id.0))
+            .await?;
         Ok(stats)
     }
 
     /// Flushes with late minutes are complete once those are sealed.
     fn durable_through(&self, applied: u64) -> u64 {
-        self.seals.lock().complete(applied)
+        self.sealer.durable_through(applied)
     }
 
     fn day_tier_lag(&self) -> Duration {
-        self.seal_lag()
+        self.sealer.lag()
     }
 
-    /// Seals the hours that closed.
-    async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
-        self.seal_now(false).await
+    /// A share of the seals that are due, a step of a takeover, and the
+    /// day documents flushes saw first; see [`MongoStore`].
+    async fn upkeep(&self) -> Result<Option<u64>, StoreError> {
+        let due = self.sightings.lock().take();
+        if !due.is_empty() {
+            if let Err((e, back)) = self.conn.insert_sighted(due).await {
+                self.conn.count_error(Op::Insert, &e);
+                warn!(error = %e, documents = back.len(), "first-sighting inserts failed; retried later, and seals upsert what stays missing");
+                self.sightings.lock().failed(back);
+            }
+        }
+        self.sealer.seal_now(false).await
     }
 
     fn max_statements_per_s(&self) -> Option<f64> {
-        (self.max_statements_per_s > 0).then_some(self.max_statements_per_s as f64)
+        let max = self.conn.max_statements_per_s;
+        (max > 0).then_some(max as f64)
     }
 
     async fn complete_flush_id(&self) -> Result<u64, StoreError> {
-        self.complete_flush_id_inner().await
+        self.conn.complete_flush_id_inner().await
     }
 
     async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
-        self.preallocate_inner(docs).await
+        let stats = self.conn.preallocate_inner(docs).await?;
+        self.conn
+            .counters
+            .preallocated_documents
+            .fetch_add(stats.created as u64, Ordering::Relaxed);
+        Ok(stats)
     }
 
     async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
-        let r = self.read_inner(query).await;
+        let r = self.conn.read_inner(query).await;
         if let Err(e) = &r {
-            self.count_error(Op::Read, e);
+            self.conn.count_error(Op::Read, e);
         }
         r
     }
@@ -563,21 +553,7 @@ impl Store for MongoStore {
     /// that the daemon starts and ingests while MongoDB is down; flush ids
     /// then rest on the wall clock alone.
     async fn last_flush_id(&self) -> Result<u64, StoreError> {
-        match self.last_flush_id_inner().await {
-            Ok(id) => {
-                self.reserved_id.fetch_max(id, Ordering::AcqRel);
-                Ok(id)
-            }
-            Err(e) if e.is_retryable() => {
-                self.count_error(Op::LastFlushId, &e);
-                warn!(error = %e, "cannot read this writer's last flush id; continuing from the wall clock");
-                Ok(0)
-            }
-            Err(e) => {
-                self.count_error(Op::LastFlushId, &e);
-                Err(e)
-            }
-        }
+        self.conn.last_flush_id_at_start().await
     }
 
     /// Deletes what the TTL indexes would, where the server has none; see
@@ -588,40 +564,42 @@ impl Store for MongoStore {
         hour_retention_s: i64,
         day_retention_s: i64,
     ) -> Result<usize, StoreError> {
-        self.expire_inner(now_s, hour_retention_s, day_retention_s)
+        self.conn
+            .expire_inner(now_s, hour_retention_s, day_retention_s)
             .await
     }
 
     async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
         let started = Instant::now();
-        let r = self.catalog_upsert_inner(entries).await;
+        let r = self.conn.catalog_upsert_inner(entries).await;
         observe(self.name(), "catalog_upsert", started, &r);
         r
     }
 
     async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
         let started = Instant::now();
-        let r = self.catalog_list_inner(query).await;
+        let r = self.conn.catalog_list_inner(query).await;
         observe(self.name(), "catalog_list", started, &r);
         r
     }
 
     fn outage(&self) -> Option<String> {
-        self.outage.lock().clone()
+        self.conn.outage.lock().clone()
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        let limit = self.timeout.min(HEALTH_TIMEOUT);
+        let c = &self.conn;
+        let limit = c.timeout.min(HEALTH_TIMEOUT);
         let ping = async {
-            let admin = self.client.database("admin");
+            let admin = c.client.database("admin");
             match admin.run_command(doc! { "ping": 1 }).await {
                 Ok(_) => Ok(()),
                 Err(e) => Err(classify(&e, false)),
             }
         };
-        let r = self.timed(Op::Ping, 0, limit, "ping: ", ping).await;
+        let r = c.timed(Op::Ping, 0, limit, "ping: ", ping).await;
         if let Err(e) = &r {
-            self.count_error(Op::Ping, e);
+            c.count_error(Op::Ping, e);
         }
         r
     }
@@ -629,7 +607,7 @@ impl Store for MongoStore {
     /// Seals every hour this process wrote, the open ones too; everything
     /// else was acknowledged when `apply` returned. The client stays usable.
     async fn close(&self) -> Result<(), StoreError> {
-        match tokio::time::timeout(CLOSE_SEAL_LIMIT, self.seal_now(true)).await {
+        match tokio::time::timeout(CLOSE_SEAL_LIMIT, self.sealer.seal_now(true)).await {
             Ok(r) => r.map(|_| ()),
             Err(_) => {
                 // What is left is on record: the next start seals it.

@@ -1,9 +1,13 @@
 //! Making documents exist before their first update: pre-allocation ahead
-//! of time, and the first-sighting insert when a flush reaches a document
-//! the store does not know. Both insert the full empty document, so updates
-//! fill slots that are already there; the look-up comes first because a
-//! blind insert would resend 135 KB per day document after every restart.
+//! of time (driven by the daemon's maintenance, beside the flushes), and
+//! the first-sighting insert of the day documents a flush reached that the
+//! store does not know (driven by the store's upkeep, never by the flush:
+//! the flush upserts). Both insert the full empty document, so updates and
+//! seals fill slots that are already there; the look-up comes first
+//! because a blind insert would resend 135 KB per day document after every
+//! restart.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use bson::doc;
@@ -15,12 +19,63 @@ use super::command::{by_tier, Work};
 use super::errors::{all_or_worst, classify};
 use super::ids::{check_series, doc_id};
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::model::{DocKey, SeriesId, Tier};
 use crate::store::{PreallocStats, StoreError};
 
 /// Ids per existence look-up: ~70 bytes each, so well under a megabyte.
 const IDS_PER_LOOKUP: usize = 10_000;
+
+/// First-sighted documents waiting at most: beyond, the seal's upsert
+/// makes them (sparse), which costs nothing but their growth.
+const SIGHTINGS_CAP: usize = 100_000;
+
+/// First-sighted documents inserted per upkeep call: day documents are
+/// ~135 KB each, so about 70 MB on the wire at most.
+const SIGHTINGS_PER_CALL: usize = 500;
+
+/// Documents flushes reached before the store knew them to exist, waiting
+/// for the upkeep to insert them pre-allocated: a bounded queue, each
+/// document once.
+#[derive(Debug, Default)]
+pub(super) struct Sightings {
+    queue: VecDeque<DocKey>,
+    queued: hashbrown::HashSet<DocKey>,
+}
+
+impl Sightings {
+    /// Queues `docs` (those not queued yet), as long as there is room.
+    pub(super) fn add(&mut self, docs: Vec<DocKey>) {
+        for d in docs {
+            if self.queue.len() >= SIGHTINGS_CAP {
+                metrics::counter!("tally_mongodb_sightings_dropped_total").increment(1);
+                continue;
+            }
+            if self.queued.insert(d.clone()) {
+                self.queue.push_back(d);
+            }
+        }
+    }
+
+    /// The next documents to insert.
+    pub(super) fn take(&mut self) -> Vec<DocKey> {
+        let n = self.queue.len().min(SIGHTINGS_PER_CALL);
+        let out: Vec<DocKey> = self.queue.drain(..n).collect();
+        for d in &out {
+            self.queued.remove(d);
+        }
+        out
+    }
+
+    /// Documents whose insert failed: they wait again, at the front.
+    pub(super) fn failed(&mut self, docs: Vec<DocKey>) {
+        for d in docs.into_iter().rev() {
+            if self.queued.insert(d.clone()) {
+                self.queue.push_front(d);
+            }
+        }
+    }
+}
 
 /// One document a flush touches.
 pub(super) struct PlannedDoc<'a> {
@@ -32,7 +87,7 @@ pub(super) struct PlannedDoc<'a> {
     pub(super) series: &'a SeriesId,
 }
 
-impl MongoStore {
+impl Conn {
     pub(super) fn planned<'a>(
         &self,
         tier: Tier,
@@ -88,12 +143,25 @@ impl MongoStore {
         }
         self.ready().await?;
         let (created, present) = self.ensure_exist(&unknown, &mut Work::default()).await?;
-        self.counters
-            .preallocated_documents
-            .fetch_add(created as u64, Ordering::Relaxed);
         stats.created = created;
         stats.already_present += present;
         Ok(stats)
+    }
+
+    /// Inserts first-sighted documents that do not exist yet; on failure
+    /// hands them back, to wait for the next call.
+    pub(super) async fn insert_sighted(
+        &self,
+        keys: Vec<DocKey>,
+    ) -> Result<(), (StoreError, Vec<DocKey>)> {
+        let created = match self.preallocate_inner(&keys).await {
+            Ok(stats) => stats.created,
+            Err(e) => return Err((e, keys)),
+        };
+        self.counters
+            .first_sighting_documents
+            .fetch_add(created as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Makes sure every document of `docs` exists, inserting the missing

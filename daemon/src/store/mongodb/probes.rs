@@ -2,6 +2,16 @@
 //! tried once, at the first contact, on the small `tally_writers`
 //! collection. Apart from the record of what is missing, because they send
 //! commands, and the command layer consults that record.
+//!
+//! Any refusal marks the feature missing, whatever its code: servers that
+//! speak the protocol differ in how they say no (FerretDB versions answer
+//! `collMod` with codes a real server never uses), and a fallback costs
+//! less than a daemon that cannot start. Only no answer at all (the
+//! server unreachable, a timeout) is tried again with the next contact;
+//! so is an answer that says "try again" (not primary, shutting down),
+//! for [`PROBE_PATIENCE`] contacts, after which it counts as a refusal too.
+
+use std::sync::atomic::Ordering;
 
 use bson::raw::RawDocumentBuf;
 use bson::{doc, Document};
@@ -11,29 +21,33 @@ use super::errors::{not_implemented, parse_write_reply};
 use super::features::Feature;
 use super::flush_ids::WRITERS_COLLECTION;
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::store::StoreError;
+
+/// First contacts on which a transient answer to a probe is tried again
+/// rather than taken as a refusal.
+pub(super) const PROBE_PATIENCE: u64 = 3;
 
 /// The `_id` of the document in `tally_writers` the probes write;
 /// writer ids cannot contain `~`, so it is nobody's reservation.
 const PROBE_ID: &str = "~features";
 
-impl MongoStore {
-    /// The features this store found the server lacking, so far.
-    pub fn missing_features(&self) -> Vec<Feature> {
-        self.features.missing()
-    }
-
+impl Conn {
     /// Tries each feature once, on the small `tally_writers` collection:
     /// its own document there, a TTL index on a field no document has
     /// (which therefore never deletes anything), and a `collMod` that
-    /// changes nothing. A refusal marks the feature missing; a failure that
-    /// retrying may fix fails the first contact, which is then tried again.
+    /// changes nothing. A refusal marks the feature missing; no answer
+    /// fails the first contact, which is then tried again.
     pub(super) async fn probe_features(&self) -> Result<(), StoreError> {
         let probe = |u: Document| doc! { "q": { "_id": PROBE_ID }, "u": u, "upsert": true };
-        // The document the next two probes need.
-        self.probe_update(vec![probe(doc! { "$set": { "probe": true } })])
-            .await?;
+        // The document the next two probes need; if it is refused, they
+        // answer for themselves.
+        if let Some(why) = self
+            .probe_update(vec![probe(doc! { "$set": { "probe": true } })])
+            .await?
+        {
+            tracing::warn!(refusal = %why, "the server refused the feature probes' document");
+        }
         // A statement refused with a duplicate key, then one that works.
         let unordered = vec![
             doc! { "q": { "_id": PROBE_ID, "absent": true }, "u": { "$set": { "probe": true } }, "upsert": true },
@@ -71,28 +85,45 @@ impl MongoStore {
             cmd.push(&to_raw(s)?);
         }
         let cmd = cmd.finish(self.write_concern.as_deref())?;
-        let reply = match self.command(Op::Probe, cmd, 0, true).await {
+        let reply = match self.send(Op::Probe, cmd, 0).await {
             Ok(reply) => reply,
-            Err(StoreError::Invalid(refusal)) => return Ok(Some(refusal)),
-            Err(e) => return Err(e),
+            Err(f) => {
+                let answered = f.code().is_some();
+                return self.refusal(f.into_store(true), answered);
+            }
         };
         match parse_write_reply(&reply, n) {
             Ok(r) if r.n as usize + r.duplicates.len() < n => Ok(Some(format!(
                 "an unordered update of {n} statements answered {reply}"
             ))),
             Ok(_) => Ok(None),
-            Err(StoreError::Invalid(refusal)) => Ok(Some(refusal)),
-            Err(e) => Err(e),
+            Err(e) => self.refusal(e, true),
         }
     }
 
-    /// Sends a command; `Some(refusal)` when the server says it does not
-    /// implement it.
+    /// What a probe's failure means: a refusal (the feature is missing),
+    /// or `Err` to try again with the next contact. `answered`: the server
+    /// replied, with an error code.
+    fn refusal(&self, e: StoreError, answered: bool) -> Result<Option<String>, StoreError> {
+        let patient = self.contacts.load(Ordering::Acquire) < PROBE_PATIENCE;
+        if e.is_retryable() && (!answered || patient) {
+            return Err(e);
+        }
+        Ok(Some(e.to_string()))
+    }
+
+    /// Sends a command; `Some(refusal)` when the server refuses it, with
+    /// whatever code.
     async fn probe_command(&self, cmd: RawDocumentBuf) -> Result<Option<String>, StoreError> {
         match self.send(Op::Probe, cmd, 0).await {
             Ok(_) => Ok(None),
-            Err(f) if f.code().is_some_and(not_implemented) => Ok(Some(f.message())),
-            Err(f) => Err(f.into_store(false)),
+            Err(f) => {
+                let answered = f.code().is_some();
+                if f.code().is_some_and(not_implemented) {
+                    return Ok(Some(f.message()));
+                }
+                self.refusal(f.into_store(false), answered)
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use super::documents::{HOURS, MINUTES};
 use super::errors::classify;
 use super::ids::{check_series, period_key, series_prefix, MAX_KEYED_S, MIN_KEYED_S};
 use super::stats::Op;
-use super::MongoStore;
+use super::Conn;
 use crate::model::{Resolution, Tier, DAY_S};
 use crate::store::{DocRead, ReadQuery, StoreError};
 
@@ -58,7 +58,7 @@ impl IdRange {
     }
 }
 
-impl MongoStore {
+impl Conn {
     pub(super) async fn read_inner(&self, q: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
         if q.tier == Tier::Hour && q.resolution == Resolution::Day {
             return Err(StoreError::Invalid(

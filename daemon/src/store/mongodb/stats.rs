@@ -5,10 +5,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::MongoStore;
+use super::Conn;
 use crate::store::StoreError;
 
-/// Cumulative work done by a [`MongoStore`], for benchmarks and tests.
+/// Cumulative work done by a [`super::MongoStore`], for benchmarks and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MongoStats {
     /// Statements sent: update statements (documents and catalog) plus
@@ -98,9 +98,9 @@ impl Op {
     }
 }
 
-impl MongoStore {
+impl Conn {
     /// Counters of the work done so far.
-    pub fn stats(&self) -> MongoStats {
+    pub(super) fn stats(&self) -> MongoStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let update_statements = get(&c.update_statements);

@@ -1,9 +1,11 @@
 //! Applying a flush: one upsert per touched hour document, filtered on
-//! this writer's watermark, sent after the flush's ids are reserved and its
-//! new hour and day documents exist. Day documents are sealed from the hour
-//! documents later (`seals.rs`). Duplicate keys get one more round to tell
-//! races from documents that already hold the flush (see "Exactly once" in
-//! the module documentation).
+//! this writer's watermark, sent after the flush's ids are reserved. That
+//! is all a flush waits for: a document it finds unknown is upserted
+//! (the fallback), and its day documents are handed to the upkeep to make
+//! exist before their seal (`prealloc.rs`); day documents are sealed from
+//! the hour documents later (`seal/`). Duplicate keys get one more round to
+//! tell races from documents that already hold the flush (see "Exactly
+//! once" in the module documentation).
 
 use std::sync::atomic::Ordering;
 
@@ -13,15 +15,21 @@ use tracing::debug;
 use super::command::{by_tier, Work};
 use super::ids::{check_series, doc_id};
 use super::prealloc::PlannedDoc;
+use super::seal::Sealer;
 use super::statements::{hour_ops, StatementCtx};
 use super::stats::Op;
-use super::MongoStore;
-use crate::model::{FlushBatch, Tier};
+use super::Conn;
+use crate::model::{DocKey, FlushBatch, Tier};
 use crate::store::{ApplyStats, StoreError};
 
-impl MongoStore {
-    pub(super) async fn apply_inner(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        let _turn = self.turn.lock().await;
+impl Conn {
+    /// Sends a flush's statements. None when it has none; else what it
+    /// did, and the day documents it reached that are not known to exist.
+    pub(super) async fn apply_inner(
+        &self,
+        batch: &FlushBatch,
+        sealer: &Sealer,
+    ) -> Result<Option<(ApplyStats, Vec<DocKey>)>, StoreError> {
         let flush_id = batch.id.0;
         let ctx = StatementCtx {
             watermark_path: &self.watermark_path,
@@ -31,40 +39,38 @@ impl MongoStore {
         // batch changes nothing.
         let (docs, stmts, days) = self.plan_flush(batch, &ctx)?;
         if docs.is_empty() {
-            return Ok(ApplyStats::default());
+            return Ok(None);
         }
         self.ready().await?;
-        self.start_seals(Some(batch)).await?;
+        sealer.start(batch).await?;
         let mut work = Work::default();
         if self.reserve_ids(flush_id).await? {
             work.round_trips += 1;
         }
-        let stats = self
-            .send_planned(flush_id, &docs, &stmts, &days, work)
-            .await?;
-        self.applied_through.fetch_max(flush_id, Ordering::AcqRel);
-        self.seal_after_flush(batch).await;
-        Ok(stats)
+        let stats = self.send_planned(flush_id, &docs, &stmts, work).await?;
+        let unknown_days = self
+            .unknown(&days)
+            .into_iter()
+            .map(|d| DocKey {
+                series: d.series.clone(),
+                tier: d.tier,
+                period_start: d.start,
+            })
+            .collect();
+        Ok(Some((stats, unknown_days)))
     }
 
-    /// Makes sure the documents exist, then sends their statements.
+    /// Sends the statements; the documents exist afterwards.
     async fn send_planned(
         &self,
         flush_id: u64,
         docs: &[PlannedDoc<'_>],
         stmts: &[RawDocumentBuf],
-        days: &[PlannedDoc<'_>],
         mut work: Work,
     ) -> Result<ApplyStats, StoreError> {
-        // The day documents only need to exist: seals fill them.
-        let mut unknown = self.unknown(docs);
-        unknown.extend(self.unknown(days));
-        let (created, _) = self.ensure_exist(&unknown, &mut work).await?;
-        self.counters
-            .first_sighting_documents
-            .fetch_add(created as u64, Ordering::Relaxed);
         let skipped = self.send_updates(flush_id, docs, stmts, &mut work).await?;
-        // Documents whose update was refused as "already applied" exist.
+        // Every document updated, upserted or refused as "already applied"
+        // exists now.
         self.remember(docs);
         let stats = ApplyStats {
             documents_written: stmts.len() - skipped,
@@ -77,7 +83,6 @@ impl MongoStore {
             documents = stmts.len(),
             written = stats.documents_written,
             skipped = stats.documents_skipped,
-            first_sighting = created,
             round_trips = stats.round_trips,
             "MongoDB flush applied"
         );

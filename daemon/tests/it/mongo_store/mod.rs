@@ -27,6 +27,7 @@ mod expiry;
 mod faults;
 mod last;
 mod seals;
+mod upkeep;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -71,11 +71,19 @@ async fn preallocate(store: &MongoStore, sources: &[String], hours: &[i64]) {
     store.preallocate(&keys).await.unwrap();
 }
 
-/// Applies `b` and returns the update statements it sent.
+/// Applies `b`, runs the upkeep that follows a flush (its seals), and
+/// returns the update statements both sent.
 async fn updates_of(store: &MongoStore, b: &FlushBatch) -> u64 {
     let before = store.stats().update_statements;
-    store.apply(b).await.unwrap();
+    apply_then_upkeep(store, b).await;
     store.stats().update_statements - before
+}
+
+/// What the daemon does with a flush: apply it, then, beside the next
+/// flushes, the store's upkeep.
+async fn apply_then_upkeep(store: &MongoStore, b: &FlushBatch) {
+    store.apply(b).await.unwrap();
+    store.upkeep().await.unwrap();
 }
 
 /// With N series at one sample a second, every flush sends N hour
@@ -147,7 +155,7 @@ async fn a_restart_seals_what_a_crash_left(target: MongoTarget) {
         .collect();
     let a = store_with(&target, writer).await;
     for b in &flushes {
-        a.apply(b).await.unwrap();
+        apply_then_upkeep(&a, b).await;
     }
     // Nothing late: every flush is complete once its hour documents are.
     let last = flushes.last().map(|b| b.id.0).unwrap_or(0);
@@ -159,7 +167,7 @@ async fn a_restart_seals_what_a_crash_left(target: MongoTarget) {
     b.last_flush_id().await.unwrap();
     // Idle ticks alone seal what A left, hours that closed long ago.
     for _ in 0..10 {
-        if b.sync_idle().await.unwrap().is_none() {
+        if b.upkeep().await.unwrap().is_none() {
             break;
         }
     }
@@ -168,7 +176,7 @@ async fn a_restart_seals_what_a_crash_left(target: MongoTarget) {
     }
     // A replay of flushes already applied is harmless.
     for f in &flushes[25..] {
-        b.apply(f).await.unwrap();
+        apply_then_upkeep(&b, f).await;
     }
     b.close().await.unwrap();
     for s in &sources {
@@ -191,7 +199,7 @@ async fn a_writer_that_never_comes_back_is_taken_over(target: MongoTarget) {
     let a = store_with(&target, "w-gone").await;
     for i in 0..12i64 {
         let t = hour + 30 + 500 * i;
-        a.apply(&flush(t + 1, &sources, &[t])).await.unwrap();
+        apply_then_upkeep(&a, &flush(t + 1, &sources, &[t])).await;
     }
     drop(a);
     // Two hours pass without a word from A: its reservation (flush ids of
@@ -207,7 +215,7 @@ async fn a_writer_that_never_comes_back_is_taken_over(target: MongoTarget) {
         .unwrap();
     let b = store_with(&target, "w-heir").await;
     for _ in 0..10 {
-        b.sync_idle().await.unwrap();
+        b.upkeep().await.unwrap();
     }
     for s in &sources {
         check_day_doc_equals_hours(&target, s, &[hour, hour + HOUR_S]).await;
@@ -235,16 +243,16 @@ async fn two_writers_of_one_series_seal_it_once(target: MongoTarget) {
     let b = store_with(&target, "w-two").await;
     for i in 0..10i64 {
         let t = hour + 60 * i;
-        a.apply(&flush(t + 1, &sources, &[t])).await.unwrap();
-        b.apply(&flush(t + 2, &sources, &[t + 1])).await.unwrap();
+        apply_then_upkeep(&a, &flush(t + 1, &sources, &[t])).await;
+        apply_then_upkeep(&b, &flush(t + 2, &sources, &[t + 1])).await;
     }
     // The hour closes for both: each seals it.
     let t = hour + HOUR_S + GRACE;
-    a.apply(&flush(t, &sources, &[t - 1])).await.unwrap();
+    apply_then_upkeep(&a, &flush(t, &sources, &[t - 1])).await;
     for s in &sources {
         check_day_doc_equals_hours(&target, s, &[hour]).await;
     }
-    b.apply(&flush(t + 1, &sources, &[t])).await.unwrap();
+    apply_then_upkeep(&b, &flush(t + 1, &sources, &[t])).await;
     a.close().await.unwrap();
     b.close().await.unwrap();
     for s in &sources {

@@ -10,12 +10,12 @@ use bson::doc;
 use futures::TryStreamExt;
 use tracing::{debug, warn};
 
-use super::errors::{as_i64, classify};
-use super::seal_write::Sealed;
-use super::seals::Seals;
-use super::stats::Op;
-use super::MongoStore;
+use super::queue::Seals;
+use super::write::Sealed;
+use super::Sealer;
 use crate::model::FlushBatch;
+use crate::store::mongodb::errors::{as_i64, classify};
+use crate::store::mongodb::stats::Op;
 use crate::store::StoreError;
 
 /// How often the oldest unsealed hour of all writers is read again, for
@@ -36,7 +36,7 @@ pub(super) fn wall_us() -> u64 {
     u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0)
 }
 
-impl MongoStore {
+impl Sealer {
     /// Before the first flush of this process is written, or its first idle
     /// tick: where sealing starts. From the writer's record if it has one;
     /// else from the batch's oldest hour, recorded before anything of the
@@ -45,7 +45,7 @@ impl MongoStore {
         if self.seals.lock().started() {
             return Ok(());
         }
-        let record = self.writer_doc().await?;
+        let record = self.conn.writer_doc().await?;
         match record.and_then(|d| d.get("sealed").and_then(as_i64)) {
             Some(sealed) => {
                 // The hours themselves are read page by page when their
@@ -130,24 +130,13 @@ impl MongoStore {
         Ok(did)
     }
 
-    /// After a flush landed: seals what is due, and keeps the lag current.
-    /// A failure here leaves the seals queued and the flush applied.
-    pub(super) async fn seal_after_flush(&self, batch: &FlushBatch) {
-        self.seals.lock().wrote(batch, batch.id.0);
-        if let Err(e) = self.run_seals(batch.id.0, false).await {
-            self.count_error(Op::Update, &e);
-            warn!(error = %e, "sealing day documents failed; retried with the next flush");
-        }
-        self.upkeep(wall_us()).await;
-    }
-
     /// What every flush and idle tick also does, each rate-limited: keep
     /// the read lag current, and take a step of a stopped writer's
     /// takeover (a failure is retried with the next step).
     pub(super) async fn upkeep(&self, now_us: u64) {
         self.refresh_lag(now_us).await;
         if let Err(e) = self.take_over_step(now_us).await {
-            self.count_error(Op::Update, &e);
+            self.conn.count_error(Op::Update, &e);
             warn!(error = %e, "sealing a stopped writer's hours failed; retried later");
         }
     }
@@ -156,7 +145,7 @@ impl MongoStore {
         // `$set`, not `$max`: the writer's own account is the truth while
         // it lives, even over a takeover that moved it on meanwhile.
         let update = doc! { "$set": { "sealed": from }, "$currentDate": { "updated": true } };
-        self.update_writer(Op::Complete, update).await?;
+        self.conn.update_writer(Op::Complete, update).await?;
         self.lag_from.fetch_min(from.max(1), Ordering::AcqRel);
         Ok(())
     }
@@ -169,12 +158,13 @@ impl MongoStore {
             return;
         }
         self.lag_read_at.store(now_us, Ordering::Release);
-        let retention_us = self.retention.0.saturating_mul(1_000_000);
+        let retention_us = self.conn.retention.0.saturating_mul(1_000_000);
         let since = i64::try_from(now_us.saturating_sub(retention_us)).unwrap_or(0);
         let filter = doc! { "sealed": { "$exists": true }, "next": { "$gte": since } };
-        let me = self.writer.clone();
+        let me = self.conn.writer.clone();
         let read = async {
             let mut cursor = self
+                .conn
                 .writers
                 .find(filter)
                 .projection(doc! { "sealed": 1 })
@@ -192,7 +182,8 @@ impl MongoStore {
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         match self
-            .timed(Op::Read, 64, self.timeout, "writers' seals: ", read)
+            .conn
+            .timed(Op::Read, 64, self.conn.timeout, "writers' seals: ", read)
             .await
         {
             Ok((oldest, mine)) => {
@@ -213,7 +204,7 @@ impl MongoStore {
     /// at clock `now_us`: older hours have nothing left to seal from.
     pub(super) fn oldest_hour_kept(&self, now_us: u64) -> i64 {
         let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
-        let retention = i64::try_from(self.retention.0).unwrap_or(i64::MAX);
+        let retention = i64::try_from(self.conn.retention.0).unwrap_or(i64::MAX);
         now_s.saturating_sub(retention)
     }
 

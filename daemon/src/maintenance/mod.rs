@@ -4,8 +4,10 @@
 //! idle series (and the groups their sources declared) so the aggregator's
 //! tables stay bounded.
 
+mod retry;
+
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -13,10 +15,12 @@ use tracing::{debug, info, warn};
 
 use crate::aggregator::{Aggregator, PreallocWindow};
 use crate::catalog::CatalogWriter;
-use crate::model::Tier;
+use crate::model::{DocKey, Tier, MINUTE_S};
 use crate::rollup::Rollups;
 use crate::store::{RetentionConfig, Store};
 use crate::validate::{secs, Problems, DAY, HOUR, MINUTE};
+
+use self::retry::Retries;
 
 /// `[prealloc]`: inserting the next period's documents ahead of the
 /// boundary, spread over the end of the current period.
@@ -84,6 +88,7 @@ const SWEEP_TICK: Duration = Duration::from_secs(60);
 impl Maintenance {
     /// Runs until `stop` is cancelled.
     pub async fn run(self, stop: CancellationToken) {
+        let mut retries = Retries::default();
         let mut prealloc_tick = tokio::time::interval(PREALLOC_TICK);
         let mut sweep_tick = tokio::time::interval(SWEEP_TICK);
         prealloc_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
@@ -91,14 +96,13 @@ impl Maintenance {
         loop {
             tokio::select! {
                 _ = stop.cancelled() => return,
-                _ = prealloc_tick.tick(), if self.prealloc.enabled => self.preallocate().await,
+                _ = prealloc_tick.tick(), if self.prealloc.enabled => {
+                    let now = chrono::Utc::now().timestamp();
+                    preallocate(&self.agg, &self.rollups, &*self.store, &self.prealloc, &mut retries, now).await
+                }
                 _ = sweep_tick.tick() => self.sweep().await,
             }
         }
-    }
-
-    async fn preallocate(&self) {
-        preallocate(&self.agg, &self.rollups, &*self.store, &self.prealloc).await
     }
 
     async fn sweep(&self) {
@@ -114,26 +118,52 @@ impl Maintenance {
     }
 }
 
-async fn preallocate(agg: &Aggregator, rollups: &Rollups, store: &dyn Store, cfg: &PreallocConfig) {
-    let now = chrono::Utc::now().timestamp();
+/// One tick of pre-allocation at wall clock `now` (Unix seconds): first
+/// the failed documents whose backoff is over, then newly due ones, at most
+/// `prealloc.max_per_second` in all. It runs beside the flushes, which
+/// never wait for it.
+async fn preallocate(
+    agg: &Aggregator,
+    rollups: &Rollups,
+    store: &dyn Store,
+    cfg: &PreallocConfig,
+    retries: &mut Retries,
+    now: i64,
+) {
     let (hour_window, day_window) = (
         cfg.hour_window.as_secs() as i64,
         cfg.day_window.as_secs() as i64,
     );
     let limit = cfg.max_per_second as usize;
-    let mut due = agg.due_preallocations(now, hour_window, day_window, limit);
+    let clock = Instant::now();
+    let mut due = retries.due(clock, now, limit);
+    let retried = due.len();
+    due.extend(agg.due_preallocations(now, hour_window, day_window, limit - retried));
     if let Some(window) = PreallocWindow::at(now, hour_window, day_window) {
         due.extend(rollups.due_preallocations(&window, limit.saturating_sub(due.len())));
     }
-    if due.is_empty() {
-        return;
+    if !due.is_empty() {
+        try_preallocate(store, due, retries, clock, retried).await;
     }
+    let (hours, days) = retries.waiting();
+    metrics::gauge!("tally_prealloc_retry_documents", "tier" => "hour").set(hours as f64);
+    metrics::gauge!("tally_prealloc_retry_documents", "tier" => "day").set(days as f64);
+}
+
+async fn try_preallocate(
+    store: &dyn Store,
+    due: Vec<DocKey>,
+    retries: &mut Retries,
+    clock: Instant,
+    retried: usize,
+) {
     let hours = due.iter().filter(|d| d.tier == Tier::Hour).count() as u64;
     let started = std::time::Instant::now();
     let result = store.preallocate(&due).await;
     crate::telemetry::store_operation(store.name(), "preallocate", started.elapsed().as_secs_f64());
     match result {
         Ok(stats) => {
+            retries.succeeded();
             metrics::counter!("tally_preallocated_documents_total", "tier" => "hour")
                 .increment(hours.min(stats.created as u64));
             metrics::counter!("tally_preallocated_documents_total", "tier" => "day")
@@ -141,15 +171,20 @@ async fn preallocate(agg: &Aggregator, rollups: &Rollups, store: &dyn Store, cfg
             debug!(
                 created = stats.created,
                 present = stats.already_present,
+                retried,
                 "pre-allocated"
             );
         }
         // The upsert in `apply` is the fallback, so a missed pre-allocation
-        // costs a slower first write, not data.
+        // costs a slower first write, not data; until the period begins it
+        // is tried again.
         Err(e) => {
             metrics::counter!("tally_store_errors_total", "store" => store.name(), "op" => "preallocate", "kind" => e.kind())
                 .increment(1);
-            warn!(error = %e, documents = due.len(), "pre-allocation failed");
+            warn!(error = %e, documents = due.len(), retried, "pre-allocation failed; retrying with backoff until the period begins");
+            if e.is_retryable() {
+                retries.failed(clock, due);
+            }
         }
     }
 }

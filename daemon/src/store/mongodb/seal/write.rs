@@ -18,14 +18,15 @@ use futures::TryStreamExt;
 use hashbrown::HashMap;
 use mongodb::error::Error as DriverError;
 
-use super::command::{bson_len, Work};
-use super::decode::{decode_slot, DecodeError};
-use super::documents::{encode_last, EmptyBounds, HOURS, MINUTES};
-use super::errors::classify;
-use super::ids::{bson_date, doc_id};
-use super::seals::{Items, Share};
-use super::stats::Op;
-use super::MongoStore;
+use super::queue::{Items, Share};
+use super::Sealer;
+use crate::store::mongodb::command::{bson_len, Work};
+use crate::store::mongodb::decode::{decode_slot, type_error, DecodeError};
+use crate::store::mongodb::documents::{encode_last, EmptyBounds, HOURS, MINUTES};
+use crate::store::mongodb::errors::classify;
+use crate::store::mongodb::features::Feature;
+use crate::store::mongodb::ids::{bson_date, doc_id};
+use crate::store::mongodb::stats::Op;
 use crate::model::{Slot, Tier, DAY_S, HOUR_S};
 use crate::store::StoreError;
 
@@ -58,7 +59,7 @@ pub(super) struct LoadCursor {
     cursor: mongodb::Cursor<RawDocumentBuf>,
 }
 
-impl MongoStore {
+impl Sealer {
     /// Seals one share, or loads a page of its pass' ids.
     pub(super) async fn seal_share(&self, share: &Share) -> Result<Sealed, StoreError> {
         let ids: Vec<String> = match &share.items {
@@ -93,7 +94,7 @@ impl MongoStore {
                 Some(load) => load,
                 None => {
                     let cursor = self
-                        .written_in(hour, &self.watermark_path, LOAD_PAGE)
+                        .written_in(hour, &self.conn.watermark_path, LOAD_PAGE)
                         .await?;
                     LoadCursor { hour, cursor }
                 }
@@ -103,10 +104,11 @@ impl MongoStore {
         };
         let page = async { page.await.map_err(|e| classify(&e, false)) };
         let (ids, rest) = self
+            .conn
             .timed(
                 Op::Read,
                 128,
-                self.timeout,
+                self.conn.timeout,
                 "hour documents to seal: ",
                 page,
             )
@@ -124,7 +126,7 @@ impl MongoStore {
     async fn seal_ids(&self, hour: i64, ids: &[String]) -> Result<(), StoreError> {
         let day_start = hour.div_euclid(DAY_S) * DAY_S;
         let index = usize::try_from((hour - day_start) / HOUR_S).unwrap_or(0);
-        let bounds = if self.features.lacks(super::Feature::Infinity) {
+        let bounds = if self.conn.features.lacks(Feature::Infinity) {
             EmptyBounds::Finite
         } else {
             EmptyBounds::Infinite
@@ -156,7 +158,7 @@ impl MongoStore {
                         // the others: it stays as it is, and says so.
                         metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
                         tracing::error!(
-                            hour_document = %self.doc_name(Tier::Hour, id),
+                            hour_document = %self.conn.doc_name(Tier::Hour, id),
                             error = %e,
                             "cannot seal this hour into its day document"
                         );
@@ -166,8 +168,9 @@ impl MongoStore {
             if stmts.is_empty() {
                 return Ok(());
             }
-            let send = [(self.day.name(), stmts.iter().map(|s| s.as_ref()).collect())];
+            let send = [(self.conn.day.name(), stmts.iter().map(|s| s.as_ref()).collect())];
             let replies = match self
+                .conn
                 .write_all(Op::Update, &send, &mut Work::default())
                 .await
             {
@@ -216,7 +219,7 @@ impl MongoStore {
         }
         let filter = doc! { "_id": { "$in": ids } };
         let bytes = bson_len(&filter) + bson_len(&projection);
-        let coll = self.collection(tier);
+        let coll = self.conn.collection(tier);
         let read = async {
             let mut cursor = coll
                 .find(filter)
@@ -232,12 +235,12 @@ impl MongoStore {
             Ok::<_, DriverError>(out)
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
-        self.timed(Op::Read, bytes, self.timeout, "seal read: ", read)
+        self.conn.timed(Op::Read, bytes, self.conn.timeout, "seal read: ", read)
             .await
     }
 }
 
-impl MongoStore {
+impl Sealer {
     /// A read of the ids of the hour documents of `hour` that hold the
     /// watermark at `watermark_path`, in pages of `page`.
     pub(super) async fn written_in(
@@ -247,7 +250,7 @@ impl MongoStore {
         page: usize,
     ) -> Result<mongodb::Cursor<RawDocumentBuf>, DriverError> {
         let filter = doc! { "t": bson_date(hour), watermark_path: { "$exists": true } };
-        self.hour
+        self.conn.hour
             .find(filter)
             .projection(doc! { "_id": 1 })
             .batch_size(u32::try_from(page).unwrap_or(u32::MAX))
@@ -317,7 +320,7 @@ fn sub<'a>(d: Option<&'a RawDocument>, key: &str) -> Result<Option<&'a RawDocume
     match d.get(key)? {
         None => Ok(None),
         Some(RawBsonRef::Document(s)) => Ok(Some(s)),
-        Some(v) => Err(super::decode::type_error(key, v, "a document")),
+        Some(v) => Err(type_error(key, v, "a document")),
     }
 }
 
@@ -440,5 +443,5 @@ pub(super) fn seal_statement(
 }
 
 #[cfg(test)]
-#[path = "seal_write_tests.rs"]
+#[path = "write_tests.rs"]
 mod tests;

@@ -424,5 +424,5 @@ impl Seals {
 }
 
 #[cfg(test)]
-#[path = "seals_tests.rs"]
+#[path = "queue_tests.rs"]
 mod tests;

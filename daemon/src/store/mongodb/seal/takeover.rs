@@ -24,11 +24,11 @@ use bson::raw::RawDocumentBuf;
 use futures::TryStreamExt;
 use tracing::{info, warn};
 
-use super::errors::{as_i64, classify};
-use super::seal_write::next_ids;
-use super::seals::{hour_of, hours_to_seal};
-use super::stats::Op;
-use super::MongoStore;
+use super::queue::{hour_of, hours_to_seal};
+use super::write::next_ids;
+use super::Sealer;
+use crate::store::mongodb::errors::{as_i64, classify};
+use crate::store::mongodb::stats::Op;
 use crate::model::HOUR_S;
 use crate::store::StoreError;
 
@@ -55,7 +55,7 @@ pub(super) struct Takeover {
     cursor: Option<mongodb::Cursor<RawDocumentBuf>>,
 }
 
-impl MongoStore {
+impl Sealer {
     /// One step of a takeover, searching for a writer to take over now and
     /// then. Returns whether anything was sealed or recorded.
     pub(super) async fn take_over_step(&self, now_us: u64) -> Result<bool, StoreError> {
@@ -100,7 +100,7 @@ impl MongoStore {
     async fn find_stale_writer(&self, now_us: u64) -> Result<Option<Takeover>, StoreError> {
         let before = i64::try_from(now_us.saturating_sub(STALE_US)).unwrap_or(0);
         let filter = doc! {
-            "_id": { "$ne": self.writer.as_str() },
+            "_id": { "$ne": self.conn.writer.as_str() },
             "sealed": { "$exists": true },
             "next": { "$lt": before },
             "$or": [
@@ -109,7 +109,7 @@ impl MongoStore {
             ],
         };
         let read = async {
-            let mut cursor = self.writers.find(filter).await?;
+            let mut cursor = self.conn.writers.find(filter).await?;
             let mut found: Option<(i64, String, i64, Option<bson::DateTime>)> = None;
             while let Some(d) = cursor.try_next().await? {
                 let (Ok(writer), Some(sealed), Some(next)) = (
@@ -130,7 +130,8 @@ impl MongoStore {
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         let found = self
-            .timed(Op::Read, 128, self.timeout, "stale writers: ", read)
+            .conn
+            .timed(Op::Read, 128, self.conn.timeout, "stale writers: ", read)
             .await?;
         let Some((sealed, writer, next, updated)) = found else {
             return Ok(None);
@@ -171,10 +172,10 @@ impl MongoStore {
             next_ids(cursor, STEP_IDS).await
         };
         let page = async { page.await.map_err(|e| classify(&e, false)) };
-        self.timed(
+        self.conn.timed(
             Op::Read,
             128,
-            self.timeout,
+            self.conn.timeout,
             "a stopped writer's hours: ",
             page,
         )
@@ -197,16 +198,17 @@ impl MongoStore {
         };
         let update = doc! { "$max": { "sealed": last_hour + HOUR_S } };
         let write = async {
-            self.writers
+            self.conn.writers
                 .update_one(filter, update)
                 .await
                 .map_err(|e| classify(&e, true))
         };
         let r = self
+            .conn
             .timed(
                 Op::Complete,
                 128,
-                self.timeout,
+                self.conn.timeout,
                 "a stopped writer's record: ",
                 write,
             )
