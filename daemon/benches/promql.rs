@@ -59,7 +59,6 @@ fn minute(minute: i64, base: f64, per_s: f64) -> Slot {
         max: inc,
         last: base + per_s * ((minute * 60 + 45) as f64),
         last_ms: minute * 60_000 + 45_000,
-        ..Slot::EMPTY
     }
 }
 

@@ -442,7 +442,10 @@ fn check_open_files(config: &Config) {
     let connections = config.grpc.max_connections
         + config.http.max_connections
         + config.http.reserved_connections
-        + config.graphite.addr().map_or(0, |_| config.graphite.max_connections)
+        + config
+            .graphite
+            .addr()
+            .map_or(0, |_| config.graphite.max_connections)
         + 2 * listen::MAX_EVICTING;
     let files = listen::fds::raise_to(listen::fds::needed(connections as u64));
     if files.was != files.now {

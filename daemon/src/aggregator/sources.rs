@@ -124,11 +124,15 @@ mod tests {
         agg.drain(None);
         assert_eq!(agg.source_activity(), got);
         // A counter's baseline restored after a restart is its last sample.
-        agg.seed_baseline(&crate::wal::Baseline::new(
-            Arc::new(crate::model::SeriesId::new("c", "total")),
-            now - 9_000,
-            5.0,
-        ));
+        agg.seed_baseline(
+            &crate::wal::Baseline::new(
+                Arc::new(crate::model::SeriesId::new("c", "total")),
+                now - 9_000,
+                5.0,
+                crate::wal::UNKNOWN_ARRIVAL,
+            ),
+            now,
+        );
         assert_eq!(agg.source_activity()[2].last_ms, Some(now - 9_000));
     }
 }

@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use crate::aggregator::{Aggregator, PreallocWindow};
 use crate::catalog::CatalogWriter;
-use crate::model::{DocKey, Tier, MINUTE_S};
+use crate::model::{DocKey, Tier};
 use crate::rollup::Rollups;
 use crate::store::{RetentionConfig, Store};
 use crate::validate::{secs, Problems, DAY, HOUR, MINUTE};

@@ -234,7 +234,11 @@ pub async fn check(store: Arc<dyn Store>, case: &Case) {
     for _ in 0..100 {
         let synced = store.sync_idle().await.unwrap();
         let kept = store.upkeep().await.unwrap();
-        idle = if synced.is_none() && kept.is_none() { idle + 1 } else { 0 };
+        idle = if synced.is_none() && kept.is_none() {
+            idle + 1
+        } else {
+            0
+        };
         if idle == 2 {
             break;
         }

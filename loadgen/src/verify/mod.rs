@@ -457,7 +457,11 @@ mod tests {
         fake.partial_for.store(usize::MAX, Ordering::Relaxed);
         let report = verify(checks, Vec::new(), &opts).await.unwrap();
         assert!(!report.passed);
-        assert_eq!((report.missing_points, report.mismatches), (0, 0), "{report:?}");
+        assert_eq!(
+            (report.missing_points, report.mismatches),
+            (0, 0),
+            "{report:?}"
+        );
         assert_eq!(report.read_errors, 8, "{report:?}");
         assert!(report.listed[0].contains("partial"), "{:?}", report.listed);
     }

@@ -316,11 +316,17 @@ async fn statements_follow_active_series_not_samples(target: MongoTarget) {
         store.upkeep().await.unwrap();
     }
     let first = store.stats();
-    assert_eq!(first.lookup_round_trips, shares, "one existence look-up a share");
+    assert_eq!(
+        first.lookup_round_trips, shares,
+        "one existence look-up a share"
+    );
     assert!(first.first_sighting_documents > 0, "{first:?}");
     assert_eq!(first.insert_statements, first.first_sighting_documents);
     let days = target.db().await.collection::<Document>(DAYS);
-    assert_eq!(days.count_documents(doc! {}).await.unwrap(), n_series as u64);
+    assert_eq!(
+        days.count_documents(doc! {}).await.unwrap(),
+        n_series as u64
+    );
 
     let started = Instant::now();
     let stats = store

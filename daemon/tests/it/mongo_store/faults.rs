@@ -70,7 +70,11 @@ async fn ambiguous_failures_count_once() {
         ],
     );
     let stats = lose_reply_then_retry(&store, standin, &a).await;
-    assert_eq!(stats.documents_written + stats.documents_skipped, 2, "{stats:?}");
+    assert_eq!(
+        stats.documents_written + stats.documents_skipped,
+        2,
+        "{stats:?}"
+    );
     assert!(stats.documents_skipped >= 1, "{stats:?}");
     assert_eq!(store.stats().preallocated_documents, 0);
 

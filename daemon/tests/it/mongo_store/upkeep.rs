@@ -90,7 +90,10 @@ async fn a_day_boundary_with_preallocation_failing_stalls_no_flush() {
         let t = start + step as i64 * STEP_S;
         standin.fail_inserts((MIDNIGHT - 15 * 60..MIDNIGHT).contains(&t));
         tokio::time::sleep_until((began + INTERVAL * step as u32).into()).await;
-        let samples: Vec<_> = sources.iter().map(|s| series(s, "m", &[(t, 1.0)])).collect();
+        let samples: Vec<_> = sources
+            .iter()
+            .map(|s| series(s, "m", &[(t, 1.0)]))
+            .collect();
         let b = batch((t + 1) as u64 * 1_000_000, &samples);
         let stats = store.apply(&b).await.unwrap();
         assert_eq!(stats.documents_written, sources.len(), "flush at {t}");
@@ -107,23 +110,47 @@ async fn a_day_boundary_with_preallocation_failing_stalls_no_flush() {
         "{steps} flushes across midnight, pre-allocation failed {failed} times; longest gap {longest:?}; {:?}",
         store.stats()
     );
-    assert!(failed > 0, "pre-allocation was meant to fail before midnight");
+    assert!(
+        failed > 0,
+        "pre-allocation was meant to fail before midnight"
+    );
     assert!(
         longest <= 2 * INTERVAL,
         "a flush waited: longest gap {longest:?}"
     );
-    assert!(store.stats().fallback_upserts > 0, "the boundary's documents were upserted");
+    assert!(
+        store.stats().fallback_upserts > 0,
+        "the boundary's documents were upserted"
+    );
 
     // Every sample once, in the hour and in the day documents.
     store.close().await.unwrap();
     let want = steps as u64;
     for s in &sources {
         for tier in [Tier::Hour, Tier::Day] {
-            let docs = read(&*store, s, "m", tier, Resolution::Minute, start - DAY_S, start + DAY_S).await;
+            let docs = read(
+                &*store,
+                s,
+                "m",
+                tier,
+                Resolution::Minute,
+                start - DAY_S,
+                start + DAY_S,
+            )
+            .await;
             let n: u64 = docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
             assert_eq!(n, want, "{s} {tier:?}");
         }
-        let days = read(&*store, s, "m", Tier::Day, Resolution::Day, start - DAY_S, start + DAY_S).await;
+        let days = read(
+            &*store,
+            s,
+            "m",
+            Tier::Day,
+            Resolution::Day,
+            start - DAY_S,
+            start + DAY_S,
+        )
+        .await;
         let n: u64 = days.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
         assert_eq!(n, want, "{s}: day totals");
     }
@@ -143,13 +170,17 @@ async fn probes_answered_with_unexpected_codes_fall_back() {
     for (i, code) in [2, 9, 14, 72, 20, 12345, 91].into_iter().enumerate() {
         standin.probe_code(Some(code));
         let writer = format!("w-probe-{i}");
-        let store = MongoStore::connect(&config(&target, &target.database), LONG_RETENTION, &writer)
-            .await
-            .unwrap();
+        let store =
+            MongoStore::connect(&config(&target, &target.database), LONG_RETENTION, &writer)
+                .await
+                .unwrap();
         assert_eq!(store.last_flush_id().await.unwrap(), 0, "code {code}");
         let source = format!("probe-{i}");
         let t = MIDNIGHT - HOUR_S + 30;
-        let b = batch(1_000 + i as u64, &[series(&source, "m", &[(t, 2.0), (t + 1, 4.0)])]);
+        let b = batch(
+            1_000 + i as u64,
+            &[series(&source, "m", &[(t, 2.0), (t + 1, 4.0)])],
+        );
         // A transient answer is tried again for a few first contacts.
         let mut tries = 0;
         while let Err(e) = store.apply(&b).await {
@@ -162,7 +193,16 @@ async fn probes_answered_with_unexpected_codes_fall_back() {
         all.sort_by_key(|f| f.as_str());
         assert_eq!(missing, all, "code {code}");
         store.close().await.unwrap();
-        let docs = read(&store, &source, "m", Tier::Day, Resolution::Minute, t - 60, t + 60).await;
+        let docs = read(
+            &store,
+            &source,
+            "m",
+            Tier::Day,
+            Resolution::Minute,
+            t - 60,
+            t + 60,
+        )
+        .await;
         let n: u64 = docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
         assert_eq!(n, 2, "code {code}");
     }

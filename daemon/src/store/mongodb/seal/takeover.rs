@@ -27,9 +27,9 @@ use tracing::{info, warn};
 use super::queue::{hour_of, hours_to_seal};
 use super::write::next_ids;
 use super::Sealer;
+use crate::model::HOUR_S;
 use crate::store::mongodb::errors::{as_i64, classify};
 use crate::store::mongodb::stats::Op;
-use crate::model::HOUR_S;
 use crate::store::StoreError;
 
 /// A writer whose reservation is this old (µs) stopped: a flushing daemon
@@ -172,14 +172,15 @@ impl Sealer {
             next_ids(cursor, STEP_IDS).await
         };
         let page = async { page.await.map_err(|e| classify(&e, false)) };
-        self.conn.timed(
-            Op::Read,
-            128,
-            self.conn.timeout,
-            "a stopped writer's hours: ",
-            page,
-        )
-        .await
+        self.conn
+            .timed(
+                Op::Read,
+                128,
+                self.conn.timeout,
+                "a stopped writer's hours: ",
+                page,
+            )
+            .await
     }
 
     /// Every hour is sealed: the writer's record moves past them, unless
@@ -198,7 +199,8 @@ impl Sealer {
         };
         let update = doc! { "$max": { "sealed": last_hour + HOUR_S } };
         let write = async {
-            self.conn.writers
+            self.conn
+                .writers
                 .update_one(filter, update)
                 .await
                 .map_err(|e| classify(&e, true))

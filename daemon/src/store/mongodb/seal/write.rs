@@ -20,6 +20,7 @@ use mongodb::error::Error as DriverError;
 
 use super::queue::{Items, Share};
 use super::Sealer;
+use crate::model::{Slot, Tier, DAY_S, HOUR_S};
 use crate::store::mongodb::command::{bson_len, Work};
 use crate::store::mongodb::decode::{decode_slot, type_error, DecodeError};
 use crate::store::mongodb::documents::{encode_last, EmptyBounds, HOURS, MINUTES};
@@ -27,7 +28,6 @@ use crate::store::mongodb::errors::classify;
 use crate::store::mongodb::features::Feature;
 use crate::store::mongodb::ids::{bson_date, doc_id};
 use crate::store::mongodb::stats::Op;
-use crate::model::{Slot, Tier, DAY_S, HOUR_S};
 use crate::store::StoreError;
 
 /// Hour documents per read: about 4 KB each.
@@ -168,7 +168,10 @@ impl Sealer {
             if stmts.is_empty() {
                 return Ok(());
             }
-            let send = [(self.conn.day.name(), stmts.iter().map(|s| s.as_ref()).collect())];
+            let send = [(
+                self.conn.day.name(),
+                stmts.iter().map(|s| s.as_ref()).collect(),
+            )];
             let replies = match self
                 .conn
                 .write_all(Op::Update, &send, &mut Work::default())
@@ -235,7 +238,8 @@ impl Sealer {
             Ok::<_, DriverError>(out)
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
-        self.conn.timed(Op::Read, bytes, self.conn.timeout, "seal read: ", read)
+        self.conn
+            .timed(Op::Read, bytes, self.conn.timeout, "seal read: ", read)
             .await
     }
 }
@@ -250,7 +254,8 @@ impl Sealer {
         page: usize,
     ) -> Result<mongodb::Cursor<RawDocumentBuf>, DriverError> {
         let filter = doc! { "t": bson_date(hour), watermark_path: { "$exists": true } };
-        self.conn.hour
+        self.conn
+            .hour
             .find(filter)
             .projection(doc! { "_id": 1 })
             .batch_size(u32::try_from(page).unwrap_or(u32::MAX))
