@@ -56,8 +56,10 @@ fn label(key: &str) -> String {
         .collect()
 }
 
+/// A point's labels: its attributes, and `job` from the agent's resource
+/// (`service.name` is "otel-agent"), as `otlp.job_label` makes it.
 fn labels(point: &Value) -> BTreeMap<String, String> {
-    point["attributes"]
+    let mut labels: BTreeMap<String, String> = point["attributes"]
         .as_object()
         .unwrap()
         .iter()
@@ -67,7 +69,9 @@ fn labels(point: &Value) -> BTreeMap<String, String> {
                 v.as_str().map_or_else(|| v.to_string(), String::from),
             )
         })
-        .collect()
+        .collect();
+    labels.insert("job".into(), "otel-agent".into());
+    labels
 }
 
 /// The reference of everything the agent exported.

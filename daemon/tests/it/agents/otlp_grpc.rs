@@ -86,7 +86,10 @@ async fn otlp_grpc_keeps_good_points_of_bad_requests() {
         resource_metrics: vec![
             resource(
                 Some("h1"),
-                vec![gauge("temp", t_ns, &[20.0, f64::NAN, 22.0]), bad_histogram],
+                vec![
+                    gauge("temp", t_ns, &[20.0, f64::INFINITY, 22.0]),
+                    bad_histogram,
+                ],
             ),
             resource(None, vec![gauge("temp", t_ns, &[1.0])]),
         ],

@@ -49,7 +49,7 @@ pub(super) async fn wait_flushed(d: &Daemon, flushes: f64) -> String {
 }
 
 /// One push of good samples (a gauge, a delta counter, a cumulative counter
-/// going down once: a reset) and bad ones (an invalid metric name, a NaN),
+/// going down once: a reset) and bad ones (an invalid metric name, an infinity),
 /// so the labelled ingest counters exist. `round` keeps pushes distinct;
 /// each push is newer than the last (counters must not go back in time).
 pub(super) async fn push_load(client: &mut pb::ingest_client::IngestClient<Channel>, round: u32) {
@@ -73,7 +73,7 @@ pub(super) async fn push_load(client: &mut pb::ingest_client::IngestClient<Chann
                     &[(t - 2, 1_000.0), (t - 1, 1_200.0), (t, 40.0)],
                 ),
                 series("bad metric!", pb::SampleKind::Gauge, &[(t, 1.0)]),
-                series("mem.free", pb::SampleKind::Gauge, &[(t, f64::NAN)]),
+                series("mem.free", pb::SampleKind::Gauge, &[(t, f64::INFINITY)]),
             ],
             groups: Vec::new(),
         });

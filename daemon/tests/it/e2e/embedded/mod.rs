@@ -33,10 +33,10 @@ async fn push_stream_sums_accepted_counts_and_data_is_readable() {
     let mut last = request(&[cumulative.part(4..8)]);
     last.sources[0].series.push(pb::SeriesSamples {
         labels: Vec::new(),
-        metric: "gauge.nan".into(),
+        metric: "gauge.inf".into(),
         kind: pb::SampleKind::Gauge as i32,
         timestamps_ms: vec![t0],
-        values: vec![f64::NAN],
+        values: vec![f64::INFINITY],
         start_times_ms: Vec::new(),
     });
     let messages = vec![

@@ -133,7 +133,7 @@ fn batch_with_every_kind_of_bad_input(b: i64, now: i64) -> pb::PushRequest {
                     g(
                         "g.mixed",
                         vec![s(5), s(6), s(7), s(8)],
-                        vec![1.0, f64::NAN, 3.0, f64::INFINITY],
+                        vec![1.0, f64::NEG_INFINITY, 3.0, f64::INFINITY],
                     ),
                     g(
                         "g.window",
@@ -206,7 +206,7 @@ fn check_every_kind_of_bad_input_is_rejected(resp: &pb::PushResponse) {
                 0,
                 Some(1),
                 R::NonFiniteValue,
-                "NaN is not a finite number",
+                "-inf is not a finite number",
             ),
             want(
                 0,
