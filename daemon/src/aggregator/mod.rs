@@ -179,6 +179,33 @@ impl Aggregator {
         out
     }
 
+    /// Catalog entries of the series in memory that `keep` accepts (given
+    /// each one's kind), at most `limit`, in no order: what reads list
+    /// while the store cannot. Both times are the newest minute with data.
+    pub fn entries_where(
+        &self,
+        keep: impl Fn(&crate::model::SeriesId, SampleKind) -> bool,
+        limit: usize,
+    ) -> Vec<crate::store::CatalogEntry> {
+        let mut out = Vec::new();
+        for cell in self.shards.iter() {
+            let shard = cell.shard.lock();
+            for s in shard.series.iter().filter(|s| keep(&s.id, s.kind)) {
+                if out.len() == limit {
+                    return out;
+                }
+                let seen = s.last_minute.max(0).saturating_mul(crate::model::MINUTE_S);
+                out.push(crate::store::CatalogEntry {
+                    series: s.id.clone(),
+                    kind: s.kind,
+                    first_seen: seen,
+                    last_seen: seen,
+                });
+            }
+        }
+        out
+    }
+
     /// Whether the unlabelled series `source`/`metric` is in memory.
     pub fn has_series(&self, key: SeriesRef<'_>) -> bool {
         let hash = self.hasher.hash_one(key);

@@ -68,8 +68,11 @@ impl GraphiteConfig {
             Duration::from_secs(1),
             "graphite.idle_timeout",
         );
+        // Only a listener that is on is bound by the batch limit: lowering
+        // ingest.max_batch_samples must not require a setting for an unused
+        // protocol.
         p.require(
-            (1..=max_batch_samples).contains(&self.batch_lines),
+            listen.is_empty() || (1..=max_batch_samples).contains(&self.batch_lines),
             "graphite.batch_lines",
             format!("must be between 1 and ingest.max_batch_samples ({max_batch_samples})"),
         );

@@ -14,9 +14,10 @@
 //!   it. The mapping is lossy (`cpu.user` and `cpu-user` both become
 //!   `cpu_user`), so colliding metrics stay distinct series and a user can
 //!   select one exactly.
-//! * the series' own labels; one named like the source label or
-//!   `tally_metric` is shown as `exported_<name>`, as Prometheus renames a
-//!   scraped label that collides with a target label.
+//! * the series' own labels; one named like the source label is shown as
+//!   `exported_<name>`, as Prometheus renames a scraped label that collides
+//!   with a target label. (`tally_metric` cannot be an own label: ingest
+//!   reserves it, and OTLP stores the attribute as `exported_tally_metric`.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -95,7 +96,7 @@ impl LabelScheme {
 
     /// How an own label's name is shown.
     pub(crate) fn shown_own<'a>(&self, name: &'a str) -> std::borrow::Cow<'a, str> {
-        if name == self.source_label || name == TALLY_METRIC_LABEL {
+        if name == self.source_label {
             std::borrow::Cow::Owned(format!("{EXPORTED}{name}"))
         } else {
             std::borrow::Cow::Borrowed(name)
@@ -109,7 +110,6 @@ impl LabelScheme {
             TALLY_METRIC_LABEL => Route::TallyMetric,
             n if n == self.source_label => Route::Source,
             n if n == self.exported_source => Route::Own(&n[EXPORTED.len()..]),
-            "exported_tally_metric" => Route::Own(TALLY_METRIC_LABEL),
             n => Route::Own(n),
         }
     }
@@ -319,7 +319,11 @@ mod tests {
     fn series_labels_as_prometheus_shows_them() {
         let scheme = LabelScheme::default();
         let own = crate::labels::Labels::from_pairs(
-            [("instance", "own"), ("cpu", "0"), ("tally_metric", "t")],
+            [
+                ("instance", "own"),
+                ("cpu", "0"),
+                ("exported_tally_metric", "t"),
+            ],
             16,
         )
         .unwrap();
@@ -342,7 +346,7 @@ mod tests {
         assert_eq!(scheme.route("exported_instance"), Route::Own("instance"));
         assert_eq!(
             scheme.route("exported_tally_metric"),
-            Route::Own("tally_metric")
+            Route::Own("exported_tally_metric")
         );
         assert_eq!(scheme.route("tally_metric"), Route::TallyMetric);
         assert_eq!(scheme.route("__name__"), Route::Name);

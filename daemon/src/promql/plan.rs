@@ -463,6 +463,12 @@ impl Builder {
     fn aggregate(&mut self, agg: &ast::AggregateExpr) -> EvalResult<Node> {
         let name = agg.op.to_string();
         let op = AggOp::parse(&name).ok_or_else(|| bad(format!("unknown aggregation {name}()")))?;
+        if matches!(op, AggOp::Limitk | AggOp::LimitRatio) {
+            // As Prometheus 3 without its experimental-functions flag.
+            return Err(bad(format!(
+                "aggregation {name}() is experimental in Prometheus and not supported"
+            )));
+        }
         let grouping = match &agg.modifier {
             None => Grouping::By(Vec::new()),
             Some(LabelModifier::Include(ls)) => Grouping::By(ls.labels.clone()),

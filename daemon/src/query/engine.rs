@@ -370,37 +370,40 @@ impl QueryEngine {
         &self,
         q: &CatalogQuery,
     ) -> Result<(Vec<SeriesId>, bool), QueryError> {
+        let (found, partial) = self.catalog_or_memory(q).await?;
+        let ids = found
+            .into_iter()
+            .map(|e| std::sync::Arc::unwrap_or_clone(e.series))
+            .collect();
+        Ok((ids, partial))
+    }
+
+    /// A catalog listing, or while the store is unreachable the series in
+    /// memory that it selects, in key order (noted as partial; the second
+    /// value says so).
+    async fn catalog_or_memory(
+        &self,
+        q: &CatalogQuery,
+    ) -> Result<(Vec<CatalogEntry>, bool), QueryError> {
         let why = match self.store.outage() {
             Some(why) => why,
             None => match self.store.catalog_list(q).await {
-                Ok(found) => {
-                    return Ok((
-                        found
-                            .into_iter()
-                            .map(|e| std::sync::Arc::unwrap_or_clone(e.series))
-                            .collect(),
-                        false,
-                    ))
-                }
+                Ok(found) => return Ok((found, false)),
                 Err(StoreError::Unavailable(why)) => why,
                 Err(e) => return Err(e.into()),
             },
         };
         super::partial::note(&why);
-        let keep = |id: &SeriesId| {
-            source_selected(&q.source, &id.source)
+        let keep = |id: &SeriesId, kind: SampleKind| {
+            q.kind.is_none_or(|k| k == kind)
+                && source_selected(&q.source, &id.source)
                 && all_match(&q.metric, &id.metric)
                 && all_match_labels(&q.labels, &id.labels)
                 && q.after.as_ref().is_none_or(|after| id.key() > after.key())
         };
-        let mut ids: Vec<SeriesId> = self
-            .agg
-            .series_where(keep, q.limit)
-            .into_iter()
-            .map(|id| SeriesId::clone(&id))
-            .collect();
-        ids.sort_by_cached_key(SeriesId::key);
-        Ok((ids, true))
+        let mut found = self.agg.entries_where(keep, q.limit);
+        found.sort_by_cached_key(|e| e.series.key());
+        Ok((found, true))
     }
 
     /// The series a selection covers: named outright, or looked up in the
@@ -461,9 +464,10 @@ impl QueryEngine {
         Ok(found)
     }
 
+    /// While the store is unreachable, the series in memory stand in.
     pub(super) async fn catalog(&self, q: &CatalogQuery) -> Result<Vec<CatalogEntry>, QueryError> {
         // The store counts the operation, its latency and its errors.
-        Ok(self.store.catalog_list(q).await?)
+        Ok(self.catalog_or_memory(q).await?.0)
     }
 
     /// Buckets of many series, read concurrently, in the given order.
