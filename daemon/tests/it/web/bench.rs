@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tally_testkit::bins::Bin;
-use tally_testkit::metrics::{metric_sum, metrics_text};
 use tally_testkit::Daemon;
 
 use super::browser::Browser;
@@ -77,15 +76,18 @@ async fn first_chart(b: &Browser) -> (String, String) {
 /// Bytes the page itself loads (document, modules, style sheet, icon),
 /// uncompressed, and the data of the view on top.
 async fn page_weight(b: &Browser) -> (String, String) {
+    // Sizes from resource timing are 0 for files the browser cached on an
+    // earlier load, so every file is fetched again, uncached, and counted.
     let w = b
-        .js(r#"
-            const nav = performance.getEntriesByType('navigation')[0].decodedBodySize;
+        .js(r#"return (async () => {
             const res = performance.getEntriesByType('resource');
-            const files = res.filter((e) => e.name.includes('/ui/'));
+            const files = [location.href, ...res.filter((e) => e.name.includes('/ui/')).map((e) => e.name)];
             const data = res.filter((e) => !e.name.includes('/ui/'));
-            const sum = (l) => l.reduce((a, e) => a + e.decodedBodySize, 0);
-            return [nav + sum(files), files.length + 1, sum(data)];
-        "#)
+            const bytes = async (u) => (await (await fetch(u, { cache: 'no-store' })).arrayBuffer()).byteLength;
+            const sizes = await Promise.all([...new Set(files)].map(bytes));
+            const dataBytes = (await Promise.all(data.map((e) => bytes(e.name)))).reduce((a, n) => a + n, 0);
+            return [sizes.reduce((a, n) => a + n, 0), sizes.length, dataBytes];
+        })();"#)
         .await;
     (
         "page weight (every file the page loads, uncompressed)".into(),
@@ -218,9 +220,23 @@ async fn live_cost(b: &Browser, d: &Daemon) -> Vec<(String, String)> {
     ]
 }
 
-/// CPU seconds the daemon used over `window`.
+/// CPU seconds the daemon used over `window`, from the kernel's account
+/// in clock ticks (`process_cpu_seconds_total` is whole seconds only).
 async fn cpu_over(d: &Daemon, window: Duration) -> f64 {
-    let before = metric_sum(&metrics_text(d).await, "process_cpu_seconds_total");
+    let before = cpu_ticks(d.pid());
     tokio::time::sleep(window).await;
-    metric_sum(&metrics_text(d).await, "process_cpu_seconds_total") - before
+    (cpu_ticks(d.pid()) - before) as f64 / CLOCK_TICKS_PER_S
+}
+
+/// Linux's USER_HZ, what `/proc/<pid>/stat` counts in.
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// User plus system time of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    // The command name may hold spaces: fields are counted after its ')'.
+    let after = &stat[stat.rfind(')').expect("stat's command name") + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    // utime and stime are fields 14 and 15, the 12th and 13th after ')'.
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
