@@ -507,6 +507,14 @@ impl Store for MongoStore {
     /// A share of the seals that are due, a step of a takeover, and the
     /// day documents flushes saw first; see [`MongoStore`].
     async fn upkeep(&self) -> Result<Option<u64>, StoreError> {
+        if self.conn.outage.lock().is_some() {
+            // Reads answer from memory while an outage is on record; an idle
+            // daemon, with no flush to find the server back, learns here
+            // that it is over.
+            if self.health().await.is_err() {
+                return Ok(None);
+            }
+        }
         let due = self.sightings.lock().take();
         if !due.is_empty() {
             if let Err((e, back)) = self.conn.insert_sighted(due).await {
