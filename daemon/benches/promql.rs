@@ -167,7 +167,13 @@ async fn run(
             panic!("not a matrix")
         };
         assert_eq!(m.len(), MODES.len(), "one series per mode");
-        assert!(m.iter().all(|(_, p)| p.len() == 1_441), "every step");
+        assert!(
+            m.iter().all(|(_, p)| p.len() == 1_441),
+            "every step: {:?}",
+            m.iter()
+                .map(|(_, p)| (p.len(), p.first().map(|x| x.0), p.last().map(|x| x.0)))
+                .collect::<Vec<_>>()
+        );
         rollups = a.rollups;
     }
     t.sort();
