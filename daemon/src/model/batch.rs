@@ -172,18 +172,8 @@ impl FlushBatch {
 
 #[cfg(test)]
 mod tests {
+    use super::super::time::at::{minute_at, ts};
     use super::*;
-    use crate::model::minute_of_ms;
-    use chrono::{TimeZone, Utc};
-
-    fn minute_at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> EpochMinute {
-        let t = Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap();
-        minute_of_ms(t.timestamp_millis())
-    }
-
-    fn ts(y: i32, mo: u32, d: u32, h: u32) -> i64 {
-        Utc.with_ymd_and_hms(y, mo, d, h, 0, 0).unwrap().timestamp()
-    }
 
     #[test]
     fn series_update_splits_across_hours_and_days() {

@@ -115,19 +115,28 @@ pub fn day_slot(minute: EpochMinute) -> DaySlot {
     }
 }
 
+/// Calendar times for the model's tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(super) mod at {
+    use super::{minute_of_ms, EpochMinute};
     use chrono::{TimeZone, Utc};
 
-    fn minute_at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> EpochMinute {
+    /// The minute holding the UTC time given.
+    pub fn minute_at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> EpochMinute {
         let t = Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap();
         minute_of_ms(t.timestamp_millis())
     }
 
-    fn ts(y: i32, mo: u32, d: u32, h: u32) -> i64 {
+    /// The Unix seconds of a whole UTC hour.
+    pub fn ts(y: i32, mo: u32, d: u32, h: u32) -> i64 {
         Utc.with_ymd_and_hms(y, mo, d, h, 0, 0).unwrap().timestamp()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at::{minute_at, ts};
+    use super::*;
 
     #[test]
     fn minute_floors_negative_timestamps() {
