@@ -88,7 +88,7 @@ impl Worker {
     pub(super) async fn run_foreign(&mut self, ch: Option<Channel>) -> Result<(), String> {
         let protocol = self.opts.protocol;
         let mut sink = Sink::new(protocol, ch, &self.opts.http, self.opts.timeout)?;
-        let mut scratch = Scratch::default();
+        let mut scratch = Buffers::default();
         while let Some(plan) = self.next_plan().await {
             self.send_foreign(&mut sink, protocol, plan, &mut scratch)
                 .await?;
@@ -101,7 +101,7 @@ impl Worker {
         sink: &mut Sink,
         protocol: Protocol,
         plan: Plan,
-        scratch: &mut Scratch,
+        scratch: &mut Buffers,
     ) -> Result<(), String> {
         let req = self.ws.build(&self.fleet, &self.tl, &plan);
         // Encoded once; a resend sends the same bytes.
@@ -138,17 +138,24 @@ impl Worker {
     }
 }
 
+/// What encoding reuses from one request to the next.
+#[derive(Default)]
+struct Buffers {
+    wire: Scratch,
+    influx: text_wire::InfluxScratch,
+}
+
 /// The request body: an OTLP export (gRPC or HTTP), a snappy-compressed
 /// remote-write request, or line protocol.
-fn encode(protocol: Protocol, req: &pb::PushRequest, s: &mut Scratch) -> Vec<u8> {
+fn encode(protocol: Protocol, req: &pb::PushRequest, s: &mut Buffers) -> Vec<u8> {
     match protocol {
-        Protocol::OtlpHttp | Protocol::OtlpGrpc => foreign_wire::otlp(req, s),
+        Protocol::OtlpHttp | Protocol::OtlpGrpc => foreign_wire::otlp(req, &mut s.wire),
         Protocol::RemoteWrite => snap::raw::Encoder::new()
-            .compress_vec(&foreign_wire::remote_write(req, s))
+            .compress_vec(&foreign_wire::remote_write(req, &mut s.wire))
             .unwrap_or_default(),
         Protocol::Influx => {
             let mut text = String::new();
-            text_wire::influx(req, &mut text);
+            text_wire::influx(req, &mut text, &mut s.influx);
             text.into_bytes()
         }
         Protocol::Tally | Protocol::Graphite => Vec::new(),
