@@ -290,7 +290,12 @@ impl InfluxRequest {
             })
             .collect();
         let measurement = line.series.measurement.as_str();
-        for (key, value) in fields {
+        // The last numeric field takes the labels; the others get copies.
+        let last = fields
+            .iter()
+            .rposition(|(_, v)| !matches!(v, FieldValue::String(_)));
+        let mut labels = Some(labels);
+        for (i, (key, value)) in fields.iter().enumerate() {
             let v = match value {
                 FieldValue::F64(v) => *v,
                 FieldValue::I64(v) => *v as f64,
@@ -312,7 +317,11 @@ impl InfluxRequest {
                 timestamps_ms: vec![ts_ms],
                 values: vec![v],
                 start_times_ms: Vec::new(),
-                labels: labels.clone(),
+                labels: if Some(i) == last {
+                    labels.take().unwrap_or_default()
+                } else {
+                    labels.clone().unwrap_or_default()
+                },
             };
             let ordinal = b.push(source, series)?;
             debug_assert_eq!(ordinal as usize, self.line_of.len());
