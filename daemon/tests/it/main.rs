@@ -80,6 +80,7 @@ mod prometheus_api;
 mod promql_oracle;
 mod robustness;
 mod security;
+mod soak;
 mod statement_budget;
 mod two_daemons;
 mod wal_damage;

@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use ferretdb::FerretDb;
-pub use standin::Standin;
+pub use standin::{standin_python, Standin};
 
 use ferretdb::Availability;
 

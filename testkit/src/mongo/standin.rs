@@ -36,6 +36,12 @@ pub struct Standin {
     port: u16,
 }
 
+/// The Python of the stand-in's venv, built on first use: for programs
+/// that start a stand-in of their own (`scripts/soak`).
+pub fn standin_python() -> Result<std::path::PathBuf, String> {
+    STANDIN_ENV.python()
+}
+
 impl Standin {
     /// Builds the venv if needed and starts a stand-in on an ephemeral port.
     pub(crate) fn start() -> Result<Standin, String> {
