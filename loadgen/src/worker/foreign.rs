@@ -143,6 +143,8 @@ impl Worker {
 struct Buffers {
     wire: Scratch,
     influx: text_wire::InfluxScratch,
+    /// The longest line-protocol body so far.
+    influx_len: usize,
 }
 
 /// The request body: an OTLP export (gRPC or HTTP), a snappy-compressed
@@ -154,8 +156,11 @@ fn encode(protocol: Protocol, req: &pb::PushRequest, s: &mut Buffers) -> Vec<u8>
             .compress_vec(&foreign_wire::remote_write(req, &mut s.wire))
             .unwrap_or_default(),
         Protocol::Influx => {
-            let mut text = String::new();
+            // Room for a typical batch up front: growing by doubling copied
+            // the text several times over.
+            let mut text = String::with_capacity(s.influx_len);
             text_wire::influx(req, &mut text, &mut s.influx);
+            s.influx_len = s.influx_len.max(text.len());
             text.into_bytes()
         }
         Protocol::Tally | Protocol::Graphite => Vec::new(),
