@@ -3,7 +3,8 @@
 //! minute slot of every series against what the daemon acknowledged,
 //! through a restart of `tallyd` and an outage of the server in the middle
 //! of a real-time run. On FerretDB the outage is real: its process is
-//! stopped (SIGTERM by PID) and started again on the same port and data.
+//! stopped (SIGTERM by PID) and started again on the same port and data
+//! (on PostgreSQL, the database server stays up).
 //! On the stand-in it is the stand-in's `down`; on `MONGODB_URI` there is
 //! none (the harness does not own that server).
 //!
@@ -124,10 +125,11 @@ async fn server_down(store: &Store, down: bool) {
 }
 
 /// The daemon says which features the server lacks: FerretDB 1.24 lacks
-/// every one Tally probes, the stand-in none.
+/// every one Tally probes, on SQLite and on PostgreSQL, the stand-in none.
 async fn check_feature_gauges(d: &Daemon, kind: TargetKind) {
     let missing = match kind {
-        TargetKind::FerretDb => 1.0,
+        // The gaps are FerretDB's own, above either backend.
+        TargetKind::FerretDb | TargetKind::FerretDbPg => 1.0,
         TargetKind::Standin => 0.0,
         TargetKind::Uri => return,
     };
