@@ -1,5 +1,6 @@
 # Shell helpers shared by the scripts that run a release tallyd against
-# tally-loadgen (bench-realtime, bench-ingest, crash-loop, soak). Sourced,
+# tally-loadgen (bench-realtime, bench-ingest, crash-loop, soak), and the
+# servers they run it on (FerretDB, PostgreSQL under it). Sourced,
 # not run: `source scripts/lib.sh` from the workspace root, under
 # `set -euo pipefail`. Each helper says which variables it reads and sets.
 
@@ -80,14 +81,21 @@ watch_flushes() {
 }
 
 # ferretdb_start DIR [PORT]: starts $FERRETDB on 127.0.0.1:PORT (default 0,
-# any free port) with its SQLite files under DIR/data, appending its log to
-# DIR/ferretdb.log; waits for it to listen. Sets FERRET_PID and FERRET_PORT.
+# any free port) with its SQLite files under DIR/data, or, when
+# FERRET_POSTGRES_URL is set, on that PostgreSQL database; appends its log
+# to DIR/ferretdb.log; waits for it to listen. Sets FERRET_PID and
+# FERRET_PORT.
 ferretdb_start() {
-  local dir=$1 want=${2:-0} port="" before
+  local dir=$1 want=${2:-0} port="" before backend
   mkdir -p "$dir/data"
   touch "$dir/ferretdb.log"
   before=$(grep -c 'Listening on TCP' "$dir/ferretdb.log" || true)
-  "$FERRETDB" --handler=sqlite --sqlite-url="file:$dir/data/" --state-dir="$dir" \
+  if [[ -n ${FERRET_POSTGRES_URL:-} ]]; then
+    backend=(--handler=postgresql --postgresql-url="$FERRET_POSTGRES_URL")
+  else
+    backend=(--handler=sqlite --sqlite-url="file:$dir/data/")
+  fi
+  "$FERRETDB" "${backend[@]}" --state-dir="$dir" \
     --listen-addr="127.0.0.1:$want" --debug-addr=- --telemetry=disable \
     --log-level=info --log-format=text >>"$dir/ferretdb.log" 2>&1 &
   FERRET_PID=$!
@@ -113,4 +121,48 @@ ferretdb_stop() {
     wait "$FERRET_PID" 2>/dev/null || true
   fi
   FERRET_PID=""
+}
+
+# postgres_start DIR: initdb of a fresh PostgreSQL cluster in DIR/data (its
+# programs from $PG_BIN), then its server on a free loopback port, TCP only,
+# with PostgreSQL's default settings plus $POSTGRES_OPTS (flags such as
+# "-c synchronous_commit=off"), logging to DIR/postgres.log; waits until it
+# takes connections. The superuser is `tally`, trusted. As root the cluster
+# belongs to the user `postgres` and its programs run as that user (the
+# server refuses root), so that user must be able to reach DIR; setpriv
+# execs the server, so PG_PID is its PID. Sets PG_PID and PG_PORT.
+postgres_start() {
+  local dir=$1 as=()
+  mkdir -p "$dir"
+  if [[ $(id -u) == 0 ]]; then
+    as=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+    chown postgres: "$dir"
+  fi
+  "${as[@]}" "$PG_BIN/initdb" -D "$dir/data" -U tally --auth=trust -E UTF8 >"$dir/initdb.log" 2>&1 ||
+    { cat "$dir/initdb.log" >&2; echo "initdb failed" >&2; exit 1; }
+  PG_PORT=$(free_port)
+  # shellcheck disable=SC2086 # POSTGRES_OPTS is a list of flags
+  "${as[@]}" "$PG_BIN/postgres" -D "$dir/data" -p "$PG_PORT" -c listen_addresses=127.0.0.1 \
+    -c unix_socket_directories= ${POSTGRES_OPTS:-} >"$dir/postgres.log" 2>&1 &
+  PG_PID=$!
+  for _ in $(seq 1 300); do
+    grep -q 'ready to accept connections' "$dir/postgres.log" && return 0
+    kill -0 "$PG_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  tail -n 20 "$dir/postgres.log" >&2
+  echo "PostgreSQL did not start" >&2
+  exit 1
+}
+
+# postgres_stop: stops the server of PG_PID (SIGINT, a fast shutdown;
+# SIGKILL after 30 s) and clears PG_PID.
+postgres_stop() {
+  if [[ -n ${PG_PID:-} ]] && kill -0 "$PG_PID" 2>/dev/null; then
+    kill -INT "$PG_PID" 2>/dev/null || true
+    for _ in $(seq 1 300); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$PG_PID" 2>/dev/null || true
+    wait "$PG_PID" 2>/dev/null || true
+  fi
+  PG_PID=""
 }

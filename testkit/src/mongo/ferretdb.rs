@@ -1,7 +1,8 @@
 //! FerretDB as a MongoDB test target: a real, independently written
-//! MongoDB-compatible server (v1.24, SQLite backend), one process per
-//! target on a free loopback port, with its data in a temporary directory
-//! and telemetry off.
+//! MongoDB-compatible server (v1.24), one process per target on a free
+//! loopback port, telemetry off, with its data in a temporary directory
+//! (SQLite backend) or in a PostgreSQL database of its own
+//! ([`super::postgres`]; PostgreSQL backend).
 //!
 //! The binary comes from `tests/ferretdb/install` (run once per test
 //! process; it returns at once when the binary is up to date), which needs
@@ -20,6 +21,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::log::{self, Log};
+use super::postgres::Postgres;
 use crate::process::wait_for;
 
 /// How long FerretDB may take to listen.
@@ -65,24 +67,40 @@ pub struct FerretDb {
     port: u16,
     child: Mutex<Option<Child>>,
     log: Log,
+    /// The URL of its PostgreSQL database, a database of its own in the
+    /// test process's cluster; `None` on SQLite.
+    postgres_url: Option<String>,
 }
 
 impl FerretDb {
+    /// Starts FerretDB on a free loopback port with its PostgreSQL handler,
+    /// on a new database in the test process's cluster ([`Postgres::shared`]).
+    pub(crate) fn start_on_postgres(bin: &Path) -> Result<FerretDb, String> {
+        let pg = Postgres::shared()?;
+        let url = pg.create_database()?;
+        FerretDb::start_with(bin, Some(url.clone())).inspect_err(|_| pg.drop_database(&url))
+    }
+
     /// Starts FerretDB on a free loopback port with a fresh SQLite directory.
     pub(crate) fn start(bin: &Path) -> Result<FerretDb, String> {
+        FerretDb::start_with(bin, None)
+    }
+
+    fn start_with(bin: &Path, postgres_url: Option<String>) -> Result<FerretDb, String> {
         let dir = tempfile::Builder::new()
             .prefix("tally-ferretdb-")
             .tempdir()
             .map_err(|e| format!("creating FerretDB's directory: {e}"))?;
         std::fs::create_dir_all(dir.path().join("data")).map_err(|e| e.to_string())?;
         let log = Log::default();
-        let (child, port) = spawn(bin, dir.path(), 0, &log)?;
+        let (child, port) = spawn(bin, dir.path(), 0, postgres_url.as_deref(), &log)?;
         Ok(FerretDb {
             bin: bin.to_path_buf(),
             dir,
             port,
             child: Mutex::new(Some(child)),
             log,
+            postgres_url,
         })
     }
 
@@ -130,7 +148,8 @@ impl FerretDb {
         // in between makes the bind fail, and that is worth a few tries.
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         loop {
-            match spawn(&self.bin, self.dir.path(), self.port, &self.log) {
+            let pg_url = self.postgres_url.as_deref();
+            match spawn(&self.bin, self.dir.path(), self.port, pg_url, &self.log) {
                 Ok((child, _)) => {
                     *slot = Some(child);
                     return;
@@ -168,15 +187,37 @@ impl Drop for FerretDb {
         if std::thread::panicking() {
             eprintln!("---- FerretDB log ----\n{}", self.log());
         }
+        if let Some(url) = &self.postgres_url {
+            if let Ok(pg) = Postgres::shared() {
+                if std::thread::panicking() {
+                    eprintln!("---- PostgreSQL log ----\n{}", pg.log());
+                }
+                pg.drop_database(url);
+            }
+        }
     }
 }
 
-/// Starts `bin` on `127.0.0.1:<port>` (0: any free port) with its state and
-/// SQLite files under `dir`; returns it once it listens, with its port.
-fn spawn(bin: &Path, dir: &Path, port: u16, log: &Log) -> Result<(Child, u16), String> {
-    let mut child = Command::new(bin)
-        .arg("--handler=sqlite")
-        .arg(format!("--sqlite-url=file:{}/", dir.join("data").display()))
+/// Starts `bin` on `127.0.0.1:<port>` (0: any free port) with its state
+/// under `dir` and its data there too (SQLite) or in the PostgreSQL
+/// database of `postgres_url`; returns it once it listens, with its port.
+fn spawn(
+    bin: &Path,
+    dir: &Path,
+    port: u16,
+    postgres_url: Option<&str>,
+    log: &Log,
+) -> Result<(Child, u16), String> {
+    let mut cmd = Command::new(bin);
+    match postgres_url {
+        Some(url) => cmd
+            .arg("--handler=postgresql")
+            .arg(format!("--postgresql-url={url}")),
+        None => cmd
+            .arg("--handler=sqlite")
+            .arg(format!("--sqlite-url=file:{}/", dir.join("data").display())),
+    };
+    let mut child = cmd
         .arg(format!("--state-dir={}", dir.display()))
         .arg(format!("--listen-addr=127.0.0.1:{port}"))
         // Its debug HTTP listener would take a fixed port.

@@ -11,6 +11,12 @@
 //! * **FerretDB** 1.24 on SQLite ([`FerretDb`]): a real MongoDB-compatible
 //!   server, installed by `tests/ferretdb/install` when Go is present and
 //!   skipped (with the reason) when not.
+//! * **FerretDB 1.24 on PostgreSQL 15** ([`TargetKind::FerretDbPg`]): the
+//!   same binary with its PostgreSQL handler, each target's FerretDB on a
+//!   database of its own in one cluster per test process ([`Postgres`]:
+//!   `initdb` in a temporary directory, `postgres` on a free loopback port,
+//!   stopped by its PID when the test process ends); skipped, with the
+//!   reason, where Go or PostgreSQL 15 is missing.
 //! * **`MONGODB_URI`**, when that environment variable is set: a real
 //!   server; nothing is started.
 //!
@@ -23,7 +29,9 @@
 //! Each [`MongoTarget`] gets its own database (on `MONGODB_URI` named
 //! `tally_test_<pid>_<nanos>_<n>`; call [`MongoTarget::cleanup`] at the end
 //! of a test to drop it) and, for the stand-in and FerretDB, its own process
-//! on an ephemeral loopback port, which dies with the handle.
+//! on an ephemeral loopback port, which dies with the handle (FerretDB on
+//! PostgreSQL: its own FerretDB process and PostgreSQL database, in the
+//! shared cluster).
 //!
 //! The stand-in's child stdin is a pipe held by the [`Standin`] handle: the
 //! stand-in exits when that pipe closes, so it dies with the test process
@@ -47,12 +55,14 @@
 
 mod ferretdb;
 mod log;
+mod postgres;
 mod standin;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use ferretdb::FerretDb;
+pub use postgres::Postgres;
 pub use standin::{standin_python, Standin};
 
 use ferretdb::Availability;
@@ -64,17 +74,31 @@ pub enum TargetKind {
     Standin,
     /// FerretDB 1.24 on SQLite, when Go is present.
     FerretDb,
+    /// FerretDB 1.24 on PostgreSQL 15, when Go and PostgreSQL are present.
+    FerretDbPg,
     /// The server in `MONGODB_URI`, when set.
     Uri,
 }
 
 impl TargetKind {
-    pub const ALL: [TargetKind; 3] = [TargetKind::Standin, TargetKind::FerretDb, TargetKind::Uri];
+    pub const ALL: [TargetKind; 4] = [
+        TargetKind::Standin,
+        TargetKind::FerretDb,
+        TargetKind::FerretDbPg,
+        TargetKind::Uri,
+    ];
+
+    /// FerretDB, on either backend: the same gaps and the same slowness
+    /// per day document.
+    pub fn is_ferretdb(self) -> bool {
+        matches!(self, TargetKind::FerretDb | TargetKind::FerretDbPg)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
             TargetKind::Standin => "the MongoDB stand-in",
             TargetKind::FerretDb => "FerretDB",
+            TargetKind::FerretDbPg => "FerretDB on PostgreSQL",
             TargetKind::Uri => "MONGODB_URI",
         }
     }
@@ -131,6 +155,39 @@ impl MongoTarget {
         }
     }
 
+    /// The environment a `tallyd` on this target runs with beyond its
+    /// defaults: FerretDB takes far longer per update of a day document
+    /// than MongoDB (see `tests/ferretdb/README.md`), so there commands are
+    /// small and their deadline long, and one finishes well within it. On
+    /// PostgreSQL FerretDB holds a connection of its pool (100 here) per
+    /// statement in flight, and a daemon's flushes and upkeep each send up
+    /// to `max_concurrent_batches` commands: with 2, two daemons on one
+    /// FerretDB need at most 2 × 2 × 2 × (10 + 1) = 88 connections.
+    pub fn daemon_env(&self) -> &'static [(&'static str, &'static str)] {
+        match self.kind {
+            TargetKind::FerretDb => &[
+                ("TALLYD_MONGODB_STATEMENTS_PER_BATCH", "10"),
+                ("TALLYD_MONGODB_TIMEOUT", "60s"),
+            ],
+            TargetKind::FerretDbPg => &[
+                ("TALLYD_MONGODB_STATEMENTS_PER_BATCH", "10"),
+                ("TALLYD_MONGODB_MAX_CONCURRENT_BATCHES", "2"),
+                ("TALLYD_MONGODB_TIMEOUT", "60s"),
+            ],
+            TargetKind::Standin | TargetKind::Uri => &[],
+        }
+    }
+
+    /// How long a test waits for a daemon to flush a small workload here:
+    /// the stand-in is Python, FerretDB slower still.
+    pub fn flush_timeout(&self) -> Duration {
+        if self.kind.is_ferretdb() {
+            Duration::from_secs(120)
+        } else {
+            Duration::from_secs(30)
+        }
+    }
+
     /// A new driver client for this target.
     pub async fn client(&self) -> mongodb::Client {
         mongodb::Client::with_uri_str(&self.uri)
@@ -174,7 +231,8 @@ pub fn mongo_target_blocking() -> MongoTarget {
 }
 
 /// The target of `kind`, or `None` after printing why it is not available
-/// here (FerretDB without Go, `MONGODB_URI` not set). Panics when it should
+/// here (FerretDB without Go, on PostgreSQL without PostgreSQL,
+/// `MONGODB_URI` not set). Panics when it should
 /// be available but cannot be started.
 pub async fn mongo_target_of(kind: TargetKind) -> Option<MongoTarget> {
     tokio::task::spawn_blocking(move || target_of_blocking(kind))
@@ -191,17 +249,10 @@ pub fn target_of_blocking(kind: TargetKind) -> Option<MongoTarget> {
             let standin = Standin::start().unwrap_or_else(|e| panic!("MongoDB stand-in: {e}"));
             (standin.uri(), Server::Standin(standin))
         }
-        TargetKind::FerretDb => match ferretdb::availability() {
-            Ok(Availability::Ready(bin)) => {
-                let f = FerretDb::start(&bin).unwrap_or_else(|e| panic!("{e}"));
-                (f.uri(), Server::FerretDb(f))
-            }
-            Ok(Availability::Skipped(why)) => {
-                println!("note: FerretDB target skipped: {why}");
-                return None;
-            }
-            Err(e) => panic!("FerretDB could not be installed: {e}"),
-        },
+        TargetKind::FerretDb | TargetKind::FerretDbPg => {
+            let f = start_ferretdb(kind)?;
+            (f.uri(), Server::FerretDb(f))
+        }
         TargetKind::Uri => match external_uri() {
             Some(uri) => (uri, Server::External),
             None => {
@@ -226,6 +277,30 @@ pub fn target_of_blocking(kind: TargetKind) -> Option<MongoTarget> {
         kind,
         server,
     })
+}
+
+/// FerretDB of `kind` (on SQLite or PostgreSQL), or `None` after printing
+/// why it is skipped: no Go to build it with, or, for PostgreSQL, no
+/// PostgreSQL installed. Panics when they are there but it cannot start.
+fn start_ferretdb(kind: TargetKind) -> Option<FerretDb> {
+    let bin = match ferretdb::availability() {
+        Ok(Availability::Ready(bin)) => bin,
+        Ok(Availability::Skipped(why)) => {
+            println!("note: {} target skipped: {why}", kind.name());
+            return None;
+        }
+        Err(e) => panic!("FerretDB could not be installed: {e}"),
+    };
+    let started = if kind == TargetKind::FerretDbPg {
+        if let Err(why) = postgres::bin_dir() {
+            println!("note: {} target skipped: {why}", kind.name());
+            return None;
+        }
+        FerretDb::start_on_postgres(&bin)
+    } else {
+        FerretDb::start(&bin)
+    };
+    Some(started.unwrap_or_else(|e| panic!("{} did not start: {e}", kind.name())))
 }
 
 fn external_uri() -> Option<String> {

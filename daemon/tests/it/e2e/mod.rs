@@ -1,7 +1,7 @@
 //! End-to-end tests of the real `tallyd` binary over loopback, on both
 //! stores: the embedded store, and MongoDB (the stand-in in
-//! `tests/mongo-standin`, or the real server in `MONGODB_URI`, each test in
-//! a fresh database).
+//! `tests/mongo-standin`, FerretDB on SQLite and on PostgreSQL, or the real
+//! server in `MONGODB_URI`, each test in a fresh database).
 //!
 //! Every test starts its own daemon (see `tally_testkit::daemon`) on
 //! ephemeral ports with a temporary data directory, talks to it only
@@ -13,7 +13,8 @@
 //!
 //! * `per_store`: the scenarios every store must pass, each run once per
 //!   store (`<scenario>::embedded`, and `<scenario>::mongodb_standin`,
-//!   `::mongodb_ferretdb`, `::mongodb_uri` on the MongoDB targets): reads
+//!   `::mongodb_ferretdb`, `::mongodb_ferretdb_pg`, `::mongodb_uri` on the
+//!   MongoDB targets): reads
 //!   exact before any flush (memory only), after flushes (store, and store
 //!   plus memory), and after SIGTERM and a restart on the same data (store
 //!   only).

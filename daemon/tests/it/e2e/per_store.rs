@@ -1,6 +1,7 @@
 //! The end-to-end scenarios every store must pass, each run once per store:
 //! `<scenario>::embedded` and `<scenario>::mongodb_<target>` on every
-//! MongoDB target (the stand-in, FerretDB, the server in `MONGODB_URI`). What a store adds to a scenario (MongoDB's
+//! MongoDB target (the stand-in, FerretDB on SQLite and on PostgreSQL, the
+//! server in `MONGODB_URI`). What a store adds to a scenario (MongoDB's
 //! documents read with the driver) is behind [`Store`].
 
 use tally_testkit::metrics::{metric, metrics_text};
@@ -18,9 +19,9 @@ use super::{
 
 /// Runs each scenario `async fn <name>(store: Store)` once per store, as the
 /// tests `<name>::embedded` and, once per MongoDB target,
-/// `<name>::mongodb_standin`, `<name>::mongodb_ferretdb` and
-/// `<name>::mongodb_uri` (a target not available here prints why and
-/// passes).
+/// `<name>::mongodb_standin`, `<name>::mongodb_ferretdb`,
+/// `<name>::mongodb_ferretdb_pg` and `<name>::mongodb_uri` (a target not
+/// available here prints why and passes).
 macro_rules! per_store {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {

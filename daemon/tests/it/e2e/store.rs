@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use mongodb::bson::{doc, Document};
-use tally_testkit::mongo::{mongo_target, MongoTarget, Standin, TargetKind};
+use tally_testkit::mongo::{mongo_target, MongoTarget, Standin};
 use tally_testkit::{Daemon, DaemonOpts};
 
 use super::check::Expect;
@@ -56,27 +56,22 @@ impl Store {
     /// it retries failed flushes at least every 500 ms, and on a server the
     /// harness started, server selection gives up after 2 s instead of 5 s,
     /// so a daemon started while MongoDB is down, and each flush attempt
-    /// while it is down, fail (and retry) sooner. On FerretDB, whose SQLite
-    /// backend takes a few hundred milliseconds per update of a day
-    /// document, commands are 10 statements with a 60 s deadline, so that
-    /// one finishes well within its deadline (see `tests/ferretdb/README.md`).
+    /// while it is down, fail (and retry) sooner. On FerretDB it runs with
+    /// the target's smaller commands and longer deadline
+    /// ([`MongoTarget::daemon_env`]).
     pub(super) fn opts(&self, flush_interval: &str) -> DaemonOpts {
         let opts = tallyd().flush_interval(flush_interval);
-        match &self.mongodb {
-            None => opts,
-            Some(target) if target.kind == TargetKind::FerretDb => {
-                Store::mongodb_opts(opts, target)
-                    .env("TALLYD_MONGODB_STATEMENTS_PER_BATCH", "10")
-                    .env("TALLYD_MONGODB_TIMEOUT", "60s")
-            }
-            Some(target) => Store::mongodb_opts(opts, target),
-        }
-    }
-
-    fn mongodb_opts(opts: DaemonOpts, target: &MongoTarget) -> DaemonOpts {
-        opts.mongodb(&target.uri_selecting_within(2_000), &target.database)
+        let Some(target) = &self.mongodb else {
+            return opts;
+        };
+        let opts = opts
+            .mongodb(&target.uri_selecting_within(2_000), &target.database)
             .env("TALLYD_WRITER_ID", WRITER)
-            .env("TALLYD_FLUSH_RETRY_MAX_BACKOFF", "500ms")
+            .env("TALLYD_FLUSH_RETRY_MAX_BACKOFF", "500ms");
+        target
+            .daemon_env()
+            .iter()
+            .fold(opts, |opts, &(name, value)| opts.env(name, value))
     }
 
     /// Starts `tallyd` on this store with [`Store::opts`].
@@ -85,14 +80,11 @@ impl Store {
     }
 
     /// How long a flush may take to settle: MongoDB (the stand-in, in
-    /// Python; FerretDB on SQLite, a few hundred milliseconds per day
-    /// document) is slower than the embedded store.
+    /// Python; FerretDB, slower still) is slower than the embedded store.
     pub(super) fn flush_timeout(&self) -> Duration {
-        match &self.mongodb {
-            None => Duration::from_secs(15),
-            Some(t) if t.kind == TargetKind::FerretDb => Duration::from_secs(120),
-            Some(_) => Duration::from_secs(30),
-        }
+        self.mongodb
+            .as_ref()
+            .map_or(Duration::from_secs(15), MongoTarget::flush_timeout)
     }
 
     /// The stand-in behind this store, for fault injection; `None` (after

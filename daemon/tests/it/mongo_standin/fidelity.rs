@@ -141,7 +141,7 @@ async fn sessions_are_advertised_like_mongod(target: MongoTarget) {
             admin.run_command(end).await.unwrap();
         }
         // FerretDB 1.x has no `startSession` (Tally does not use it).
-        Err(e) if target.kind == TargetKind::FerretDb => {
+        Err(e) if target.kind.is_ferretdb() => {
             assert_eq!(error_code(&e), Some(59), "{e:?}");
         }
         Err(e) => panic!("startSession: {e:?}"),

@@ -10,7 +10,7 @@ use mongodb::bson::{doc, Bson, Document};
 use tally::model::{DocKey, FlushBatch, Resolution, SeriesId, SeriesMinutes, Slot, Tier, HOUR_S};
 use tally::store::mongodb::MongoStore;
 use tally::store::{ReadQuery, Store, StoreError};
-use tally_testkit::mongo::{MongoTarget, TargetKind};
+use tally_testkit::mongo::MongoTarget;
 
 use super::{
     assert_empty_slot, at, batch, config, connect, connect_direct, direct_config, empty_bounds,
@@ -270,7 +270,7 @@ async fn check_missing_document_is_upserted_with_written_slots_only(
 /// of an 86 KB day document (and scans a collection for an `_id` `$in`):
 /// the counts follow the series either way.
 async fn statements_follow_active_series_not_samples(target: MongoTarget) {
-    let (n_series, per_batch) = if target.kind == TargetKind::FerretDb {
+    let (n_series, per_batch) = if target.kind.is_ferretdb() {
         (50, 10)
     } else {
         (2_500, 500)

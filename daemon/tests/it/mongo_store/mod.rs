@@ -1,6 +1,7 @@
 //! The MongoDB store end to end, through the real `mongodb` driver. Every
 //! test but the fault-injection ones runs once per MongoDB target (the
-//! stand-in, FerretDB, `MONGODB_URI`; see the crate docs); those use the
+//! stand-in, FerretDB on SQLite and on PostgreSQL, `MONGODB_URI`; see the
+//! crate docs); those use the
 //! stand-in, or print a note and return against `MONGODB_URI`.
 //!
 //! * Here: the same fold property as the embedded store (`conformance`,
@@ -56,20 +57,31 @@ const WRITER: &str = "test-writer";
 const HOURS: &str = "metrics_by_hour";
 const DAYS: &str = "metrics_by_day";
 const SERIES: &str = "tally_series";
+/// `mongodb.statements_per_batch` on FerretDB on PostgreSQL: see [`config`].
+const PG_STATEMENTS_PER_BATCH: usize = 10;
 
 /// The store's settings on `target`. FerretDB gets a minute per command:
-/// its SQLite backend takes a few hundred milliseconds per update of a day
-/// document, more while the rest of the suite runs beside it.
+/// it takes up to a few hundred milliseconds per update of a day document,
+/// more while the rest of the suite runs beside it. On PostgreSQL its
+/// `update` holds a connection of its pool per statement until the command
+/// ends, so commands there are as short as a daemon's
+/// ([`MongoTarget::daemon_env`]): with a thousand statements one command
+/// would wait for connections it holds itself.
 fn config(target: &MongoTarget, database: &str) -> MongoDbConfig {
-    let timeout = match target.kind {
-        TargetKind::FerretDb => Duration::from_secs(60),
-        _ => Duration::from_secs(10),
+    let defaults = MongoDbConfig::default();
+    let (timeout, statements_per_batch) = match target.kind {
+        TargetKind::FerretDb => (Duration::from_secs(60), defaults.statements_per_batch),
+        TargetKind::FerretDbPg => (Duration::from_secs(60), PG_STATEMENTS_PER_BATCH),
+        TargetKind::Standin | TargetKind::Uri => {
+            (Duration::from_secs(10), defaults.statements_per_batch)
+        }
     };
     MongoDbConfig {
         uri: target.uri.clone(),
         database: database.to_string(),
         timeout,
-        ..MongoDbConfig::default()
+        statements_per_batch,
+        ..defaults
     }
 }
 
@@ -235,7 +247,7 @@ fn store_equals_reference(kind: TargetKind) {
     let cases = AtomicUsize::new(0);
     let started = Instant::now();
     let mut runner = TestRunner::new(ProptestConfig {
-        cases: if kind == TargetKind::FerretDb { 3 } else { 8 },
+        cases: if kind.is_ferretdb() { 3 } else { 8 },
         max_shrink_iters: 64,
         failure_persistence: None,
         ..ProptestConfig::default()
@@ -279,6 +291,11 @@ mod mongodb_store_equals_reference {
     #[test]
     fn mongodb_ferretdb() {
         super::store_equals_reference(TargetKind::FerretDb);
+    }
+
+    #[test]
+    fn mongodb_ferretdb_pg() {
+        super::store_equals_reference(TargetKind::FerretDbPg);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use mongodb::bson::{Bson, Document};
 use tally::model::{DocKey, FlushBatch, Resolution, SeriesId, SeriesMinutes, Tier, DAY_S, HOUR_S};
 use tally::store::mongodb::MongoStore;
 use tally::store::Store;
-use tally_testkit::mongo::{MongoTarget, TargetKind};
+use tally_testkit::mongo::MongoTarget;
 
 use super::{batch, config, raw_doc, read, series, DAYS, HOURS, LONG_RETENTION};
 
@@ -91,11 +91,7 @@ async fn apply_then_upkeep(store: &MongoStore, b: &FlushBatch) {
 /// minute after an hour ends also seals that hour's N day documents (N is
 /// below the least share, so in one go).
 async fn statements_per_flush_in_steady_state_and_at_boundaries(target: MongoTarget) {
-    let n = if target.kind == TargetKind::FerretDb {
-        12
-    } else {
-        120
-    };
+    let n = if target.kind.is_ferretdb() { 12 } else { 120 };
     let sources = names(n, "steady");
     let store = store_with(&target, "w-steady").await;
     let hour = MIDNIGHT - HOUR_S;
