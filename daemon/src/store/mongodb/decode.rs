@@ -69,13 +69,20 @@ pub(super) fn decode_slot(
         d.get(name)?
             .ok_or_else(|| DecodeError::Missing(format!("{}.{name}", path())))
     };
-    let n = field("n")?;
-    let n = count_of(n).ok_or_else(|| type_error(format!("{}.n", path()), n, "a count"))?;
     let num = |name: &str| -> Result<f64, DecodeError> {
         let v = field(name)?;
         number_of(v).ok_or_else(|| type_error(format!("{}.{name}", path()), v, "a number"))
     };
-    let mut slot = Slot::summary(n, num("sum")?, num("min")?, num("max")?);
+    let mut slot = if only_last(d)? {
+        // A minute of only a last sample (a cumulative counter's baseline)
+        // in a document an upsert created rather than pre-allocation:
+        // its statement set `last` and nothing else.
+        Slot::EMPTY
+    } else {
+        let n = field("n")?;
+        let n = count_of(n).ok_or_else(|| type_error(format!("{}.n", path()), n, "a count"))?;
+        Slot::summary(n, num("sum")?, num("min")?, num("max")?)
+    };
     // Absent in documents written before slots kept their last sample, and
     // in an hour document's running slot.
     if let Some(last) = d.get("last")? {
@@ -85,6 +92,16 @@ pub(super) fn decode_slot(
         }
     }
     Ok(slot)
+}
+
+/// Whether a slot holds a last sample and none of the summary's fields.
+fn only_last(d: &RawDocument) -> Result<bool, DecodeError> {
+    for name in ["n", "sum", "min", "max"] {
+        if d.get(name)?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(d.get("last")?.is_some())
 }
 
 /// A slot's `last: {t, v}`: the sample's Unix-ms time and value; none when

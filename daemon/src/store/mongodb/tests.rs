@@ -361,6 +361,15 @@ fn decode_is_defensive() {
             (1800, Slot::summary(2, 3.0, 1.0, 2.0))
         ]
     );
+    // A minute of only a last sample in a document an upsert created: the
+    // statement set `last` alone, and the slot reads as that sample.
+    let d = doc! { "_id": "db|m|1970010100", "t": bson::DateTime::from_millis(0),
+    "values": { "5": { "last": { "t": 301_000_i64, "v": 4.5 } } } };
+    let read = plan(&q).decode(&to_raw(&d).unwrap()).unwrap();
+    let mut last = Slot::EMPTY;
+    last.last_ms = 301_000;
+    last.last = 4.5;
+    assert_eq!(read.slots, vec![(300, last)]);
 }
 
 #[test]
