@@ -111,15 +111,21 @@ ferretdb_start() {
   FERRET_PORT=$port
 }
 
+# stop_pid PID SIGNAL TENTHS: sends SIGNAL to PID, waits up to TENTHS
+# tenths of a second for it to go, then SIGKILLs and reaps it.
+stop_pid() {
+  local pid=$1 sig=$2 tenths=$3
+  [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+  kill "-$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 "$tenths"); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
 # ferretdb_stop: stops the FerretDB of FERRET_PID (SIGTERM, SIGKILL after
 # 10 s) and clears FERRET_PID.
 ferretdb_stop() {
-  if [[ -n ${FERRET_PID:-} ]] && kill -0 "$FERRET_PID" 2>/dev/null; then
-    kill -TERM "$FERRET_PID" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$FERRET_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$FERRET_PID" 2>/dev/null || true
-    wait "$FERRET_PID" 2>/dev/null || true
-  fi
+  stop_pid "${FERRET_PID:-}" TERM 100
   FERRET_PID=""
 }
 
@@ -158,11 +164,6 @@ postgres_start() {
 # postgres_stop: stops the server of PG_PID (SIGINT, a fast shutdown;
 # SIGKILL after 30 s) and clears PG_PID.
 postgres_stop() {
-  if [[ -n ${PG_PID:-} ]] && kill -0 "$PG_PID" 2>/dev/null; then
-    kill -INT "$PG_PID" 2>/dev/null || true
-    for _ in $(seq 1 300); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$PG_PID" 2>/dev/null || true
-    wait "$PG_PID" 2>/dev/null || true
-  fi
+  stop_pid "${PG_PID:-}" INT 300
   PG_PID=""
 }
