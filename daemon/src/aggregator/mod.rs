@@ -336,13 +336,25 @@ impl Aggregator {
     /// sorted ascending. With `baselines`, also the baseline of every
     /// cumulative counter that changed since the last drain (for the
     /// write-ahead log's marker).
-    pub fn drain(&self, mut baselines: Option<&mut Vec<Baseline>>) -> Vec<SeriesMinutes> {
+    pub fn drain(&self, baselines: Option<&mut Vec<Baseline>>) -> Vec<SeriesMinutes> {
+        self.drain_with_room(baselines, 0)
+    }
+
+    /// [`Aggregator::drain`], with room for `room` more series in the batch
+    /// (the group rollups the flush adds): adding them to a batch without
+    /// room would copy the whole batch into a new one, and for that moment
+    /// hold it twice (64 MB more at a million active series).
+    pub fn drain_with_room(
+        &self,
+        mut baselines: Option<&mut Vec<Baseline>>,
+        room: usize,
+    ) -> Vec<SeriesMinutes> {
         // Sized once from a first look at every shard: growing by doubling
         // would leave up to a whole batch's worth of room unused while it
         // is in flight (40 MB at a million active series). Series made
         // dirty between the two looks grow it exactly.
         let dirty: usize = self.shards.iter().map(|c| c.shard.lock().dirty.len()).sum();
-        let mut all = Vec::with_capacity(dirty);
+        let mut all = Vec::with_capacity(dirty + room);
         for cell in self.shards.iter() {
             let mut guard = cell.shard.lock();
             let Shard {

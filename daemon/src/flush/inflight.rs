@@ -128,11 +128,13 @@ impl Inflight {
     /// Drains the aggregator into a new batch, unless `max_batches` are
     /// already in flight (backpressure) or there is nothing to flush.
     /// `expand` runs on the drained series under the lock, so whatever it
-    /// adds (the group rollups) is never seen apart from what it came from.
+    /// adds (the group rollups) is never seen apart from what it came from;
+    /// the batch is drained with room for about `expand_room` series more.
     pub(super) fn cut(
         &self,
         max_batches: usize,
         expand: impl FnOnce(Vec<SeriesMinutes>) -> Vec<SeriesMinutes>,
+        expand_room: usize,
         cut: Cut<'_>,
     ) -> Option<Arc<InflightBatch>> {
         let mut batches = self.batches.lock();
@@ -140,7 +142,7 @@ impl Inflight {
             metrics::counter!("tally_flush_deferred_total").increment(1);
             return None;
         }
-        let drained = expand(self.agg.drain(cut.baselines));
+        let drained = expand(self.agg.drain_with_room(cut.baselines, expand_room));
         if drained.is_empty() && cut.id.is_none() {
             return None;
         }

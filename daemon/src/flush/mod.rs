@@ -195,6 +195,7 @@ impl Pipeline {
         let batch = self.inflight.cut(
             self.cfg.queue_depth,
             |drained| self.rollups.expand(drained),
+            self.rollups.known_series(),
             cut,
         )?;
         if let Some(rates) = &self.source_rates {

@@ -222,6 +222,11 @@ impl Rollups {
         self.cfg.all || self.prefix.is_some() || !self.named.is_empty() || self.cfg.agent_groups
     }
 
+    /// The rollup series known so far: about how many a flush adds.
+    pub fn known_series(&self) -> usize {
+        self.kinds.lock().len()
+    }
+
     /// Checks the groups a source declares, before any of its samples are
     /// taken; the error says what is wrong, for the agent's operator.
     pub fn check_declaration<S: AsRef<str>>(groups: &[S]) -> Result<(), String> {
