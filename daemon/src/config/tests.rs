@@ -81,7 +81,7 @@ fn partial_sections_fill_in_defaults() {
     let file = toml_file("[flush]\ninterval = \"250ms\"\n");
     let config = Config::load_from(&cli_with_file(&file), no_env()).unwrap();
     assert_eq!(config.flush.interval, Duration::from_millis(250));
-    assert_eq!(config.flush.queue_depth, 2);
+    assert_eq!(config.flush.queue_depth, 1);
     assert_eq!(config.ingest, IngestConfig::default());
 }
 

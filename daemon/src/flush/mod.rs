@@ -64,7 +64,7 @@ impl Default for FlushConfig {
     fn default() -> Self {
         FlushConfig {
             interval: Duration::from_secs(1),
-            queue_depth: 2,
+            queue_depth: 1,
             retry_initial_backoff: Duration::from_millis(100),
             retry_max_backoff: Duration::from_secs(10),
             shutdown_deadline: Duration::from_secs(30),
@@ -110,6 +110,9 @@ pub struct Pipeline {
     pace: Pace,
     /// Wakes the store's upkeep after a flush landed (`upkeep.rs`).
     upkeep_kick: Notify,
+    /// Wakes a tick the full queue deferred once the applier finished a
+    /// batch (see `Pipeline::run`).
+    applied: Notify,
 }
 
 impl Pipeline {
@@ -134,6 +137,7 @@ impl Pipeline {
             unfinished: AtomicUsize::new(0),
             wal: OnceLock::new(),
             upkeep_kick: Notify::new(),
+            applied: Notify::new(),
         }
     }
 
@@ -387,6 +391,7 @@ impl Pipeline {
                         this.record_catalog(&batch).await;
                     }
                     this.unfinished.fetch_sub(1, Ordering::SeqCst);
+                    this.applied.notify_one();
                 }
             })
         };
@@ -397,16 +402,25 @@ impl Pipeline {
             self.cfg.interval,
         );
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // A tick the full queue deferred is taken again as soon as the
+        // applier finishes a batch, not a whole interval later: the store
+        // never waits for the beat while samples are waiting for it, so no
+        // batch has to be cut ahead of time to keep it busy, and the default
+        // queue holds one (at a million series a batch is about 70 MB).
+        let mut deferred = false;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = self.applied.notified(), if deferred => {}
                 _ = stop.cancelled() => break,
             }
             if self.pace.holds(Instant::now()) {
                 metrics::counter!("tally_flush_paced_total").increment(1);
                 continue;
             }
-            if !self.send_batch(&tx).await && self.unfinished.load(Ordering::SeqCst) == 0 {
+            let sent = self.send_batch(&tx).await;
+            deferred = !sent && self.inflight.len() >= self.cfg.queue_depth;
+            if !sent && self.unfinished.load(Ordering::SeqCst) == 0 {
                 self.idle().await;
             }
         }
