@@ -135,20 +135,9 @@ async fn recover(config: &Config, parts: &Parts) -> Result<Option<Arc<Wal>>> {
     }
     let dir = config.data_dir.join("wal");
     let segments = tally::wal::recover(&dir).context("reading the write-ahead log")?;
-    let durable = match parts.store.complete_flush_id().await {
-        Ok(id) => id,
-        // Replaying from the log's start is safe (the watermarks skip what
-        // the store has); only slower.
-        Err(e) if e.is_retryable() => {
-            warn!(error = %e, "store unavailable: replaying the whole write-ahead log once it answers");
-            0
-        }
-        Err(e) => {
-            return Err(e).context(
-                "reading where the store is complete, to replay the write-ahead log from there",
-            )
-        }
-    };
+    let durable = tally::recovery::resume_flush_id(&segments, || parts.store.complete_flush_id())
+        .await
+        .context("reading where the store is complete, to replay the write-ahead log from there")?;
     let replayed = tally::recovery::replay(
         &segments,
         durable,
