@@ -43,7 +43,8 @@ use tally::{grpc, http, telemetry};
 // memory for a second (ten for whole arenas) before returning it, so at a
 // million series each flush's freed batch was still resident when the next
 // was built, and peak RSS measured about 100 MB higher than with v2's 10 ms,
-// at the same CPU per sample.
+// at the same CPU per sample. Known cost, not yet understood: after a
+// SIGKILL restart, RSS settles higher on v2 than on v3 (BENCHMARKS.md, Soak).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
