@@ -73,19 +73,21 @@ pub(super) fn decode_slot(
         let v = field(name)?;
         number_of(v).ok_or_else(|| type_error(format!("{}.{name}", path()), v, "a number"))
     };
-    let mut slot = if only_last(d)? {
+    let last = d.get("last")?;
+    let mut slot = match d.get("n")? {
+        Some(n) => {
+            let n = count_of(n).ok_or_else(|| type_error(format!("{}.n", path()), n, "a count"))?;
+            Slot::summary(n, num("sum")?, num("min")?, num("max")?)
+        }
         // A minute of only a last sample (a cumulative counter's baseline)
         // in a document an upsert created rather than pre-allocation:
         // its statement set `last` and nothing else.
-        Slot::EMPTY
-    } else {
-        let n = field("n")?;
-        let n = count_of(n).ok_or_else(|| type_error(format!("{}.n", path()), n, "a count"))?;
-        Slot::summary(n, num("sum")?, num("min")?, num("max")?)
+        None if last.is_some() && no_summary(d)? => Slot::EMPTY,
+        None => return Err(DecodeError::Missing(format!("{}.n", path()))),
     };
     // Absent in documents written before slots kept their last sample, and
     // in an hour document's running slot.
-    if let Some(last) = d.get("last")? {
+    if let Some(last) = last {
         if let Some((t, v)) = decode_last(last, &|| format!("{}.last", path()))? {
             slot.last_ms = t;
             slot.last = v;
@@ -94,14 +96,14 @@ pub(super) fn decode_slot(
     Ok(slot)
 }
 
-/// Whether a slot holds a last sample and none of the summary's fields.
-fn only_last(d: &RawDocument) -> Result<bool, DecodeError> {
-    for name in ["n", "sum", "min", "max"] {
+/// Whether a slot without `n` has none of the summary's other fields.
+fn no_summary(d: &RawDocument) -> Result<bool, DecodeError> {
+    for name in ["sum", "min", "max"] {
         if d.get(name)?.is_some() {
             return Ok(false);
         }
     }
-    Ok(d.get("last")?.is_some())
+    Ok(true)
 }
 
 /// A slot's `last: {t, v}`: the sample's Unix-ms time and value; none when
