@@ -147,7 +147,8 @@ async fn recover(config: &Config, parts: &Parts) -> Result<Option<Arc<Wal>>> {
         &parts.pipeline,
         &CancellationToken::new(),
     )
-    .await;
+    .await
+    .context("replaying the write-ahead log")?;
     let wal = Arc::new(
         Wal::start(
             &dir,

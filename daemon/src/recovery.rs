@@ -26,7 +26,7 @@ use crate::aggregator::Aggregator;
 use crate::flush::Pipeline;
 use crate::ingest::Ingestor;
 use crate::store::StoreError;
-use crate::wal::{Baseline, Baselines, Record, RecoveredSegment};
+use crate::wal::{Baseline, Baselines, Entry, Record, RecoveredSegment, WalError};
 
 /// What replay did.
 #[derive(Debug, Default)]
@@ -45,8 +45,8 @@ pub struct Replayed {
 fn resume_point(segments: &[RecoveredSegment], durable: u64) -> (usize, usize) {
     let mut at = (0, 0);
     for (si, seg) in segments.iter().enumerate() {
-        for (ri, r) in seg.records.iter().enumerate() {
-            if let Record::Marker { flush_id, .. } = r {
+        for (ri, e) in seg.entries.iter().enumerate() {
+            if let Entry::Marker(flush_id) = e {
                 if *flush_id <= durable {
                     at = (si, ri + 1);
                 }
@@ -104,10 +104,7 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<u64, StoreError>>,
 {
-    let has_marker = segments
-        .iter()
-        .flat_map(|s| &s.records)
-        .any(|r| matches!(r, Record::Marker { .. }));
+    let has_marker = segments.iter().any(|s| s.markers().next().is_some());
     let mut backoff = ASK_FIRST_BACKOFF;
     loop {
         match ask().await {
@@ -128,6 +125,8 @@ where
 
 /// Replays `segments` given the store's durable flush id; `give_up` ends
 /// retries of a flush the store keeps refusing (shutdown during replay).
+/// Each segment is read again record by record. Fails only if a segment
+/// can no longer be read as it was at [`crate::wal::recover`].
 pub async fn replay(
     segments: &[RecoveredSegment],
     durable: u64,
@@ -135,14 +134,15 @@ pub async fn replay(
     ingest: &Ingestor,
     pipeline: &Pipeline,
     give_up: &CancellationToken,
-) -> Replayed {
+) -> Result<Replayed, WalError> {
     let resume = resume_point(segments, durable);
     let mut out = Replayed::default();
     let mut seeded = false;
     for (si, seg) in segments.iter().enumerate() {
-        for (ri, record) in seg.records.iter().enumerate() {
+        for (ri, record) in seg.records()?.enumerate() {
+            let record = record?;
             let after = (si, ri) >= resume;
-            if let Record::Checkpoint { baselines } = record {
+            if let Record::Checkpoint { baselines } = &record {
                 // Once folding has begun, a checkpoint repeats what the
                 // markers gave.
                 if !seeded {
@@ -155,7 +155,7 @@ pub async fn replay(
                 seed(agg, &out.baselines);
                 seeded = true;
             }
-            match record {
+            match &record {
                 Record::Checkpoint { .. } => {}
                 Record::Marker {
                     flush_id,
@@ -197,7 +197,7 @@ pub async fn replay(
             "write-ahead log replayed"
         );
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -207,19 +207,16 @@ mod tests {
 
     use super::*;
 
-    fn segment(records: Vec<Record>) -> Vec<RecoveredSegment> {
+    fn segment(entries: Vec<Entry>) -> Vec<RecoveredSegment> {
         vec![RecoveredSegment {
             number: 1,
             path: PathBuf::from("1.log"),
-            records,
+            entries,
         }]
     }
 
-    fn marker() -> Record {
-        Record::Marker {
-            flush_id: 7,
-            baselines: Vec::new(),
-        }
+    fn marker() -> Entry {
+        Entry::Marker(7)
     }
 
     /// Answers `Unavailable` `failures` times, then 42; counts the asks.

@@ -13,12 +13,13 @@
 //! the documents' watermarks skip what the store already has.
 
 mod baselines;
+mod read;
 mod record;
 mod segment;
 mod writer;
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +28,10 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
 use tokio::sync::oneshot;
-use tracing::{info, warn};
+use tracing::info;
 
 pub use baselines::Baselines;
+pub use read::{recover, Entry, RecoveredSegment, SegmentRecords};
 pub use record::{Baseline, Record, UNKNOWN_ARRIVAL};
 use segment::Open;
 use writer::{Cmd, Writer};
@@ -115,67 +117,6 @@ pub enum WalError {
     Closed,
 }
 
-/// One segment read back at start.
-pub struct RecoveredSegment {
-    pub number: u64,
-    pub path: PathBuf,
-    pub records: Vec<Record>,
-}
-
-/// Reads every segment in `dir` (created if missing), cutting a torn or
-/// corrupt tail off the segment it is in. Segments after a damaged one
-/// cannot follow on from it: they are renamed `*.log.after-damage` and left
-/// for the operator, not replayed.
-pub fn recover(dir: &Path) -> Result<Vec<RecoveredSegment>, WalError> {
-    let io = |e: std::io::Error| WalError::Io {
-        dir: dir.display().to_string(),
-        reason: e.to_string(),
-    };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let mut out = Vec::new();
-    let mut damaged = false;
-    for (number, path) in segment::list(dir).map_err(io)? {
-        if damaged {
-            let aside = path.with_extension("log.after-damage");
-            warn!(segment = %path.display(), "write-ahead log: segment follows a damaged one; set aside, not replayed");
-            std::fs::rename(&path, aside).map_err(io)?;
-            continue;
-        }
-        let bytes = std::fs::read(&path).map_err(io)?;
-        let scanned = segment::scan(&bytes);
-        let mut records = Vec::with_capacity(scanned.payloads.len());
-        let mut valid = scanned.valid;
-        let mut at = 0u64;
-        for p in &scanned.payloads {
-            match record::decode(p) {
-                Ok(r) => records.push(r),
-                Err(e) => {
-                    warn!(segment = %path.display(), error = %e, "write-ahead log: undecodable record");
-                    valid = at;
-                    break;
-                }
-            }
-            at += 8 + p.len() as u64;
-        }
-        if valid < bytes.len() as u64 {
-            warn!(
-                segment = %path.display(),
-                kept_bytes = valid,
-                dropped_bytes = bytes.len() as u64 - valid,
-                "write-ahead log: torn or corrupt tail cut off (records past it were never acknowledged, or the disk damaged them)"
-            );
-            segment::truncate(&path, valid).map_err(io)?;
-            damaged = true;
-        }
-        out.push(RecoveredSegment {
-            number,
-            path,
-            records,
-        });
-    }
-    Ok(out)
-}
-
 /// Hears when a marker is written; see [`Wal::marker`].
 pub struct MarkerReceipt(oneshot::Receiver<Result<(), WalError>>);
 
@@ -220,12 +161,7 @@ impl Wal {
             .map_err(io)?;
         let markers: VecDeque<(u64, u64)> = recovered
             .iter()
-            .flat_map(|s| {
-                s.records.iter().filter_map(move |r| match r {
-                    Record::Marker { flush_id, .. } => Some((*flush_id, s.number)),
-                    _ => None,
-                })
-            })
+            .flat_map(|s| s.markers().map(move |id| (id, s.number)))
             .collect();
         let kept = recovered
             .iter()

@@ -4,7 +4,7 @@
 //! checksum: that is where a crash interrupted a write (a torn tail).
 
 use std::fs;
-use std::io::{self, Write as _};
+use std::io::{self, BufReader, Read, Write as _};
 use std::path::{Path, PathBuf};
 
 /// Largest record accepted when reading: a larger length is corruption, not
@@ -54,36 +54,82 @@ pub fn frame_parts(out: &mut Vec<u8>, head: &[u8], body: &[u8]) {
     out.extend_from_slice(body);
 }
 
-/// A segment's intact frames, and how many bytes after them are not.
-pub struct Scanned {
-    pub payloads: Vec<Vec<u8>>,
-    /// Bytes of intact frames from the start; the rest is a torn or
-    /// corrupt tail.
-    pub valid: u64,
+/// A segment's frames read in order, one payload at a time, so that
+/// reading a segment back takes memory for one record, not the file.
+/// Reading stops at the end or at the first frame that is cut short or
+/// fails its checksum.
+pub struct Frames<R> {
+    reader: R,
+    /// Bytes the reader holds: a length past them is a torn frame, found
+    /// without allocating for it.
+    len: u64,
+    /// Bytes of intact frames read so far.
+    valid: u64,
+    payload: Vec<u8>,
 }
 
-/// Reads a segment's frames up to the first bad one.
-pub fn scan(bytes: &[u8]) -> Scanned {
-    let mut payloads = Vec::new();
-    let mut at = 0usize;
-    while bytes.len() - at >= HEADER {
-        let len =
-            u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
-        let crc = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
-        let start = at + HEADER;
-        if len > MAX_RECORD || bytes.len() - start < len {
-            break;
+impl<R: Read> Frames<R> {
+    /// Frames of `reader`, which holds `len` bytes.
+    pub fn new(reader: R, len: u64) -> Frames<R> {
+        Frames {
+            reader,
+            len,
+            valid: 0,
+            payload: Vec::new(),
         }
-        let payload = &bytes[start..start + len];
-        if crc32fast::hash(payload) != crc {
-            break;
-        }
-        payloads.push(payload.to_vec());
-        at = start + len;
     }
-    Scanned {
-        payloads,
-        valid: at as u64,
+
+    /// Bytes of intact frames from the start, up to the last one returned:
+    /// what follows them (once [`Frames::next`] says `None`) is a torn or
+    /// corrupt tail.
+    pub fn valid(&self) -> u64 {
+        self.valid
+    }
+
+    /// The next intact frame's payload, or `None` at the end or at damage.
+    pub fn next(&mut self) -> io::Result<Option<&[u8]>> {
+        let mut head = [0u8; HEADER];
+        if self.len - self.valid < HEADER as u64 {
+            return Ok(None);
+        }
+        if !read_all(&mut self.reader, &mut head)? {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let left = self.len - self.valid - HEADER as u64;
+        if len > MAX_RECORD || left < len as u64 {
+            return Ok(None);
+        }
+        self.payload.clear();
+        self.payload.resize(len, 0);
+        if !read_all(&mut self.reader, &mut self.payload)? {
+            return Ok(None);
+        }
+        if crc32fast::hash(&self.payload) != crc {
+            return Ok(None);
+        }
+        self.valid += (HEADER + len) as u64;
+        Ok(Some(&self.payload))
+    }
+}
+
+/// Fills `buf`; false if the reader ends first (the file shrank since its
+/// length was read: a tail, like any other cut short).
+fn read_all(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    match reader.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+impl Frames<BufReader<fs::File>> {
+    /// Frames of the segment file at `path`.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        Ok(Frames::new(BufReader::with_capacity(1 << 20, file), len))
     }
 }
 
@@ -135,6 +181,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Every intact frame's payload, and the bytes they take.
+    fn scan(bytes: &[u8]) -> (Vec<Vec<u8>>, u64) {
+        let mut frames = Frames::new(bytes, bytes.len() as u64);
+        let mut out = Vec::new();
+        while let Some(p) = frames.next().unwrap() {
+            out.push(p.to_vec());
+        }
+        (out, frames.valid())
+    }
+
     proptest! {
         /// Cutting the file anywhere, or flipping any byte, loses only the
         /// frames from the damaged one on; the ones before read back intact.
@@ -152,8 +208,8 @@ mod tests {
                 ends.push(bytes.len());
             }
             let whole = scan(&bytes);
-            prop_assert_eq!(&whole.payloads, &payloads);
-            prop_assert_eq!(whole.valid, bytes.len() as u64);
+            prop_assert_eq!(&whole.0, &payloads);
+            prop_assert_eq!(whole.1, bytes.len() as u64);
             let mut damaged = bytes.clone();
             let at = if flip_it {
                 let i = flip.index(damaged.len());
@@ -167,11 +223,11 @@ mod tests {
             let got = scan(&damaged);
             // Frames that end at or before the damage are all kept.
             let intact = ends.iter().filter(|&&e| e <= at).count();
-            prop_assert!(got.payloads.len() >= intact);
-            prop_assert_eq!(&got.payloads[..intact], &payloads[..intact]);
-            prop_assert!(got.valid <= damaged.len() as u64);
+            prop_assert!(got.0.len() >= intact);
+            prop_assert_eq!(&got.0[..intact], &payloads[..intact]);
+            prop_assert!(got.1 <= damaged.len() as u64);
             if !flip_it {
-                prop_assert_eq!(got.payloads.len(), intact);
+                prop_assert_eq!(got.0.len(), intact);
             }
         }
     }
