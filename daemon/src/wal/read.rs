@@ -59,7 +59,10 @@ impl RecoveredSegment {
     /// Its records, read again from the file one at a time: as many as
     /// [`recover`] found intact.
     pub fn records(&self) -> Result<SegmentRecords, WalError> {
-        let frames = Frames::open(&self.path).map_err(|e| io_error(&self.path, &e))?;
+        let frames = Frames::open(&self.path).map_err(|e| WalError::Io {
+            dir: self.path.display().to_string(),
+            reason: format!("opening it again for replay: {e}"),
+        })?;
         Ok(SegmentRecords {
             frames,
             left: self.entries.len(),
@@ -204,12 +207,9 @@ mod tests {
             encode_request(6, &[], &request("b")),
         ];
         write(&dir.path().join(segment::name(1)), &records, &[]);
-        // A torn frame: a length with too few bytes after it.
-        write(
-            &dir.path().join(segment::name(2)),
-            &records[1..2],
-            &[40, 0, 0, 0, 1],
-        );
+        // A torn frame: a whole header whose length has too few bytes after it.
+        let torn = dir.path().join(segment::name(2));
+        write(&torn, &records[1..2], &[40, 0, 0, 0, 1, 2, 3, 4, 5]);
         write(&dir.path().join(segment::name(3)), &records[..1], &[]);
 
         let segments = recover(dir.path()).unwrap();
@@ -229,6 +229,11 @@ mod tests {
         );
         assert_eq!(segments[0].markers().collect::<Vec<_>>(), [9]);
         assert_eq!(segments[1].entries, [Entry::Request]);
+        assert_eq!(
+            std::fs::metadata(&torn).unwrap().len(),
+            8 + records[1].len() as u64,
+            "the torn frame is cut off"
+        );
         assert!(dir
             .path()
             .join("wal-0000000000000003.log.after-damage")

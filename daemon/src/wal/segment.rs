@@ -66,6 +66,8 @@ pub struct Frames<R> {
     /// Bytes of intact frames read so far.
     valid: u64,
     payload: Vec<u8>,
+    /// The end or damage was met: the reader is no longer at a frame.
+    done: bool,
 }
 
 impl<R: Read> Frames<R> {
@@ -76,6 +78,7 @@ impl<R: Read> Frames<R> {
             len,
             valid: 0,
             payload: Vec::new(),
+            done: false,
         }
     }
 
@@ -86,31 +89,41 @@ impl<R: Read> Frames<R> {
         self.valid
     }
 
-    /// The next intact frame's payload, or `None` at the end or at damage.
+    /// The next intact frame's payload, or `None` at the end or at damage,
+    /// and from then on.
     pub fn next(&mut self) -> io::Result<Option<&[u8]>> {
-        let mut head = [0u8; HEADER];
-        if self.len - self.valid < HEADER as u64 {
+        if self.done || !self.read_frame()? {
+            self.done = true;
             return Ok(None);
         }
+        Ok(Some(&self.payload))
+    }
+
+    /// Reads the next frame into `payload`; false if it is not intact.
+    fn read_frame(&mut self) -> io::Result<bool> {
+        let mut head = [0u8; HEADER];
+        if self.len - self.valid < HEADER as u64 {
+            return Ok(false);
+        }
         if !read_all(&mut self.reader, &mut head)? {
-            return Ok(None);
+            return Ok(false);
         }
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
         let left = self.len - self.valid - HEADER as u64;
         if len > MAX_RECORD || left < len as u64 {
-            return Ok(None);
+            return Ok(false);
         }
         self.payload.clear();
         self.payload.resize(len, 0);
         if !read_all(&mut self.reader, &mut self.payload)? {
-            return Ok(None);
+            return Ok(false);
         }
         if crc32fast::hash(&self.payload) != crc {
-            return Ok(None);
+            return Ok(false);
         }
         self.valid += (HEADER + len) as u64;
-        Ok(Some(&self.payload))
+        Ok(true)
     }
 }
 
