@@ -14,9 +14,9 @@
 
 use std::sync::Arc;
 
-use hashbrown::HashTable;
+use hashbrown::{Equivalent as _, HashTable};
 
-use crate::model::SeriesId;
+use crate::model::{SeriesId, SeriesRef};
 
 /// Entries per chunk: 1,024 series entries make a 192 KiB chunk, small
 /// beside a large fleet and allocated at most once per 1,024 new series.
@@ -244,6 +244,15 @@ impl<V> SeriesMap<V> {
     pub(crate) fn get_mut(&mut self, series: &SeriesId) -> Option<&mut V> {
         let hash = self.hasher.hash_one(series);
         let (_, (_, v)) = self.table.find_mut(hash, |(s, _)| s.same(series))?;
+        Some(v)
+    }
+
+    /// [`SeriesMap::get_mut`] by name, with nothing allocated.
+    pub(crate) fn get_mut_by(&mut self, series: SeriesRef<'_>) -> Option<&mut V> {
+        let hash = self.hasher.hash_one(series);
+        let (_, (_, v)) = self
+            .table
+            .find_mut(hash, |(s, _)| series.equivalent(&**s))?;
         Some(v)
     }
 

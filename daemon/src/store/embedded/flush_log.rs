@@ -23,9 +23,9 @@
 //! Layout 2 wrote 32-byte slots (40 bytes a minute); opening such a file
 //! rewrites its log once ([`upgrade_legacy`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use hashbrown::HashMap;
 use redb::{Database, ReadableDatabase, ReadableTable, Table};
 
 use super::codec::{header, legacy_slot_at, put_slot, slot_at};
@@ -34,7 +34,8 @@ use super::layout::{
     FlushLogKey, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS, LEGACY_SLOT_LEN, SLOT_LEN,
 };
 use super::pending::Pending;
-use crate::model::{EpochMinute, SampleKind, SeriesId, Slot, Tier};
+use crate::labels::split_metric_key;
+use crate::model::{EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, Tier};
 use crate::store::StoreError;
 
 /// A chunk is written once it holds at least this many bytes.
@@ -139,35 +140,79 @@ pub(super) fn trim_below(table: &mut LogTable<'_>, id: u64) -> Result<(), StoreE
     table.retain_in(..(id, 0u32), |_, _| false).map_err(db_err)
 }
 
-/// One decoded entry: a series' minutes from one flush.
-pub(super) struct Entry {
-    pub(super) series: SeriesId,
-    pub(super) kind: SampleKind,
-    pub(super) minutes: Vec<(EpochMinute, Slot)>,
+/// One entry as it lies in the log: a series' minutes from one flush, its
+/// names borrowed. Start reads one per series per flush still in the log
+/// (millions at a million series), so nothing is allocated for an entry
+/// whose series was met before.
+struct EntryRef<'a> {
+    source: &'a str,
+    metric_key: &'a str,
+    kind: SampleKind,
+    raw: &'a [u8],
+    legacy: bool,
+}
+
+impl EntryRef<'_> {
+    fn minutes(&self) -> impl Iterator<Item = (EpochMinute, Slot)> + '_ {
+        let (len, slot) = if self.legacy {
+            (
+                LEGACY_MINUTE_LEN,
+                legacy_slot_at as fn(&[u8], usize, usize) -> Slot,
+            )
+        } else {
+            (MINUTE_LEN, slot_at as fn(&[u8], usize, usize) -> Slot)
+        };
+        self.raw.chunks_exact(len).map(move |c| {
+            let mut m = [0u8; 8];
+            m.copy_from_slice(&c[..8]);
+            (i64::from_le_bytes(m), slot(c, 8, 0))
+        })
+    }
+
+    /// Its series by name, if the names are a series' (checked only where
+    /// they are stored: [`SeriesId::from_metric_key`]).
+    fn series_ref(&self) -> Option<SeriesRef<'_>> {
+        let (metric, labels) = split_metric_key(self.metric_key)?;
+        Some(SeriesRef {
+            source: self.source,
+            metric,
+            labels,
+        })
+    }
+
+    fn series(&self) -> Option<SeriesId> {
+        SeriesId::from_metric_key(self.source, self.metric_key)
+    }
 }
 
 /// Every entry of the log, oldest flush first, with its flush id.
-/// `keep(entry, id)` decides which minutes of an entry are still pending
-/// (those already in their documents are not).
+/// `keep(entry, id, kept)` puts into `kept` the minutes of an entry that
+/// are still pending (those already in their documents are not).
 fn load(
     table: &impl ReadableTable<FlushLogKey, &'static [u8]>,
-    mut keep: impl FnMut(&Entry, u64) -> Result<Vec<(EpochMinute, Slot)>, StoreError>,
+    mut keep: impl FnMut(&EntryRef<'_>, u64, &mut Vec<(EpochMinute, Slot)>) -> Result<(), StoreError>,
 ) -> Result<Pending, StoreError> {
     let mut pending = Pending::default();
+    let mut kept = Vec::new();
     for row in table.iter().map_err(db_err)? {
         let (k, v) = row.map_err(db_err)?;
         let (id, chunk) = k.value();
-        let name = || super::layout::flush_log_name(id, chunk);
+        let corrupt = || StoreError::Corrupt {
+            doc: super::layout::flush_log_name(id, chunk),
+            reason: "a log entry is cut short or malformed".into(),
+        };
         let mut bytes = v.value();
         while !bytes.is_empty() {
-            let entry = decode_entry(&mut bytes, false).ok_or_else(|| StoreError::Corrupt {
-                doc: name(),
-                reason: "a log entry is cut short or malformed".into(),
-            })?;
-            let minutes = keep(&entry, id)?;
-            if !minutes.is_empty() {
-                let series = Arc::new(entry.series);
-                pending.add(&series, entry.kind, id, minutes.into_iter());
+            let entry = decode_entry(&mut bytes, false).ok_or_else(corrupt)?;
+            kept.clear();
+            keep(&entry, id, &mut kept)?;
+            if kept.is_empty() {
+                continue;
+            }
+            let known = entry.series_ref().ok_or_else(corrupt)?;
+            if !pending.add_to_known(known, entry.kind, id, kept.iter().copied()) {
+                let series = Arc::new(entry.series().ok_or_else(corrupt)?);
+                pending.add(&series, entry.kind, id, kept.iter().copied());
             }
         }
     }
@@ -175,10 +220,9 @@ fn load(
 }
 
 /// One entry, its slots in today's encoding or, when `legacy`, layout 2's.
-fn decode_entry(bytes: &mut &[u8], legacy: bool) -> Option<Entry> {
+fn decode_entry<'a>(bytes: &mut &'a [u8], legacy: bool) -> Option<EntryRef<'a>> {
     let source = take_str(bytes)?;
     let metric_key = take_str(bytes)?;
-    let series = SeriesId::from_metric_key(source, metric_key)?;
     let kind = SampleKind::from_code(*take(bytes, 1)?.first()?)?;
     let n = u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize;
     let len = if legacy {
@@ -186,20 +230,13 @@ fn decode_entry(bytes: &mut &[u8], legacy: bool) -> Option<Entry> {
     } else {
         MINUTE_LEN
     };
-    let slot = if legacy { legacy_slot_at } else { slot_at };
     let raw = take(bytes, n.checked_mul(len)?)?;
-    let minutes = raw
-        .chunks_exact(len)
-        .map(|c| {
-            let mut m = [0u8; 8];
-            m.copy_from_slice(&c[..8]);
-            (i64::from_le_bytes(m), slot(c, 8, 0))
-        })
-        .collect();
-    Some(Entry {
-        series,
+    Some(EntryRef {
+        source,
+        metric_key,
         kind,
-        minutes,
+        raw,
+        legacy,
     })
 }
 
@@ -216,11 +253,13 @@ pub(super) fn upgrade_legacy(table: &mut LogTable<'_>) -> Result<(), StoreError>
         let mut bytes = old.as_slice();
         let mut writer = LogWriter::new(id);
         while !bytes.is_empty() {
-            let entry = decode_entry(&mut bytes, true).ok_or_else(|| StoreError::Corrupt {
+            let corrupt = || StoreError::Corrupt {
                 doc: super::layout::flush_log_name(id, chunk),
                 reason: "a log entry of layout 2 is cut short or malformed".into(),
-            })?;
-            writer.append(&entry.series, entry.kind, entry.minutes.into_iter())?;
+            };
+            let entry = decode_entry(&mut bytes, true).ok_or_else(corrupt)?;
+            let series = entry.series().ok_or_else(corrupt)?;
+            writer.append(&series, entry.kind, entry.minutes())?;
         }
         table
             .insert((id, chunk), writer.buf.as_slice())
@@ -251,35 +290,39 @@ pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
     let log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
     let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
     let days = txn.open_table(DAY_SUMMARY).map_err(db_err)?;
-    // Watermarks seen so far, by (series key, hour): the higher of the
+    // Watermarks seen so far, by series key, then hour: the higher of the
     // hour document's and its day's. Either one at or past a flush holds
     // that flush's minutes of the hour (a fold writes both together); the
-    // day alone tells once the retention sweep has deleted the hour.
-    let mut watermarks: HashMap<(String, i64), u64> = HashMap::new();
-    let pending = load(&log, |entry, id| {
-        let met = entry.series.metric_key();
-        let src = &*entry.series.source;
-        let key = entry.series.key();
-        let mut keep = Vec::with_capacity(entry.minutes.len());
-        for &(m, slot) in &entry.minutes {
+    // day alone tells once the retention sweep has deleted the hour. Looked
+    // up once per entry, with one key buffer: no allocation per entry.
+    let mut watermarks: HashMap<String, Vec<(i64, u64)>, ahash::RandomState> = HashMap::default();
+    let mut key = String::new();
+    let pending = load(&log, |entry, id, kept| {
+        let (src, met) = (entry.source, entry.metric_key);
+        key.clear();
+        key.push_str(src);
+        key.push('|');
+        key.push_str(met);
+        let known = watermarks.entry_ref(key.as_str()).or_default();
+        for (m, slot) in entry.minutes() {
             let hour = Tier::Hour.period_start(m);
-            let watermark = match watermarks.get(&(key.clone(), hour)) {
-                Some(&w) => w,
+            let watermark = match known.iter().find(|(h, _)| *h == hour) {
+                Some(&(_, w)) => w,
                 None => {
                     let day = Tier::Day.period_start(m);
-                    let h = hours.get((src, &*met, hour)).map_err(db_err)?;
-                    let d = days.get((src, &*met, day)).map_err(db_err)?;
+                    let h = hours.get((src, met, hour)).map_err(db_err)?;
+                    let d = days.get((src, met, day)).map_err(db_err)?;
                     let w = stored_watermark(h.as_ref().map(|v| v.value()))
                         .max(stored_watermark(d.as_ref().map(|v| v.value())));
-                    watermarks.insert((key.clone(), hour), w);
+                    known.push((hour, w));
                     w
                 }
             };
             if watermark < id {
-                keep.push((m, slot));
+                kept.push((m, slot));
             }
         }
-        Ok(keep)
+        Ok(())
     })?;
     metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
     Ok(pending)

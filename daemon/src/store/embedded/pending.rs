@@ -23,8 +23,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::model::{
-    EpochMinute, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesUpdate, Slot, Tier,
-    MINUTE_S,
+    EpochMinute, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate, Slot,
+    Tier, MINUTE_S,
 };
 use crate::store::{DocRead, ReadQuery};
 use crate::table::SeriesMap;
@@ -44,6 +44,24 @@ struct SeriesPending {
     /// Ascending, no duplicates. Boxed: a list that grows by exactly one
     /// needs no capacity of its own (8 bytes per series).
     minutes: Box<[(EpochMinute, Slot)]>,
+}
+
+impl SeriesPending {
+    fn merge(
+        &mut self,
+        kind: SampleKind,
+        id: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) {
+        self.kind = kind;
+        self.watermark = self.watermark.max(id);
+        let mut list = std::mem::take(&mut self.minutes).into_vec();
+        for (m, slot) in minutes {
+            merge_minute(&mut list, m, &slot);
+        }
+        // Exact (see `merge_minute`), so this does not reallocate.
+        self.minutes = list.into_boxed_slice();
+    }
 }
 
 /// What a fold writes for one series: its minutes, into its documents, with
@@ -121,14 +139,25 @@ impl Pending {
                 minutes: Box::default(),
             }
         });
-        p.kind = kind;
-        p.watermark = p.watermark.max(id);
-        let mut list = std::mem::take(&mut p.minutes).into_vec();
-        for (m, slot) in minutes {
-            merge_minute(&mut list, m, &slot);
+        p.merge(kind, id, minutes);
+    }
+
+    /// [`Pending::add`] for a series named, not shared: false, and nothing
+    /// merged, if it has no pending minutes yet.
+    pub(crate) fn add_to_known(
+        &mut self,
+        series: SeriesRef<'_>,
+        kind: SampleKind,
+        id: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) -> bool {
+        match self.series.get_mut_by(series) {
+            Some(p) => {
+                p.merge(kind, id, minutes);
+                true
+            }
+            None => false,
         }
-        // Exact (see `merge_minute`), so this does not reallocate.
-        p.minutes = list.into_boxed_slice();
     }
 
     /// How many series a fold takes so that every series waits about
