@@ -74,6 +74,10 @@
 //! same map, with each module's main files, is `docs/architecture.md`; a
 //! test keeps the two listing the same modules and this diagram.
 
+// Input and I/O must not reach a panic: production code answers with an
+// error instead. Tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod aggregator;
 pub mod auth;
 pub mod catalog;

@@ -3,6 +3,10 @@
 //! sequence: stop accepting, flush everything, close the store, exit within
 //! the deadline.
 
+// Input and I/O must not reach a panic: production code answers with an
+// error instead. Tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -9,6 +9,10 @@
 //! (`progress`), the final report (`report`) and the encoding of batches
 //! (`wire`).
 
+// Input and I/O must not reach a panic: production code answers with an
+// error instead. Tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod batch;
 mod cli;
 mod expect;

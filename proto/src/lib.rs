@@ -1,6 +1,10 @@
 //! Generated gRPC code for Tally's `tally.v1` protocol, and the Prometheus
 //! remote-write messages, shared by the daemon and the load generator.
 
+// Input and I/O must not reach a panic: production code answers with an
+// error instead. Tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("tally.v1");
