@@ -51,7 +51,7 @@ impl Default for EmbeddedConfig {
             cache_size_bytes: 64 * 1024 * 1024,
             durable_interval: Duration::from_secs(5),
             durable_every_flushes: 8,
-            redo_max_bytes: 64 * 1024 * 1024,
+            redo_max_bytes: 4 * 1024 * 1024,
             fold_over_flushes: 60,
             fold_period: Duration::from_secs(300),
         }

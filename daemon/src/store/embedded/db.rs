@@ -25,9 +25,12 @@
 //!
 //! A third bound keeps that memory small: a commit is also made durable
 //! when the writes kept since the last durable one would exceed
-//! [`EmbeddedConfig::redo_max_bytes`]. With a large fleet each flush is
-//! then durable (at 400,000 series a flush's updates take about 160 MB;
-//! eight of them would be over a gigabyte kept for a reopen).
+//! [`EmbeddedConfig::redo_max_bytes`] (4 MiB). Past about 40,000 active
+//! series each flush is then durable. A larger bound made the kept batches
+//! a sawtooth in the daemon's memory: at 100,000 series and 64 MiB, the
+//! heap rose by about 70 MB between durable commits and fell back at each,
+//! and RSS swung 17–30% above its median; at 4 MiB it swung 9–20%, with
+//! no more CPU per sample in W1 and no larger file (BENCHMARKS.md, Soak).
 //!
 //! The cadence is a trade-off. A non-durable commit skips only the `fsync`;
 //! its pages are still written. Leaves it copied can be reused only after
