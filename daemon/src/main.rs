@@ -63,7 +63,17 @@ fn main() -> Result<()> {
         .thread_name("tallyd")
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(run(config))
+    // The daemon runs on a worker thread, not on this one: this thread
+    // only waits for it. What start-up allocates (the store's pending
+    // minutes, replayed series) lives on, and is freed later by workers;
+    // mimalloc returns a page to the system only once the thread that
+    // owns it looks at it again, which a thread parked in `block_on`
+    // never does.
+    runtime.block_on(async move {
+        tokio::spawn(run(config))
+            .await
+            .context("the daemon's main task panicked")?
+    })
 }
 
 async fn run(config: Config) -> Result<()> {
