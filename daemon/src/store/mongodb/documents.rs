@@ -82,6 +82,14 @@ impl Templates {
         }
     }
 
+    /// About the BSON bytes of a `tier` document: all but its names.
+    pub(super) fn approx_len(&self, tier: Tier) -> usize {
+        128 + match tier {
+            Tier::Hour => self.hour_total.as_bytes().len() + self.hour_values.as_bytes().len(),
+            Tier::Day => self.slot.as_bytes().len() + self.day_values.as_bytes().len(),
+        }
+    }
+
     /// The full empty document: every slot present, `w: {}`, no `k`; a
     /// labelled series' labels in `l`.
     pub(super) fn document(

@@ -15,7 +15,7 @@ use bson::raw::RawDocument;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mongodb::error::Error as DriverError;
 
-use super::command::{by_tier, Work};
+use super::command::{by_tier, chunk_by_size, Work};
 use super::errors::{all_or_worst, classify};
 use super::ids::{check_series, doc_id};
 use super::stats::Op;
@@ -251,7 +251,27 @@ impl Conn {
     /// Inserts the pre-allocated `missing` documents. Returns (created,
     /// refused as duplicates): a duplicate means someone else inserted it
     /// meanwhile.
+    ///
+    /// Built and sent a command's worth at a time: a day document is about
+    /// 135 KB, so building a whole tick's (up to `prealloc.max_per_second`)
+    /// before sending any took 270 MB at 2,000 documents, and a daemon of
+    /// 1,000 series at 30 MiB jumped to 270 MiB at its first tick.
     async fn insert_empty(
+        &self,
+        missing: &[&PlannedDoc<'_>],
+        work: &mut Work,
+    ) -> Result<(usize, usize), StoreError> {
+        let sizes = missing.iter().map(|d| self.templates().approx_len(d.tier));
+        let (mut created, mut duplicates) = (0, 0);
+        for (from, to) in chunk_by_size(sizes, usize::MAX) {
+            let (c, d) = self.insert_part(&missing[from..to], work).await?;
+            created += c;
+            duplicates += d;
+        }
+        Ok((created, duplicates))
+    }
+
+    async fn insert_part(
         &self,
         missing: &[&PlannedDoc<'_>],
         work: &mut Work,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use mongodb::bson::{doc, Bson, Document};
 use tally::model::{DocKey, FlushBatch, Resolution, SeriesId, SeriesMinutes, Slot, Tier, HOUR_S};
-use tally::store::mongodb::MongoStore;
+use tally::store::mongodb::{day_doc_bson_size, MongoStore};
 use tally::store::{ReadQuery, Store, StoreError};
 use tally_testkit::mongo::MongoTarget;
 
@@ -25,6 +25,7 @@ const DAY_DOC: &str = "db-01|m|20261102";
 per_mongo_target!(
     preallocated_documents_have_every_slot_and_updates_add_none,
     statements_follow_active_series_not_samples,
+    preallocation_larger_than_a_command_lands_whole,
     bad_documents_read_as_corrupt_not_a_panic
 );
 
@@ -401,6 +402,36 @@ async fn check_last_series_has_both_flushes(store: &MongoStore, n_series: usize)
             (at(1), slot(3, last as f64 + 3.0, 1.0, last as f64)),
         ]
     );
+}
+
+/// More day documents than one command carries (each is about 135 KB) are
+/// built and sent a command at a time, and every one lands: created once,
+/// found present on the next pass.
+async fn preallocation_larger_than_a_command_lands_whole(target: MongoTarget) {
+    let n = if target.kind.is_ferretdb() { 100 } else { 200 };
+    let store = connect_direct(&target).await;
+    let day = at(0) - 10 * HOUR_S;
+    let keys: Vec<DocKey> = (0..n)
+        .map(|i| DocKey {
+            series: SeriesId::new(&format!("db-{i:04}"), "m"),
+            tier: Tier::Day,
+            period_start: day,
+        })
+        .collect();
+    let before = store.stats();
+    let stats = store.preallocate(&keys).await.unwrap();
+    assert_eq!((stats.created, stats.already_present), (n, 0));
+    let after = store.stats();
+    let parts = (n * day_doc_bson_size()).div_ceil(12 << 20) as u64;
+    let trips = after.insert_round_trips - before.insert_round_trips;
+    assert!(trips >= parts, "{n} day documents in {trips} inserts");
+    assert_eq!(
+        after.preallocated_documents - before.preallocated_documents,
+        n as u64
+    );
+    let again = store.preallocate(&keys).await.unwrap();
+    assert_eq!((again.created, again.already_present), (0, n));
+    target.cleanup().await;
 }
 
 async fn bad_documents_read_as_corrupt_not_a_panic(target: MongoTarget) {
