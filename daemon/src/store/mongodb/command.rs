@@ -107,10 +107,19 @@ pub(super) fn chunk_by_size(
     sizes: impl Iterator<Item = usize>,
     per_command: usize,
 ) -> Vec<(usize, usize)> {
+    chunk_by_bytes(sizes, per_command, MAX_COMMAND_BYTES)
+}
+
+/// [`chunk_by_size`] with a byte bound of the caller's.
+pub(super) fn chunk_by_bytes(
+    sizes: impl Iterator<Item = usize>,
+    per_command: usize,
+    max_bytes: usize,
+) -> Vec<(usize, usize)> {
     let mut chunks = Vec::new();
     let (mut start, mut count, mut bytes) = (0usize, 0usize, 0usize);
     for (i, size) in sizes.enumerate() {
-        if count > 0 && (count >= per_command || bytes + size > MAX_COMMAND_BYTES) {
+        if count > 0 && (count >= per_command || bytes + size > max_bytes) {
             chunks.push((start, i));
             start = i;
             count = 0;

@@ -15,7 +15,7 @@ use bson::raw::RawDocument;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mongodb::error::Error as DriverError;
 
-use super::command::{by_tier, chunk_by_size, Work};
+use super::command::{by_tier, chunk_by_bytes, Work};
 use super::errors::{all_or_worst, classify};
 use super::ids::{check_series, doc_id};
 use super::stats::Op;
@@ -33,6 +33,12 @@ const SIGHTINGS_CAP: usize = 100_000;
 /// First-sighted documents inserted per upkeep call: day documents are
 /// ~135 KB each, so about 70 MB on the wire at most.
 const SIGHTINGS_PER_CALL: usize = 500;
+
+/// Pre-allocated documents built and sent at a time: about 30 day
+/// documents. The driver copies a command once more as it serialises it,
+/// growing its buffer by doubling, so a part costs about four times this
+/// while it is in flight.
+const INSERT_PART_BYTES: usize = 4 << 20;
 
 /// Documents flushes reached before the store knew them to exist, waiting
 /// for the upkeep to insert them pre-allocated: a bounded queue, each
@@ -252,10 +258,11 @@ impl Conn {
     /// refused as duplicates): a duplicate means someone else inserted it
     /// meanwhile.
     ///
-    /// Built and sent a command's worth at a time: a day document is about
-    /// 135 KB, so building a whole tick's (up to `prealloc.max_per_second`)
-    /// before sending any took 270 MB at 2,000 documents, and a daemon of
-    /// 1,000 series at 30 MiB jumped to 270 MiB at its first tick.
+    /// Built and sent [`INSERT_PART_BYTES`] at a time: a day document is
+    /// about 135 KB, so building a whole tick's (up to
+    /// `prealloc.max_per_second`) before sending any took 270 MB at 2,000
+    /// documents, and a daemon of 1,000 series at 30 MiB jumped to 270 MiB
+    /// at its first tick.
     async fn insert_empty(
         &self,
         missing: &[&PlannedDoc<'_>],
@@ -263,7 +270,7 @@ impl Conn {
     ) -> Result<(usize, usize), StoreError> {
         let sizes = missing.iter().map(|d| self.templates().approx_len(d.tier));
         let (mut created, mut duplicates) = (0, 0);
-        for (from, to) in chunk_by_size(sizes, usize::MAX) {
+        for (from, to) in chunk_by_bytes(sizes, usize::MAX, INSERT_PART_BYTES) {
             let (c, d) = self.insert_part(&missing[from..to], work).await?;
             created += c;
             duplicates += d;

@@ -6,7 +6,7 @@ use bson::raw::{RawBsonRef, RawDocument, RawDocumentBuf};
 use bson::{doc, Document};
 use mongodb::error::Error as DriverError;
 
-use super::command::{chunk_by_size, to_raw, WriteCommand, MAX_COMMAND_BYTES};
+use super::command::{chunk_by_bytes, chunk_by_size, to_raw, WriteCommand, MAX_COMMAND_BYTES};
 use super::decode::ReadPlan;
 use super::documents::{EmptyBounds, Templates};
 use super::errors::{classify, parse_write_reply};
@@ -221,6 +221,11 @@ fn chunks_respect_count_and_bytes() {
     let c = chunk_by_size([big; 7].into_iter(), 1000);
     assert_eq!(c, vec![(0, 2), (2, 4), (4, 6), (6, 7)]);
     assert!(chunk_by_size(std::iter::empty(), 10).is_empty());
+    // A caller's own byte bound: day documents of ~135 KB, 4 MiB a part.
+    let c = chunk_by_bytes([135_000usize; 100].into_iter(), usize::MAX, 4 << 20);
+    assert_eq!(c.len(), 4);
+    assert!(c.iter().all(|(a, b)| (b - a) * 135_016 <= 4 << 20));
+    assert_eq!(c.last().map(|&(_, b)| b), Some(100));
 }
 
 #[test]
