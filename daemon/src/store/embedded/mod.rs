@@ -3,8 +3,7 @@
 //! `--data-dir`, and survive restarts.
 //!
 //! This file is the [`Store`] face of it: opening, and handing each
-//! operation to a thread: writes to the store's own writer thread, reads to
-//! the runtime's blocking pool. The rest is split by what a reader comes
+//! operation to a blocking thread. The rest is split by what a reader comes
 //! looking for:
 //!
 //! | file           | holds                                                        |
@@ -23,7 +22,6 @@
 //! | `catalog.rs`   | catalog upserts and listings                                 |
 //! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
-//! | `writer.rs`    | the one thread that runs every write, and why one            |
 //!
 //! Unit tests sit in `tests/`: `tests/mod.rs` holds the fixtures, the
 //! other files one concern each.
@@ -42,7 +40,6 @@ mod read;
 mod reopen;
 mod retention;
 mod write;
-mod writer;
 
 #[cfg(test)]
 mod tests;
@@ -55,7 +52,6 @@ use std::time::Instant;
 pub use self::config::EmbeddedConfig;
 use self::db::Db;
 use self::retention::{Retention, Swept};
-use self::writer::{panicked, Writer};
 use super::{
     observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
     StoreError,
@@ -74,8 +70,6 @@ pub struct EmbeddedStore {
     reads: Arc<tokio::sync::Semaphore>,
     /// What the retention sweep last found expired (see `retention.rs`).
     swept: Arc<Swept>,
-    /// The one thread every write runs on (see `writer.rs`).
-    writer: Arc<Writer>,
 }
 
 /// Reads at once per CPU: the work is mostly the storage engine's cached
@@ -83,8 +77,7 @@ pub struct EmbeddedStore {
 const READS_PER_CPU: usize = 4;
 
 /// Blocking threads the runtime needs for the embedded store: its reads,
-/// and a few more for its probes and the rest of the daemon (writes have a
-/// thread of their own, see `writer.rs`). Capping the pool
+/// and a few more for applies, folds, syncs and the rest. Capping the pool
 /// there matters as much as the read bound: a read that ends wakes the next
 /// one before its thread is idle again, so an uncapped pool starts a new
 /// thread almost every time and ends up with one per read (72 were seen).
@@ -114,16 +107,15 @@ impl EmbeddedStore {
 
     /// Opens (creating if needed) `dir` and `dir/tally.redb`.
     pub fn open_with(dir: &Path, config: EmbeddedConfig) -> Result<EmbeddedStore, StoreError> {
-        EmbeddedStore::of(Db::open(dir, config)?)
+        Ok(EmbeddedStore::of(Db::open(dir, config)?))
     }
 
-    fn of(db: Db) -> Result<EmbeddedStore, StoreError> {
-        Ok(EmbeddedStore {
+    fn of(db: Db) -> EmbeddedStore {
+        EmbeddedStore {
             inner: Arc::new(db),
             reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus())),
             swept: Arc::default(),
-            writer: Arc::new(Writer::start()?),
-        })
+        }
     }
 
     /// Deletes expired documents; see [`retention`]. Returns how many
@@ -146,8 +138,6 @@ impl EmbeddedStore {
         self.blocking(f).await
     }
 
-    /// Runs `f` on a thread of the runtime's blocking pool: the reads and
-    /// the probes, which need no write transaction.
     async fn blocking<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -159,29 +149,21 @@ impl EmbeddedStore {
             f(&inner)
         })
         .await
-        .map_err(|e| panicked("embedded store", e))
+        .map_err(|e| panicked("embedded store", &e))
         .and_then(|r| r);
         self.inner.note(&r);
         r
     }
+}
 
-    /// Runs `f` on the store's writer thread: everything that writes.
-    async fn write<T, F>(&self, what: &'static str, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Db) -> Result<T, StoreError> + Send + 'static,
-    {
-        let inner = self.inner.clone();
-        let r = self
-            .writer
-            .run(what, move || {
-                inner.reopen_if_needed()?;
-                f(&inner)
-            })
-            .await;
-        self.inner.note(&r);
-        r
-    }
+/// A store operation that panicked. `Db::note` latches it ("task failed"):
+/// the storage engine panics on some kinds of damage to the file.
+fn panicked(what: &str, e: &tokio::task::JoinError) -> StoreError {
+    StoreError::Io(format!(
+        "{what} task failed: {e}. A panic inside the storage engine usually means a damaged \
+         store file: stop tallyd, move {} aside or restore it from a backup",
+        layout::FILE_NAME
+    ))
 }
 
 #[async_trait::async_trait]
@@ -195,19 +177,15 @@ impl Store for EmbeddedStore {
     }
 
     async fn apply_shared(&self, batch: &Arc<FlushBatch>) -> Result<ApplyStats, StoreError> {
-        // The writer thread needs an owned batch; shared, because the store
+        // spawn_blocking needs an owned batch; shared, because the store
         // keeps it until a durable commit covers it (see `reopen.rs`).
         let batch = batch.clone();
-        self.write("embedded store apply", move |inner| inner.apply(&batch))
-            .await
+        self.blocking(move |inner| inner.apply(&batch)).await
     }
 
     async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
         let docs = docs.to_vec();
-        self.write("embedded store preallocate", move |inner| {
-            inner.preallocate(&docs)
-        })
-        .await
+        self.blocking(move |inner| inner.preallocate(&docs)).await
     }
 
     async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
@@ -224,7 +202,7 @@ impl Store for EmbeddedStore {
     }
 
     async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
-        self.write("embedded store sync", |inner| {
+        self.blocking(|inner| {
             // A failed fold must not keep the last commits from becoming
             // durable.
             let folded = inner.fold_idle();
@@ -239,9 +217,7 @@ impl Store for EmbeddedStore {
         let entries: Arc<[CatalogEntry]> = entries.into();
         let started = Instant::now();
         let r = self
-            .write("embedded store catalog upsert", move |inner| {
-                inner.catalog_upsert(&entries)
-            })
+            .blocking(move |inner| inner.catalog_upsert(&entries))
             .await;
         observe(self.name(), "catalog_upsert", started, &r);
         r
@@ -278,10 +254,11 @@ impl Store for EmbeddedStore {
         hour_retention_s: i64,
         day_retention_s: i64,
     ) -> Result<usize, StoreError> {
-        let swept = self.swept.clone();
-        self.write("retention sweep", move |inner| {
-            swept.sweep_if_due(
-                inner,
+        let store = self.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            store.inner.reopen_if_needed()?;
+            store.swept.sweep_if_due(
+                &store.inner,
                 now_s,
                 Retention {
                     hour_s: hour_retention_s,
@@ -290,10 +267,13 @@ impl Store for EmbeddedStore {
             )
         })
         .await
+        .map_err(|e| panicked("retention sweep", &e))
+        .and_then(|r| r);
+        self.inner.note(&r);
+        r
     }
 
     async fn close(&self) -> Result<(), StoreError> {
-        self.write("embedded store close", |inner| inner.sync_now())
-            .await
+        self.blocking(|inner| inner.sync_now()).await
     }
 }

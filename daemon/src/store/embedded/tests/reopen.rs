@@ -110,7 +110,7 @@ fn store_on(dir: &tempfile::TempDir, full: &Arc<AtomicBool>) -> EmbeddedStore {
         durable_every_flushes: 1000,
         ..EmbeddedConfig::default()
     };
-    EmbeddedStore::of(Db::open_via(path, config, opener).unwrap()).unwrap()
+    EmbeddedStore::of(Db::open_via(path, config, opener).unwrap())
 }
 
 fn entry(source: &str) -> CatalogEntry {
