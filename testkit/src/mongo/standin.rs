@@ -151,14 +151,17 @@ impl Standin {
         self.control(&format!("failNext {n} {code}"));
     }
 
-    /// `true`: every `insert` command fails with 91 (ShutdownInProgress),
+    /// `Some(code)`: every `insert` command fails with error `code`,
     /// unapplied, while updates work: pre-allocation fails, flushes don't.
-    pub fn fail_inserts(&self, on: bool) {
-        self.control(if on {
-            "failInserts on"
-        } else {
-            "failInserts off"
-        });
+    /// `None`: inserts work again. A state-change code (91, 10107) makes
+    /// the driver clear its whole pool, failing concurrent updates too;
+    /// 50 (MaxTimeMSExpired) fails the inserts alone, as a busy server does.
+    pub fn fail_inserts(&self, code: Option<i32>) {
+        let line = match code {
+            Some(c) => format!("failInserts on {c}"),
+            None => "failInserts off".to_string(),
+        };
+        self.control(&line);
     }
 
     /// `Some(code)`: the store's feature probes are answered with error

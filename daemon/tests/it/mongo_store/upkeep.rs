@@ -22,6 +22,8 @@ const MIDNIGHT: i64 = 1_793_750_400;
 const INTERVAL: Duration = Duration::from_secs(1);
 /// The simulated time between two flushes.
 const STEP_S: i64 = 30;
+/// The server's answer to an operation that ran out of time.
+const MAX_TIME_MS_EXPIRED: i32 = 50;
 
 fn names(n: usize, prefix: &str) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:03}")).collect()
@@ -62,8 +64,11 @@ async fn a_day_boundary_with_preallocation_failing_stalls_no_flush() {
             .await
             .unwrap(),
     );
-    // Inserts fail from 23:45, before anything is pre-allocated.
-    standin.fail_inserts(true);
+    // Inserts time out on the server from 23:45, before anything is
+    // pre-allocated, as in the run this reproduces. (A state-change code
+    // such as 91 would make the driver clear its pool and fail the
+    // flushes in flight too: a server going down, not this fault.)
+    standin.fail_inserts(Some(MAX_TIME_MS_EXPIRED));
     let stop = CancellationToken::new();
     let beside = {
         let (store, stop, keys) = (store.clone(), stop.clone(), next_period_keys(&sources));
@@ -88,7 +93,8 @@ async fn a_day_boundary_with_preallocation_failing_stalls_no_flush() {
     let mut longest = Duration::ZERO;
     for step in 0..steps {
         let t = start + step as i64 * STEP_S;
-        standin.fail_inserts((MIDNIGHT - 15 * 60..MIDNIGHT).contains(&t));
+        let failing = (MIDNIGHT - 15 * 60..MIDNIGHT).contains(&t);
+        standin.fail_inserts(failing.then_some(MAX_TIME_MS_EXPIRED));
         tokio::time::sleep_until((began + INTERVAL * step as u32).into()).await;
         let samples: Vec<_> = sources
             .iter()
@@ -105,7 +111,7 @@ async fn a_day_boundary_with_preallocation_failing_stalls_no_flush() {
     }
     stop.cancel();
     let failed = beside.await.unwrap();
-    standin.fail_inserts(false);
+    standin.fail_inserts(None);
     println!(
         "{steps} flushes across midnight, pre-allocation failed {failed} times; longest gap {longest:?}; {:?}",
         store.stats()
