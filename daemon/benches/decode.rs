@@ -17,7 +17,7 @@ use tally_proto::v1 as pb;
 // series, and the system allocator's page faults on large buffers would
 // dominate what is measured.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// One message as the load generator sends W2: 5,000 series of one sample
 /// each, 25 sources × 20 metrics × 10 label sets (`cpu` × `mode`).

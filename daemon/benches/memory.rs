@@ -10,8 +10,8 @@
 //!
 //! Live heap bytes are counted by an instrumented global allocator around
 //! the system's (`stats_alloc`): each figure is the growth of live bytes across one step,
-//! divided by the series. The daemon itself runs on mimalloc, whose
-//! per-size-class rounding and free lists come on top (peak RSS in the real
+//! divided by the series. The daemon itself runs on jemalloc, whose
+//! size classes and retained pages come on top (peak RSS in the real
 //! time benchmark includes them, the write-ahead log, the store and the
 //! gRPC buffers). Fleet: `src-NNNNNN` sources of 20 gauge metrics, one
 //! sample each, unlabelled, or with `TALLY_BENCH_LABELS=1` a `mode` label

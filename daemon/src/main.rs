@@ -38,20 +38,16 @@ use tally::wal::Wal;
 use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
 
-// Ingest decodes many small strings and arrays per request; mimalloc's
-// per-thread free lists measured faster than the system allocator here (see
-// BENCHMARKS.md). It is built without transparent huge pages (`no_thp`):
-// with them, every fresh or purged region it touches again costs the kernel
-// zeroing a whole 2 MiB page, and peak RSS measured about 50 MiB higher.
-// It is mimalloc's v2 line (`v2` in the workspace manifest): v3 keeps freed
-// memory for a second (ten for whole arenas) before returning it, so at a
-// million series each flush's freed batch was still resident when the next
-// was built, and peak RSS measured about 100 MB higher than with v2's 10 ms,
-// at the same CPU per sample. After a restart, v2 kept more of start's peak
-// resident than v3 did (BENCHMARKS.md, Soak): recovery reads the write-ahead
-// log one record at a time so that the peak stays small.
+// jemalloc, with freed pages returned after about a second (its build-time
+// settings are in `.cargo/config.toml`). Each flush frees about as much as
+// the next allocates (the drained batch, the store's copied pages), on
+// whichever blocking-pool thread ran it. mimalloc, used before, returned
+// that memory within 10 ms and kept the rest per thread: RSS followed every
+// flush and settled higher after each SIGKILL restart (about 250 -> 320 MiB
+// at 100,000 series), where jemalloc's shared arenas and decay keep it level
+// (about 197 -> 187 MiB). BENCHMARKS.md, Soak, has the runs.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -65,10 +61,10 @@ fn main() -> Result<()> {
         .context("starting the async runtime")?;
     // The daemon runs on a worker thread, not on this one: this thread
     // only waits for it. What start-up allocates (the store's pending
-    // minutes, replayed series) lives on, and is freed later by workers;
-    // mimalloc returns a page to the system only once the thread that
-    // owns it looks at it again, which a thread parked in `block_on`
-    // never does.
+    // minutes, replayed series) lives on, and is freed later by workers,
+    // so it belongs to the workers' memory, not to a thread parked in
+    // `block_on` that never allocates again (with mimalloc, which frees a
+    // page only when its owning thread looks at it again, that held it).
     runtime.block_on(async move {
         tokio::spawn(run(config))
             .await
