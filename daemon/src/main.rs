@@ -41,11 +41,11 @@ use tally::{grpc, http, telemetry};
 // jemalloc, with freed pages returned after about a second (its build-time
 // settings are in `.cargo/config.toml`). Each flush frees about as much as
 // the next allocates (the drained batch, the store's copied pages), on
-// whichever blocking-pool thread ran it. mimalloc, used before, returned
-// that memory within 10 ms and kept the rest per thread: RSS followed every
-// flush and settled higher after each SIGKILL restart (about 250 -> 320 MiB
-// at 100,000 series), where jemalloc's shared arenas and decay keep it level
-// (about 197 -> 187 MiB). BENCHMARKS.md, Soak, has the runs.
+// whichever blocking-pool thread ran it. mimalloc, used before, kept memory
+// per thread, and RSS settled higher after each SIGKILL restart (about
+// 250 -> 320 MiB at 100,000 series); with jemalloc's shared arenas it stays
+// level (about 197 -> 187 MiB) and lower. RSS still rises while a flush is
+// applied. BENCHMARKS.md, Soak, has the runs.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
