@@ -38,14 +38,14 @@ use tally::wal::Wal;
 use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
 
-// jemalloc, with freed pages returned after about a second (its build-time
-// settings are in `.cargo/config.toml`). Each flush frees about as much as
-// the next allocates (the drained batch, the store's copied pages), on
-// whichever blocking-pool thread ran it. mimalloc, used before, kept memory
-// per thread, and RSS settled higher after each SIGKILL restart (about
-// 250 -> 320 MiB at 100,000 series); with jemalloc's shared arenas it stays
-// level (about 197 -> 187 MiB) and lower. RSS still rises while a flush is
-// applied. BENCHMARKS.md, Soak, has the runs.
+// jemalloc: one arena, freed pages returned after about five seconds (its
+// build-time settings and why are in `.cargo/config.toml`). Each flush frees
+// about as much as the next allocates (the store's copied pages; the
+// drained batch is reused, see `Aggregator::drain_into`), on whichever
+// blocking-pool thread ran it. mimalloc, used before, kept memory per
+// thread, and RSS settled higher after each SIGKILL restart (about 250 ->
+// 320 MiB at 100,000 series); jemalloc stays level across restarts and
+// lower. BENCHMARKS.md, Soak, has the runs.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

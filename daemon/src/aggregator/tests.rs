@@ -566,3 +566,42 @@ fn a_counter_baseline_is_kept_for_the_longer_of_idle_and_lateness() {
     a.drain(None);
     assert_eq!(a.evict_idle(back + 3 * hour + 120_000), 1);
 }
+
+#[test]
+fn a_drain_reuses_a_spare_batch_unless_it_is_far_too_large() {
+    let a = agg();
+    let push = |n: usize| {
+        for i in 0..n {
+            a.ingest(
+                &[batch(
+                    "s",
+                    &format!("m{i}"),
+                    SampleKind::Gauge,
+                    &[NOW],
+                    &[1.0],
+                )],
+                NOW,
+            );
+        }
+    };
+    push(10);
+    let mut first = a.drain(None);
+    assert_eq!(first.len(), 10);
+    first.clear();
+    let (ptr, cap) = (first.as_ptr(), first.capacity());
+    push(10);
+    let second = a.drain_into(first, None, 0);
+    assert_eq!(second.len(), 10, "the spare is filled like a new batch");
+    assert_eq!(
+        (second.as_ptr(), second.capacity()),
+        (ptr, cap),
+        "and reused"
+    );
+
+    // A spare far larger than the drain needs is given back.
+    let huge: Vec<SeriesMinutes> = Vec::with_capacity(2 * 10 + SPARE_SLACK + 1);
+    push(10);
+    let third = a.drain_into(huge, None, 0);
+    assert_eq!(third.len(), 10);
+    assert!(third.capacity() < SPARE_SLACK, "{}", third.capacity());
+}

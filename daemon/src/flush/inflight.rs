@@ -98,6 +98,9 @@ pub struct Inflight {
     agg: Arc<Aggregator>,
     batches: Mutex<VecDeque<Arc<InflightBatch>>>,
     last_id: AtomicU64,
+    /// The emptied series list of the last batch the store applied, for
+    /// the next cut to fill (see [`Aggregator::drain_into`]).
+    spare: Mutex<Vec<SeriesMinutes>>,
 }
 
 impl Inflight {
@@ -107,6 +110,7 @@ impl Inflight {
             agg,
             batches: Mutex::new(VecDeque::new()),
             last_id: AtomicU64::new(last_applied),
+            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -142,7 +146,8 @@ impl Inflight {
             metrics::counter!("tally_flush_deferred_total").increment(1);
             return None;
         }
-        let drained = expand(self.agg.drain_with_room(cut.baselines, expand_room));
+        let spare = std::mem::take(&mut *self.spare.lock());
+        let drained = expand(self.agg.drain_into(spare, cut.baselines, expand_room));
         if drained.is_empty() && cut.id.is_none() {
             return None;
         }
@@ -173,6 +178,19 @@ impl Inflight {
         let mut batches = self.batches.lock();
         batches.retain(|b| b.id != id);
         self.note(&batches);
+    }
+
+    /// Keeps the series list of `batch`, applied and retired, for the next
+    /// cut, when nothing else holds the batch any more (a reader's snapshot
+    /// or the store may, for a while; then it is simply freed).
+    pub(super) fn recycle(&self, batch: Arc<InflightBatch>) {
+        let Some(flush) = Arc::into_inner(batch).and_then(|b| Arc::into_inner(b.flush)) else {
+            return;
+        };
+        let mut series = flush.series;
+        // Outside the lock: this drops a reference to every series' id.
+        series.clear();
+        *self.spare.lock() = series;
     }
 
     /// Drained slots count against the aggregator's memory bound too.

@@ -390,6 +390,7 @@ impl Pipeline {
                         this.upkeep_kick.notify_one();
                         this.record_catalog(&batch).await;
                     }
+                    this.inflight.recycle(batch);
                     this.unfinished.fetch_sub(1, Ordering::SeqCst);
                     this.applied.notify_one();
                 }
@@ -548,6 +549,43 @@ mod tests {
         assert_eq!(p.inflight_batches(), 0);
         let b2 = p.cut_batch().unwrap();
         assert!(b2.id > b1.id);
+    }
+
+    /// An applied batch's series list is filled again by the next cut
+    /// rather than freed, unless something still holds the batch.
+    #[tokio::test]
+    async fn an_applied_batch_is_reused_by_the_next_cut() {
+        let (dir, _, agg) = embedded_and_aggregator();
+        // Every commit durable, as for a batch over the store's redo bound
+        // (about 30,000 series and up): a smaller one is held for a redo
+        // until the next durable commit, and then freed.
+        let config = crate::store::embedded::EmbeddedConfig {
+            durable_every_flushes: 1,
+            ..Default::default()
+        };
+        let store: Arc<dyn Store> =
+            Arc::new(EmbeddedStore::open_with(&dir.path().join("d"), config).unwrap());
+        let p = Pipeline::new(agg.clone(), store, FlushConfig::default(), 0);
+        let give_up = CancellationToken::new();
+        let now = chrono::Utc::now().timestamp_millis();
+        ingest(&agg, now, 1.0);
+        let b1 = p.cut_batch().unwrap();
+        let buffer = b1.flush.series.as_ptr();
+        assert!(p.apply(&b1, &give_up).await);
+        p.inflight().recycle(b1);
+        ingest(&agg, now, 2.0);
+        let b2 = p.cut_batch().unwrap();
+        assert_eq!(b2.flush.series.as_ptr(), buffer, "the same buffer");
+        assert_eq!(b2.flush.series[0].minutes[0].1, Slot::at(now, 2.0));
+
+        // Held elsewhere (a reader's snapshot): not reused, and not lost.
+        let held = b2.clone();
+        assert!(p.apply(&b2, &give_up).await);
+        p.inflight().recycle(b2);
+        ingest(&agg, now, 3.0);
+        let b3 = p.cut_batch().unwrap();
+        assert_ne!(b3.flush.series.as_ptr(), held.flush.series.as_ptr());
+        assert_eq!(held.flush.series[0].minutes[0].1, Slot::at(now, 2.0));
     }
 
     /// What the query engine relies on to count pending slots once: after a
