@@ -68,6 +68,7 @@
 //! | [`config`] | command line, layered loading and composition of every section |
 //! | [`validate`] | the checks each section's config type runs |
 //! | [`telemetry`] | logging and the daemon's own metrics |
+//! | [`allocator`] | the allocator's one run-time setting |
 //! | `fuzz` | tests only: random-input harnesses of the front doors; `scripts/fuzz` runs millions |
 //!
 //! `main.rs` only wires these together and runs the shutdown sequence. The
@@ -79,6 +80,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod aggregator;
+pub mod allocator;
 pub mod auth;
 pub mod catalog;
 pub mod config;

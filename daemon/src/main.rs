@@ -39,7 +39,8 @@ use tally::watch::WatchHub;
 use tally::{grpc, http, telemetry};
 
 // jemalloc: one arena, freed pages returned after about five seconds (its
-// build-time settings and why are in `.cargo/config.toml`). Each flush frees
+// build-time settings and why are in `.cargo/config.toml`; the one set at
+// run time is in `tally::allocator`). Each flush frees
 // about as much as the next allocates (the store's copied pages; the
 // drained batch is reused, see `Aggregator::drain_into`), on whichever
 // blocking-pool thread ran it. mimalloc, used before, kept memory per
@@ -53,6 +54,9 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let config = Config::load(&cli)?;
     telemetry::init_logging(&config.log_level, config.log_format == LogFormat::Json)?;
+    if let Err(e) = tally::allocator::purge_by_decay_only() {
+        warn!(error = %e, "memory may swing more than it needs to under a steady load");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .max_blocking_threads(tally::store::embedded::blocking_threads())

@@ -6,9 +6,10 @@
 //!
 //! # Encoding
 //!
-//! The `flush_log` table maps `(flush id, chunk)` to up to about
-//! [`CHUNK_BYTES`] of entries, so that no value grows with the fleet. An
-//! entry is one series of one flush, all integers little-endian:
+//! The `flush_log` table maps `(flush id, chunk)` to up to [`CHUNK_BYTES`]
+//! of entries, so that no value grows with the fleet (an entry longer than
+//! that is a chunk of its own). An entry is one series of one flush, all
+//! integers little-endian:
 //!
 //! | bytes | field                                                   |
 //! |-------|---------------------------------------------------------|
@@ -38,8 +39,12 @@ use crate::labels::split_metric_key;
 use crate::model::{EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, Tier};
 use crate::store::StoreError;
 
-/// A chunk is written once it holds at least this many bytes.
-pub(super) const CHUNK_BYTES: usize = 1 << 20;
+/// A chunk is written before an entry would take it past this many bytes.
+/// The storage engine gives a value a page of a power-of-two size, so a
+/// chunk just over 1 MiB would take a 2 MiB page: half of it empty, yet
+/// held in the page cache and written to the file all the same. This
+/// leaves room for the leaf page's header and the key.
+pub(super) const CHUNK_BYTES: usize = (1 << 20) - 256;
 
 const MINUTE_LEN: usize = 8 + SLOT_LEN;
 const LEGACY_MINUTE_LEN: usize = 8 + LEGACY_SLOT_LEN;
@@ -72,9 +77,11 @@ impl LogWriter {
         kind: SampleKind,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) -> Result<(), StoreError> {
+        let start = self.buf.len();
         self.append(series, kind, minutes)?;
-        if self.buf.len() >= CHUNK_BYTES {
-            self.write_chunk(table)?;
+        if self.buf.len() > CHUNK_BYTES && start > 0 {
+            // The chunk without this entry, which starts the next one.
+            self.write_chunk_of(table, start)?;
         }
         Ok(())
     }
@@ -114,11 +121,16 @@ impl LogWriter {
     }
 
     fn write_chunk(&mut self, table: &mut LogTable<'_>) -> Result<(), StoreError> {
+        self.write_chunk_of(table, self.buf.len())
+    }
+
+    /// Writes the first `len` bytes as a chunk and keeps the rest.
+    fn write_chunk_of(&mut self, table: &mut LogTable<'_>, len: usize) -> Result<(), StoreError> {
         table
-            .insert((self.id, self.chunk), self.buf.as_slice())
+            .insert((self.id, self.chunk), &self.buf[..len])
             .map_err(db_err)?;
         self.chunk += 1;
-        self.buf.clear();
+        self.buf.drain(..len);
         Ok(())
     }
 }
@@ -336,5 +348,64 @@ fn stored_watermark(value: Option<&[u8]>) -> u64 {
     match value {
         Some(v) if v.len() >= HEADER_LEN => header(v).1,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redb::{Database, ReadableDatabase, ReadableTable};
+
+    use super::*;
+    use crate::model::MINUTE_S;
+
+    /// Chunks stay within [`CHUNK_BYTES`] (so each fits its page), and
+    /// every entry is in them once, in order; a single entry longer than a
+    /// chunk is written whole.
+    #[test]
+    fn chunks_fit_their_pages_and_keep_every_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("log.redb")).unwrap();
+        let t0 = 1_795_000_000 / MINUTE_S * MINUTE_S;
+        // About 100 bytes an entry: ~25,000 of them fill several chunks.
+        let entries: Vec<(SeriesId, usize)> = (0..25_000)
+            .map(|i| (SeriesId::new(&format!("host-{i}"), "cpu"), 1))
+            .chain([(SeriesId::new("big", "cpu"), CHUNK_BYTES / MINUTE_LEN + 10)])
+            .chain((0..3).map(|i| (SeriesId::new(&format!("after-{i}"), "cpu"), 2)))
+            .collect();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut table = txn.open_table(FLUSH_LOG).unwrap();
+            let mut log = LogWriter::new(7);
+            for (series, n) in &entries {
+                let minutes = (0..*n as i64).map(|m| (t0 + m * MINUTE_S, Slot::of(1.0)));
+                log.push(&mut table, series, SampleKind::Gauge, minutes)
+                    .unwrap();
+            }
+            assert!(log.finish(&mut table).unwrap());
+        }
+        txn.commit().unwrap();
+
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(FLUSH_LOG).unwrap();
+        let mut seen = Vec::new();
+        let mut chunks = 0;
+        for row in table.iter().unwrap() {
+            let (k, v) = row.unwrap();
+            assert_eq!(k.value(), (7, chunks));
+            let mut bytes = v.value();
+            let one = bytes.len() > CHUNK_BYTES;
+            let before = seen.len();
+            while !bytes.is_empty() {
+                let entry = decode_entry(&mut bytes, false).unwrap();
+                seen.push((entry.series().unwrap(), entry.minutes().count()));
+            }
+            assert!(
+                !one || seen.len() == before + 1,
+                "only a lone entry may pass the chunk size"
+            );
+            chunks += 1;
+        }
+        assert!(chunks > 3, "{chunks} chunks");
+        assert_eq!(seen, entries);
     }
 }

@@ -1,0 +1,75 @@
+//! The allocator's settings that cannot be given at build time. The daemon
+//! runs on jemalloc (see `main.rs`); its build-time settings, and why, are
+//! in `.cargo/config.toml`.
+
+use std::ffi::CStr;
+
+/// A setting jemalloc refused.
+#[derive(Debug, thiserror::Error)]
+#[error("jemalloc refused `{name}` (error {code})")]
+pub struct AllocatorError {
+    name: &'static str,
+    code: i32,
+}
+
+/// Lets freed memory go back to the system by decay alone.
+///
+/// jemalloc returns a free run of 8 MiB or more at once, whatever the
+/// decay: freeing a large block next to free neighbours purges the whole
+/// run. The storage engine's page cache frees its pages one by one as
+/// they are replaced, so such runs form several times a second at 100,000
+/// series, and each purge was faulted in again by the next flush: RSS
+/// swung by 15 to 20 MiB around its median. The first arena takes the
+/// 8 MiB from a constant (it is made before the `oversize_threshold`
+/// option is read, which only sets later arenas), so it is set here.
+#[allow(unsafe_code)] // The one setting call; see SAFETY below.
+pub fn purge_by_decay_only() -> Result<(), AllocatorError> {
+    const NAME: &CStr = c"arena.0.oversize_threshold";
+    let mut never = usize::MAX;
+    // SAFETY: the name is a NUL-terminated mallctl name whose value is a
+    // `size_t`; `newp` points at one, with its size, and nothing is read
+    // back (`oldp` and `oldlenp` are null).
+    let code = unsafe {
+        tikv_jemalloc_sys::mallctl(
+            NAME.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut never).cast(),
+            std::mem::size_of::<usize>(),
+        )
+    };
+    if code == 0 {
+        Ok(())
+    } else {
+        Err(AllocatorError {
+            name: "arena.0.oversize_threshold",
+            code,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The setting is one jemalloc knows and takes, and it sticks.
+    #[test]
+    #[allow(unsafe_code)]
+    fn the_first_arena_takes_the_threshold() {
+        purge_by_decay_only().unwrap();
+        let mut value: usize = 0;
+        let mut len = std::mem::size_of::<usize>();
+        // SAFETY: reads a `size_t` setting into a `usize` of that size.
+        let code = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"arena.0.oversize_threshold".as_ptr(),
+                (&raw mut value).cast(),
+                &raw mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(code, 0);
+        assert_eq!(value, usize::MAX);
+    }
+}
