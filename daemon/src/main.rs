@@ -54,7 +54,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     let config = Config::load(&cli)?;
     telemetry::init_logging(&config.log_level, config.log_format == LogFormat::Json)?;
-    if let Err(e) = tally::allocator::purge_by_decay_only() {
+    if let Err(e) = tally::allocator::raise_purge_threshold() {
         warn!(error = %e, "memory may swing more than it needs to under a steady load");
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
