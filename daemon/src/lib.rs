@@ -47,6 +47,8 @@
 //! | [`flush`] | drains the aggregator into batches, applies them, retries, backpressure |
 //! | [`rollup`] | group rollups merged into each drained batch |
 //! | [`catalog`] | which series exist, recorded after each applied batch |
+//! | [`datadir`] | the data directory's lock: one process at a time |
+//! | [`deadletter`] | the parts of flushes the store refused for good, kept in the data directory until replayed |
 //! | [`metadata`] | what agents say their metric families are: type, help, unit |
 //! | [`store`] | the [`store::Store`] trait; [`store::embedded`] and [`store::mongodb`] behind it |
 //! | [`query`] | ranges, latest values, cross-source aggregates, discovery, the read budget |
@@ -84,6 +86,8 @@ pub mod allocator;
 pub mod auth;
 pub mod catalog;
 pub mod config;
+pub mod datadir;
+pub mod deadletter;
 pub mod fleet;
 pub mod flush;
 #[cfg(test)]

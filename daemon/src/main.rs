@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 
 use tally::aggregator::Aggregator;
 use tally::catalog::CatalogWriter;
-use tally::config::{Cli, Config, LogFormat, StoreKind};
+use tally::config::{Cli, Command, Config, DeadLettersCommand, LogFormat, StoreKind};
+use tally::deadletter::DeadLetters;
 use tally::fleet::{Fleet, SourceRates};
 use tally::flush::Pipeline;
 use tally::grpc::IngestService;
@@ -70,16 +71,21 @@ fn main() -> Result<()> {
     // `block_on` that never allocates again (with mimalloc, which frees a
     // page only when its owning thread looks at it again, that held it).
     runtime.block_on(async move {
-        tokio::spawn(run(config))
-            .await
-            .context("the daemon's main task panicked")?
+        match cli.command {
+            None => tokio::spawn(run(config)),
+            Some(Command::DeadLetters(cmd)) => tokio::spawn(dead_letters(config, cmd)),
+        }
+        .await
+        .context("the daemon's main task panicked")?
     })
 }
 
 async fn run(config: Config) -> Result<()> {
     let metrics = telemetry::init_metrics()?;
     let security = Arc::new(Security::load(&config.tls, &config.auth)?);
+    let _lock = tally::datadir::lock(&config.data_dir)?;
     let store = open_store(&config).await?;
+    DeadLetters::new(&config.data_dir, store.name()).check_no_replay_pending()?;
     let parts = Parts::build(&config, store).await?;
     let wal = recover(&config, &parts).await?;
     let grpc_listener = TcpListener::bind(config.grpc_listen)
@@ -141,6 +147,69 @@ async fn run(config: Config) -> Result<()> {
         wal.close().await;
     }
     stopped
+}
+
+/// `tallyd dead-letters ...`: lists, drops or replays the dead letters of
+/// the daemon these settings describe. Replay does what a start does up to
+/// the listeners (the write-ahead log's replay included, so the store is
+/// complete first), applies the letters, flushes and closes.
+async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
+    let store_name = match config.store {
+        StoreKind::Embedded => "embedded",
+        StoreKind::Mongodb => "mongodb",
+    };
+    let dead = DeadLetters::new(&config.data_dir, store_name);
+    match cmd {
+        DeadLettersCommand::List => {
+            print!("{}", tally::deadletter::report(&dead.list()?));
+            Ok(())
+        }
+        DeadLettersCommand::Drop { flushes, all } => {
+            if !all && flushes.is_empty() {
+                bail!("name the flushes to drop (--flush ID, as `list` shows them) or --all");
+            }
+            let _lock = tally::datadir::lock(&config.data_dir)?;
+            dead.check_no_replay_pending()?;
+            let dropped = dead.drop_files((!all).then_some(flushes.as_slice()))?;
+            println!("dropped {dropped} dead-letter file(s)");
+            Ok(())
+        }
+        DeadLettersCommand::Replay => {
+            let _lock = tally::datadir::lock(&config.data_dir)?;
+            let store = open_store(&config).await?;
+            let parts = Parts::build(&config, store).await?;
+            let wal = recover(&config, &parts).await?;
+            let replayed = parts.pipeline.replay_dead_letters().await;
+            // What the log's replay left in memory goes to the store too.
+            let (stop, give_up) = (CancellationToken::new(), CancellationToken::new());
+            stop.cancel();
+            let deadline = config.flush.shutdown_deadline;
+            let drain = parts.pipeline.clone().run(stop, give_up.clone());
+            if tokio::time::timeout(deadline, drain).await.is_err() {
+                give_up.cancel();
+            }
+            if let Some(wal) = wal {
+                wal.close().await;
+            }
+            parts.store.close().await.context("closing the store")?;
+            let r = replayed?;
+            if r.letters == 0 && !r.resumed {
+                println!("no dead letters to replay");
+            } else {
+                println!(
+                    "replayed {} dead letter(s) ({} sample(s)) from {} file(s) as flush {}{}; {} still refused{}",
+                    r.letters,
+                    r.samples,
+                    r.files,
+                    r.flush_id,
+                    if r.resumed { ", finishing an interrupted replay" } else { "" },
+                    r.still_refused,
+                    if r.still_refused > 0 { " and kept (see `tallyd dead-letters list`)" } else { "" },
+                );
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Replays the write-ahead log (when it is on) into the daemon before the
@@ -211,6 +280,7 @@ impl Parts {
         let source_rates = Arc::new(SourceRates::default());
         let pipeline = Arc::new(
             Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
+                .with_dead_letters(DeadLetters::new(&config.data_dir, store.name()))
                 .with_rollups(rollups.clone())
                 .with_catalog(catalog.clone())
                 .with_source_rates(source_rates.clone()),
@@ -235,6 +305,7 @@ impl Parts {
             Ingestor::new(agg.clone(), rollups.clone(), gate.clone()).with_metadata(metadata),
         );
         ingestor.watch_store(store.clone());
+        ingestor.watch_refusals(pipeline.refusing().clone());
         Ok(Parts {
             store,
             agg,

@@ -70,6 +70,39 @@ pub struct Cli {
     /// Log line format [default: text]
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+
+    /// Without a command, tallyd runs the daemon.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// What `tallyd` does besides running the daemon; each takes the same
+/// settings (flags, environment, `--config`) as the daemon it works for.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// The parts of flushes the store refused, kept in the data directory
+    /// (docs/operations.md, "Dead letters")
+    #[command(subcommand, name = "dead-letters")]
+    DeadLetters(DeadLettersCommand),
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum DeadLettersCommand {
+    /// List the dead letters: per refused flush its documents, samples and
+    /// the store's errors
+    List,
+    /// Apply every dead letter to the store again, exactly once, with
+    /// tallyd stopped; what the store still refuses stays a dead letter
+    Replay,
+    /// Delete dead letters for good: those of the given flushes, or all
+    Drop {
+        /// Flush ids, as `list` shows them
+        #[arg(long = "flush", value_name = "ID")]
+        flushes: Vec<u64>,
+        /// Delete every dead letter
+        #[arg(long, conflicts_with = "flushes")]
+        all: bool,
+    },
 }
 
 impl Cli {

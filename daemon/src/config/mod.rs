@@ -31,7 +31,7 @@ pub use crate::promql::PrometheusConfig;
 pub use crate::query::QueryConfig;
 pub use crate::store::embedded::EmbeddedConfig;
 pub use crate::store::mongodb::MongoDbConfig;
-pub use cli::Cli;
+pub use cli::{Cli, Command, DeadLettersCommand};
 pub use error::{ConfigError, SettingError, UnknownEnvVar};
 pub use load::{env_var_names, CONFIG_ENV, ENV_PREFIX};
 

@@ -118,7 +118,7 @@ impl Inflight {
         self.batches.lock().len()
     }
 
-    fn next_id(&self) -> FlushId {
+    pub(super) fn next_id(&self) -> FlushId {
         let now_us = chrono::Utc::now().timestamp_micros().max(0) as u64;
         let prev = self
             .last_id

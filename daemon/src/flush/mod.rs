@@ -12,7 +12,9 @@
 //! applied them, so the query engine can merge them in; [`Inflight`] holds
 //! them and is all of the pipeline the engine sees.
 
+mod apply;
 mod inflight;
+mod letters;
 mod pace;
 mod upkeep;
 
@@ -22,10 +24,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use crate::aggregator::Aggregator;
 use crate::catalog::CatalogWriter;
+use crate::deadletter::{DeadLetters, Refusing};
 use crate::fleet::SourceRates;
 use crate::ingest::IngestGate;
 use crate::model::FlushId;
@@ -33,9 +36,11 @@ use crate::rollup::Rollups;
 use crate::store::Store;
 use crate::wal::Wal;
 
+pub(crate) use apply::Mode;
 use inflight::Cut;
 pub(crate) use inflight::Unflushed;
 pub use inflight::{Inflight, InflightBatch};
+pub use letters::LettersReplayed;
 use pace::Pace;
 
 /// Catalog entries per store write (see `Pipeline::record_catalog`).
@@ -113,6 +118,14 @@ pub struct Pipeline {
     /// Wakes a tick the full queue deferred once the applier finished a
     /// batch (see `Pipeline::run`).
     applied: Notify,
+    /// Where refused documents are set aside (`apply.rs`); None only for
+    /// pipelines without a data directory (unit tests).
+    dead_letters: Option<DeadLetters>,
+    /// Set while the store refuses whole flushes; ingest and readiness
+    /// read it.
+    refusing: Arc<Refusing>,
+    /// Refusal messages already logged (bounded, see `apply.rs`).
+    refusal_errors: parking_lot::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Pipeline {
@@ -138,7 +151,23 @@ impl Pipeline {
             wal: OnceLock::new(),
             upkeep_kick: Notify::new(),
             applied: Notify::new(),
+            dead_letters: None,
+            refusing: Refusing::shared(),
+            refusal_errors: Default::default(),
         }
+    }
+
+    /// Sets refused documents aside in `dead_letters` instead of dropping
+    /// them.
+    pub fn with_dead_letters(mut self, dead_letters: DeadLetters) -> Pipeline {
+        self.dead_letters = Some(dead_letters);
+        self
+    }
+
+    /// Set while the store refuses whole flushes: ingest refuses samples
+    /// meanwhile (`Ingestor::watch_refusals`).
+    pub fn refusing(&self) -> &Arc<Refusing> {
+        &self.refusing
     }
 
     /// Logs a marker for every batch cut from now on, under `gate`, and
@@ -185,6 +214,12 @@ impl Pipeline {
         metrics::gauge!("tally_flush_inflight_batches")
             .set(self.unfinished.load(Ordering::SeqCst) as f64);
         metrics::gauge!("tally_store_lag_seconds").set(self.inflight.oldest_wait().as_secs_f64());
+        if let Some(dead) = &self.dead_letters {
+            // A short directory listing, once per scrape.
+            if let Ok(files) = dead.count_files() {
+                metrics::gauge!("tally_dead_letter_files").set(files as f64);
+            }
+        }
     }
 
     /// Drains the aggregator into a new in-flight batch, unless the queue is
@@ -261,6 +296,9 @@ impl Pipeline {
         if let Some(why) = self.log_failure() {
             return Err(format!("write-ahead log not writable: {why}"));
         }
+        if let Some(why) = self.refusing.why() {
+            return Err(why);
+        }
         self.store
             .health()
             .await
@@ -269,70 +307,9 @@ impl Pipeline {
 
     /// Tells the log how far the store is durable, so it can drop what it
     /// no longer needs; `applied` is the newest flush the store took.
-    fn note_durable(&self, applied: u64) {
+    pub(crate) fn note_durable(&self, applied: u64) {
         if let Some((wal, _)) = self.wal.get() {
             wal.durable(self.store.durable_through(applied));
-        }
-    }
-
-    /// Applies one batch, retrying retryable failures with exponential
-    /// backoff until it lands or `give_up` fires. Returns whether it landed.
-    pub async fn apply(&self, batch: &InflightBatch, give_up: &CancellationToken) -> bool {
-        let update = &batch.flush;
-        let mut backoff = self.cfg.retry_initial_backoff;
-        let store = self.store.name();
-        loop {
-            let started = Instant::now();
-            let result = self.store.apply_shared(update).await;
-            let elapsed = started.elapsed().as_secs_f64();
-            metrics::histogram!("tally_flush_duration_seconds", "store" => store).record(elapsed);
-            crate::telemetry::store_operation(store, "apply", elapsed);
-            match result {
-                Ok(stats) => {
-                    metrics::counter!("tally_flushes_total", "store" => store).increment(1);
-                    metrics::counter!("tally_flush_documents_total", "store" => store)
-                        .increment(stats.documents_written as u64);
-                    metrics::counter!("tally_flush_documents_skipped_total", "store" => store)
-                        .increment(stats.documents_skipped as u64);
-                    metrics::histogram!("tally_flush_series", "store" => store)
-                        .record(update.series.len() as f64);
-                    debug!(
-                        flush_id = batch.id.0,
-                        series = update.series.len(),
-                        documents = stats.documents_written,
-                        skipped = stats.documents_skipped,
-                        seconds = elapsed,
-                        "flush applied"
-                    );
-                    self.pace.flushed(started, stats.statements);
-                    self.inflight.retire(batch.id);
-                    self.note_durable(batch.id.0);
-                    return true;
-                }
-                Err(e) => {
-                    metrics::counter!("tally_store_errors_total", "store" => store, "op" => "apply", "kind" => e.kind())
-                        .increment(1);
-                    if !e.is_retryable() {
-                        // A corrupt document or a request the store refuses
-                        // will fail the same way forever; holding the batch
-                        // would stall every later flush.
-                        error!(flush_id = batch.id.0, error = %e, slots = batch.slot_count(), "flush dropped: the store refused it");
-                        metrics::counter!("tally_flush_dropped_total", "store" => store)
-                            .increment(1);
-                        self.inflight.retire(batch.id);
-                        return false;
-                    }
-                    warn!(flush_id = batch.id.0, error = %e, retry_in = ?backoff, "flush failed; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = give_up.cancelled() => {
-                            error!(flush_id = batch.id.0, slots = batch.slot_count(), "shutdown deadline reached with a flush unapplied");
-                            return false;
-                        }
-                    }
-                    backoff = (backoff * 2).min(self.cfg.retry_max_backoff);
-                }
-            }
         }
     }
 

@@ -86,9 +86,10 @@ pub(super) fn status(e: IngestError) -> Status {
             Status::invalid_argument(msg)
         }
         IngestError::Pushback { .. } => Status::resource_exhausted(msg),
-        IngestError::ShuttingDown | IngestError::Log(_) | IngestError::StoreFailed(_) => {
-            Status::unavailable(msg)
-        }
+        IngestError::ShuttingDown
+        | IngestError::Log(_)
+        | IngestError::StoreFailed(_)
+        | IngestError::StoreRefusing(_) => Status::unavailable(msg),
         IngestError::Denied(_) => Status::permission_denied(msg),
     }
 }

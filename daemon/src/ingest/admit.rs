@@ -20,6 +20,7 @@ use super::view::PushView;
 use super::IngestGate;
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::auth::Grant;
+use crate::deadletter::Refusing;
 use crate::labels::LabelArena;
 use crate::metadata::MetadataBook;
 use crate::model::SampleKind;
@@ -98,6 +99,8 @@ pub enum IngestError {
     StoreFailed(String),
     #[error("no source of this request may be pushed with this token: {0}")]
     Denied(String),
+    #[error("{0}; nothing of this request was taken: retry with backoff")]
+    StoreRefusing(String),
 }
 
 impl IngestError {
@@ -110,6 +113,7 @@ impl IngestError {
             IngestError::Log(_) => "log_failed",
             IngestError::StoreFailed(_) => "store_failed",
             IngestError::Denied(_) => "denied",
+            IngestError::StoreRefusing(_) => "store_refusing",
         }
     }
 
@@ -118,7 +122,9 @@ impl IngestError {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            IngestError::Pushback { .. } | IngestError::ShuttingDown
+            IngestError::Pushback { .. }
+                | IngestError::ShuttingDown
+                | IngestError::StoreRefusing(_)
         )
     }
 }
@@ -135,6 +141,9 @@ pub struct Ingestor {
     store: OnceLock<Arc<dyn Store>>,
     /// What agents say of their metric families (remote-write metadata).
     metadata: Arc<MetadataBook>,
+    /// Set while the store refuses whole flushes: what is acknowledged
+    /// then could not be kept, so nothing is.
+    refusing: OnceLock<Arc<Refusing>>,
 }
 
 impl Ingestor {
@@ -146,6 +155,7 @@ impl Ingestor {
             wal: OnceLock::new(),
             store: OnceLock::new(),
             metadata: Arc::default(),
+            refusing: OnceLock::new(),
         }
     }
 
@@ -162,6 +172,11 @@ impl Ingestor {
     /// Refuses ingest from the moment `store` reports a fault.
     pub fn watch_store(&self, store: Arc<dyn Store>) {
         let _ = self.store.set(store);
+    }
+
+    /// Refuses ingest while the store refuses whole flushes.
+    pub fn watch_refusals(&self, refusing: Arc<Refusing>) {
+        let _ = self.refusing.set(refusing);
     }
 
     /// Logs every request from now on. Called once, after replay.
@@ -279,6 +294,9 @@ impl Ingestor {
         }
         if let Some(fault) = self.store.get().and_then(|s| s.fault()) {
             return Err(IngestError::StoreFailed(fault));
+        }
+        if let Some(why) = self.refusing.get().and_then(|r| r.why()) {
+            return Err(IngestError::StoreRefusing(why));
         }
         if self.agg.over_memory_bound() {
             return Err(IngestError::Pushback {

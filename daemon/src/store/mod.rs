@@ -34,6 +34,24 @@ pub struct ApplyStats {
     pub statements: usize,
     /// Round trips to the database (0 for the embedded store).
     pub round_trips: usize,
+    /// What the store refused for good while it applied the rest: the
+    /// flush pipeline retries these, then sets them aside as dead letters
+    /// (`crate::deadletter`). A store that cannot tell which part of a
+    /// flush is at fault fails the whole call instead.
+    pub refused: Vec<Refusal>,
+}
+
+/// A part of a flush a store refused for good (not a transient failure):
+/// nothing of it was applied, and everything else of the flush was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Index into the flush's `series`.
+    pub series: usize,
+    /// The hour (Unix seconds of its start) whose minutes were refused;
+    /// None: every minute of the series in the flush.
+    pub hour_start: Option<i64>,
+    /// The store's error, as it gave it.
+    pub error: String,
 }
 
 /// What a store did with a pre-allocation request.

@@ -145,9 +145,10 @@ fn refusal(e: &IngestError, pushback: StatusCode) -> (StatusCode, Option<HeaderV
             (StatusCode::PAYLOAD_TOO_LARGE, None)
         }
         IngestError::Pushback { .. } => (pushback, retry()),
-        IngestError::ShuttingDown | IngestError::Log(_) | IngestError::StoreFailed(_) => {
-            (StatusCode::SERVICE_UNAVAILABLE, retry())
-        }
+        IngestError::ShuttingDown
+        | IngestError::Log(_)
+        | IngestError::StoreFailed(_)
+        | IngestError::StoreRefusing(_) => (StatusCode::SERVICE_UNAVAILABLE, retry()),
         IngestError::Denied(_) => (StatusCode::FORBIDDEN, None),
     }
 }

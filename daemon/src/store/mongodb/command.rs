@@ -12,7 +12,7 @@ use bson::spec::ElementType;
 use bson::Document;
 use futures::stream::{self, StreamExt};
 
-use super::errors::{all_or_worst, parse_write_reply, Failure, WriteReply};
+use super::errors::{all_or_worst, parse_write_reply, read_write_reply, Failure, WriteReply};
 use super::features::Feature;
 use super::stats::Op;
 use super::Conn;
@@ -253,17 +253,38 @@ impl Conn {
     /// has its command sent again one statement at a time. Returns each command's reply with the
     /// index of its group, duplicate indexes counted within the group.
     /// Every command runs to its end even when another fails, so that the
-    /// error reported is the most telling one.
+    /// error reported is the most telling one. A statement the server
+    /// refuses fails the call.
     pub(super) async fn write_all(
         &self,
         op: Op,
         groups: &[(&str, Vec<&RawDocument>)],
         work: &mut Work,
     ) -> Result<Vec<(usize, WriteReply)>, StoreError> {
-        let (verb, field) = match op {
-            Op::Insert => ("insert", "documents"),
-            _ => ("update", "updates"),
-        };
+        self.write_groups(op, groups, work, false).await
+    }
+
+    /// [`Self::write_all`] that sets refused statements aside instead of
+    /// failing: each reply lists them in [`WriteReply::refused`] (indexes
+    /// within the group, as duplicates), and every other statement is
+    /// applied. A command the server refuses whole is sent again one
+    /// statement at a time, so that a refusal is pinned on its statement.
+    pub(super) async fn write_isolating(
+        &self,
+        op: Op,
+        groups: &[(&str, Vec<&RawDocument>)],
+        work: &mut Work,
+    ) -> Result<Vec<(usize, WriteReply)>, StoreError> {
+        self.write_groups(op, groups, work, true).await
+    }
+
+    async fn write_groups(
+        &self,
+        op: Op,
+        groups: &[(&str, Vec<&RawDocument>)],
+        work: &mut Work,
+        isolate: bool,
+    ) -> Result<Vec<(usize, WriteReply)>, StoreError> {
         let mut jobs = Vec::new();
         for (group, (collection, stmts)) in groups.iter().enumerate() {
             let sizes = stmts.iter().map(|s| s.as_bytes().len());
@@ -279,25 +300,11 @@ impl Conn {
         let futures: Vec<_> = jobs
             .into_iter()
             .map(|(group, collection, offset, chunk)| async move {
-                let mut cmd = WriteCommand::new(verb, collection, field);
-                for s in chunk {
-                    cmd.push(s);
+                let mut reply = self.write_chunk(op, collection, chunk, isolate).await?;
+                for i in reply.duplicates.iter_mut() {
+                    *i += offset;
                 }
-                let cmd = cmd.finish(self.write_concern.as_deref())?;
-                let reply = self.command(op, cmd, chunk.len(), true).await?;
-                let mut reply = parse_write_reply(&reply, chunk.len())?;
-                if verb == "update" && reply.n as usize + reply.duplicates.len() < chunk.len() {
-                    self.features.mark_missing(
-                        Feature::UnorderedUpdates,
-                        &format!(
-                            "an update of {} statements answered for {}",
-                            chunk.len(),
-                            reply.n as usize + reply.duplicates.len()
-                        ),
-                    );
-                    reply = self.one_by_one(op, collection, chunk).await?;
-                }
-                for i in &mut reply.duplicates {
+                for (i, _) in reply.refused.iter_mut() {
                     *i += offset;
                 }
                 Ok::<_, StoreError>((group, reply))
@@ -310,27 +317,93 @@ impl Conn {
         all_or_worst(results)
     }
 
+    /// One command of [`Self::write_groups`]; indexes within `chunk`.
+    async fn write_chunk(
+        &self,
+        op: Op,
+        collection: &str,
+        chunk: &[&RawDocument],
+        isolate: bool,
+    ) -> Result<WriteReply, StoreError> {
+        let (verb, field) = match op {
+            Op::Insert => ("insert", "documents"),
+            _ => ("update", "updates"),
+        };
+        let mut cmd = WriteCommand::new(verb, collection, field);
+        for s in chunk {
+            cmd.push(s);
+        }
+        let cmd = cmd.finish(self.write_concern.as_deref())?;
+        let reply = match self.command(op, cmd, chunk.len(), true).await {
+            Ok(reply) => reply,
+            // Refused whole: which statement is at fault only one at a
+            // time can tell.
+            Err(StoreError::Invalid(_)) if isolate && verb == "update" && chunk.len() > 1 => {
+                return self.one_by_one(op, collection, chunk, isolate).await;
+            }
+            Err(StoreError::Invalid(why)) if isolate => {
+                return Ok(WriteReply {
+                    refused: (0..chunk.len()).map(|i| (i, why.clone())).collect(),
+                    ..WriteReply::default()
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        let reply = if isolate {
+            read_write_reply(&reply, chunk.len())?
+        } else {
+            parse_write_reply(&reply, chunk.len())?
+        };
+        let answered = reply.n as usize + reply.duplicates.len() + reply.refused.len();
+        if verb == "update" && answered < chunk.len() {
+            self.features.mark_missing(
+                Feature::UnorderedUpdates,
+                &format!(
+                    "an update of {} statements answered for {answered}",
+                    chunk.len(),
+                ),
+            );
+            return self.one_by_one(op, collection, chunk, isolate).await;
+        }
+        Ok(reply)
+    }
+
     /// `update` statements sent one per command, in order, after a reply
-    /// that did not say which of them were applied. The watermark filter
-    /// makes this safe: a statement that had been applied now fails with a
-    /// duplicate key and counts as skipped.
+    /// that did not say which of them were applied, or a command refused
+    /// whole. The watermark filter makes this safe: a statement that had
+    /// been applied now fails with a duplicate key and counts as skipped.
     async fn one_by_one(
         &self,
         op: Op,
         collection: &str,
         stmts: &[&RawDocument],
+        isolate: bool,
     ) -> Result<WriteReply, StoreError> {
         let mut out = WriteReply::default();
         for (i, s) in stmts.iter().enumerate() {
             let mut cmd = WriteCommand::new("update", collection, "updates");
             cmd.push(s);
             let cmd = cmd.finish(self.write_concern.as_deref())?;
-            let reply = self.command(op, cmd, 1, true).await?;
-            let reply = parse_write_reply(&reply, 1)?;
+            let reply = match self.command(op, cmd, 1, true).await {
+                Ok(reply) => reply,
+                Err(StoreError::Invalid(why)) if isolate => {
+                    out.refused.push((i, why));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let reply = if isolate {
+                read_write_reply(&reply, 1)?
+            } else {
+                parse_write_reply(&reply, 1)?
+            };
             out.n += reply.n;
             out.upserted += reply.upserted;
             if !reply.duplicates.is_empty() {
                 out.duplicates.push(i);
+            }
+            if let Some((_, why)) = reply.refused.into_iter().next() {
+                out.refused.push((i, why));
             }
         }
         Ok(out)

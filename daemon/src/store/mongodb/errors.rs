@@ -22,6 +22,11 @@ pub(super) struct WriteReply {
     /// Documents an upsert created: the fallback, when neither
     /// pre-allocation nor the first-sighting insert made them.
     pub(super) upserted: usize,
+    /// Statements the server refused for good (neither a duplicate key nor
+    /// a transient code), with the server's error: only a reply read with
+    /// [`read_write_reply`] holds them; [`parse_write_reply`] makes them
+    /// an error.
+    pub(super) refused: Vec<(usize, String)>,
 }
 
 /// Server error codes worth retrying: the server is stepping down, shutting
@@ -68,8 +73,27 @@ pub(super) fn as_i64(v: &Bson) -> Option<i64> {
     }
 }
 
-/// Reads the reply of an `update` or `insert` command.
+/// Reads the reply of an `update` or `insert` command; a statement the
+/// server refused makes the whole reply an error.
 pub(super) fn parse_write_reply(
+    reply: &Document,
+    statements: usize,
+) -> Result<WriteReply, StoreError> {
+    let out = read_write_reply(reply, statements)?;
+    if let Some((index, first)) = out.refused.first() {
+        return Err(StoreError::Invalid(format!(
+            "the server refused {} statement(s); first: statement {index}: {first}",
+            out.refused.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// Reads the reply of an `update` or `insert` command, keeping the
+/// statements the server refused for good in [`WriteReply::refused`], so
+/// that the caller can set them aside and keep the rest: with
+/// `ordered: false` the server applied every other statement.
+pub(super) fn read_write_reply(
     reply: &Document,
     statements: usize,
 ) -> Result<WriteReply, StoreError> {
@@ -84,10 +108,9 @@ pub(super) fn parse_write_reply(
             Some(Bson::Array(a)) => a.len(),
             _ => 0,
         },
+        refused: Vec::new(),
     };
-    let mut refused: Option<String> = None;
     let mut transient: Option<String> = None;
-    let mut refused_count = 0usize;
     if let Some(errors) = reply.get("writeErrors") {
         let Bson::Array(errors) = errors else {
             return Err(StoreError::Ambiguous(format!(
@@ -95,40 +118,15 @@ pub(super) fn parse_write_reply(
             )));
         };
         for e in errors {
-            let Bson::Document(e) = e else {
-                return Err(StoreError::Ambiguous(format!(
-                    "unexpected write error in reply: {e}"
-                )));
-            };
-            let index = e
-                .get("index")
-                .and_then(as_i64)
-                .and_then(|i| usize::try_from(i).ok())
-                .filter(|&i| i < statements);
-            let code = e
-                .get("code")
-                .and_then(as_i64)
-                .and_then(|c| i32::try_from(c).ok());
-            let (Some(index), Some(code)) = (index, code) else {
-                return Err(StoreError::Ambiguous(format!(
-                    "unexpected write error in reply: {e}"
-                )));
-            };
-            let msg = e.get_str("errmsg").unwrap_or("");
+            let (index, code, msg) = write_error(e, statements)?;
             if code == DUPLICATE_KEY {
                 out.duplicates.push(index);
             } else if TRANSIENT_CODES.contains(&code) || ACCESS_CODES.contains(&code) {
                 transient.get_or_insert_with(|| format!("statement {index}: code {code}: {msg}"));
             } else {
-                refused_count += 1;
-                refused.get_or_insert_with(|| format!("statement {index}: code {code}: {msg}"));
+                out.refused.push((index, format!("code {code}: {msg}")));
             }
         }
-    }
-    if let Some(first) = refused {
-        return Err(StoreError::Invalid(format!(
-            "the server refused {refused_count} statement(s); first: {first}"
-        )));
     }
     if let Some(wce) = reply.get("writeConcernError") {
         // Applied on the primary, not (yet) acknowledged by the write concern.
@@ -140,6 +138,27 @@ pub(super) fn parse_write_reply(
         )));
     }
     Ok(out)
+}
+
+/// One entry of `writeErrors`: the statement's index, the code, the message.
+fn write_error(e: &Bson, statements: usize) -> Result<(usize, i32, String), StoreError> {
+    let unexpected = || StoreError::Ambiguous(format!("unexpected write error in reply: {e}"));
+    let Bson::Document(e) = e else {
+        return Err(unexpected());
+    };
+    let index = e
+        .get("index")
+        .and_then(as_i64)
+        .and_then(|i| usize::try_from(i).ok())
+        .filter(|&i| i < statements);
+    let code = e
+        .get("code")
+        .and_then(as_i64)
+        .and_then(|c| i32::try_from(c).ok());
+    let (Some(index), Some(code)) = (index, code) else {
+        return Err(unexpected());
+    };
+    Ok((index, code, e.get_str("errmsg").unwrap_or("").to_owned()))
 }
 
 /// Maps a driver error onto the store's kinds. `sent_write` says whether the

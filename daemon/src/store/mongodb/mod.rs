@@ -488,10 +488,14 @@ impl Store for MongoStore {
         self.sealer.wrote(batch);
         self.sightings.lock().add(days);
         // Only flushes whose every document is in: a crash replays the rest,
-        // and the watermarks skip what is already there.
-        self.sealer
-            .note_complete(self.durable_through(batch.id.0))
-            .await?;
+        // and the watermarks skip what is already there. A flush with
+        // refused documents is not complete until the pipeline has set
+        // them aside (or a retry applied them): a later flush records it.
+        if stats.refused.is_empty() {
+            self.sealer
+                .note_complete(self.durable_through(batch.id.0))
+                .await?;
+        }
         Ok(stats)
     }
 

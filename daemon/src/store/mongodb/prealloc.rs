@@ -91,6 +91,8 @@ pub(super) struct PlannedDoc<'a> {
     /// Of `id`, for the first-sighting memory.
     pub(super) hash: u64,
     pub(super) series: &'a SeriesId,
+    /// For a flush's documents: the index of the series in the flush.
+    pub(super) origin: usize,
 }
 
 impl Conn {
@@ -107,6 +109,7 @@ impl Conn {
             hash: self.hasher.hash_one(&id),
             id,
             series,
+            origin: 0,
         }
     }
 

@@ -20,7 +20,7 @@ use super::statements::{hour_ops, StatementCtx};
 use super::stats::Op;
 use super::Conn;
 use crate::model::{DocKey, FlushBatch, Tier};
-use crate::store::{ApplyStats, StoreError};
+use crate::store::{ApplyStats, Refusal, StoreError};
 
 impl Conn {
     /// Sends a flush's statements. None when it has none; else what it
@@ -37,9 +37,20 @@ impl Conn {
         };
         // Everything is built and checked before anything is sent, so a bad
         // batch changes nothing.
-        let (docs, stmts, days) = self.plan_flush(batch, &ctx)?;
+        let Plan {
+            docs,
+            stmts,
+            days,
+            mut refused,
+        } = self.plan_flush(batch, &ctx);
         if docs.is_empty() {
-            return Ok(None);
+            return Ok((!refused.is_empty()).then(|| {
+                let stats = ApplyStats {
+                    refused,
+                    ..ApplyStats::default()
+                };
+                (stats, Vec::new())
+            }));
         }
         self.ready().await?;
         sealer.start(batch).await?;
@@ -47,7 +58,9 @@ impl Conn {
         if self.reserve_ids(flush_id).await? {
             work.round_trips += 1;
         }
-        let stats = self.send_planned(flush_id, &docs, &stmts, work).await?;
+        let mut stats = self.send_planned(flush_id, &docs, &stmts, work).await?;
+        refused.append(&mut stats.refused);
+        stats.refused = refused;
         let unknown_days = self
             .unknown(&days)
             .into_iter()
@@ -68,21 +81,36 @@ impl Conn {
         stmts: &[RawDocumentBuf],
         mut work: Work,
     ) -> Result<ApplyStats, StoreError> {
-        let skipped = self.send_updates(flush_id, docs, stmts, &mut work).await?;
+        let (skipped, refused) = self.send_updates(flush_id, docs, stmts, &mut work).await?;
         // Every document updated, upserted or refused as "already applied"
-        // exists now.
-        self.remember(docs);
+        // exists now; one refused for good may not.
+        if refused.is_empty() {
+            self.remember(docs);
+        }
+        let refused: Vec<Refusal> = refused
+            .into_iter()
+            .filter_map(|(i, error)| {
+                let doc = docs.get(i)?;
+                Some(Refusal {
+                    series: doc.origin,
+                    hour_start: Some(doc.start),
+                    error,
+                })
+            })
+            .collect();
         let stats = ApplyStats {
-            documents_written: stmts.len() - skipped,
+            documents_written: stmts.len() - skipped - refused.len(),
             documents_skipped: skipped,
             statements: work.statements,
             round_trips: work.round_trips,
+            refused,
         };
         debug!(
             flush_id,
             documents = stmts.len(),
             written = stats.documents_written,
             skipped = stats.documents_skipped,
+            refused = stats.refused.len(),
             round_trips = stats.round_trips,
             "MongoDB flush applied"
         );
@@ -90,57 +118,67 @@ impl Conn {
     }
 
     /// The hour documents of a flush with their statements, in the same
-    /// order, and the day documents it reaches.
-    #[allow(clippy::type_complexity)]
-    fn plan_flush<'b>(
-        &self,
-        batch: &'b FlushBatch,
-        ctx: &StatementCtx<'_>,
-    ) -> Result<
-        (
-            Vec<PlannedDoc<'b>>,
-            Vec<RawDocumentBuf>,
-            Vec<PlannedDoc<'b>>,
-        ),
-        StoreError,
-    > {
-        let mut docs = Vec::with_capacity(batch.series.len());
-        let mut stmts = Vec::with_capacity(batch.series.len());
-        let mut days = Vec::new();
-        for sm in &batch.series {
+    /// order, and the day documents it reaches. A series or an hour whose
+    /// statement cannot be built (a name the store cannot hold) is refused
+    /// alone, before anything is sent.
+    fn plan_flush<'b>(&self, batch: &'b FlushBatch, ctx: &StatementCtx<'_>) -> Plan<'b> {
+        let mut plan = Plan {
+            docs: Vec::with_capacity(batch.series.len()),
+            stmts: Vec::with_capacity(batch.series.len()),
+            days: Vec::new(),
+            refused: Vec::new(),
+        };
+        for (origin, sm) in batch.series.iter().enumerate() {
             let series = &*sm.series;
-            check_series(series)?;
+            if let Err(e) = check_series(series) {
+                plan.refuse(origin, None, &e);
+                continue;
+            }
             // Grouped by document here, one series at a time, and dropped
             // once its statements are built.
             let su = sm.update();
             for h in &su.hours {
-                let id = doc_id(series, Tier::Hour, h.hour_start)?;
-                let ops = hour_ops(series, h)?;
-                stmts.push(ctx.statement(&id, series, su.kind, h.hour_start, ops));
-                docs.push(self.planned(Tier::Hour, h.hour_start, id, series));
+                let built = doc_id(series, Tier::Hour, h.hour_start)
+                    .and_then(|id| Ok((hour_ops(series, h)?, id)));
+                match built {
+                    Ok((ops, id)) => {
+                        plan.stmts
+                            .push(ctx.statement(&id, series, su.kind, h.hour_start, ops));
+                        let mut doc = self.planned(Tier::Hour, h.hour_start, id, series);
+                        doc.origin = origin;
+                        plan.docs.push(doc);
+                    }
+                    Err(e) => plan.refuse(origin, Some(h.hour_start), &e),
+                }
             }
             for d in &su.days {
-                let id = doc_id(series, Tier::Day, d.day_start)?;
-                days.push(self.planned(Tier::Day, d.day_start, id, series));
+                if let Ok(id) = doc_id(series, Tier::Day, d.day_start) {
+                    plan.days
+                        .push(self.planned(Tier::Day, d.day_start, id, series));
+                }
             }
         }
-        Ok((docs, stmts, days))
+        plan
     }
 
     /// First round: every statement. Second round: the duplicates of the
     /// first, in case they were races. Returns how many statements were
-    /// refused in both: documents that already held this flush.
+    /// refused in both as duplicates (documents that already held this
+    /// flush), and the statements refused for good, with the error.
     async fn send_updates(
         &self,
         flush_id: u64,
         docs: &[PlannedDoc<'_>],
         stmts: &[RawDocumentBuf],
         work: &mut Work,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<(usize, Vec<(usize, String)>), StoreError> {
         let mut pending: Vec<usize> = (0..stmts.len()).collect();
         let mut upserted = 0usize;
+        let mut refused = Vec::new();
         for round in 0..2 {
-            let (duplicates, created) = self.update_round(docs, stmts, &pending, work).await?;
+            let round_out = self.update_round(docs, stmts, &pending, work).await?;
+            let (duplicates, created) = (round_out.duplicates, round_out.upserted);
+            refused.extend(round_out.refused);
             upserted += created;
             if round == 0 && !duplicates.is_empty() {
                 debug!(
@@ -168,19 +206,18 @@ impl Conn {
                 "documents created by the fallback upsert"
             );
         }
-        Ok(pending.len())
+        Ok((pending.len(), refused))
     }
 
-    /// Sends the statements `pending` (indexes into `stmts`). Returns the
-    /// ones refused with a duplicate key, and how many documents the upsert
-    /// created.
+    /// Sends the statements `pending` (indexes into `stmts`): which were
+    /// refused, and how many documents the upsert created.
     async fn update_round(
         &self,
         docs: &[PlannedDoc<'_>],
         stmts: &[RawDocumentBuf],
         pending: &[usize],
         work: &mut Work,
-    ) -> Result<(Vec<usize>, usize), StoreError> {
+    ) -> Result<Round, StoreError> {
         let groups = by_tier(pending, |i| docs[i].tier);
         let send: Vec<(&str, Vec<&RawDocument>)> = groups
             .iter()
@@ -189,17 +226,53 @@ impl Conn {
                 (self.collection(*tier).name(), stmts)
             })
             .collect();
-        let replies = self.write_all(Op::Update, &send, work).await?;
-        let mut duplicates = Vec::new();
-        let mut upserted = 0;
+        let replies = self.write_isolating(Op::Update, &send, work).await?;
+        let mut round = Round::default();
         for (group, reply) in replies {
-            upserted += reply.upserted;
+            round.upserted += reply.upserted;
             if let Some((_, idx)) = groups.get(group) {
-                duplicates.extend(reply.duplicates.iter().filter_map(|&i| idx.get(i)));
+                round
+                    .duplicates
+                    .extend(reply.duplicates.iter().filter_map(|&i| idx.get(i)));
+                round.refused.extend(
+                    reply
+                        .refused
+                        .into_iter()
+                        .filter_map(|(i, why)| Some((*idx.get(i)?, why))),
+                );
             }
         }
-        Ok((duplicates, upserted))
+        Ok(round)
     }
+}
+
+/// A flush made ready to send: its hour documents and their statements in
+/// the same order, the day documents it reaches, and what could not be
+/// planned.
+struct Plan<'b> {
+    docs: Vec<PlannedDoc<'b>>,
+    stmts: Vec<RawDocumentBuf>,
+    days: Vec<PlannedDoc<'b>>,
+    refused: Vec<Refusal>,
+}
+
+impl Plan<'_> {
+    fn refuse(&mut self, series: usize, hour_start: Option<i64>, e: &StoreError) {
+        self.refused.push(Refusal {
+            series,
+            hour_start,
+            error: e.to_string(),
+        });
+    }
+}
+
+/// What one round of update commands did, statements by their index into
+/// the flush's statements.
+#[derive(Default)]
+struct Round {
+    duplicates: Vec<usize>,
+    refused: Vec<(usize, String)>,
+    upserted: usize,
 }
 
 /// A flush id as the watermark value documents keep.

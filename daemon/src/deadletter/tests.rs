@@ -1,0 +1,160 @@
+use std::sync::Arc;
+
+use super::*;
+use crate::model::{FlushId, SampleKind, SeriesId, Slot};
+
+fn series(metric: &str, minutes: &[(i64, Slot)]) -> SeriesMinutes {
+    SeriesMinutes {
+        series: Arc::new(SeriesId::new("web-01", metric)),
+        kind: SampleKind::CumulativeCounter,
+        minutes: minutes.iter().copied().collect(),
+    }
+}
+
+fn odd_slot() -> Slot {
+    Slot {
+        n: 3,
+        sum: 0.1 + 0.2,
+        min: f64::NEG_INFINITY,
+        max: f64::INFINITY,
+        last: f64::NAN,
+        last_ms: 1_700_000_000_123,
+    }
+}
+
+#[test]
+fn letters_survive_the_file_exactly_and_a_rewrite_replaces_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = DeadLetters::new(dir.path(), "mongodb");
+    let batch = FlushBatch {
+        id: FlushId(42),
+        series: vec![
+            series("a", &[(100, odd_slot())]),
+            series("b", &[(100, Slot::of(1.0))]),
+        ],
+    };
+    let refused = [Refusal {
+        series: 0,
+        hour_start: None,
+        error: "code 2: no".into(),
+    }];
+    dead.write(42, DeadLetters::letters(&batch, &refused))
+        .unwrap();
+    let files = dead.list().unwrap();
+    assert_eq!(files.len(), 1);
+    let f = &files[0].1;
+    assert_eq!((f.flush_id, f.store.as_str()), (42, "mongodb"));
+    let back = f.letters[0].minutes[0].slot();
+    let want = odd_slot();
+    assert_eq!(
+        (back.n, back.sum, back.last_ms),
+        (want.n, want.sum, want.last_ms)
+    );
+    assert_eq!((back.min, back.max), (want.min, want.max));
+    assert!(back.last.is_nan());
+    assert_eq!(dead.count_files().unwrap(), 1);
+
+    // The same flush written again (its replay from the log) replaces it;
+    // nothing refused removes it.
+    dead.write(42, Vec::new()).unwrap();
+    assert!(dead.list().unwrap().is_empty());
+}
+
+#[test]
+fn a_refused_hour_keeps_only_its_minutes() {
+    let hour_minutes = 483_334 * 60i64;
+    let sm = series(
+        "m",
+        &[
+            (hour_minutes - 1, Slot::of(1.0)),
+            (hour_minutes, Slot::of(2.0)),
+        ],
+    );
+    let l = Letter::of(&sm, Some(hour_minutes * 60), "e");
+    assert_eq!(l.minutes.len(), 1);
+    assert_eq!(l.minutes[0].minute, hour_minutes);
+    assert_eq!(Letter::of(&sm, None, "e").minutes.len(), 2);
+}
+
+#[test]
+fn letters_of_one_series_merge_minute_by_minute() {
+    let a = Letter::of(
+        &series("m", &[(5, Slot::of(1.0)), (6, Slot::of(2.0))]),
+        None,
+        "e",
+    );
+    let b = Letter::of(&series("m", &[(6, Slot::of(3.0))]), None, "e");
+    let c = Letter::of(&series("n", &[(6, Slot::of(4.0))]), None, "e");
+    let merged = as_series(&[a, b, c]).unwrap();
+    assert_eq!(merged.len(), 2);
+    let m = &merged[0];
+    assert_eq!(&*m.series.metric, "m");
+    assert_eq!(m.kind, SampleKind::CumulativeCounter);
+    assert_eq!(m.minutes.len(), 2);
+    assert_eq!((m.minutes[1].1.n, m.minutes[1].1.sum), (2, 5.0));
+}
+
+#[test]
+fn an_unfinished_replay_stops_the_daemon_and_a_finished_one_is_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = DeadLetters::new(dir.path(), "embedded");
+    assert!(dead.begin_replay(9).unwrap().is_none(), "nothing to replay");
+    let batch = FlushBatch {
+        id: FlushId(1),
+        series: vec![series("m", &[(5, Slot::of(1.0))])],
+    };
+    let all = [Refusal {
+        series: 0,
+        hour_start: None,
+        error: "e".into(),
+    }];
+    dead.write(1, DeadLetters::letters(&batch, &all)).unwrap();
+    dead.write(2, DeadLetters::letters(&batch, &all)).unwrap();
+    let marker = dead.begin_replay(9).unwrap().unwrap();
+    assert_eq!(marker.files.len(), 2);
+    assert_eq!(dead.letters_of(&marker).unwrap().len(), 2);
+    let e = dead.check_no_replay_pending().unwrap_err();
+    assert!(e.to_string().contains("dead-letters replay"), "{e}");
+
+    // What the replay's own flush still had refused stays.
+    dead.write(9, DeadLetters::letters(&batch, &all)).unwrap();
+    dead.finish_replay(&marker).unwrap();
+    let left: Vec<u64> = dead
+        .list()
+        .unwrap()
+        .iter()
+        .map(|(_, f)| f.flush_id)
+        .collect();
+    assert_eq!(left, vec![9]);
+    dead.check_no_replay_pending().unwrap();
+}
+
+#[test]
+fn the_list_names_each_error_once_with_its_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = DeadLetters::new(dir.path(), "mongodb");
+    let batch = FlushBatch {
+        id: FlushId(3),
+        series: vec![
+            series("a", &[(5, Slot::of(1.0))]),
+            series("b", &[(5, Slot::of(1.0))]),
+        ],
+    };
+    let refused: Vec<Refusal> = (0..2)
+        .map(|series| Refusal {
+            series,
+            hour_start: None,
+            error: "code 2: $max of documents".into(),
+        })
+        .collect();
+    dead.write(3, DeadLetters::letters(&batch, &refused))
+        .unwrap();
+    let text = report(&dead.list().unwrap());
+    assert!(
+        text.contains("flush 3: 2 document(s), 2 sample(s)"),
+        "{text}"
+    );
+    assert!(text.contains("2 x code 2: $max of documents"), "{text}");
+    assert!(text.contains("series web-01|a"), "{text}");
+    assert!(report(&[]).contains("no dead letters"));
+}
