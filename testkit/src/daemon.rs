@@ -293,6 +293,31 @@ impl Daemon {
         }
     }
 
+    /// Stops the current process (SIGTERM, waiting for a clean exit) and
+    /// leaves it stopped; [`Daemon::restart`] starts it again.
+    pub async fn stop(&mut self) {
+        if self.is_running() {
+            self.sigterm();
+            let status = self.wait_async(Duration::from_secs(40)).await;
+            assert!(
+                status.success(),
+                "tallyd exited with {status} on SIGTERM\n{}",
+                self.logs()
+            );
+        }
+    }
+
+    /// Runs `tallyd` with this daemon's options and data directory and
+    /// `args` after them (a command such as `dead-letters replay`), to its
+    /// end, at most `timeout`.
+    pub async fn run_command(&self, args: &[&str], timeout: Duration) -> process::Run {
+        let mut cmd = command(&self.opts, &self.data, None);
+        cmd.args(args);
+        tokio::task::spawn_blocking(move || process::run_command(cmd, timeout))
+            .await
+            .expect("running tallyd panicked")
+    }
+
     /// Sends SIGTERM to the current process.
     pub fn sigterm(&mut self) {
         self.signal("TERM");

@@ -46,9 +46,22 @@ impl Run {
 /// Runs `bin` with `args` to completion; panics (with what it printed on
 /// stderr so far) when it takes longer than `timeout`, after killing it.
 pub fn run(bin: &Path, args: &[&str], timeout: Duration) -> Run {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    run_command(cmd, timeout)
+}
+
+/// [`run`] of a command the caller built (arguments, environment,
+/// directory); its standard streams are set here.
+pub fn run_command(mut cmd: Command, timeout: Duration) -> Run {
     let started = Instant::now();
-    let mut child = Command::new(bin)
-        .args(args)
+    let bin = cmd.get_program().to_owned();
+    let bin = Path::new(&bin);
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

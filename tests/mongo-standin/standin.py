@@ -1507,11 +1507,37 @@ class Faults:
         self.fail_inserts = False
         self.fail_inserts_code = 91
         self.probe_code = 0
+        # Statement refusals (write errors, code 2), as a server that cannot
+        # apply some updates gives them: "off", "match" (`$inc` updates
+        # of documents whose _id contains refuse_arg), "all" (every update
+        # statement) or "random" (each update statement with probability
+        # refuse_arg percent).
+        self.refuse_mode = "off"
+        self.refuse_arg = ""
+        self.refused = 0
 
     def describe(self):
-        return "down=%s dropAfterApply=%d failNext=%d failCode=%d failInserts=%s probeCode=%d" % (
+        return ("down=%s dropAfterApply=%d failNext=%d failCode=%d failInserts=%s probeCode=%d "
+                "refuseUpdates=%s:%s refused=%d") % (
             self.down, self.drop_after_apply, self.fail_next, self.fail_code,
-            self.fail_inserts, self.probe_code)
+            self.fail_inserts, self.probe_code, self.refuse_mode, self.refuse_arg, self.refused)
+
+    def refuses(self, stmt):
+        """Whether this update statement is to be refused."""
+        mode = self.refuse_mode
+        if mode == "off":
+            return False
+        if mode == "all":
+            return True
+        if mode == "random":
+            return random.random() * 100.0 < float(self.refuse_arg)
+        if mode == "match":
+            q = stmt.get("q") if isinstance(stmt, dict) else None
+            u = stmt.get("u") if isinstance(stmt, dict) else None
+            doc_id = q.get("_id") if isinstance(q, dict) else None
+            return (isinstance(doc_id, str) and self.refuse_arg in doc_id
+                    and isinstance(u, dict) and "$inc" in u)
+        return False
 
     def probe_fault(self, name, cmd):
         """The code to fail the command with, if it is one of Tally's feature
@@ -1989,6 +2015,9 @@ class Standin:
         write_errors = []
         for i, stmt in enumerate(stmts):
             try:
+                if self.faults.refuses(stmt):
+                    self.faults.refused += 1
+                    raise CommandError(2, "stand-in: this server refuses the statement")
                 matched, modified, upserted_id = self.update_one_statement(db, name, col, stmt)
                 n += matched
                 n_modified += modified
@@ -2527,6 +2556,11 @@ class Standin:
             f.fail_inserts_code = int(args[1]) if len(args) > 1 else 91
         elif op == "probeCode":
             f.probe_code = 0 if args[0] == "off" else int(args[0])
+        elif op == "refuseUpdates":
+            if args[0] not in ("off", "match", "all", "random"):
+                return "ERR refuseUpdates off|match SUBSTRING|all|random PERCENT"
+            f.refuse_mode = args[0]
+            f.refuse_arg = args[1] if len(args) > 1 else ""
         elif op == "reset":
             self.set_down(False)
             f.reset()

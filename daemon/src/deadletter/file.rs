@@ -1,6 +1,5 @@
 //! The dead-letter file: one JSON document per refused flush, readable by
-//! an operator, with every float exact (shortest round-trip form; NaN and
-//! the infinities as the strings Prometheus uses for them).
+//! an operator, with every float exact (see `exact`).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -229,21 +228,21 @@ pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLet
     Ok(out)
 }
 
-/// Floats that survive JSON exactly: finite values as numbers (serde_json
-/// prints the shortest form that reads back the same), the rest as the
-/// strings `NaN`, `+Inf`, `-Inf`.
+/// Floats that survive JSON exactly: written as strings in Rust's shortest
+/// round-trip form and read back with Rust's correctly rounded parser (a
+/// JSON number would go through the JSON parser's own float reading, which
+/// may be a unit in the last place off); NaN and the infinities as the
+/// strings Prometheus uses for them. A plain number is read too.
 mod exact {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
-        if v.is_finite() {
-            s.serialize_f64(*v)
-        } else if v.is_nan() {
+        if v.is_nan() {
             s.serialize_str("NaN")
-        } else if *v > 0.0 {
-            s.serialize_str("+Inf")
+        } else if v.is_infinite() {
+            s.serialize_str(if *v > 0.0 { "+Inf" } else { "-Inf" })
         } else {
-            s.serialize_str("-Inf")
+            s.serialize_str(&v.to_string())
         }
     }
 
@@ -261,9 +260,9 @@ mod exact {
                 "NaN" => Ok(f64::NAN),
                 "+Inf" => Ok(f64::INFINITY),
                 "-Inf" => Ok(f64::NEG_INFINITY),
-                other => Err(serde::de::Error::custom(format!(
-                    "{other:?} is not a number"
-                ))),
+                other => other
+                    .parse::<f64>()
+                    .map_err(|_| serde::de::Error::custom(format!("{other:?} is not a number"))),
             },
         }
     }

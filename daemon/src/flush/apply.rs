@@ -5,7 +5,9 @@
 //!   had landed.
 //! - A refusal of part of the batch: the store applied the rest. The
 //!   refused part is retried alone a few times ([`REFUSAL_ROUNDS`]: a
-//!   refusal may pass on a second try), then set aside as dead letters
+//!   refusal may pass on a second try; a round while the store fails its
+//!   health check does not count, since a server shutting down may refuse
+//!   what it would take once it is back), then set aside as dead letters
 //!   (`crate::deadletter`), durable before the batch is released, so the
 //!   write-ahead log keeps it until then. One bad document costs one
 //!   document, never the batch.
@@ -100,12 +102,17 @@ impl Pipeline {
                         backoff
                     } else {
                         self.store_takes_flushes();
-                        rounds += 1;
+                        // A refusal from a store that cannot be reached now
+                        // may be its shutdown talking: not trusted until
+                        // it answers again.
+                        if self.store.health().await.is_ok() {
+                            rounds += 1;
+                        }
                         if rounds >= REFUSAL_ROUNDS {
                             return self.set_aside(&current, &refused, give_up).await;
                         }
                         current = Arc::new(refused_part(&current, &refused));
-                        self.cfg.retry_initial_backoff
+                        backoff
                     }
                 }
             };

@@ -138,6 +138,15 @@ impl Standin {
         self.control(if down { "down" } else { "up" });
     }
 
+    /// Refuses update statements with a write error (code 2), as a server
+    /// that cannot apply some statements does: `"off"`, `"match ID_PART"`
+    /// (`$inc` updates of documents whose `_id` contains `ID_PART`),
+    /// `"all"` (every update statement), `"random PERCENT"` (each update
+    /// statement with that probability).
+    pub fn refuse_updates(&self, mode: &str) {
+        self.control(&format!("refuseUpdates {mode}"));
+    }
+
     /// The next `n` write commands (`insert`, `update`, `delete`,
     /// `findAndModify`) are applied, then their connection is closed without
     /// a reply, so the driver sees a network error for a write that happened.

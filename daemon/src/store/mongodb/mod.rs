@@ -491,10 +491,17 @@ impl Store for MongoStore {
         // and the watermarks skip what is already there. A flush with
         // refused documents is not complete until the pipeline has set
         // them aside (or a retry applied them): a later flush records it.
+        // Its documents are in whatever this record does: a failure must not
+        // read as a refusal of them (they would be set aside and counted
+        // twice). A later flush records completion past it.
         if stats.refused.is_empty() {
-            self.sealer
+            if let Err(e) = self
+                .sealer
                 .note_complete(self.durable_through(batch.id.0))
-                .await?;
+                .await
+            {
+                warn!(flush_id = batch.id.0, error = %e, "recording the flush complete failed; a later flush records it");
+            }
         }
         Ok(stats)
     }

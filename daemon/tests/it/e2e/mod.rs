@@ -29,6 +29,10 @@
 //!   (against a real server these tests print a note and return): down at
 //!   start, down in the middle with a memory bound, an ambiguous failure
 //!   during a flush.
+//! * `refusals`: a MongoDB server that refuses statements (one shape,
+//!   every update, some at random) loses no acknowledged sample: dead
+//!   letters, replayed with `tallyd dead-letters replay`, or a held flush
+//!   and refused ingest while it refuses everything.
 //! * `store`: the store a daemon runs on; `check`: what is sent and how
 //!   reads are checked.
 //!
@@ -46,6 +50,7 @@ mod embedded;
 mod exactly_once;
 mod mongodb;
 mod per_store;
+mod refusals;
 mod store;
 
 use std::time::Duration;
