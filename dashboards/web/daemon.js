@@ -121,16 +121,23 @@ class Daemon {
     const g = (name, keep) => total(s, name, keep);
     const storeName = (s.find((x) => x.labels.store) || { labels: {} }).labels.store || '';
     const failed = g('tally_store_failed');
+    const refusing = g('tally_store_refusing');
+    const letters = g('tally_dead_letter_files') ?? 0;
     const lag = g('tally_store_lag_seconds');
     const errRate = this.rate(cur, 'tally_store_errors_total');
     this.store.set([
       ['store', storeName || 'not reported yet'],
-      ['state', failed ? 'failed: writes refused' : 'writing', failed ? 'bad' : 'ok'],
+      [
+        'state',
+        failed ? 'failed: writes refused' : refusing ? 'refusing every flush: held, ingest refused' : 'writing',
+        failed || refusing ? 'bad' : 'ok',
+      ],
       ['behind by', lag === null ? '–' : duration(lag), lag > 10 ? 'warn' : ''],
       ['batches in flight', num(g('tally_flush_inflight_batches'))],
       ['slots pending in memory', num(g('tally_pending_slots'))],
       ['errors/s', errRate === null ? '–' : num(errRate), errRate ? 'bad' : ''],
-      ['batches given up', num(g('tally_flush_dropped_total') ?? 0), g('tally_flush_dropped_total') ? 'bad' : ''],
+      ['dead-letter files', num(letters), letters ? 'bad' : ''],
+      ['samples set aside', num(g('tally_dead_letter_samples_total') ?? 0)],
     ]);
     const segments = g('tally_wal_segments');
     const walErrors = g('tally_wal_errors_total') ?? 0;

@@ -147,14 +147,13 @@ pub(super) async fn mongodb_load(target: &MongoTarget) -> Scrape {
         let m = wait_flushed(&d, 1.0).await;
         let flushes = metric_value(&m, "tally_flushes_total").unwrap_or(0.0);
 
-        // A refusal (BadValue): not retried, the flush is dropped. The
-        // refusal goes to the next write command, which is not always the
-        // next flush's: an idle tick may write day documents first (its
-        // failure is only logged). So it is set again until a flush takes it.
+        // Refusals (BadValue) of some statements: the rest lands, the
+        // refused documents are retried, then kept as dead letters. At
+        // random, so it is tried again until a document stays refused.
         let mut round = 3;
         while !refuse_a_flush(&d, standin, &mut client, round).await {
             round += 1;
-            assert!(round < 8, "no flush was refused in five tries");
+            assert!(round < 8, "no document was kept as a dead letter in five tries");
         }
         // And the pipeline goes on.
         push_load(&mut client, round + 1).await;
@@ -166,25 +165,26 @@ pub(super) async fn mongodb_load(target: &MongoTarget) -> Scrape {
     Scrape::parse("mongodb", &metrics_text(&d).await)
 }
 
-/// Makes the stand-in refuse the next write command and pushes `round`:
-/// whether a flush was dropped within a few seconds.
+/// Makes the stand-in refuse update statements at random and pushes
+/// `round`: whether a refused document was kept as a dead letter within a
+/// few seconds (a document is retried a few times first).
 async fn refuse_a_flush(
     d: &Daemon,
     standin: &tally_testkit::mongo::Standin,
     client: &mut pb::ingest_client::IngestClient<Channel>,
     round: u32,
 ) -> bool {
-    standin.fail_next(1, 2);
+    standin.refuse_updates("random 60");
     push_load(client, round).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while tokio::time::Instant::now() < deadline {
+    let mut kept = false;
+    while !kept && tokio::time::Instant::now() < deadline {
         let m = metrics_text(d).await;
-        if metric_value(&m, "tally_flush_dropped_total").unwrap_or(0.0) >= 1.0 {
-            return true;
-        }
+        kept = metric_value(&m, "tally_dead_letters_total").unwrap_or(0.0) >= 1.0;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    false
+    standin.refuse_updates("off");
+    kept
 }
 
 pub(super) struct Scrapes {

@@ -59,10 +59,12 @@ const TARGET_LABELS: [&str; 2] = ["instance", "job"];
 /// Metrics that only exist after a store fault (an outage, a refused
 /// flush). Only the MongoDB stand-in can inject those; against a real
 /// server (`MONGODB_URI`) they are not checked.
-const FAULT_ONLY: [&str; 3] = [
+const FAULT_ONLY: [&str; 5] = [
     "tally_store_errors_total",
     "tally_flush_deferred_total",
-    "tally_flush_dropped_total",
+    "tally_store_refused_documents_total",
+    "tally_dead_letters_total",
+    "tally_dead_letter_samples_total",
 ];
 
 fn dashboards_dir() -> PathBuf {
