@@ -29,6 +29,8 @@
 //!   (against a real server these tests print a note and return): down at
 //!   start, down in the middle with a memory bound, an ambiguous failure
 //!   during a flush.
+//! * `baseline`: a cumulative counter's baseline minute reads as empty
+//!   everywhere, on every store, including as stored before that rule.
 //! * `store`: the store a daemon runs on; `check`: what is sent and how
 //!   reads are checked.
 //!
@@ -41,6 +43,7 @@
 //! it cannot answer the daemon's GOAWAY and holds its graceful shutdown.
 //! When a test fails, the daemon's log is printed (see `Daemon`'s `Drop`).
 
+mod baseline;
 mod check;
 mod embedded;
 mod exactly_once;
