@@ -7,6 +7,8 @@
 //! `last_seen` moved on by at least `refresh` since it was last recorded,
 //! and a series with a sample for a minute before its recorded `first_seen`
 //! (a late sample, within `ingest.lateness_window`).
+//! A cumulative counter's minute holding only its baseline counts for
+//! neither `first_seen` nor `last_seen`, as no read shows it.
 //! The store's upsert keeps the extremes, so several daemons (or a restarted
 //! one) recording the same series agree. Discovery is thus fresh to one
 //! flush for new series and to `refresh` for `last_seen`.
@@ -106,10 +108,9 @@ impl CatalogWriter {
         let mut failed = self.failed.lock();
         let mut due = Due::default();
         for s in batch {
-            let (Some(first), Some(last)) = (s.minutes.first(), s.minutes.last()) else {
+            let Some((first, last)) = shown_span(s) else {
                 continue;
             };
-            let (first, last) = (first.0 * MINUTE_S, last.0 * MINUTE_S);
             let stale = match recorded.get(&s.series) {
                 None => true,
                 Some(r) => {
@@ -185,6 +186,20 @@ impl CatalogWriter {
     }
 }
 
+/// The first and last minute starts (Unix seconds) of the minutes a read
+/// would show: a cumulative counter's baseline-only minute is no data (see
+/// [`crate::model::Slot::shows`]), so a counter is first seen with its
+/// first increase, and a batch holding only its baseline records nothing.
+fn shown_span(s: &SeriesMinutes) -> Option<(i64, i64)> {
+    let mut shown = s
+        .minutes
+        .iter()
+        .filter(|(_, slot)| slot.shows(Some(s.kind)))
+        .map(|(m, _)| m * MINUTE_S);
+    let first = shown.next()?;
+    Some((first, shown.next_back().unwrap_or(first)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -244,5 +259,36 @@ mod tests {
         let b = again.iter().find(|e| &*e.series.source == "b").unwrap();
         assert_eq!((b.first_seen, b.last_seen), (6000, 18000));
         assert_eq!(again.len(), 2);
+    }
+
+    #[test]
+    fn a_cumulative_counter_is_first_seen_with_its_first_increase() {
+        let c = CatalogWriter::new(Duration::from_secs(600));
+        let mut baseline = Slot::EMPTY;
+        baseline.see(6_000_000, 100.0);
+        let mut increase = Slot::EMPTY;
+        increase.add_value(5.0);
+        increase.see(6_060_000, 105.0);
+        let counter = |minutes: &[(i64, Slot)]| SeriesMinutes {
+            series: Arc::new(SeriesId::new("a", "m")),
+            kind: SampleKind::CumulativeCounter,
+            minutes: minutes.iter().copied().collect(),
+        };
+        // A flush that drained only the baseline records nothing.
+        assert!(c.due([&counter(&[(100, baseline)])]).is_empty());
+        let due = c.due([&counter(&[(101, increase)])]);
+        assert_eq!(due.len(), 1);
+        assert_eq!((due[0].first_seen, due[0].last_seen), (6060, 6060));
+        // Both in one batch: the same.
+        let both = c.due([&counter(&[(100, baseline), (101, increase)])]);
+        assert_eq!((both[0].first_seen, both[0].last_seen), (6060, 6060));
+        // A gauge's minute of a last sample only (NaN) is data.
+        let mut nan = Slot::EMPTY;
+        nan.see(6_000_000, f64::NAN);
+        let gauge = SeriesMinutes {
+            kind: SampleKind::Gauge,
+            ..counter(&[(100, nan)])
+        };
+        assert_eq!(c.due([&gauge])[0].first_seen, 6000);
     }
 }

@@ -499,12 +499,13 @@ impl Aggregator {
     }
 
     /// The newest sample of one series (timestamp ms, value as sent) and its
-    /// kind, if the series is in memory and has had a sample.
+    /// kind, if the series is in memory and has had a sample a read shows
+    /// (a cumulative counter's baseline alone is none).
     pub fn last_sample(&self, key: SeriesRef<'_>) -> Option<(SampleKind, i64, f64)> {
         let hash = self.hasher.hash_one(key);
         let shard = self.shards[self.shard_of(hash)].shard.lock();
         let (_, s) = shard.series.find(hash, |s| s.hash == hash && s.is(key))?;
-        s.last_sample.get().map(|(ts, v)| (s.kind, ts, v))
+        s.shown_sample().map(|(ts, v)| (s.kind, ts, v))
     }
 
     /// Forgets the series with nothing pending that have not been pushed

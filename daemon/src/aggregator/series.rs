@@ -50,6 +50,11 @@ pub(super) struct SeriesState {
     /// key is at most 2,048 bytes).
     labels_at: u16,
     pub(super) kind: SampleKind,
+    /// Whether a cumulative counter has counted an increase since it came
+    /// into memory: until then its last sample is only the baseline of the
+    /// next increase, which no read shows (a restored baseline too, as it
+    /// may be one). In the entry's padding byte.
+    pub(super) increased: bool,
     /// The minute the series was last pushed (or its baseline restored):
     /// idleness is judged by it, never by the samples' own times, so a
     /// series pushed with old samples is not idle.
@@ -112,6 +117,7 @@ impl SeriesState {
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
             prealloc: PreallocMarks::default(),
+            increased: false,
             arrived: 0,
         }
     }
@@ -123,6 +129,15 @@ impl SeriesState {
         match self.kind {
             SampleKind::CumulativeCounter => self.last_sample.get(),
             _ => None,
+        }
+    }
+
+    /// The newest sample a read may show: none for a cumulative counter
+    /// that has only a baseline (see [`SeriesState::increased`]).
+    pub(super) fn shown_sample(&self) -> Option<(i64, f64)> {
+        match self.kind {
+            SampleKind::CumulativeCounter if !self.increased => None,
+            _ => self.last_sample.get(),
         }
     }
 
@@ -255,6 +270,7 @@ impl Aggregator {
             };
             if let Some(value) = adds {
                 slot.add_value(value);
+                state.increased = true;
             }
             // The minute's last sample is the value as sent: a cumulative
             // counter's raw count, NaN as NaN.

@@ -425,7 +425,8 @@ fn a_seeded_baseline_is_the_base_of_the_next_delta_and_drains_report_baselines()
     );
 
     // A counter's first sample only sets its baseline: it adds to no
-    // aggregate, and its minute shows it as the last sample.
+    // aggregate, and its minute holds it as the last sample, which no read
+    // shows (`Slot::shows`).
     a.ingest(
         &[batch(
             "s",
@@ -604,4 +605,31 @@ fn a_drain_reuses_a_spare_batch_unless_it_is_far_too_large() {
     let third = a.drain_into(huge, None, 0);
     assert_eq!(third.len(), 10);
     assert!(third.capacity() < SPARE_SLACK, "{}", third.capacity());
+}
+
+#[test]
+fn a_cumulative_counters_baseline_is_not_its_latest_sample() {
+    let a = agg();
+    let key = SeriesRef::new("s", "c");
+    let push = |ts: i64, v: f64| {
+        let out = a.ingest(
+            &[batch("s", "c", SampleKind::CumulativeCounter, &[ts], &[v])],
+            NOW,
+        );
+        assert_eq!(out.accepted, 1);
+    };
+    push(NOW - 60_000, 100.0);
+    assert_eq!(a.last_sample(key), None, "only a baseline so far");
+    push(NOW, 105.0);
+    assert_eq!(
+        a.last_sample(key),
+        Some((SampleKind::CumulativeCounter, NOW, 105.0))
+    );
+    let drained = a.drain(None);
+    let minutes: Vec<(i64, u64)> = drained[0].minutes.iter().map(|(m, s)| (*m, s.n)).collect();
+    assert_eq!(
+        minutes,
+        vec![(minute_of_ms(NOW) - 1, 0), (minute_of_ms(NOW), 1)],
+        "the baseline's minute is still written, and read as empty"
+    );
 }

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `names` | the rules for source and metric names |
 //! | `series` | series ids and sample kinds |
-//! | `slot` | the slot: count, sum, min, max and the minute's last sample |
+//! | `slot` | the slot: count, sum, min, max and the minute's last sample; which slots a read shows |
 //! | `time` | minutes, hours and days: tiers, resolutions, where a minute lands |
 //! | `batch` | what a flush carries: a series' minutes and its document updates |
 //!

@@ -1,5 +1,7 @@
-//! The slot every document level is made of, and the bound on the sums
-//! it keeps.
+//! The slot every document level is made of, the bound on the sums it
+//! keeps, and which slots a read shows.
+
+use super::SampleKind;
 
 /// The largest magnitude of any sum the daemon keeps in a slot. A sample
 /// that would take its minute's sum (or a cumulative counter's increase)
@@ -34,7 +36,8 @@ pub const NO_LAST_MS: i64 = i64::MIN;
 /// sent it: a cumulative counter's raw value (also its first, which adds no
 /// increase), and NaN, which no sum can hold. So `n = 0` with a last sample
 /// is a minute that has a value to show (a bare PromQL selector) and no
-/// aggregates.
+/// aggregates, except a cumulative counter's baseline: see
+/// [`Slot::shows`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Slot {
     pub n: u64,
@@ -112,6 +115,25 @@ impl Slot {
     /// Neither values nor a last sample: nothing to store or show.
     pub fn is_empty(&self) -> bool {
         self.n == 0 && self.last_ms == NO_LAST_MS
+    }
+
+    /// Whether a read shows the slot for a series of `kind` (None: not
+    /// known). A cumulative counter's slot with no increase whose last
+    /// sample is a number holds only the baseline its next increase is
+    /// counted from (the series' first sample, or the first after it was
+    /// forgotten): no sample that counts, so no read shows it. Its minute
+    /// is still stored as written (documents written before this rule
+    /// hold such slots too), so every read applies the rule itself.
+    pub fn shows(&self, kind: Option<SampleKind>) -> bool {
+        let baseline = kind == Some(SampleKind::CumulativeCounter) && self.is_baseline();
+        !self.is_empty() && !baseline
+    }
+
+    /// No increase, and a number as the last sample: a cumulative
+    /// counter's baseline and nothing else (a NaN sample is one that was
+    /// sent, and shows as Prometheus would show it).
+    fn is_baseline(&self) -> bool {
+        self.n == 0 && self.last_sample().is_some_and(|(_, v)| !v.is_nan())
     }
 
     /// Whether the aggregates (`n`, `sum`, `min`, `max`) have any value.
@@ -216,6 +238,29 @@ mod tests {
         // An older sample never replaces a newer one.
         s.see(4, 100.0);
         assert_eq!(s.last_sample(), Some((5, -1.0)));
+    }
+
+    #[test]
+    fn a_cumulative_counters_baseline_alone_is_not_shown() {
+        let cumulative = Some(SampleKind::CumulativeCounter);
+        let mut baseline = Slot::EMPTY;
+        baseline.see(5, 100.0);
+        assert!(!baseline.shows(cumulative));
+        // The same slot of a gauge or delta counter, or of a series whose
+        // kind is not known, is a value to show.
+        assert!(baseline.shows(Some(SampleKind::Gauge)));
+        assert!(baseline.shows(Some(SampleKind::DeltaCounter)));
+        assert!(baseline.shows(None));
+        // An increase, or a NaN that was sent after the baseline, shows.
+        let mut increased = baseline;
+        increased.add_value(3.0);
+        increased.see(6, 103.0);
+        assert!(increased.shows(cumulative));
+        let mut nan = baseline;
+        nan.see(6, f64::NAN);
+        assert!(nan.shows(cumulative));
+        assert!(!Slot::EMPTY.shows(cumulative));
+        assert!(!Slot::EMPTY.shows(Some(SampleKind::Gauge)));
     }
 
     fn sample() -> impl Strategy<Value = (i64, f64)> {

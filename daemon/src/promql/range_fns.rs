@@ -163,9 +163,10 @@ pub fn apply(
             continue;
         }
         let p = |ps: Option<&[f64]>| ps.and_then(|v| v.get(i).copied()).unwrap_or(f64::NAN);
-        // A window whose slots hold last samples only (a counter's first
-        // sample, a NaN gauge sample) has no aggregates to merge: its
-        // samples answer, as they would for Prometheus.
+        // A window whose slots hold last samples only (NaN samples; a
+        // cumulative counter's baseline never reaches here, see
+        // `Slot::shows`) has no aggregates to merge: its samples answer, as
+        // they would for Prometheus.
         let merged = match f.reads_merged_slots(rs.kind) && f != RangeFn::Last {
             true => Some(view.merged(w)).filter(|m| m.n > 0),
             false => None,

@@ -5,6 +5,10 @@
 //! counted twice or not at all, and it is a pure function of its inputs:
 //! the rules live, and are tested, in one place.
 //!
+//! A bucket a read does not show (empty, or only a cumulative counter's
+//! baseline: [`Slot::shows`]) is left out here, once the store and memory
+//! are merged, so every read built on the engine leaves it out alike.
+//!
 //! Each sample is counted once. An in-flight batch is added to a document
 //! only if the document's watermark is below the batch's flush id (the
 //! store has not applied it there yet). The aggregator's pending slots are
@@ -84,8 +88,11 @@ pub(super) fn merge_unflushed(
             add(*minute, slot);
         }
     }
-    let buckets = buckets.into_iter().filter(|(_, s)| !s.is_empty()).collect();
-    (unflushed.kind.or(kind), buckets)
+    // Merged first, then judged: a bucket that holds a cumulative counter's
+    // baseline and its first increase shows.
+    let kind = unflushed.kind.or(kind);
+    let buckets = buckets.into_iter().filter(|(_, s)| s.shows(kind)).collect();
+    (kind, buckets)
 }
 
 #[cfg(test)]
@@ -159,6 +166,65 @@ mod tests {
         let (kind, buckets) = merge_unflushed(Vec::new(), &unflushed, Tier::Hour, None, &window());
         assert_eq!(sums(&buckets), vec![(MINUTE, 4.0)]);
         assert_eq!(kind, None);
+    }
+
+    /// A cumulative counter's slot as written for its first sample: no
+    /// increase, the raw value as the last sample.
+    fn baseline(minute: EpochMinute, raw: f64) -> Slot {
+        let mut s = Slot::EMPTY;
+        s.see(minute * MINUTE_S * 1000 + 5_000, raw);
+        s
+    }
+
+    fn increase(minute: EpochMinute, by: f64, raw: f64) -> Slot {
+        let mut s = Slot::EMPTY;
+        s.add_value(by);
+        s.see(minute * MINUTE_S * 1000 + 5_000, raw);
+        s
+    }
+
+    #[test]
+    fn a_cumulative_counters_baseline_minute_is_left_out_stored_or_not() {
+        let cumulative = Some(SampleKind::CumulativeCounter);
+        // Stored before reads left baselines out: the baseline-only minute
+        // is in the document, the first increase in the next minute.
+        let stored = DocRead {
+            period_start: HOUR_DOC,
+            kind: cumulative,
+            watermark: 3,
+            slots: vec![
+                (MINUTE * MINUTE_S, baseline(MINUTE, 100.0)),
+                ((MINUTE + 1) * MINUTE_S, increase(MINUTE + 1, 5.0, 105.0)),
+            ],
+        };
+        let none = Unflushed {
+            kind: None,
+            inflight: Vec::new(),
+            pending: Vec::new(),
+            cut_through: 3,
+        };
+        let (kind, buckets) =
+            merge_unflushed(vec![stored.clone()], &none, Tier::Hour, None, &window());
+        assert_eq!(kind, cumulative);
+        assert_eq!(sums(&buckets), vec![(MINUTE + 1, 5.0)]);
+        // In memory only, kind known from memory.
+        let pending = Unflushed {
+            kind: cumulative,
+            inflight: Vec::new(),
+            pending: vec![(MINUTE + 5, baseline(MINUTE + 5, 7.0))],
+            cut_through: 0,
+        };
+        let (_, buckets) = merge_unflushed(Vec::new(), &pending, Tier::Hour, None, &window());
+        assert!(buckets.is_empty());
+        // A bucket of five minutes holding the baseline and an increase
+        // shows, with the increase's last sample.
+        let five = Window {
+            step: Step::fixed(300).unwrap(),
+            ..window()
+        };
+        let (_, buckets) = merge_unflushed(vec![stored], &none, Tier::Hour, None, &five);
+        assert_eq!(buckets.len(), 1);
+        assert_eq!((buckets[0].1.n, buckets[0].1.last), (1, 105.0));
     }
 
     #[test]

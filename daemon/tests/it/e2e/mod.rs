@@ -33,6 +33,8 @@
 //!   every update, some at random) loses no acknowledged sample: dead
 //!   letters, replayed with `tallyd dead-letters replay`, or a held flush
 //!   and refused ingest while it refuses everything.
+//! * `baseline`: a cumulative counter's baseline minute reads as empty
+//!   everywhere, on every store, including as stored before that rule.
 //! * `store`: the store a daemon runs on; `check`: what is sent and how
 //!   reads are checked.
 //!
@@ -45,6 +47,7 @@
 //! it cannot answer the daemon's GOAWAY and holds its graceful shutdown.
 //! When a test fails, the daemon's log is printed (see `Daemon`'s `Drop`).
 
+mod baseline;
 mod check;
 mod embedded;
 mod exactly_once;
