@@ -250,10 +250,34 @@ impl Checker {
                 .to_path_buf(),
             other => return vec![format!("no binary {other} in the workspace")],
         };
-        match self.help_of(bin, || Command::new(&path).arg("--help").output()) {
-            Some(help) => unknown_flags(args, &help, &format!("{bin} --help")),
-            None => vec![format!("{bin} --help failed")],
+        // A subcommand's flags are in its own help: the bare words that
+        // look like command names (`dead-letters drop`) pick it. Only
+        // `tallyd` has subcommands (the load generator's bare words are
+        // flag values).
+        let words: Vec<&str> = args
+            .iter()
+            .filter(|_| bin == "tallyd")
+            .map(String::as_str)
+            .filter(|a| !a.is_empty() && a.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .filter(|a| !a.starts_with('-'))
+            .collect();
+        let Some(mut help) = self.help_of(bin, || Command::new(&path).arg("--help").output())
+        else {
+            return vec![format!("{bin} --help failed")];
+        };
+        let mut source = format!("{bin} --help");
+        if !words.is_empty() {
+            let what = format!("{bin} {} --help", words.join(" "));
+            let run = || Command::new(&path).args(&words).arg("--help").output();
+            match self.help_of(&what, run) {
+                Some(sub) => {
+                    help.push_str(&sub);
+                    source = what;
+                }
+                None => return vec![format!("{what} failed")],
+            }
         }
+        unknown_flags(args, &help, &source)
     }
 
     fn script(&mut self, script: &str, args: &[String]) -> Vec<String> {

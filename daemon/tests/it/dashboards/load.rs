@@ -153,7 +153,10 @@ pub(super) async fn mongodb_load(target: &MongoTarget) -> Scrape {
         let mut round = 3;
         while !refuse_a_flush(&d, standin, &mut client, round).await {
             round += 1;
-            assert!(round < 8, "no document was kept as a dead letter in five tries");
+            assert!(
+                round < 8,
+                "no document was kept as a dead letter in five tries"
+            );
         }
         // And the pipeline goes on.
         push_load(&mut client, round + 1).await;
