@@ -195,3 +195,34 @@ fn set_operators_at_each_time() {
     assert_eq!(or.len(), 2);
     assert_eq!(labels_text(&or[0].labels), "{__name__=\"l\", i=\"a\"}");
 }
+
+#[test]
+fn atan2_keeps_the_metric_name_of_the_side_whose_labels_it_keeps() {
+    let l = vec![series(&[("__name__", "l"), ("i", "a")], &[Some(1.0)])];
+    let r = vec![series(&[("__name__", "r"), ("i", "a")], &[Some(1.0)])];
+    let out = vector(binary(
+        BinOp::Atan2,
+        Value::Vector(l.clone()),
+        Value::Vector(r.clone()),
+        None,
+        false,
+    ));
+    assert_eq!(out[0].labels.get("__name__"), Some("l"));
+    assert!((out[0].values[0].unwrap() - std::f64::consts::FRAC_PI_4).abs() < 1e-12);
+    let out = vector(binary(
+        BinOp::Atan2,
+        Value::Vector(l.clone()),
+        Value::Vector(r.clone()),
+        Some(&on(&["i"], Card::OneToMany, &[])),
+        false,
+    ));
+    assert_eq!(out[0].labels.get("__name__"), Some("r"));
+    let out = vector(binary(
+        BinOp::Atan2,
+        Value::Vector(l),
+        Value::Scalar(vec![1.0]),
+        None,
+        false,
+    ));
+    assert_eq!(out[0].labels.get("__name__"), Some("l"));
+}

@@ -262,7 +262,7 @@ fn bounded(name: &str, mut args: Vec<Value>) -> EvalResult<Value> {
             let (lo, hi) = (scalar(&args[1], name)?, scalar(&args[2], name)?);
             let v = vector(args.remove(0), name)?;
             Value::Vector(map(v, |x, i| {
-                (hi[i] >= lo[i]).then(|| lo[i].max(hi[i].min(x)))
+                (hi[i] >= lo[i]).then(|| go_max(lo[i], go_min(hi[i], x)))
             }))
         }
         "clamp_min" | "clamp_max" => {
@@ -271,14 +271,55 @@ fn bounded(name: &str, mut args: Vec<Value>) -> EvalResult<Value> {
             let min = name == "clamp_min";
             Value::Vector(map(v, |x, i| {
                 Some(if min {
-                    bound[i].max(x)
+                    go_max(bound[i], x)
                 } else {
-                    bound[i].min(x)
+                    go_min(bound[i], x)
                 })
             }))
         }
         other => return Err(bad(format!("unknown function {other}()"))),
     })
+}
+
+/// Go's `math.Max`, which Prometheus clamps with: NaN wins over any
+/// number but +Inf (Rust's `f64::max` ignores NaN, so `clamp` of NaN
+/// would answer the bound), and +0 is larger than -0.
+fn go_max(a: f64, b: f64) -> f64 {
+    if a == f64::INFINITY || b == f64::INFINITY {
+        f64::INFINITY
+    } else if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == 0.0 && b == 0.0 {
+        if a.is_sign_negative() {
+            b
+        } else {
+            a
+        }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Go's `math.Min`: NaN wins over any number but -Inf, and -0 is smaller
+/// than +0.
+fn go_min(a: f64, b: f64) -> f64 {
+    if a == f64::NEG_INFINITY || b == f64::NEG_INFINITY {
+        f64::NEG_INFINITY
+    } else if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == 0.0 && b == 0.0 {
+        if a.is_sign_negative() {
+            a
+        } else {
+            b
+        }
+    } else if a < b {
+        a
+    } else {
+        b
+    }
 }
 
 /// `label_replace` and `label_join`.

@@ -200,3 +200,31 @@ fn absent_answers_where_nothing_is() {
     assert_eq!(out[0].labels, labels);
     assert!(is_instant_fn("label_join") && is_instant_fn("sqrt") && !is_instant_fn("rate"));
 }
+
+#[test]
+fn clamp_of_nan_is_nan_as_in_prometheus() {
+    let x = series(&[("__name__", "m")], &[Some(f64::NAN), Some(-0.0)]);
+    let nan = |name: &str, bounds: Vec<Value>| {
+        let mut args = vec![Value::Vector(vec![x.clone()])];
+        args.extend(bounds);
+        vec_of(run(name, args, &[0, 1])).remove(0).values
+    };
+    let s = |v: f64| Value::Scalar(vec![v, v]);
+    for (name, bounds) in [
+        ("clamp", vec![s(0.0), s(1.0)]),
+        ("clamp_min", vec![s(0.0)]),
+        ("clamp_max", vec![s(1.0)]),
+    ] {
+        let out = nan(name, bounds);
+        assert!(out[0].is_some_and(f64::is_nan), "{name}: {out:?}");
+    }
+    // Go's Max and Min: an infinite bound wins over NaN, +0 over -0.
+    assert_eq!(
+        nan("clamp_min", vec![s(f64::INFINITY)])[0],
+        Some(f64::INFINITY)
+    );
+    let zero = nan("clamp_min", vec![s(0.0)])[1].unwrap();
+    assert!(zero == 0.0 && zero.is_sign_positive());
+    // A NaN bound answers NaN.
+    assert!(nan("clamp_max", vec![s(f64::NAN)])[1].is_some_and(f64::is_nan));
+}
