@@ -1,5 +1,23 @@
 use super::*;
 
+/// The operator with no memory limit but the default points limit.
+fn binary(
+    op: BinOp,
+    lhs: Value,
+    rhs: Value,
+    matching: Option<&Matching>,
+    return_bool: bool,
+) -> EvalResult<Value> {
+    super::binary(
+        op,
+        lhs,
+        rhs,
+        matching,
+        return_bool,
+        &Held::unlimited(10_000_000),
+    )
+}
+
 fn series(pairs: &[(&str, &str)], values: &[Option<f64>]) -> Series {
     Series {
         labels: pairs
@@ -225,4 +243,32 @@ fn atan2_keeps_the_metric_name_of_the_side_whose_labels_it_keeps() {
         false,
     ));
     assert_eq!(out[0].labels.get("__name__"), Some("l"));
+}
+
+#[test]
+fn pairs_a_changing_one_side_makes_are_charged_before_they_are_made() {
+    // One series on the left; on the right, a different series of the
+    // same signature at each of three times: three pairs of three slots.
+    let l = vec![series(&[("i", "a"), ("k", "l")], &[Some(1.0); 3])];
+    let r: Vec<Series> = (0..3)
+        .map(|t| {
+            let mut v = vec![None; 3];
+            v[t] = Some(t as f64);
+            series(&[("i", "a"), ("v", &t.to_string())], &v)
+        })
+        .collect();
+    let m = on(&["i"], Card::ManyToOne, &["v"]);
+    let run = |max: u64| {
+        super::binary(
+            BinOp::Add,
+            Value::Vector(l.clone()),
+            Value::Vector(r.clone()),
+            Some(&m),
+            false,
+            &Held::unlimited(max),
+        )
+    };
+    let e = run(8).unwrap_err();
+    assert!(e.to_string().contains("query.max_total_points"), "{e}");
+    assert_eq!(vector(run(9)).len(), 3);
 }
