@@ -240,22 +240,16 @@ fn vector_op(
         if !many.iter().any(|s| s.values[i].is_some()) {
             continue;
         }
+        check_one_side(&one, &by_sig, swapped, i)?;
         let mut used: HashMap<&[(String, String)], Vec<Labels>> = HashMap::new();
         for (a, (s, sig)) in many.iter().zip(&many_sigs).enumerate() {
             let Some(x) = s.values[i] else { continue };
-            let Some(candidates) = by_sig.get(sig) else {
+            let Some(j) = by_sig
+                .get(sig)
+                .and_then(|c| c.iter().copied().find(|&j| one[j].values[i].is_some()))
+            else {
                 continue;
             };
-            let mut found = candidates.iter().filter(|&&j| one[j].values[i].is_some());
-            let Some(&j) = found.next() else { continue };
-            if let Some(&dup) = found.next() {
-                let side = if swapped { "left" } else { "right" };
-                return Err(execution(format!(
-                    "found duplicate series for the match group on the {side} hand-side of the operation: [{}, {}];many-to-many matching not allowed: matching labels must be unique on one side",
-                    labels_text(&one[j].labels),
-                    labels_text(&one[dup].labels)
-                )));
-            }
             let y = one[j].values[i].unwrap_or(f64::NAN);
             let (vl, vr) = if swapped { (y, x) } else { (x, y) };
             let (value, keep) = element_op(op, vl, vr);
@@ -287,6 +281,26 @@ fn vector_op(
             values,
         })
         .collect())
+}
+
+/// Prometheus refuses two series of the "one" side with the same
+/// signature at a time when both sides have series, whether or not the
+/// many side has a series of that signature.
+fn check_one_side(one: &[Series], by_sig: &BySig, swapped: bool, i: usize) -> EvalResult<()> {
+    for (sig, members) in by_sig.iter().filter(|(_, c)| c.len() > 1) {
+        let mut present = members.iter().filter(|&&j| one[j].values[i].is_some());
+        if let (Some(&first), Some(&dup)) = (present.next(), present.next()) {
+            let side = if swapped { "left" } else { "right" };
+            let group: Labels = sig.iter().cloned().collect();
+            return Err(execution(format!(
+                "found duplicate series for the match group {} on the {side} hand-side of the operation: [{}, {}];many-to-many matching not allowed: matching labels must be unique on one side",
+                labels_text(&group),
+                labels_text(&one[dup].labels),
+                labels_text(&one[first].labels)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Prometheus' checks that a match is unambiguous: one-to-one matching

@@ -215,6 +215,56 @@ fn set_operators_at_each_time() {
 }
 
 #[test]
+fn duplicates_on_the_one_side_are_refused_even_unmatched() {
+    // Prometheus 2.42 refuses the "one" side's duplicate signatures at any
+    // time both sides have series, before looking for matches.
+    let l = vec![series(&[("__name__", "l"), ("i", "x")], &[Some(1.0), None])];
+    let r = vec![
+        series(
+            &[("__name__", "r"), ("i", "a"), ("j", "1")],
+            &[Some(1.0), Some(1.0)],
+        ),
+        series(
+            &[("__name__", "r"), ("i", "a"), ("j", "2")],
+            &[Some(2.0), Some(2.0)],
+        ),
+    ];
+    let e = binary(
+        BinOp::Add,
+        Value::Vector(l.clone()),
+        Value::Vector(r.clone()),
+        Some(&on(&["i"], Card::OneToOne, &[])),
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("found duplicate series for the match group {i=\"a\"} on the right hand-side"),
+        "{e}"
+    );
+    // group_right: the left side is the "one".
+    let e = binary(
+        BinOp::Add,
+        Value::Vector(r.clone()),
+        Value::Vector(l.clone()),
+        Some(&on(&["i"], Card::OneToMany, &[])),
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("left hand-side"), "{e}");
+    // Where the other side has nothing, nothing is matched: no error.
+    let later = vec![series(&[("__name__", "l"), ("i", "x")], &[None, None])];
+    let out = vector(binary(
+        BinOp::Add,
+        Value::Vector(later),
+        Value::Vector(r),
+        Some(&on(&["i"], Card::OneToOne, &[])),
+        false,
+    ));
+    assert!(out.is_empty());
+}
+
+#[test]
 fn atan2_keeps_the_metric_name_of_the_side_whose_labels_it_keeps() {
     let l = vec![series(&[("__name__", "l"), ("i", "a")], &[Some(1.0)])];
     let r = vec![series(&[("__name__", "r"), ("i", "a")], &[Some(1.0)])];
