@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use super::held::Held;
 use super::plan::{AggOp, Grouping};
 use super::samples;
 use super::value::{bad, EvalResult, Labels, Series};
@@ -26,19 +27,21 @@ pub enum Param {
     Label(String),
 }
 
-/// `op` of `series` grouped by `grouping`, at each of `n` times.
+/// `op` of `series` grouped by `grouping`, at each of `n` times; what
+/// `count_values` makes is charged to `held` before it is allocated.
 pub fn aggregate(
     op: AggOp,
     grouping: &Grouping,
     param: &Param,
     series: Vec<Series>,
     n: usize,
+    held: &Held<'_>,
 ) -> EvalResult<Vec<Series>> {
     if op == AggOp::CountValues {
         let Param::Label(label) = param else {
             return Err(bad("count_values() takes a label name"));
         };
-        return count_values(label, grouping, series, n);
+        return count_values(label, grouping, series, n, held);
     }
     let mut order: Vec<Labels> = Vec::new();
     let mut groups: HashMap<Labels, Vec<Series>> = HashMap::new();
@@ -194,11 +197,18 @@ fn select_k(
 
 /// `count_values`: per group, how many members have each value, the value
 /// (formatted as Prometheus formats it) in `label`.
+///
+/// Every (group, value) pair seen at any time is a series with a slot at
+/// every time, so a range over values that keep changing makes up to
+/// members × times series: the counts are first gathered sparsely (one
+/// entry per member and time, no more than the input), and the series
+/// they make charged before any is allocated.
 fn count_values(
     label: &str,
     grouping: &Grouping,
     series: Vec<Series>,
     n: usize,
+    held: &Held<'_>,
 ) -> EvalResult<Vec<Series>> {
     let valid = label
         .chars()
@@ -217,26 +227,46 @@ fn count_values(
         g => g.clone(),
     };
     let mut order: Vec<Labels> = Vec::new();
-    let mut counts: HashMap<Labels, Vec<Option<f64>>> = HashMap::new();
+    let mut index: HashMap<Labels, usize> = HashMap::new();
+    // (output series, time): counted sparsely.
+    let mut counts: HashMap<(usize, usize), f64> = HashMap::new();
+    let mut label_bytes = 0usize;
     for s in &series {
+        // A member's value usually holds for many times in a row: its
+        // group is looked up again only when the value changes.
+        let mut last: Option<(u64, usize)> = None;
         for (i, v) in s.values.iter().enumerate() {
             let Some(v) = v else { continue };
-            let mut labels = s.labels.clone();
-            labels.set(label, &format_value(*v));
-            let key = group_labels(&labels, &grouping);
-            let entry = counts.entry(key.clone()).or_insert_with(|| {
-                order.push(key);
-                vec![None; n]
-            });
-            entry[i] = Some(entry[i].unwrap_or(0.0) + 1.0);
+            let out = match last {
+                Some((bits, out)) if bits == v.to_bits() => out,
+                _ => {
+                    let mut labels = s.labels.clone();
+                    let text = format_value(*v);
+                    labels.set(label, &text);
+                    let key = group_labels(&labels, &grouping);
+                    let next = order.len();
+                    let out = *index.entry(key.clone()).or_insert_with(|| {
+                        label_bytes += text.len() + label.len();
+                        order.push(key);
+                        next
+                    });
+                    last = Some((v.to_bits(), out));
+                    out
+                }
+            };
+            *counts.entry((out, i)).or_insert(0.0) += 1.0;
         }
+    }
+    drop(series);
+    held.charge("count_values()", order.len(), n, label_bytes)?;
+    let mut values: Vec<Vec<Option<f64>>> = vec![vec![None; n]; order.len()];
+    for ((out, i), c) in counts {
+        values[out][i] = Some(c);
     }
     Ok(order
         .into_iter()
-        .filter_map(|labels| {
-            let values = counts.remove(&labels)?;
-            Some(Series { labels, values })
-        })
+        .zip(values)
+        .map(|(labels, values)| Series { labels, values })
         .collect())
 }
 

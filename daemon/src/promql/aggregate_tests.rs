@@ -1,5 +1,16 @@
 use super::*;
 
+/// The operator with no memory limit but the default points limit.
+fn aggregate(
+    op: AggOp,
+    grouping: &Grouping,
+    param: &Param,
+    series: Vec<Series>,
+    n: usize,
+) -> EvalResult<Vec<Series>> {
+    super::aggregate(op, grouping, param, series, n, &Held::unlimited(10_000_000))
+}
+
 fn series(source: &str, extra: &[(&str, &str)], values: &[Option<f64>]) -> Series {
     let mut labels: Labels = [
         ("__name__".to_string(), "m".to_string()),
@@ -168,4 +179,65 @@ fn count_values_counts_each_value() {
     assert_eq!(got, vec![("1", Some(2.0)), ("2.5", Some(1.0))]);
     assert_eq!(format_value(1e21), "1000000000000000000000");
     assert_eq!(format_value(f64::NEG_INFINITY), "-Inf");
+}
+
+#[test]
+fn count_values_over_changing_values_is_charged_before_it_is_made() {
+    // Two members whose value changes at every one of 100 times: 200
+    // series (a value and time each) of 100 slots, 20,000 points.
+    let values = |k: f64| (0..100).map(|i| Some(k + i as f64)).collect::<Vec<_>>();
+    let v = || {
+        vec![
+            series("a", &[], &values(0.5)),
+            series("b", &[], &values(1_000.5)),
+        ]
+    };
+    let by = Grouping::By(vec![]);
+    let label = Param::Label("v".into());
+    let e = super::aggregate(
+        AggOp::CountValues,
+        &by,
+        &label,
+        v(),
+        100,
+        &Held::unlimited(19_999),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("query.max_total_points"), "{e}");
+    let out = super::aggregate(
+        AggOp::CountValues,
+        &by,
+        &label,
+        v(),
+        100,
+        &Held::unlimited(20_000),
+    )
+    .unwrap();
+    assert_eq!(out.len(), 200);
+    assert!(out.iter().all(|s| s.values.iter().flatten().count() == 1));
+    // A steady value makes one series whatever the range.
+    let steady = vec![series("a", &[], &[Some(3.0); 100])];
+    let out = super::aggregate(
+        AggOp::CountValues,
+        &by,
+        &label,
+        steady,
+        100,
+        &Held::unlimited(100),
+    )
+    .unwrap();
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn topk_with_a_huge_k_holds_no_more_than_its_input() {
+    let out = aggregate(
+        AggOp::Topk,
+        &Grouping::By(vec![]),
+        &Param::Number(vec![1e18; 3]),
+        input(),
+        3,
+    )
+    .unwrap();
+    assert_eq!(out.len(), 3);
 }

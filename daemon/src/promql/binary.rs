@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 
+use super::held::Held;
 use super::plan::{BinOp, Card, Matching};
 use super::value::{execution, EvalResult, Labels, Series, Value, NAME_LABEL};
 
@@ -31,6 +32,7 @@ pub fn binary(
     rhs: Value,
     matching: Option<&Matching>,
     return_bool: bool,
+    held: &Held<'_>,
 ) -> EvalResult<Value> {
     Ok(match (lhs, rhs) {
         (Value::Scalar(a), Value::Scalar(b)) => Value::Scalar(
@@ -59,7 +61,7 @@ pub fn binary(
             let m = matching.unwrap_or(&default);
             Value::Vector(match op {
                 BinOp::And | BinOp::Or | BinOp::Unless => set_op(op, l, r, m),
-                _ => vector_op(op, l, r, m, return_bool)?,
+                _ => vector_op(op, l, r, m, return_bool, held)?,
             })
         }
         (l, r) => {
@@ -201,13 +203,22 @@ fn result_labels(
     labels
 }
 
-/// Arithmetic and comparisons between two vectors.
+/// The series of one side by the signature they are matched on.
+type BySig = HashMap<Vec<(String, String)>, Vec<usize>>;
+
+/// Arithmetic and comparisons between two vectors, as Prometheus matches
+/// them at each time. The pairs are gathered sparsely (a many-side series
+/// matches at most one series at a time, so no more entries than the many
+/// side holds values), and the series they make charged to `held` before
+/// they are allocated: a "one" side whose series change over the range
+/// can pair every many-side series with several of them.
 fn vector_op(
     op: BinOp,
     l: Vec<Series>,
     r: Vec<Series>,
     m: &Matching,
     return_bool: bool,
+    held: &Held<'_>,
 ) -> EvalResult<Vec<Series>> {
     let n = l.first().or(r.first()).map_or(0, |s| s.values.len());
     if l.is_empty() || r.is_empty() {
@@ -216,80 +227,110 @@ fn vector_op(
     // The "one" side is the right one, unless group_right swaps them.
     let swapped = m.card == Card::OneToMany;
     let (many, one) = if swapped { (r, l) } else { (l, r) };
-    let mut by_sig: HashMap<Vec<(String, String)>, Vec<usize>> = HashMap::new();
+    let mut by_sig: BySig = HashMap::new();
     for (j, s) in one.iter().enumerate() {
         by_sig.entry(signature(&s.labels, m)).or_default().push(j);
     }
-    // Output series per (many, one) pair.
-    let mut pairs: HashMap<(usize, usize), Vec<Option<f64>>> = HashMap::new();
-    let mut pair_order: Vec<(usize, usize)> = Vec::new();
     let many_sigs: Vec<_> = many.iter().map(|s| signature(&s.labels, m)).collect();
+    // Pairs (many, one) in order of first match, and their values.
+    let mut pair_index: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut pair_order: Vec<(usize, usize)> = Vec::new();
+    let mut entries: Vec<(usize, usize, f64)> = Vec::new();
     for i in 0..n {
-        // Per signature, the one-side series present now.
+        if !many.iter().any(|s| s.values[i].is_some()) {
+            continue;
+        }
+        check_one_side(&one, &by_sig, swapped, i)?;
         let mut used: HashMap<&[(String, String)], Vec<Labels>> = HashMap::new();
         for (a, (s, sig)) in many.iter().zip(&many_sigs).enumerate() {
             let Some(x) = s.values[i] else { continue };
-            let Some(candidates) = by_sig.get(sig) else {
+            let Some(j) = by_sig
+                .get(sig)
+                .and_then(|c| c.iter().copied().find(|&j| one[j].values[i].is_some()))
+            else {
                 continue;
             };
-            let mut found = candidates.iter().filter(|&&j| one[j].values[i].is_some());
-            let Some(&j) = found.next() else { continue };
-            if let Some(&dup) = found.next() {
-                let side = if swapped { "left" } else { "right" };
-                return Err(execution(format!(
-                    "found duplicate series for the match group on the {side} hand-side of the operation: [{}, {}];many-to-many matching not allowed: matching labels must be unique on one side",
-                    labels_text(&one[j].labels),
-                    labels_text(&one[dup].labels)
-                )));
-            }
             let y = one[j].values[i].unwrap_or(f64::NAN);
             let (vl, vr) = if swapped { (y, x) } else { (x, y) };
             let (value, keep) = element_op(op, vl, vr);
-            let value = if return_bool {
-                if keep {
-                    1.0
-                } else {
-                    0.0
-                }
-            } else if keep {
-                value
-            } else {
-                continue;
+            let value = match (return_bool, keep) {
+                (true, _) => f64::from(u8::from(keep)),
+                (false, true) => value,
+                (false, false) => continue,
             };
             let seen = used.entry(sig.as_slice()).or_default();
-            if m.card == Card::OneToOne {
-                if !seen.is_empty() {
-                    return Err(execution(
-                        "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
-                    ));
-                }
-                seen.push(Labels::empty());
-            } else {
-                let out = result_labels(op, &s.labels, &one[j].labels, m, return_bool);
-                if seen.contains(&out) {
-                    return Err(execution(
-                        "multiple matches for labels: grouping labels must ensure unique matches",
-                    ));
-                }
-                seen.push(out);
-            }
-            let values = pairs.entry((a, j)).or_insert_with(|| {
+            unique_match(op, seen, &s.labels, &one[j].labels, m, return_bool)?;
+            let next = pair_order.len();
+            let p = *pair_index.entry((a, j)).or_insert_with(|| {
                 pair_order.push((a, j));
-                vec![None; n]
+                next
             });
-            values[i] = Some(value);
+            entries.push((p, i, value));
         }
+    }
+    held.charge("vector matching", pair_order.len(), n, 0)?;
+    let mut values: Vec<Vec<Option<f64>>> = vec![vec![None; n]; pair_order.len()];
+    for (p, i, v) in entries {
+        values[p][i] = Some(v);
     }
     Ok(pair_order
         .into_iter()
-        .filter_map(|(a, j)| {
-            let values = pairs.remove(&(a, j))?;
-            Some(Series {
-                labels: result_labels(op, &many[a].labels, &one[j].labels, m, return_bool),
-                values,
-            })
+        .zip(values)
+        .map(|((a, j), values)| Series {
+            labels: result_labels(op, &many[a].labels, &one[j].labels, m, return_bool),
+            values,
         })
         .collect())
+}
+
+/// Prometheus refuses two series of the "one" side with the same
+/// signature at a time when both sides have series, whether or not the
+/// many side has a series of that signature.
+fn check_one_side(one: &[Series], by_sig: &BySig, swapped: bool, i: usize) -> EvalResult<()> {
+    for (sig, members) in by_sig.iter().filter(|(_, c)| c.len() > 1) {
+        let mut present = members.iter().filter(|&&j| one[j].values[i].is_some());
+        if let (Some(&first), Some(&dup)) = (present.next(), present.next()) {
+            let side = if swapped { "left" } else { "right" };
+            let group: Labels = sig.iter().cloned().collect();
+            return Err(execution(format!(
+                "found duplicate series for the match group {} on the {side} hand-side of the operation: [{}, {}];many-to-many matching not allowed: matching labels must be unique on one side",
+                labels_text(&group),
+                labels_text(&one[dup].labels),
+                labels_text(&one[first].labels)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Prometheus' checks that a match is unambiguous: one-to-one matching
+/// allows one pair per signature and time; many-to-one requires each
+/// result's labels to be unique within its signature.
+fn unique_match(
+    op: BinOp,
+    seen: &mut Vec<Labels>,
+    many: &Labels,
+    one: &Labels,
+    m: &Matching,
+    return_bool: bool,
+) -> EvalResult<()> {
+    if m.card == Card::OneToOne {
+        if !seen.is_empty() {
+            return Err(execution(
+                "multiple matches for labels: many-to-one matching must be explicit (group_left/group_right)",
+            ));
+        }
+        seen.push(Labels::empty());
+    } else {
+        let out = result_labels(op, many, one, m, return_bool);
+        if seen.contains(&out) {
+            return Err(execution(
+                "multiple matches for labels: grouping labels must ensure unique matches",
+            ));
+        }
+        seen.push(out);
+    }
+    Ok(())
 }
 
 /// Labels written as Prometheus writes them in messages.

@@ -1,5 +1,23 @@
 use super::*;
 
+/// The operator with no memory limit but the default points limit.
+fn binary(
+    op: BinOp,
+    lhs: Value,
+    rhs: Value,
+    matching: Option<&Matching>,
+    return_bool: bool,
+) -> EvalResult<Value> {
+    super::binary(
+        op,
+        lhs,
+        rhs,
+        matching,
+        return_bool,
+        &Held::unlimited(10_000_000),
+    )
+}
+
 fn series(pairs: &[(&str, &str)], values: &[Option<f64>]) -> Series {
     Series {
         labels: pairs
@@ -194,4 +212,113 @@ fn set_operators_at_each_time() {
     // `r{i=a}` only where no `l{i=a}` is: never.
     assert_eq!(or.len(), 2);
     assert_eq!(labels_text(&or[0].labels), "{__name__=\"l\", i=\"a\"}");
+}
+
+#[test]
+fn duplicates_on_the_one_side_are_refused_even_unmatched() {
+    // Prometheus 2.42 refuses the "one" side's duplicate signatures at any
+    // time both sides have series, before looking for matches.
+    let l = vec![series(&[("__name__", "l"), ("i", "x")], &[Some(1.0), None])];
+    let r = vec![
+        series(
+            &[("__name__", "r"), ("i", "a"), ("j", "1")],
+            &[Some(1.0), Some(1.0)],
+        ),
+        series(
+            &[("__name__", "r"), ("i", "a"), ("j", "2")],
+            &[Some(2.0), Some(2.0)],
+        ),
+    ];
+    let e = binary(
+        BinOp::Add,
+        Value::Vector(l.clone()),
+        Value::Vector(r.clone()),
+        Some(&on(&["i"], Card::OneToOne, &[])),
+        false,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("found duplicate series for the match group {i=\"a\"} on the right hand-side"),
+        "{e}"
+    );
+    // group_right: the left side is the "one".
+    let e = binary(
+        BinOp::Add,
+        Value::Vector(r.clone()),
+        Value::Vector(l.clone()),
+        Some(&on(&["i"], Card::OneToMany, &[])),
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("left hand-side"), "{e}");
+    // Where the other side has nothing, nothing is matched: no error.
+    let later = vec![series(&[("__name__", "l"), ("i", "x")], &[None, None])];
+    let out = vector(binary(
+        BinOp::Add,
+        Value::Vector(later),
+        Value::Vector(r),
+        Some(&on(&["i"], Card::OneToOne, &[])),
+        false,
+    ));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn atan2_keeps_the_metric_name_of_the_side_whose_labels_it_keeps() {
+    let l = vec![series(&[("__name__", "l"), ("i", "a")], &[Some(1.0)])];
+    let r = vec![series(&[("__name__", "r"), ("i", "a")], &[Some(1.0)])];
+    let out = vector(binary(
+        BinOp::Atan2,
+        Value::Vector(l.clone()),
+        Value::Vector(r.clone()),
+        None,
+        false,
+    ));
+    assert_eq!(out[0].labels.get("__name__"), Some("l"));
+    assert!((out[0].values[0].unwrap() - std::f64::consts::FRAC_PI_4).abs() < 1e-12);
+    let out = vector(binary(
+        BinOp::Atan2,
+        Value::Vector(l.clone()),
+        Value::Vector(r.clone()),
+        Some(&on(&["i"], Card::OneToMany, &[])),
+        false,
+    ));
+    assert_eq!(out[0].labels.get("__name__"), Some("r"));
+    let out = vector(binary(
+        BinOp::Atan2,
+        Value::Vector(l),
+        Value::Scalar(vec![1.0]),
+        None,
+        false,
+    ));
+    assert_eq!(out[0].labels.get("__name__"), Some("l"));
+}
+
+#[test]
+fn pairs_a_changing_one_side_makes_are_charged_before_they_are_made() {
+    // One series on the left; on the right, a different series of the
+    // same signature at each of three times: three pairs of three slots.
+    let l = vec![series(&[("i", "a"), ("k", "l")], &[Some(1.0); 3])];
+    let r: Vec<Series> = (0..3)
+        .map(|t| {
+            let mut v = vec![None; 3];
+            v[t] = Some(t as f64);
+            series(&[("i", "a"), ("v", &t.to_string())], &v)
+        })
+        .collect();
+    let m = on(&["i"], Card::ManyToOne, &["v"]);
+    let run = |max: u64| {
+        super::binary(
+            BinOp::Add,
+            Value::Vector(l.clone()),
+            Value::Vector(r.clone()),
+            Some(&m),
+            false,
+            &Held::unlimited(max),
+        )
+    };
+    let e = run(8).unwrap_err();
+    assert!(e.to_string().contains("query.max_total_points"), "{e}");
+    assert_eq!(vector(run(9)).len(), 3);
 }

@@ -20,7 +20,7 @@
 //! read budget (`query.read_budget_bytes`), so that eight heavy queries
 //! can run at once.
 
-use super::plan::{AggOp, Grouping, Node, Plan};
+use super::plan::{AggOp, BinOp, Grouping, Node, Plan};
 use super::value::{execution, EvalResult};
 use crate::query::QueryConfig;
 
@@ -42,6 +42,10 @@ pub const BYTES_PER_VALUE: u64 = 16;
 /// written as JSON.
 pub const BYTES_PER_ANSWER_POINT: u64 = 48;
 
+/// Estimated bytes per series a node holds besides its values (its
+/// label set, mostly shared with its input, and the vector's entry).
+pub const BYTES_PER_SERIES: u64 = 128;
+
 /// A query's cost at some number of evaluation times.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Cost {
@@ -49,17 +53,29 @@ pub struct Cost {
     pub read_points: u64,
     /// Values held by all nodes together.
     pub values: u64,
+    /// Series held by all nodes together.
+    pub series: u64,
     /// Inner evaluation times of subqueries.
     pub subquery_times: u64,
     /// Series the root answers with (an upper bound).
     pub answer_series: u64,
+    /// Series the root answers with at any one time (an upper bound): the
+    /// answer holds at most this many points a step.
+    pub answer_live: u64,
 }
 
 impl Cost {
     pub fn bytes(&self) -> u64 {
         self.read_points
             .saturating_mul(BYTES_PER_READ_POINT)
-            .saturating_add(self.values.saturating_mul(BYTES_PER_VALUE))
+            .saturating_add(self.held_bytes())
+    }
+
+    /// Bytes of the values and series all nodes hold (the reads aside).
+    pub fn held_bytes(&self) -> u64 {
+        self.values
+            .saturating_mul(BYTES_PER_VALUE)
+            .saturating_add(self.series.saturating_mul(BYTES_PER_SERIES))
     }
 }
 
@@ -75,11 +91,52 @@ pub struct Inputs<'a> {
     pub lookback_ms: i64,
 }
 
+/// The series a node's value holds over all its evaluation times, and
+/// the most of them present at any one time (both upper bounds). They
+/// differ where a node makes new series as time goes: `count_values`
+/// makes one per value seen, so over `n` times it may hold `live × n`
+/// series, each with a value slot at every time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Shape {
+    series: u64,
+    live: u64,
+}
+
+impl Shape {
+    fn of(series: u64) -> Shape {
+        Shape {
+            series,
+            live: series,
+        }
+    }
+
+    fn max(self, o: Shape) -> Shape {
+        Shape {
+            series: self.series.max(o.series),
+            live: self.live.max(o.live),
+        }
+    }
+
+    fn plus(self, o: Shape) -> Shape {
+        Shape {
+            series: self.series.saturating_add(o.series),
+            live: self.live.saturating_add(o.live),
+        }
+    }
+
+    /// At least one series (`absent`, `vector`, `scalar` answer one
+    /// whatever their argument holds).
+    fn at_least_one(self) -> Shape {
+        self.max(Shape::of(1))
+    }
+}
+
 /// The cost of evaluating `plan` at `n` times spanning `span_ms`.
 pub fn cost(plan: &Plan, inputs: &Inputs<'_>, n: u64, span_ms: i64) -> Cost {
     let mut c = Cost::default();
     let out = walk(&plan.root, inputs, n.max(1), span_ms.max(0), &mut c);
-    c.answer_series = out;
+    c.answer_series = out.series;
+    c.answer_live = out.live;
     c
 }
 
@@ -90,15 +147,20 @@ fn slots(span_ms: i64, n: u64, window_ms: i64, width_ms: i64) -> u64 {
     (dense.max(0) as u64).min(sparse)
 }
 
-/// Adds `node`'s cost to `c`; returns its series (an upper bound).
-fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
+/// Adds `node`'s cost to `c`; returns its shape.
+fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> Shape {
     let out = match node {
-        Node::Number(_) | Node::String(_) => 1,
-        Node::Invariant(inner) => return walk(inner, inp, 1, 0, c),
+        Node::Number(_) | Node::String(_) => Shape::of(1),
+        Node::Invariant(inner) => {
+            // Evaluated once, then repeated at every time.
+            let once = walk(inner, inp, 1, 0, c);
+            c.hold(once, n);
+            return once;
+        }
         Node::Selector { sel, mods } => {
             let s = inp.selector_series[*sel] as u64;
             c.read(s, fixed(*mods, n, span), inp.lookback_ms, 60_000);
-            s
+            Shape::of(s)
         }
         Node::Matrix {
             sel,
@@ -108,7 +170,7 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             let s = inp.selector_series[*sel] as u64;
             let width = inp.width_ms.get(*sel).copied().unwrap_or(60_000);
             c.read(s, fixed(*mods, n, span), *range_ms, width);
-            s
+            Shape::of(s)
         }
         Node::Subquery {
             expr,
@@ -121,30 +183,45 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
             c.subquery_times = c.subquery_times.saturating_add(inner);
             let s = walk(expr, inp, inner, span + range_ms, c);
             // Its results are the samples its range function reads.
-            c.read_points = c.read_points.saturating_add(s.saturating_mul(inner));
+            c.read_points = c.read_points.saturating_add(s.series.saturating_mul(inner));
             return s;
         }
-        Node::Call { args, .. } => args
-            .iter()
-            .map(|a| walk(a, inp, n, span, c))
-            .max()
-            .unwrap_or(1),
+        Node::Call { func, args } => {
+            let s = args
+                .iter()
+                .map(|a| walk(a, inp, n, span, c))
+                .fold(Shape::default(), Shape::max);
+            match *func {
+                "absent" | "absent_over_time" | "vector" | "scalar" => s.at_least_one(),
+                _ if args.is_empty() => Shape::of(1),
+                _ => s,
+            }
+        }
         Node::Aggregate { id, .. } => match inp.rollup_series.get(*id) {
             Some(Some(rollup)) => {
                 let s = *rollup as u64;
                 c.read(s, (n, span), rollup_range(node), 60_000);
-                s
+                Shape::of(s)
             }
             _ => aggregation(node, inp, n, span, c),
         },
-        Node::Binary { lhs, rhs, .. } => {
+        Node::Binary { op, lhs, rhs, .. } => {
             let l = walk(lhs, inp, n, span, c);
             let r = walk(rhs, inp, n, span, c);
-            l.max(r)
+            match op {
+                // `or` keeps the left side and adds the right's unmatched.
+                BinOp::Or => l.plus(r),
+                BinOp::And | BinOp::Unless => l,
+                // A matched pair per series of the larger side: what a
+                // match without label churn makes. More (a "one" side
+                // whose series change over the range) is charged when it
+                // happens (`Held`).
+                _ => l.max(r),
+            }
         }
         Node::Neg(inner) => walk(inner, inp, n, span, c),
     };
-    c.values = c.values.saturating_add(out.saturating_mul(n));
+    c.hold(out, n);
     out
 }
 
@@ -154,6 +231,12 @@ impl Cost {
     fn read(&mut self, series: u64, (n, span_ms): (u64, i64), window_ms: i64, width_ms: i64) {
         let points = series.saturating_mul(slots(span_ms, n, window_ms, width_ms));
         self.read_points = self.read_points.saturating_add(points);
+    }
+
+    /// A node's value: a slot per series and time.
+    fn hold(&mut self, shape: Shape, n: u64) {
+        self.values = self.values.saturating_add(shape.series.saturating_mul(n));
+        self.series = self.series.saturating_add(shape.series);
     }
 }
 
@@ -180,9 +263,10 @@ fn rollup_range(node: &Node) -> i64 {
     }
 }
 
-/// An aggregation's cost and series: one without grouping, else at most
-/// one per input series.
-fn aggregation(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> u64 {
+/// An aggregation's cost and shape: one series without grouping, else at
+/// most one per input series; `count_values` one per input series and
+/// value, which over `n` times is up to `n` times its input's series.
+fn aggregation(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> Shape {
     let Node::Aggregate {
         op,
         param,
@@ -191,15 +275,22 @@ fn aggregation(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -
         ..
     } = node
     else {
-        return 0;
+        return Shape::default();
     };
     if let Some(p) = param {
         walk(p, inp, n, span, c);
     }
     let inner = walk(expr, inp, n, span, c);
     match (op, grouping) {
-        (AggOp::Topk | AggOp::Bottomk | AggOp::CountValues, _) => inner,
-        (_, Grouping::By(labels)) if labels.is_empty() => inner.min(1),
+        (AggOp::CountValues, _) => Shape {
+            series: inner.live.saturating_mul(n),
+            live: inner.live,
+        },
+        (AggOp::Topk | AggOp::Bottomk, _) => inner,
+        (_, Grouping::By(labels)) if labels.is_empty() => Shape {
+            series: inner.series.min(1),
+            live: inner.live.min(1),
+        },
         _ => inner,
     }
 }
@@ -223,17 +314,34 @@ pub fn check(total: &Cost, limits: &QueryConfig) -> EvalResult<()> {
     Ok(())
 }
 
-/// The most steps per chunk whose cost fits `max_bytes` (at least 1).
+/// Checks what one chunk of `steps` steps holds: its intermediate results
+/// together must be within `query.max_total_points` (series × times).
+/// Chunks are cut to fit, so only a query that holds too much at a single
+/// step (a `count_values` inside a long, fine subquery) fails here.
+pub fn check_chunk(chunk: &Cost, steps: u64, limits: &QueryConfig) -> EvalResult<()> {
+    let max_total = limits.max_total_points as u64;
+    if chunk.values > max_total {
+        return Err(execution(format!(
+            "the query's intermediate results hold up to {} points (series × times) over {steps} step(s); the limit is {max_total} (query.max_total_points): select fewer series, a shorter or coarser subquery, or a coarser step",
+            chunk.values
+        )));
+    }
+    Ok(())
+}
+
+/// The most steps per chunk whose cost fits `max_bytes` and whose
+/// intermediate results hold at most `max_values` (at least 1).
 pub fn chunk_steps(
     plan: &Plan,
     inputs: &Inputs<'_>,
     steps: u64,
     step_ms: i64,
-    max_bytes: u64,
+    (max_bytes, max_values): (u64, u64),
 ) -> u64 {
     let fits = |k: u64| {
         let span = (k.saturating_sub(1) as i64).saturating_mul(step_ms);
-        cost(plan, inputs, k, span).bytes() <= max_bytes
+        let c = cost(plan, inputs, k, span);
+        c.bytes() <= max_bytes && c.values <= max_values
     };
     if fits(steps) {
         return steps.max(1);
@@ -333,11 +441,70 @@ mod tests {
         };
         let max = chunk_bytes(&QueryConfig::default());
         assert_eq!(max, 128 << 20);
-        let k = chunk_steps(&p, &inputs, 100_000, 60_000, max);
+        let k = chunk_steps(&p, &inputs, 100_000, 60_000, (max, u64::MAX));
         assert!(k > 1 && k < 100_000, "{k}");
         let span = (k as i64 - 1) * 60_000;
         assert!(cost(&p, &inputs, k, span).bytes() <= max);
         assert!(cost(&p, &inputs, k + 1, span + 60_000).bytes() > max);
-        assert_eq!(chunk_steps(&p, &inputs, 10, 60_000, max), 10);
+        assert_eq!(chunk_steps(&p, &inputs, 10, 60_000, (max, u64::MAX)), 10);
+    }
+
+    #[test]
+    fn count_values_may_make_a_series_per_value_and_time() {
+        // 300 series, 600 steps: up to 180,000 series of 600 slots each.
+        let c = cost_of("count_values(\"v\", x)", 300, 600, 599 * 60_000);
+        assert_eq!(c.answer_series, 300 * 600);
+        assert_eq!(c.answer_live, 300);
+        assert!(c.values >= 300 * 600 * 600, "{}", c.values);
+        // Chunks shrink until what they hold fits: quadratically, as a
+        // chunk of k steps may hold 300 × k series of k slots.
+        let p = plan("count_values(\"v\", x)", &QueryConfig::default(), 0, 0).unwrap();
+        let inputs = Inputs {
+            selector_series: &[300],
+            rollup_series: &[None],
+            width_ms: &[60_000],
+            lookback_ms: 300_000,
+        };
+        let limits = QueryConfig {
+            read_budget_bytes: 256 << 20,
+            ..QueryConfig::default()
+        };
+        let max = (chunk_bytes(&limits), limits.max_total_points as u64);
+        let k = chunk_steps(&p, &inputs, 600, 60_000, max);
+        assert!(k > 1 && k < 600, "{k}");
+        let chunk = cost(&p, &inputs, k, (k as i64 - 1) * 60_000);
+        assert!(chunk.bytes() <= max.0);
+        check_chunk(&chunk, k, &limits).unwrap();
+    }
+
+    #[test]
+    fn what_a_chunk_holds_is_bounded_by_max_total_points() {
+        // A count_values inside a day of one-second subquery steps holds
+        // 1,000 × 86,401² values at a single step: refused before reading.
+        let q = "max_over_time(count_values(\"v\", x)[1d:1s])";
+        let c = cost_of(q, 1_000, 1, 0);
+        let e = check_chunk(&c, 1, &QueryConfig::default()).unwrap_err();
+        assert!(e.to_string().contains("query.max_total_points"), "{e}");
+        // Ordinary queries hold their series once per time.
+        let c = cost_of(
+            "sum by (a) (rate(x[5m])) / on (a) group_left count by (a) (x)",
+            1_000,
+            1,
+            0,
+        );
+        check_chunk(&c, 1, &QueryConfig::default()).unwrap();
+        assert!(c.values < 10_000, "{}", c.values);
+    }
+
+    #[test]
+    fn or_holds_both_sides_and_invariants_every_time() {
+        let c = cost_of("x or y", 10, 1, 0);
+        assert_eq!(c.answer_series, 20);
+        // Evaluated once, held at each of the 100 times.
+        let c = cost_of("x @ 100", 10, 100, 99 * 60_000);
+        assert!(c.values >= 10 * 100, "{}", c.values);
+        // absent() answers one series even of nothing.
+        let c = cost_of("absent(x)", 0, 1, 0);
+        assert_eq!(c.answer_series, 1);
     }
 }

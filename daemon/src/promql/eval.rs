@@ -9,6 +9,7 @@ use futures::FutureExt;
 
 use super::aggregate::{aggregate, Param};
 use super::binary::binary;
+use super::held::Held;
 use super::histogram::histogram_quantile;
 use super::instant_fns;
 use super::plan::{AggOp, Mods, Node, Plan};
@@ -30,6 +31,8 @@ pub struct Evaluator<'a> {
     /// function reading them takes merged slots of its series' kinds).
     pub wide: Vec<bool>,
     pub lookback_ms: i64,
+    /// What the chunk being evaluated holds (see `held`).
+    pub held: Held<'a>,
 }
 
 /// A range vector argument: its series and how its windows are cut.
@@ -96,7 +99,9 @@ impl<'a> Evaluator<'a> {
                 expr,
                 grouping,
             } => match &self.rollups[*id] {
-                Some(rollup) => rollup.eval(self.ctx, *op, grouping, times).boxed(),
+                Some(rollup) => rollup
+                    .eval(self.ctx, *op, grouping, times, &self.held)
+                    .boxed(),
                 None => self
                     .aggregation(*op, param.as_deref(), expr, grouping, times)
                     .boxed(),
@@ -110,10 +115,12 @@ impl<'a> Evaluator<'a> {
             } => async move {
                 let l = self.eval(lhs, times).await?;
                 let r = self.eval(rhs, times).await?;
-                Ok(match binary(*op, l, r, matching.as_ref(), *return_bool)? {
-                    Value::Vector(v) => Value::Vector(dedupe(v)?),
-                    other => other,
-                })
+                Ok(
+                    match binary(*op, l, r, matching.as_ref(), *return_bool, &self.held)? {
+                        Value::Vector(v) => Value::Vector(dedupe(v)?),
+                        other => other,
+                    },
+                )
             }
             .boxed(),
             Node::Neg(inner) => async move { negate(self.eval(inner, times).await?) }.boxed(),
@@ -148,6 +155,7 @@ impl<'a> Evaluator<'a> {
                 &param,
                 inner,
                 times.len(),
+                &self.held,
             )?)),
             other => Err(bad(format!(
                 "expected an instant vector, got {}",
@@ -219,7 +227,8 @@ impl<'a> Evaluator<'a> {
         for a in args {
             values.push(self.eval(a, times).await?);
         }
-        match instant_fns::call(func, values, times, absent_labels, self.ctx.engine.limits())? {
+        let limits = self.ctx.engine.limits();
+        match instant_fns::call(func, values, times, absent_labels, limits, &self.held)? {
             Value::Vector(v) => Ok(Value::Vector(dedupe(v)?)),
             other => Ok(other),
         }

@@ -7,6 +7,7 @@
 
 use chrono::{DateTime, Datelike, Timelike};
 
+use super::held::Held;
 use super::value::{bad, EvalResult, Labels, Series, Value};
 use crate::query::QueryConfig;
 
@@ -166,6 +167,7 @@ pub fn call(
     times: &[i64],
     absent_labels: Labels,
     limits: &QueryConfig,
+    held: &Held<'_>,
 ) -> EvalResult<Value> {
     let n = times.len();
     if let Some(f) = simple(name) {
@@ -220,7 +222,7 @@ pub fn call(
             let v = vector(args.remove(0), name)?;
             Value::Vector(order(name, v, &args)?)
         }
-        "label_replace" | "label_join" => relabel(name, args, limits)?,
+        "label_replace" | "label_join" => relabel(name, args, limits, held)?,
         "absent" => {
             let v = vector(args.remove(0), name)?;
             let values: Vec<Option<f64>> = (0..n)
@@ -262,7 +264,7 @@ fn bounded(name: &str, mut args: Vec<Value>) -> EvalResult<Value> {
             let (lo, hi) = (scalar(&args[1], name)?, scalar(&args[2], name)?);
             let v = vector(args.remove(0), name)?;
             Value::Vector(map(v, |x, i| {
-                (hi[i] >= lo[i]).then(|| lo[i].max(hi[i].min(x)))
+                (hi[i] >= lo[i]).then(|| go_max(lo[i], go_min(hi[i], x)))
             }))
         }
         "clamp_min" | "clamp_max" => {
@@ -271,9 +273,9 @@ fn bounded(name: &str, mut args: Vec<Value>) -> EvalResult<Value> {
             let min = name == "clamp_min";
             Value::Vector(map(v, |x, i| {
                 Some(if min {
-                    bound[i].max(x)
+                    go_max(bound[i], x)
                 } else {
-                    bound[i].min(x)
+                    go_min(bound[i], x)
                 })
             }))
         }
@@ -281,8 +283,57 @@ fn bounded(name: &str, mut args: Vec<Value>) -> EvalResult<Value> {
     })
 }
 
-/// `label_replace` and `label_join`.
-fn relabel(name: &str, mut args: Vec<Value>, limits: &QueryConfig) -> EvalResult<Value> {
+/// Go's `math.Max`, which Prometheus clamps with: NaN wins over any
+/// number but +Inf (Rust's `f64::max` ignores NaN, so `clamp` of NaN
+/// would answer the bound), and +0 is larger than -0.
+fn go_max(a: f64, b: f64) -> f64 {
+    if a == f64::INFINITY || b == f64::INFINITY {
+        f64::INFINITY
+    } else if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == 0.0 && b == 0.0 {
+        if a.is_sign_negative() {
+            b
+        } else {
+            a
+        }
+    } else if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// Go's `math.Min`: NaN wins over any number but -Inf, and -0 is smaller
+/// than +0.
+fn go_min(a: f64, b: f64) -> f64 {
+    if a == f64::NEG_INFINITY || b == f64::NEG_INFINITY {
+        f64::NEG_INFINITY
+    } else if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == 0.0 && b == 0.0 {
+        if a.is_sign_negative() {
+            a
+        } else {
+            b
+        }
+    } else if a < b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `label_replace` and `label_join`. The label values they build are
+/// charged to `held` before they are built: a value can be longer than
+/// its sources (`$1$1`, a long separator), so nesting them can double
+/// the labels' size at each level.
+fn relabel(
+    name: &str,
+    mut args: Vec<Value>,
+    limits: &QueryConfig,
+    held: &Held<'_>,
+) -> EvalResult<Value> {
     Ok(match name {
         "label_replace" => {
             let dst = string(&args[1], name)?;
@@ -290,6 +341,15 @@ fn relabel(name: &str, mut args: Vec<Value>, limits: &QueryConfig) -> EvalResult
             let src = string(&args[3], name)?;
             let re = string(&args[4], name)?;
             let v = vector(args.remove(0), name)?;
+            // Each `$` reference expands to at most the whole source value.
+            let refs = repl.matches('$').count();
+            let bytes = v.iter().fold(0usize, |acc, s| {
+                let value = s.labels.value(&src).len();
+                acc.saturating_add(s.labels.weight())
+                    .saturating_add(repl.len())
+                    .saturating_add(refs.saturating_mul(value))
+            });
+            held.charge("label_replace()", 0, 0, bytes)?;
             Value::Vector(label_replace(v, &dst, &repl, &src, &re, limits)?)
         }
         "label_join" => {
@@ -300,6 +360,14 @@ fn relabel(name: &str, mut args: Vec<Value>, limits: &QueryConfig) -> EvalResult
                 .map(|a| string(a, name))
                 .collect::<EvalResult<Vec<_>>>()?;
             let v = vector(args.remove(0), name)?;
+            let seps = sep.len().saturating_mul(srcs.len().saturating_sub(1));
+            let bytes = v.iter().fold(0usize, |acc, s| {
+                let joined = srcs.iter().map(|n| s.labels.value(n).len()).sum::<usize>();
+                acc.saturating_add(s.labels.weight())
+                    .saturating_add(joined)
+                    .saturating_add(seps)
+            });
+            held.charge("label_join()", 0, 0, bytes)?;
             Value::Vector(label_join(v, &dst, &sep, &srcs)?)
         }
         other => return Err(bad(format!("unknown function {other}()"))),

@@ -1,5 +1,23 @@
 use super::*;
 
+/// The function with the default limits and no memory limit.
+fn call(
+    name: &str,
+    args: Vec<Value>,
+    times: &[i64],
+    absent: Labels,
+    limits: &QueryConfig,
+) -> EvalResult<Value> {
+    super::call(
+        name,
+        args,
+        times,
+        absent,
+        limits,
+        &Held::unlimited(10_000_000),
+    )
+}
+
 fn series(pairs: &[(&str, &str)], values: &[Option<f64>]) -> Series {
     Series {
         labels: pairs
@@ -199,4 +217,81 @@ fn absent_answers_where_nothing_is() {
     assert_eq!(out[0].values, vec![None, Some(1.0)]);
     assert_eq!(out[0].labels, labels);
     assert!(is_instant_fn("label_join") && is_instant_fn("sqrt") && !is_instant_fn("rate"));
+}
+
+#[test]
+fn clamp_of_nan_is_nan_as_in_prometheus() {
+    let x = series(&[("__name__", "m")], &[Some(f64::NAN), Some(-0.0)]);
+    let nan = |name: &str, bounds: Vec<Value>| {
+        let mut args = vec![Value::Vector(vec![x.clone()])];
+        args.extend(bounds);
+        vec_of(run(name, args, &[0, 1])).remove(0).values
+    };
+    let s = |v: f64| Value::Scalar(vec![v, v]);
+    for (name, bounds) in [
+        ("clamp", vec![s(0.0), s(1.0)]),
+        ("clamp_min", vec![s(0.0)]),
+        ("clamp_max", vec![s(1.0)]),
+    ] {
+        let out = nan(name, bounds);
+        assert!(out[0].is_some_and(f64::is_nan), "{name}: {out:?}");
+    }
+    // Go's Max and Min: an infinite bound wins over NaN, +0 over -0.
+    assert_eq!(
+        nan("clamp_min", vec![s(f64::INFINITY)])[0],
+        Some(f64::INFINITY)
+    );
+    let zero = nan("clamp_min", vec![s(0.0)])[1].unwrap();
+    assert!(zero == 0.0 && zero.is_sign_positive());
+    // A NaN bound answers NaN.
+    assert!(nan("clamp_max", vec![s(f64::NAN)])[1].is_some_and(f64::is_nan));
+}
+
+#[test]
+fn label_values_built_are_charged_before_they_are_built() {
+    let long = "x".repeat(1 << 20);
+    let x = series(&[("a", long.as_str())], &[Some(1.0)]);
+    let held = Held::new(None, 1_000, 0, 4 << 20);
+    let args = |repl: &str| {
+        vec![
+            Value::Vector(vec![x.clone()]),
+            Value::String("b".into()),
+            Value::String(repl.into()),
+            Value::String("a".into()),
+            Value::String("(.*)".into()),
+        ]
+    };
+    let limits = QueryConfig::default();
+    // `$1` eight times: 8 MiB of label from a 1 MiB one.
+    let e = super::call(
+        "label_replace",
+        args("$1$1$1$1$1$1$1$1"),
+        &[0],
+        Labels::empty(),
+        &limits,
+        &held,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("query.read_budget_bytes"), "{e}");
+    let held = Held::new(None, 1_000, 0, 4 << 20);
+    let out = super::call(
+        "label_replace",
+        args("$1"),
+        &[0],
+        Labels::empty(),
+        &limits,
+        &held,
+    );
+    assert_eq!(vec_of(out.unwrap())[0].labels.value("b").len(), 1 << 20);
+    let join = vec![
+        Value::Vector(vec![x.clone()]),
+        Value::String("b".into()),
+        Value::String(",".into()),
+        Value::String("a".into()),
+        Value::String("a".into()),
+        Value::String("a".into()),
+        Value::String("a".into()),
+    ];
+    let e = super::call("label_join", join, &[0], Labels::empty(), &limits, &held).unwrap_err();
+    assert!(e.to_string().contains("query.read_budget_bytes"), "{e}");
 }

@@ -30,6 +30,7 @@
 //! | `histogram`    | `histogram_quantile` of classic histograms |
 //! | `rollup`       | aggregations a group rollup answers |
 //! | `budget`       | cost before reading, chunks |
+//! | `held`         | results charged as they are made |
 //! | `config`       | `[prometheus]` |
 
 mod aggregate;
@@ -37,6 +38,7 @@ mod binary;
 mod budget;
 mod config;
 mod eval;
+mod held;
 mod histogram;
 mod instant_fns;
 pub(crate) mod limits;
@@ -171,7 +173,7 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         width_ms: &width_ms,
         lookback_ms: req.lookback_ms,
     };
-    let (chunk, _reserved) = admit(ctx, &plan, &inputs, req, steps).await?;
+    let admitted = admit(ctx, &plan, &inputs, req, steps).await?;
     let mut rollup_groups: Vec<String> = Vec::new();
     for r in rollups.iter().flatten() {
         if !rollup_groups.contains(&r.group) {
@@ -185,27 +187,52 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
         rollups,
         wide,
         lookback_ms: req.lookback_ms,
+        held: held::Held::new(
+            Some(ctx.engine),
+            limits.max_total_points as u64,
+            admitted.held_bytes,
+            budget::chunk_bytes(limits),
+        ),
     };
     let data = if instant {
         instant_data(&plan.root, ev.eval(&plan.root, &[req.start_ms]).await?)
     } else {
-        range_data(&ev, &plan.root, req, steps, chunk, limits.max_total_points).await?
+        range_data(
+            &ev,
+            &plan.root,
+            req,
+            steps,
+            admitted.chunk,
+            limits.max_total_points,
+        )
+        .await?
     };
+    drop(admitted);
     Ok(Answer {
         data,
         rollups: rollup_groups,
     })
 }
 
-/// Checks the query's cost against the limits, sizes its chunks and
-/// reserves their memory (and the answer's) from the read budget.
+/// A query let in: its chunk size and its share of the read budget.
+struct Admitted {
+    chunk: u64,
+    /// Of the reservation, what the chunk's intermediate results hold.
+    held_bytes: u64,
+    _reserved: crate::query::Reservation,
+}
+
+/// Checks the query's cost against the limits, sizes its chunks so that
+/// what each holds fits its share of the budget and
+/// `query.max_total_points`, and reserves their memory (and the
+/// answer's) from the read budget.
 async fn admit(
     ctx: Context<'_>,
     plan: &plan::Plan,
     inputs: &Inputs<'_>,
     req: &Request,
     steps: u64,
-) -> EvalResult<(u64, crate::query::Reservation)> {
+) -> EvalResult<Admitted> {
     let limits = ctx.engine.limits();
     let total = budget::cost(plan, inputs, steps, req.end_ms - req.start_ms);
     budget::check(&total, limits)?;
@@ -214,7 +241,7 @@ async fn admit(
         inputs,
         steps,
         req.step_ms.max(1),
-        budget::chunk_bytes(limits),
+        (budget::chunk_bytes(limits), limits.max_total_points as u64),
     );
     let chunk_cost = budget::cost(
         plan,
@@ -222,8 +249,10 @@ async fn admit(
         chunk,
         (chunk as i64 - 1).saturating_mul(req.step_ms),
     );
+    budget::check_chunk(&chunk_cost, chunk, limits)?;
+    // The answer holds at most the series present at a step, each step.
     let answer_bytes = total
-        .answer_series
+        .answer_live
         .saturating_mul(steps)
         .min(limits.max_total_points as u64)
         .saturating_mul(budget::BYTES_PER_ANSWER_POINT);
@@ -231,7 +260,11 @@ async fn admit(
         .engine
         .reserve(chunk_cost.bytes().saturating_add(answer_bytes))
         .await?;
-    Ok((chunk, reserved))
+    Ok(Admitted {
+        chunk,
+        held_bytes: chunk_cost.held_bytes(),
+        _reserved: reserved,
+    })
 }
 
 /// Per selector, the width of the slots its windows read: an hour or a day
@@ -365,7 +398,9 @@ fn ordered(root: &Node) -> bool {
     }
 }
 
-/// Evaluates a range query chunk by chunk and assembles its series.
+/// Evaluates a range query chunk by chunk and assembles its series. Each
+/// chunk's points are counted before they join the answer, which holds
+/// at most `max_points`.
 async fn range_data(
     ev: &eval::Evaluator<'_>,
     root: &Node,
@@ -382,40 +417,52 @@ async fn range_data(
         let times: Vec<i64> = (first..last)
             .map(|i| req.start_ms + i as i64 * req.step_ms)
             .collect();
-        match ev.eval(root, &times).await? {
-            Value::Scalar(s) => {
-                let e = series.entry(Labels::empty()).or_default();
-                e.extend(times.iter().copied().zip(s));
-                points += times.len();
-            }
-            Value::Vector(v) => {
-                for s in v {
-                    let e = series.entry(s.labels).or_default();
-                    for (t, v) in times.iter().zip(s.values) {
-                        if let Some(v) = v {
-                            e.push((*t, v));
-                            points += 1;
-                        }
-                    }
-                }
-            }
-            other => {
-                return Err(value::bad(format!(
-                "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
-                other.type_name()
-            )))
-            }
-        }
+        ev.held.next_chunk();
+        let value = ev.eval(root, &times).await?;
+        points = points.saturating_add(answer_points(&value, times.len())?);
         if points > max_points {
             return Err(execution(format!(
                 "the answer holds more than {max_points} points; the limit is query.max_total_points: select fewer series or a coarser step"
             )));
+        }
+        match value {
+            Value::Scalar(s) => {
+                let e = series.entry(Labels::empty()).or_default();
+                e.extend(times.iter().copied().zip(s));
+            }
+            Value::Vector(v) => {
+                for s in v {
+                    let e = series.entry(s.labels).or_default();
+                    e.extend(
+                        times
+                            .iter()
+                            .zip(s.values)
+                            .filter_map(|(t, v)| v.map(|v| (*t, v))),
+                    );
+                }
+            }
+            _ => {}
         }
         first = last;
         // Long evaluations leave the worker to other tasks between chunks.
         tokio::task::yield_now().await;
     }
     Ok(Data::Matrix(series.into_iter().collect()))
+}
+
+/// The points a chunk's value adds to a range query's answer.
+fn answer_points(value: &Value, times: usize) -> EvalResult<usize> {
+    match value {
+        Value::Scalar(_) => Ok(times),
+        Value::Vector(v) => Ok(v
+            .iter()
+            .map(|s| s.values.iter().filter(|v| v.is_some()).count())
+            .sum()),
+        other => Err(value::bad(format!(
+            "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
+            other.type_name()
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -196,17 +196,14 @@ impl BinOp {
         matches!(self, BinOp::And | BinOp::Or | BinOp::Unless)
     }
 
-    /// Arithmetic drops the metric name; comparisons keep it.
+    /// Arithmetic drops the metric name; comparisons keep it. So does
+    /// `atan2`: Prometheus 2 drops it only for `+ - * / % ^`, so the
+    /// result keeps the name of the side whose labels it keeps (the left,
+    /// or the right under `group_right`).
     pub fn drops_name(self) -> bool {
         matches!(
             self,
-            BinOp::Add
-                | BinOp::Sub
-                | BinOp::Mul
-                | BinOp::Div
-                | BinOp::Mod
-                | BinOp::Pow
-                | BinOp::Atan2
+            BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Mod | BinOp::Pow
         )
     }
 }

@@ -12,6 +12,7 @@
 //! metric's kind. Anything else fans out to the members.
 
 use super::aggregate::{aggregate, Param};
+use super::held::Held;
 use super::names::MetricKind;
 use super::plan::{AggOp, Grouping, Mods, Node, Plan};
 use super::range_fns::{self, Params, RangeFn, WindowAt};
@@ -195,6 +196,7 @@ impl RollupRead {
         op: AggOp,
         grouping: &Grouping,
         times: &[i64],
+        held: &Held<'_>,
     ) -> EvalResult<Value> {
         let mut ends: Vec<i64> = times
             .iter()
@@ -236,6 +238,7 @@ impl RollupRead {
             &Param::None,
             out,
             times.len(),
+            held,
         )?))
     }
 }

@@ -503,6 +503,10 @@ async fn range_queries_are_the_instant_queries_at_each_step() {
         "g * 2",
         "max_over_time(g[5m:1m])",
         "quantile_over_time(0.5, g[4m])",
+        "count_values(\"v\", g)",
+        "topk(1e18, g)",
+        "label_replace(g, \"src\", \"$1\", \"instance\", \"(.*)\")",
+        "g * on (instance) group_left g",
     ] {
         let (start, end) = (b + 3 * M, b + 40 * M);
         let m = h.matrix(q, start, end, 2 * M).await;
@@ -515,6 +519,66 @@ async fn range_queries_are_the_instant_queries_at_each_step() {
         }
         assert!(!m.is_empty(), "{q}");
     }
+}
+
+/// `count_values` over values that change at every step makes a series
+/// per series and step. Its chunks are cut so that what they hold fits a
+/// share of the read budget (here 4 MiB: about 80 steps of 40 series,
+/// where the whole range at once would hold 40 × 200 series of 200
+/// slots), and the answer is the same.
+#[tokio::test]
+async fn count_values_of_changing_values_is_answered_in_bounded_chunks() {
+    let h = Harness::new(QueryConfig {
+        read_budget_bytes: 16 << 20,
+        ..QueryConfig::default()
+    });
+    let b = base();
+    for s in 0..40 {
+        let samples: Vec<(i64, f64)> = (0..200)
+            .map(|i| (b + i * M + 1_000, (s * 1_000 + i) as f64))
+            .collect();
+        h.push(&format!("h{s}"), "g", "", SampleKind::Gauge, &samples);
+    }
+    h.flush().await;
+    let q = "count_values(\"v\", g)";
+    let m = h.matrix(q, b + M, b + 200 * M, M).await;
+    // At each step every series shows the sample of the minute before:
+    // its own value, seen once.
+    assert_eq!(m.len(), 40 * 200);
+    assert!(m.iter().all(|(_, p)| p.len() == 1 && p[0].1 == 1.0));
+    let at = b + 120 * M;
+    let inst = h.vector(q, at).await;
+    let from_range: Vec<(String, f64)> = m
+        .iter()
+        .filter(|(_, p)| p[0].0 == at)
+        .map(|(l, p)| (l.clone(), p[0].1))
+        .collect();
+    let mut inst_sorted = inst.clone();
+    inst_sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(inst_sorted.len(), 40);
+    assert_eq!(from_range.len(), 40);
+}
+
+/// A query that holds too much even at a single step is refused before
+/// anything is read, naming the setting (HTTP 422).
+#[tokio::test]
+async fn count_values_too_big_for_one_step_is_refused() {
+    let h = Harness::new(QueryConfig::default());
+    let b = base();
+    h.push("a", "g", "", SampleKind::Gauge, &[(b, 1.0)]);
+    h.flush().await;
+    // A day of one-second inner steps: 86,401 series of 86,401 slots.
+    let e = h
+        .eval("max_over_time(count_values(\"v\", g)[1d:1s])", b, b, 0)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, EvalError::Execution(_)), "{e}");
+    assert!(e.to_string().contains("query.max_total_points"), "{e}");
+    // The same over an hour of minutes is answered.
+    let v = h
+        .vector("max_over_time(count_values(\"v\", g)[1h:1m])", b + 2 * M)
+        .await;
+    assert_eq!(v.len(), 1);
 }
 
 /// The deepest expression the limits admit, evaluated on a thread with a

@@ -96,6 +96,24 @@ impl ReadBudget {
     }
 }
 
+impl ReadBudget {
+    /// Reserves `bytes` if they are free now, without waiting: for an
+    /// evaluation already holding memory that finds it needs more, which
+    /// must not queue behind reads that wait for what it holds.
+    pub fn try_reserve(&self, bytes: u64) -> Option<Reservation> {
+        let units = bytes
+            .div_ceil(UNIT)
+            .clamp(1, u64::from(self.capacity_units)) as u32;
+        let permit = self.permits.clone().try_acquire_many_owned(units).ok()?;
+        metrics::gauge!("tally_query_budget_reserved_bytes")
+            .increment((u64::from(units) * UNIT) as f64);
+        Some(Reservation {
+            _permit: Some(permit),
+            units,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +132,12 @@ mod tests {
         drop(a);
         let b = budget.reserve(6 * UNIT).await.unwrap();
         drop(b);
+        // Taken at once or not at all.
+        let a = budget.reserve(6 * UNIT).await.unwrap();
+        assert!(budget.try_reserve(6 * UNIT).is_none());
+        let more = budget.try_reserve(4 * UNIT).unwrap();
+        assert_eq!(budget.available_bytes(), 0);
+        drop((a, more));
         // Larger than the whole budget: runs alone, once the rest is free.
         let whole = budget.reserve(1000 * UNIT).await.unwrap();
         assert_eq!(whole.bytes(), 10 * UNIT);
