@@ -47,7 +47,8 @@ struct State {
 
 impl<'a> Held<'a> {
     /// An account that has `reserved` bytes already reserved and may grow,
-    /// from `engine`'s read budget, to `max_bytes`.
+    /// from `engine`'s read budget, to `max_bytes` (without an engine: may
+    /// count up to `max_bytes`, already reserved by the caller).
     pub fn new(
         engine: Option<&'a QueryEngine>,
         max_points: u64,
@@ -100,6 +101,12 @@ impl<'a> Held<'a> {
             .saturating_mul(BYTES_PER_VALUE)
             .saturating_add((series as u64).saturating_mul(BYTES_PER_SERIES))
             .saturating_add(label_bytes as u64);
+        self.charge_bytes(what, bytes)
+    }
+
+    /// Charges `bytes` of the answer a range query assembles (its points
+    /// and the label sets of its series), before they join it.
+    pub fn charge_bytes(&self, what: &str, bytes: u64) -> EvalResult<()> {
         let mut s = self
             .state
             .lock()
@@ -118,7 +125,7 @@ impl<'a> Held<'a> {
     fn grow(&self, s: &mut State, used: u64, what: &str) -> Result<(), EvalError> {
         if used > self.max_bytes {
             return Err(execution(format!(
-                "{what} would bring the query's intermediate results to {} MiB, more than its share of the read budget ({} MiB of query.read_budget_bytes): select fewer series, a shorter range or a coarser step",
+                "{what} would bring the query's memory to {} MiB, more than its share of the read budget ({} MiB of query.read_budget_bytes): select fewer series, a shorter range or a coarser step",
                 used >> 20,
                 self.max_bytes >> 20
             )));

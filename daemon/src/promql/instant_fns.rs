@@ -349,7 +349,7 @@ fn relabel(
                     .saturating_add(repl.len())
                     .saturating_add(refs.saturating_mul(value))
             });
-            held.charge("label_replace()", 0, 0, bytes)?;
+            held.charge("label_replace()", v.len(), 0, bytes)?;
             Value::Vector(label_replace(v, &dst, &repl, &src, &re, limits)?)
         }
         "label_join" => {
@@ -367,7 +367,7 @@ fn relabel(
                     .saturating_add(joined)
                     .saturating_add(seps)
             });
-            held.charge("label_join()", 0, 0, bytes)?;
+            held.charge("label_join()", v.len(), 0, bytes)?;
             Value::Vector(label_join(v, &dst, &sep, &srcs)?)
         }
         other => return Err(bad(format!("unknown function {other}()"))),

@@ -125,6 +125,9 @@ pub struct Answer {
     pub data: Data,
     /// Rollup groups read, in order of first use.
     pub rollups: Vec<String>,
+    /// The query's share of the read budget, held as long as the answer
+    /// is: its JSON is written after the evaluation, and takes memory too.
+    pub reserved: Option<Arc<crate::query::Reservation>>,
 }
 
 /// Evaluates `req`: refuses it before reading anything when it is invalid
@@ -197,20 +200,26 @@ pub async fn evaluate(ctx: Context<'_>, req: &Request) -> EvalResult<Answer> {
     let data = if instant {
         instant_data(&plan.root, ev.eval(&plan.root, &[req.start_ms]).await?)
     } else {
-        range_data(
-            &ev,
-            &plan.root,
-            req,
+        // The answer's estimate is an upper bound: it holds to what was
+        // reserved for it, which is less only when the budget is smaller
+        // than the estimate.
+        let answer = held::Held::new(
+            None,
+            limits.max_total_points as u64,
+            admitted.answer_bytes,
+            admitted.answer_bytes,
+        );
+        let chunks = Chunks {
             steps,
-            admitted.chunk,
-            limits.max_total_points,
-        )
-        .await?
+            chunk: admitted.chunk,
+            max_points: limits.max_total_points,
+        };
+        range_data(&ev, &plan.root, req, chunks, &answer).await?
     };
-    drop(admitted);
     Ok(Answer {
         data,
         rollups: rollup_groups,
+        reserved: Some(Arc::new(admitted.reserved)),
     })
 }
 
@@ -219,7 +228,9 @@ struct Admitted {
     chunk: u64,
     /// Of the reservation, what the chunk's intermediate results hold.
     held_bytes: u64,
-    _reserved: crate::query::Reservation,
+    /// Of the reservation, what the answer may hold.
+    answer_bytes: u64,
+    reserved: crate::query::Reservation,
 }
 
 /// Checks the query's cost against the limits, sizes its chunks so that
@@ -250,20 +261,33 @@ async fn admit(
         (chunk as i64 - 1).saturating_mul(req.step_ms),
     );
     budget::check_chunk(&chunk_cost, chunk, limits)?;
-    // The answer holds at most the series present at a step, each step.
-    let answer_bytes = total
+    // The answer holds at most the series present at a step, each step,
+    // and no more series than points (count_values may make one a point).
+    let points = total
         .answer_live
         .saturating_mul(steps)
-        .min(limits.max_total_points as u64)
-        .saturating_mul(budget::BYTES_PER_ANSWER_POINT);
+        .min(limits.max_total_points as u64);
+    let answer_bytes = points
+        .saturating_mul(budget::BYTES_PER_ANSWER_POINT)
+        .saturating_add(
+            total
+                .answer_series
+                .min(points)
+                .saturating_mul(budget::BYTES_PER_SERIES),
+        );
+    // A query estimated at more than the whole budget runs alone with all
+    // of it; what it was given is what its answer may hold, besides its
+    // chunks (at most their share, unless one step alone reads more).
     let reserved = ctx
         .engine
         .reserve(chunk_cost.bytes().saturating_add(answer_bytes))
         .await?;
+    let chunks = chunk_cost.bytes().min(budget::chunk_bytes(limits));
     Ok(Admitted {
         chunk,
         held_bytes: chunk_cost.held_bytes(),
-        _reserved: reserved,
+        answer_bytes: reserved.bytes().saturating_sub(chunks).min(answer_bytes),
+        reserved,
     })
 }
 
@@ -398,40 +422,55 @@ fn ordered(root: &Node) -> bool {
     }
 }
 
+/// How a range query's steps are cut.
+struct Chunks {
+    steps: u64,
+    chunk: u64,
+    /// The most points the answer may hold (`query.max_total_points`).
+    max_points: usize,
+}
+
 /// Evaluates a range query chunk by chunk and assembles its series. Each
-/// chunk's points are counted before they join the answer, which holds
-/// at most `max_points`.
+/// chunk's points and new series are counted, and charged to `answer`,
+/// before they join the answer.
 async fn range_data(
     ev: &eval::Evaluator<'_>,
     root: &Node,
     req: &Request,
-    steps: u64,
-    chunk: u64,
-    max_points: usize,
+    c: Chunks,
+    answer: &held::Held<'_>,
 ) -> EvalResult<Data> {
     let mut series: BTreeMap<Labels, Vec<(i64, f64)>> = BTreeMap::new();
     let mut points = 0usize;
     let mut first = 0u64;
-    while first < steps {
-        let last = (first + chunk).min(steps);
+    while first < c.steps {
+        let last = (first + c.chunk).min(c.steps);
         let times: Vec<i64> = (first..last)
             .map(|i| req.start_ms + i as i64 * req.step_ms)
             .collect();
         ev.held.next_chunk();
         let value = ev.eval(root, &times).await?;
-        points = points.saturating_add(answer_points(&value, times.len())?);
-        if points > max_points {
+        let (more, new_series) = answer_growth(&series, &value, times.len())?;
+        points = points.saturating_add(more);
+        if points > c.max_points {
             return Err(execution(format!(
-                "the answer holds more than {max_points} points; the limit is query.max_total_points: select fewer series or a coarser step"
+                "the answer holds more than {} points; the limit is query.max_total_points: select fewer series or a coarser step",
+                c.max_points
             )));
         }
+        answer.charge_bytes(
+            "the answer",
+            (more as u64)
+                .saturating_mul(budget::BYTES_PER_ANSWER_POINT)
+                .saturating_add((new_series as u64).saturating_mul(budget::BYTES_PER_SERIES)),
+        )?;
         match value {
             Value::Scalar(s) => {
                 let e = series.entry(Labels::empty()).or_default();
                 e.extend(times.iter().copied().zip(s));
             }
             Value::Vector(v) => {
-                for s in v {
+                for s in v.into_iter().filter(value::Series::has_any) {
                     let e = series.entry(s.labels).or_default();
                     e.extend(
                         times
@@ -450,14 +489,20 @@ async fn range_data(
     Ok(Data::Matrix(series.into_iter().collect()))
 }
 
-/// The points a chunk's value adds to a range query's answer.
-fn answer_points(value: &Value, times: usize) -> EvalResult<usize> {
+/// The points a chunk's value adds to a range query's answer, and the
+/// series it adds that the answer does not hold yet.
+fn answer_growth(
+    answer: &BTreeMap<Labels, Vec<(i64, f64)>>,
+    value: &Value,
+    times: usize,
+) -> EvalResult<(usize, usize)> {
     match value {
-        Value::Scalar(_) => Ok(times),
-        Value::Vector(v) => Ok(v
-            .iter()
-            .map(|s| s.values.iter().filter(|v| v.is_some()).count())
-            .sum()),
+        Value::Scalar(_) => Ok((times, usize::from(answer.is_empty()))),
+        Value::Vector(v) => Ok(v.iter().fold((0, 0), |(points, new), s| {
+            let n = s.values.iter().filter(|v| v.is_some()).count();
+            let fresh = n > 0 && !answer.contains_key(&s.labels);
+            (points + n, new + usize::from(fresh))
+        })),
         other => Err(value::bad(format!(
             "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
             other.type_name()

@@ -91,6 +91,7 @@ mod mongo_outage;
 mod mongo_standin;
 mod mongo_store;
 mod prometheus_api;
+mod promql_memory_fuzz;
 mod promql_oracle;
 mod robustness;
 mod security;

@@ -40,16 +40,20 @@ pub(super) struct Class {
     pub(super) abs: f64,
     /// Where Prometheus answers NaN, any value of Tally's is accepted.
     pub(super) nan_is_any: bool,
+    /// Prometheus refuses the query (it is valid, but cannot be answered):
+    /// Tally must refuse it too, with the same HTTP status.
+    pub(super) refused: bool,
     pub(super) why: &'static str,
 }
 
-pub(super) const CLASSES: [Class; 9] = [
+pub(super) const CLASSES: [Class; 10] = [
     Class {
         name: "exact",
         rel: 1e-9,
         scale: 1e-12,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "determined by the minute slots: bare selectors (the minute's last sample; \
               evaluation times are whole minutes and no sample falls on one), \
               *_over_time over whole minutes, aggregations, arithmetic, comparisons, \
@@ -62,6 +66,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.0,
         abs: 0.001,
         nan_is_any: false,
+        refused: false,
         why: "timestamp(): the time of the sample a bare selector picks, which both keep to \
               the millisecond (a relative tolerance would allow seconds)",
     },
@@ -71,6 +76,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.02,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "rate, increase, delta: Prometheus extrapolates the first and last samples \
               in the window to its edges; Tally adds up the increases of the samples in \
               the window's minutes (from the sample before) and does not extrapolate. \
@@ -83,6 +89,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.1,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "irate, idelta: Prometheus takes the last two samples (one scrape \
               interval), Tally the last minute (it keeps no two samples of a minute); \
               equal for a steady counter, apart by how much the rate varies from one \
@@ -95,6 +102,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.05,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "a range that is not whole minutes ([75s], [90s], Grafana's \
               $__rate_interval) is rounded to whole minutes by Tally, so the window \
               holds a different stretch of samples, and a noisy series differs by its \
@@ -106,6 +114,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.02,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "histogram_quantile interpolates within a bucket from bucket rates, each \
               within the rate tolerance; a shift between buckets moves the estimate more",
     },
@@ -115,6 +124,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.05,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "deriv, predict_linear: a least-squares fit over the minutes' last samples \
               in Tally, over every sample in Prometheus",
     },
@@ -124,6 +134,7 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 0.05,
         abs: 0.0,
         nan_is_any: false,
+        refused: false,
         why: "quantile_over_time, stddev_over_time, stdvar_over_time: Tally applies \
               Prometheus' definition to each minute's last sample, not to every \
               sample; over ten minutes that estimate is off by about a quarter",
@@ -134,11 +145,23 @@ pub(super) const CLASSES: [Class; 9] = [
         scale: 1e-12,
         abs: 0.0,
         nan_is_any: true,
+        refused: false,
         why: "series with NaN samples: Prometheus lets a NaN into sums and averages \
               (the result is NaN), Tally keeps NaN out of the minute's count, sum, \
               minimum and maximum (issue #29), so where Prometheus answers NaN Tally \
               may answer a number, or nothing for a window of NaN samples only; \
               elsewhere exact",
+    },
+    Class {
+        name: "refused",
+        rel: 0.0,
+        scale: 0.0,
+        abs: 0.0,
+        nan_is_any: false,
+        refused: true,
+        why: "a valid query Prometheus refuses (two series of the \"one\" side of a match \
+              with the same matching labels, even unmatched): Tally must refuse it too, \
+              with the same HTTP status",
     },
 ];
 

@@ -163,8 +163,15 @@ async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outco
             out.prometheus_empty = false;
         }
         let why = match (&prom, &tally) {
+            _ if q.class.refused => match refusals(&prom, &tally) {
+                Err(corpus) => {
+                    out.prometheus_error = Some(format!("{eval}: {corpus}"));
+                    continue;
+                }
+                Ok(why) => why,
+            },
             (Err(e), _) => {
-                out.prometheus_error = Some(format!("{eval}: {e}"));
+                out.prometheus_error = Some(format!("{eval}: Prometheus refuses it: {e}"));
                 continue;
             }
             (Ok(_), Err(_)) => {
@@ -183,6 +190,27 @@ async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outco
         }
     }
     out
+}
+
+/// For a query of the `refused` class: why the two sides disagree (Tally
+/// answers, or refuses with another status), or, as `Err`, why the corpus
+/// is wrong (Prometheus answers it).
+fn refusals(
+    prom: &Result<Answer, String>,
+    tally: &Result<Answer, String>,
+) -> Result<Option<String>, String> {
+    // Errors read "HTTP <status>: <errorType> <message>".
+    let status = |e: &str| e.split(':').next().unwrap_or("").to_string();
+    match (prom, tally) {
+        (Ok(_), _) => Err("Prometheus answers a query the corpus expects it to refuse".into()),
+        (Err(_), Ok(_)) => Ok(Some("Tally answered where Prometheus refuses".into())),
+        (Err(p), Err(t)) if status(p) != status(t) => Ok(Some(format!(
+            "both refuse, Prometheus with {}, Tally with {}",
+            status(p),
+            status(t)
+        ))),
+        (Err(_), Err(_)) => Ok(None),
+    }
 }
 
 /// Evaluates every query of `corpus` for `setting`'s feed.
@@ -236,7 +264,7 @@ pub(super) fn report(outcomes: &[Outcome]) -> String {
     for o in outcomes.iter().filter(|o| o.prometheus_error.is_some()) {
         let _ = writeln!(
             r,
-            "CORPUS: Prometheus refuses line {} `{}`: {}",
+            "CORPUS is wrong at line {} `{}`: {}",
             o.query.line,
             o.text,
             o.prometheus_error.as_deref().unwrap_or("")
@@ -244,7 +272,7 @@ pub(super) fn report(outcomes: &[Outcome]) -> String {
     }
     for o in outcomes
         .iter()
-        .filter(|o| o.prometheus_empty && o.prometheus_error.is_none())
+        .filter(|o| o.prometheus_empty && o.prometheus_error.is_none() && !o.query.class.refused)
     {
         let _ = writeln!(
             r,
