@@ -12,7 +12,10 @@
 //!   retries, and once the server takes updates again everything lands,
 //!   verified exactly, with no dead letter;
 //! - **some updates, at random**: retried parts land, what stays refused
-//!   is a dead letter, and after the replay every sample is there once.
+//!   is a dead letter, and after the replay every sample is there once;
+//! - **a server shutting down**: commands refused with a non-transient
+//!   code, then the server gone for a while: nothing is set aside, and
+//!   every sample lands exactly once.
 
 use std::path::Path;
 use std::time::Duration;
@@ -134,6 +137,54 @@ async fn updates_refused_at_random_land_or_replay_exactly() {
     standin(&store).refuse_updates("off");
     let listed = replay_and_restart(&mut d, None).await;
     println!("{listed}");
+    verify_only(&d, &run_flags, &run).await;
+    store.cleanup().await;
+}
+
+/// What a server shutting down can do (the suite once lost acknowledged
+/// samples to it on FerretDB): refuse commands with a code that is not a
+/// transient one, then go away, then come back. Refusals from a store that
+/// then fails its health check are not trusted, so everything lands, none
+/// of it as a dead letter, verified exactly, with the load generator
+/// pushing in real time throughout. Repeated, so that refusals meet
+/// flushes at different points.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_from_a_server_shutting_down_lose_nothing() {
+    let Some(store) = standin_store().await else {
+        return;
+    };
+    let run_flags = [
+        "--rate",
+        "1",
+        "--duration",
+        "12s",
+        "--source-prefix",
+        "down-",
+    ];
+    let mut d = store.start("500ms").await;
+    let shutdowns = async {
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            // InternalError, as a server cancelling its commands answers.
+            standin(&store).fail_next(4, 1);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            standin(&store).set_down(true);
+            tokio::time::sleep(Duration::from_millis(1_500)).await;
+            standin(&store).set_down(false);
+        }
+    };
+    let verified = [&run_flags[..], &["--verify"]].concat();
+    let (run, ()) = tokio::join!(accepted_run(&d, &verified), shutdowns);
+    assert_eq!(run["verify"]["passed"], true, "{run}");
+    wait_flushed(&d, 1.0, store.flush_timeout()).await;
+    let m = metrics_text(&d).await;
+    assert_eq!(
+        metric(&m, "tally_dead_letters_total", &[]).unwrap_or(0.0),
+        0.0,
+        "{m}"
+    );
+    let listed = replay_and_restart(&mut d, Some(false)).await;
+    assert!(listed.contains("no dead letters"), "{listed}");
     verify_only(&d, &run_flags, &run).await;
     store.cleanup().await;
 }
