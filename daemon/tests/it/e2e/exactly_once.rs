@@ -32,7 +32,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(240);
 
 /// Small fleets: FerretDB on SQLite takes a few hundred milliseconds per
 /// update of a day document, and every series has one.
-const FLEET: [&str; 4] = ["--sources", "4", "--metrics", "3"];
+pub(super) const FLEET: [&str; 4] = ["--sources", "4", "--metrics", "3"];
 const MAX_RUN: [&str; 4] = ["--seconds", "120", "--source-prefix", "max-"];
 const REAL_TIME_RUN: [&str; 6] = ["--rate", "1", "--duration", "12s", "--source-prefix", "rt-"];
 /// When, in the real-time run, the server goes away, and for how long.
@@ -167,7 +167,7 @@ async fn exact_run(d: &Daemon, extra: &[&str]) -> Value {
 }
 
 /// `--verify-only` of an earlier run (`report`), made with `flags`.
-async fn verify_only(d: &Daemon, flags: &[&str], report: &Value) -> Value {
+pub(super) async fn verify_only(d: &Daemon, flags: &[&str], report: &Value) -> Value {
     let http = d.http_url();
     let start = report["range"]["start"]
         .as_str()
@@ -187,7 +187,7 @@ async fn verify_only(d: &Daemon, flags: &[&str], report: &Value) -> Value {
 }
 
 /// The report of a run that ended well and verified every series.
-fn exact(run: &Run) -> Value {
+pub(super) fn exact(run: &Run) -> Value {
     assert_eq!(run.code(), Some(0), "{}", run.describe());
     let r = run.json();
     assert_eq!(r["outcome"], "ok", "{}", run.describe());
@@ -201,7 +201,7 @@ fn exact(run: &Run) -> Value {
     r
 }
 
-async fn loadgen(args: &[&str]) -> Run {
+pub(super) async fn loadgen(args: &[&str]) -> Run {
     let bin = Bin::Loadgen.beside(env!("CARGO_BIN_EXE_tallyd"));
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     tokio::task::spawn_blocking(move || {

@@ -17,23 +17,19 @@
 //!   code, then the server gone for a while: nothing is set aside, and
 //!   every sample lands exactly once.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
-use tally_testkit::bins::Bin;
 use tally_testkit::client::http_get;
 use tally_testkit::metrics::{metric, metrics_text};
 use tally_testkit::mongo::{mongo_target, Standin};
-use tally_testkit::process::{self, Run};
 use tally_testkit::settle::wait_flushed;
 use tally_testkit::Daemon;
 
+use super::exactly_once::{loadgen, verify_only, FLEET};
 use super::store::Store;
 
-const RUN_TIMEOUT: Duration = Duration::from_secs(240);
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(120);
-const FLEET: [&str; 4] = ["--sources", "4", "--metrics", "3"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_refused_statement_shape_becomes_dead_letters_and_replays_exactly() {
@@ -265,45 +261,4 @@ async fn accepted_run(d: &Daemon, extra: &[&str]) -> Value {
         run.describe()
     );
     r
-}
-
-/// `--verify-only` of an earlier run, which must find every sample once.
-async fn verify_only(d: &Daemon, flags: &[&str], report: &Value) -> Value {
-    let http = d.http_url();
-    let start = report["range"]["start"]
-        .as_str()
-        .expect("the run's start")
-        .to_string();
-    let mut args = vec![
-        "--verify-only",
-        "--http",
-        &http,
-        "--json",
-        "--start",
-        &start,
-    ];
-    args.extend_from_slice(&FLEET);
-    args.extend_from_slice(flags);
-    let run = loadgen(&args).await;
-    assert_eq!(run.code(), Some(0), "{}", run.describe());
-    let r = run.json();
-    assert_eq!(r["verify"]["passed"], true, "{}", run.describe());
-    assert_eq!(
-        r["verify"]["series_checked"],
-        r["fleet"]["series"],
-        "{}",
-        run.describe()
-    );
-    r
-}
-
-async fn loadgen(args: &[&str]) -> Run {
-    let bin = Bin::Loadgen.beside(env!("CARGO_BIN_EXE_tallyd"));
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        process::run(Path::new(bin), &args, RUN_TIMEOUT)
-    })
-    .await
-    .expect("the load generator's task panicked")
 }
