@@ -196,13 +196,11 @@ impl Ingestor {
         &self,
         source: &str,
         metric: &str,
-        labels: &[pb::Label],
+        labels: &[(&str, &str)],
     ) -> Option<pb::SampleKind> {
-        let labels = crate::labels::Labels::from_pairs(
-            labels.iter().map(|l| (l.name.as_str(), l.value.as_str())),
-            self.limits().max_labels,
-        )
-        .ok()?;
+        let labels =
+            crate::labels::Labels::from_pairs(labels.iter().copied(), self.limits().max_labels)
+                .ok()?;
         let kind = self.agg.kind_of(crate::model::SeriesRef {
             source,
             metric,
@@ -256,6 +254,20 @@ impl Ingestor {
     ) -> Result<IngestOutcome, IngestError> {
         let view = PushView::of(req);
         self.ingest_view(&view, Logged::Request(req), grant, protocol, refused)
+            .await
+    }
+
+    /// [`Ingestor::ingest`] of a request a front door read straight into a
+    /// view (remote-write, line protocol): the log gets it encoded from
+    /// the view.
+    pub async fn ingest_read(
+        &self,
+        req: &PushView<'_>,
+        grant: &Grant,
+        protocol: Protocol,
+        refused: IngestOutcome,
+    ) -> Result<IngestOutcome, IngestError> {
+        self.ingest_view(req, Logged::Request(req), grant, protocol, refused)
             .await
     }
 

@@ -25,14 +25,19 @@
 //!   such series are looked up.
 //! - **Staleness markers** (the NaN Prometheus writes when a series
 //!   disappears) are skipped, not refused.
+//!
+//! The request is read straight from its bytes into the view admission
+//! reads (`parse`), with no owned message on the way.
+
+mod parse;
 
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 use tally_proto::prometheus as rw;
 use tally_proto::v1 as pb;
 
-use super::builder::{Budget, Converted, Full, RequestBuilder};
-use crate::aggregator::RejectReason;
+pub use parse::{Parse, ParseError};
+
 use crate::metadata::{FamilyType, MetadataBook};
 use crate::validate::Problems;
 
@@ -68,96 +73,14 @@ impl RemoteWriteConfig {
 const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
 /// The kind of a series the daemon holds: (source, metric, labels).
-pub type KnownKind<'a> = &'a dyn Fn(&str, &str, &[pb::Label]) -> Option<pb::SampleKind>;
-
-/// Converts `req`, refusing series without a name or source, and records
-/// its metadata in `book`. `Full` when the converted request would exceed
-/// `budget`. `known` keeps a series' kind (see the module doc).
-pub fn convert(
-    req: &rw::WriteRequest,
-    cfg: &RemoteWriteConfig,
-    book: &MetadataBook,
-    cap: usize,
-    budget: Budget,
-    known: KnownKind<'_>,
-) -> Result<Converted, Full> {
-    let types: HashMap<&str, rw::metric_metadata::MetricType> = req
-        .metadata
-        .iter()
-        .map(|m| (m.metric_family_name.as_str(), m.r#type()))
-        .collect();
-    for m in &req.metadata {
-        book.record(
-            &m.metric_family_name,
-            family_type(m.r#type()),
-            &m.help,
-            &m.unit,
-        );
-    }
-    let mut b = RequestBuilder::new(cap, budget);
-    for ts in &req.timeseries {
-        let fresh: Vec<&rw::Sample> = ts
-            .samples
-            .iter()
-            .filter(|s| s.value.to_bits() != STALE_NAN)
-            .collect();
-        if fresh.is_empty() {
-            continue;
-        }
-        let count = fresh.len() as u64;
-        let Some(name) = ts.labels.iter().find(|l| l.name == "__name__") else {
-            b.refuse(count, RejectReason::InvalidPoint, || {
-                "a series without a __name__ label".into()
-            });
-            continue;
-        };
-        let source = cfg.source_labels.iter().find_map(|s| {
-            ts.labels
-                .iter()
-                .find(|l| &l.name == s && !l.value.is_empty())
-        });
-        let Some(source) = source else {
-            b.refuse(count, RejectReason::MissingSource, || {
-                format!(
-                    "series {:?} has none of the source labels {} (remote_write.source_labels)",
-                    name.value,
-                    cfg.source_labels.join(", ")
-                )
-            });
-            continue;
-        };
-        let labels: Vec<pb::Label> = ts
-            .labels
-            .iter()
-            .filter(|l| l.name != "__name__" && l.name != source.name)
-            .map(|l| pb::Label {
-                name: l.name.clone(),
-                value: l.value.clone(),
-            })
-            .collect();
-        let kind = series_kind(&name.value, &types, book, || {
-            known(&source.value, &name.value, &labels)
-        });
-        b.push(
-            &source.value,
-            pb::SeriesSamples {
-                metric: name.value.clone(),
-                kind: kind as i32,
-                timestamps_ms: fresh.iter().map(|s| s.timestamp).collect(),
-                values: fresh.iter().map(|s| s.value).collect(),
-                start_times_ms: Vec::new(),
-                labels,
-            },
-        )?;
-    }
-    Ok(b.finish())
-}
+pub type KnownKind<'a> = &'a (dyn Fn(&str, &str, &[(&str, &str)]) -> Option<pb::SampleKind> + Sync);
 
 const COUNTER_SUFFIXES: [&str; 4] = ["_total", "_count", "_sum", "_bucket"];
 
-fn family_type(t: rw::metric_metadata::MetricType) -> FamilyType {
+/// A `MetricMetadata.type` as sent (unknown values as `Unknown`).
+fn family_type_of(t: i32) -> FamilyType {
     use rw::metric_metadata::MetricType as T;
-    match t {
+    match T::try_from(t).unwrap_or(T::Unknown) {
         T::Counter => FamilyType::Counter,
         T::Gauge => FamilyType::Gauge,
         T::Histogram => FamilyType::Histogram,
@@ -174,7 +97,7 @@ fn family_type(t: rw::metric_metadata::MetricType) -> FamilyType {
 /// in memory (`known`) when there is one.
 fn series_kind(
     name: &str,
-    types: &HashMap<&str, rw::metric_metadata::MetricType>,
+    types: &HashMap<&str, FamilyType>,
     book: &MetadataBook,
     known: impl FnOnce() -> Option<pb::SampleKind>,
 ) -> pb::SampleKind {
@@ -190,14 +113,14 @@ fn series_kind(
 /// has it.
 fn kind_by_metadata(
     name: &str,
-    types: &HashMap<&str, rw::metric_metadata::MetricType>,
+    types: &HashMap<&str, FamilyType>,
     book: &MetadataBook,
 ) -> Option<pb::SampleKind> {
     let counter = pb::SampleKind::CumulativeCounter;
     let described = |family: &str| {
         types
             .get(family)
-            .map(|t| family_type(*t))
+            .copied()
             .or_else(|| book.get(family).map(|f| f.kind))
     };
     if let Some(t) = described(name) {
@@ -228,7 +151,11 @@ fn kind_by_name(name: &str) -> pb::SampleKind {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message as _;
+
     use super::*;
+    use crate::aggregator::{IngestOutcome, RejectReason};
+    use crate::ingest::builder::Budget;
 
     fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> rw::TimeSeries {
         rw::TimeSeries {
@@ -247,6 +174,26 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// Parses `req` as its sender encodes it; the view back in owned form.
+    fn convert(
+        req: &rw::WriteRequest,
+        cfg: &RemoteWriteConfig,
+        book: &MetadataBook,
+        cap: usize,
+        budget: Budget,
+        known: KnownKind<'_>,
+    ) -> Result<(pb::PushRequest, IngestOutcome), ParseError> {
+        let bytes = req.encode_to_vec();
+        let p = Parse {
+            cfg,
+            book,
+            cap,
+            budget,
+            known,
+        };
+        p.view(&bytes).map(|(v, out)| (v.to_request(), out))
     }
 
     const BUDGET: Budget = Budget {
@@ -272,7 +219,7 @@ mod tests {
             ],
             metadata: vec![],
         };
-        let c = convert(
+        let (request, refused) = convert(
             &req,
             &RemoteWriteConfig::default(),
             &MetadataBook::new(),
@@ -281,21 +228,21 @@ mod tests {
             &|_, _, _| None,
         )
         .unwrap();
-        assert_eq!(c.request.sources.len(), 1);
-        let s = &c.request.sources[0];
+        assert_eq!(request.sources.len(), 1);
+        let s = &request.sources[0];
         assert_eq!(s.source, "h1");
         assert_eq!(s.series[0].metric, "node_cpu_seconds_total");
         assert_eq!(s.series[0].values, [5.0]);
         assert_eq!(s.series[0].kind, pb::SampleKind::CumulativeCounter as i32);
         let names: Vec<&str> = s.series[0].labels.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["cpu", "mode"]);
-        assert_eq!(c.refused.rejected, 3);
+        assert_eq!(refused.rejected, 3);
         assert_eq!(
-            c.refused.rejected_by_reason[RejectReason::MissingSource as usize],
+            refused.rejected_by_reason[RejectReason::MissingSource as usize],
             1
         );
         assert_eq!(
-            c.refused.rejected_by_reason[RejectReason::InvalidPoint as usize],
+            refused.rejected_by_reason[RejectReason::InvalidPoint as usize],
             2
         );
     }
@@ -316,10 +263,10 @@ mod tests {
                 meta("temp_sum", T::Gauge),
             ],
         };
-        let types: HashMap<&str, T> = req
+        let types: HashMap<&str, FamilyType> = req
             .metadata
             .iter()
-            .map(|m| (m.metric_family_name.as_str(), m.r#type()))
+            .map(|m| (m.metric_family_name.as_str(), family_type_of(m.r#type)))
             .collect();
         let c = pb::SampleKind::CumulativeCounter;
         let g = pb::SampleKind::Gauge;
@@ -367,7 +314,7 @@ mod tests {
             )],
             metadata: vec![],
         };
-        let c = convert(
+        let (request, _) = convert(
             &req,
             &RemoteWriteConfig::default(),
             &book,
@@ -376,7 +323,7 @@ mod tests {
             unknown,
         )
         .unwrap();
-        let s = &c.request.sources[0].series[0];
+        let s = &request.sources[0].series[0];
         assert_eq!(
             s.kind,
             pb::SampleKind::Gauge as i32,
@@ -414,8 +361,11 @@ mod tests {
     #[test]
     fn a_series_keeps_its_kind_whichever_way_it_is_sent() {
         use rw::metric_metadata::MetricType as T;
-        let with_meta: HashMap<&str, T> = [("queue_total", T::Gauge)].into_iter().collect();
-        let without: HashMap<&str, T> = HashMap::new();
+        let with_meta: HashMap<&str, FamilyType> =
+            [("queue_total", family_type_of(T::Gauge as i32))]
+                .into_iter()
+                .collect();
+        let without: HashMap<&str, FamilyType> = HashMap::new();
         let (c, g) = (pb::SampleKind::CumulativeCounter, pb::SampleKind::Gauge);
         // Typed by the request's metadata (which `convert` puts in the
         // book), then sent without: in memory it stays a gauge.
@@ -436,7 +386,8 @@ mod tests {
         // Not in memory: the metadata decides.
         assert_eq!(series_kind("queue_total", &without, &fresh, || None), g);
         // Agreeing metadata, or none: never looked up.
-        let agree: HashMap<&str, T> = [("hits_total", T::Counter)].into_iter().collect();
+        let agree: HashMap<&str, FamilyType> =
+            [("hits_total", FamilyType::Counter)].into_iter().collect();
         let lookup = || -> Option<pb::SampleKind> { panic!("looked up") };
         assert_eq!(series_kind("hits_total", &agree, &book, lookup), c);
         assert_eq!(series_kind("node_load1", &without, &book, lookup), g);

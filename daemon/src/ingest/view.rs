@@ -20,6 +20,9 @@
 //! unknown groups is counted from each of the request's own messages here,
 //! not from the request, so it allows at most three levels more.
 
+mod build;
+mod encode;
+
 use std::fmt;
 use std::ops::Range;
 
@@ -28,6 +31,8 @@ use prost::encoding::{
     WireType,
 };
 use tally_proto::v1 as pb;
+
+pub use build::{Mark, ViewBuilder};
 
 /// Why a request's bytes do not decode. Displays as prost's own message.
 #[derive(Debug)]
@@ -49,7 +54,7 @@ pub enum ViewError {
 
 impl ViewError {
     /// Names the field the error happened in, as generated code does.
-    fn at(mut self, message: &'static str, field: &'static str) -> ViewError {
+    pub(crate) fn at(mut self, message: &'static str, field: &'static str) -> ViewError {
         match &mut self {
             ViewError::Wire(e) => e.push(message, field),
             ViewError::Own { stack, .. } => stack.push((message, field)),
@@ -366,6 +371,44 @@ impl<'a> PushView<'a> {
     }
 }
 
+impl crate::wal::EncodeRequest for PushView<'_> {
+    fn request_len(&self) -> usize {
+        self.encoded_len()
+    }
+
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        self.encode(out)
+    }
+}
+
+#[cfg(test)]
+impl PushView<'_> {
+    /// The view in the generated types, for tests to compare.
+    pub(crate) fn to_request(&self) -> pb::PushRequest {
+        let label = |&(name, value): &(&str, &str)| pb::Label {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        };
+        let series = |s: SeriesView<'_>| pb::SeriesSamples {
+            metric: s.metric.to_owned(),
+            kind: s.kind,
+            labels: s.labels.iter().map(label).collect(),
+            timestamps_ms: s.timestamps_ms.to_vec(),
+            values: s.values.to_vec(),
+            start_times_ms: s.start_times_ms.to_vec(),
+        };
+        let sources = self
+            .sources()
+            .map(|src| pb::SourceBatch {
+                source: src.source().to_owned(),
+                groups: src.groups().iter().map(|g| (*g).to_owned()).collect(),
+                series: src.series().map(series).collect(),
+            })
+            .collect();
+        pb::PushRequest { sources }
+    }
+}
+
 /// Appends `from` to a column, returning where it went.
 fn extend<T: Copy>(column: &mut Vec<T>, from: &[T]) -> Range<usize> {
     let start = column.len();
@@ -373,7 +416,7 @@ fn extend<T: Copy>(column: &mut Vec<T>, from: &[T]) -> Range<usize> {
     start..column.len()
 }
 
-fn own(why: &'static str) -> ViewError {
+pub(crate) fn own(why: &'static str) -> ViewError {
     ViewError::Own {
         why,
         stack: Vec::new(),
@@ -383,7 +426,7 @@ fn own(why: &'static str) -> ViewError {
 /// Reads an embedded message's fields with `field`, as prost's
 /// `merge_loop` does: from the whole buffer up to the message's length, so
 /// a field running past it fails the same way.
-fn nested<'a>(
+pub(crate) fn nested<'a>(
     buf: &mut &'a [u8],
     mut field: impl FnMut(&mut &'a [u8], u32, WireType) -> Result<(), ViewError>,
 ) -> Result<(), ViewError> {
@@ -403,7 +446,10 @@ fn nested<'a>(
 }
 
 /// A string field, borrowed. Fails as prost's `string::merge` does.
-fn borrow_str<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a str, ViewError> {
+pub(crate) fn borrow_str<'a>(
+    wire_type: WireType,
+    buf: &mut &'a [u8],
+) -> Result<&'a str, ViewError> {
     check_wire_type(WireType::LengthDelimited, wire_type)?;
     let len = decode_varint(buf)?;
     let bytes = usize::try_from(len)

@@ -39,13 +39,33 @@ use writer::{Cmd, Writer};
 use crate::validate::Problems;
 
 /// A request as the log gets it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Logged<'a> {
     /// A `tally.v1.PushRequest`'s encoding as it was received, logged as
     /// it is (shared, not copied, until the writer frames it).
     Wire(Bytes),
-    /// A request built here (from OTLP or remote-write), encoded for the log.
-    Request(&'a pb::PushRequest),
+    /// A request read from another protocol, encoded for the log from
+    /// the form admission read it in.
+    Request(&'a dyn EncodeRequest),
+}
+
+/// A request that writes itself out as a `tally.v1.PushRequest` encoding,
+/// so that the log need not know the form a front door read it in.
+pub trait EncodeRequest: Sync {
+    /// Bytes [`EncodeRequest::encode_to`] appends.
+    fn request_len(&self) -> usize;
+    fn encode_to(&self, out: &mut Vec<u8>);
+}
+
+impl EncodeRequest for pb::PushRequest {
+    fn request_len(&self) -> usize {
+        prost::Message::encoded_len(self)
+    }
+
+    fn encode_to(&self, out: &mut Vec<u8>) {
+        // Writing into a Vec cannot fail.
+        let _ = prost::Message::encode(self, out);
+    }
 }
 
 /// When an append counts as written.

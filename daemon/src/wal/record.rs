@@ -97,10 +97,13 @@ pub enum DecodeError {
 
 /// Encodes a request record straight from the borrowed request, so the log
 /// costs one copy of it.
-pub fn encode_request(now_ms: i64, refused_sources: &[u32], request: &pb::PushRequest) -> Vec<u8> {
-    let mut out = request_head(now_ms, refused_sources, request.encoded_len());
-    // Writing into a Vec cannot fail.
-    let _ = request.encode(&mut out);
+pub fn encode_request(
+    now_ms: i64,
+    refused_sources: &[u32],
+    request: &dyn super::EncodeRequest,
+) -> Vec<u8> {
+    let mut out = request_head(now_ms, refused_sources, request.request_len());
+    request.encode_to(&mut out);
     out
 }
 

@@ -6,11 +6,11 @@
 //! so a small compressed body cannot make the daemon allocate more), and
 //! need an `ingest` (or `admin`) token when tokens are on.
 
+mod inflate;
 mod influx;
 mod otlp;
 mod remote_write;
 
-use std::io::Read as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,38 +63,8 @@ pub(super) fn router(state: PushState, body_timeout: Duration) -> Router {
         .merge(limit_body(influx_v2, limits(influx::refuse_body_v2)))
 }
 
+use inflate::{gunzip, BodyError, Inflated};
 pub(super) use influx::credentials as influx_credentials;
-
-/// Why a body could not be read.
-#[derive(Debug)]
-enum BodyError {
-    /// Unsupported `Content-Encoding` (415).
-    Encoding(String),
-    /// The body inflates past the limit (413).
-    TooLarge(usize),
-    /// The compressed body is malformed (400).
-    Corrupt(String),
-}
-
-impl BodyError {
-    fn status(&self) -> StatusCode {
-        match self {
-            BodyError::Encoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            BodyError::Corrupt(_) => StatusCode::BAD_REQUEST,
-        }
-    }
-
-    fn message(&self) -> String {
-        match self {
-            BodyError::Encoding(e) => format!("unsupported Content-Encoding {e:?}"),
-            BodyError::TooLarge(max) => format!(
-                "the request body inflates to more than {max} bytes (ingest.max_message_bytes): send smaller batches"
-            ),
-            BodyError::Corrupt(e) => format!("the request body could not be decompressed: {e}"),
-        }
-    }
-}
 
 /// The header's value as text, lower-cased, parameters dropped.
 fn media(headers: &HeaderMap, name: header::HeaderName) -> String {
@@ -104,31 +74,6 @@ fn media(headers: &HeaderMap, name: header::HeaderName) -> String {
         .and_then(|v| v.split(';').next())
         .map(|v| v.trim().to_ascii_lowercase())
         .unwrap_or_default()
-}
-
-/// Inflates a gzip body, refusing it once it passes `max` bytes.
-fn gunzip(body: &[u8], max: usize) -> Result<Vec<u8>, BodyError> {
-    let mut out = Vec::new();
-    flate2::read::GzDecoder::new(body)
-        .take(max as u64 + 1)
-        .read_to_end(&mut out)
-        .map_err(|e| BodyError::Corrupt(e.to_string()))?;
-    if out.len() > max {
-        return Err(BodyError::TooLarge(max));
-    }
-    Ok(out)
-}
-
-/// Inflates a snappy (block format) body, refusing one that says it
-/// inflates past `max` before allocating for it.
-fn unsnappy(body: &[u8], max: usize) -> Result<Vec<u8>, BodyError> {
-    let len = snap::raw::decompress_len(body).map_err(|e| BodyError::Corrupt(e.to_string()))?;
-    if len > max {
-        return Err(BodyError::TooLarge(max));
-    }
-    snap::raw::Decoder::new()
-        .decompress_vec(body)
-        .map_err(|e| BodyError::Corrupt(e.to_string()))
 }
 
 /// The grant the auth middleware attached; none means tokens are off.

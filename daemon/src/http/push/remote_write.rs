@@ -19,12 +19,11 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use prost::Message as _;
-use tally_proto::prometheus::WriteRequest;
 
-use super::{grant, media, refusal, text, unread, unsnappy, PushState};
+use super::{grant, media, refusal, text, unread, Inflated, PushState};
 use crate::auth::Grant;
-use crate::ingest::{first_problems, remote_write, Protocol};
+use crate::ingest::remote_write::{self, ParseError};
+use crate::ingest::{first_problems, Protocol};
 use axum::http::HeaderValue;
 
 pub(super) async fn write(
@@ -33,39 +32,38 @@ pub(super) async fn write(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let req = match decode(&headers, &body, s.ingest.limits().max_message_bytes) {
-        Ok(req) => req,
+    let raw = match inflate(&headers, &body, s.ingest.limits().max_message_bytes) {
+        Ok(raw) => raw,
         Err((status, msg)) => {
             unread(&s.ingest, Protocol::RemoteWrite);
             return unwritten(text(status, None, msg));
         }
     };
-    let cap = s.ingest.limits().max_rejections_reported;
-    let budget = s.ingest.budget();
     let ingest = &s.ingest;
-    let known = |source: &str, metric: &str, labels: &[tally_proto::v1::Label]| {
+    let known = |source: &str, metric: &str, labels: &[(&str, &str)]| {
         ingest.known_kind(source, metric, labels)
     };
-    let converted = remote_write::convert(
-        &req,
-        &s.remote_write,
-        s.ingest.metadata(),
-        cap,
-        budget,
-        &known,
-    );
-    let Ok(converted) = converted else {
-        let e = s.ingest.too_large(Protocol::RemoteWrite, budget);
-        return text(StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
+    let parse = remote_write::Parse {
+        cfg: &s.remote_write,
+        book: ingest.metadata(),
+        cap: ingest.limits().max_rejections_reported,
+        budget: ingest.budget(),
+        known: &known,
     };
-    let outcome = s
-        .ingest
-        .ingest(
-            &converted.request,
-            &grant(g),
-            Protocol::RemoteWrite,
-            converted.refused,
-        )
+    let (view, refused) = match parse.view(raw.bytes()) {
+        Ok(parsed) => parsed,
+        Err(ParseError::Full) => {
+            let e = ingest.too_large(Protocol::RemoteWrite, parse.budget);
+            return text(StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
+        }
+        Err(ParseError::Wire(e)) => {
+            unread(ingest, Protocol::RemoteWrite);
+            let msg = format!("the body is not a prometheus.WriteRequest: {e}");
+            return unwritten(text(StatusCode::BAD_REQUEST, None, msg));
+        }
+    };
+    let outcome = ingest
+        .ingest_read(&view, &grant(g), Protocol::RemoteWrite, refused)
         .await;
     match outcome {
         Ok(out) if out.rejected == 0 => StatusCode::NO_CONTENT.into_response(),
@@ -127,11 +125,12 @@ fn proto_param(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-fn decode(
+/// The body inflated, once its type and encoding say it is remote-write 1.0.
+fn inflate(
     headers: &HeaderMap,
     body: &Bytes,
     max: usize,
-) -> Result<WriteRequest, (StatusCode, String)> {
+) -> Result<Inflated, (StatusCode, String)> {
     let ct = media(headers, header::CONTENT_TYPE);
     if !matches!(ct.as_str(), "application/x-protobuf" | "") {
         return Err((
@@ -161,11 +160,5 @@ fn decode(
             format!("Content-Encoding {enc:?} is not supported: remote-write 1.0 bodies are snappy-compressed"),
         ));
     }
-    let raw = unsnappy(body, max).map_err(|e| (e.status(), e.message()))?;
-    WriteRequest::decode(&raw[..]).map_err(|e| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("the body is not a prometheus.WriteRequest: {e}"),
-        )
-    })
+    Inflated::unsnappy(body, max).map_err(|e| (e.status(), e.message()))
 }

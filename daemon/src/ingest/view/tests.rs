@@ -8,32 +8,7 @@ use prost::Message;
 /// The view back in the generated types, to compare by encoding (which
 /// compares doubles bit for bit, NaNs included).
 fn owned(v: &PushView<'_>) -> pb::PushRequest {
-    let sources = v
-        .sources()
-        .map(|src| pb::SourceBatch {
-            source: src.source().to_owned(),
-            groups: src.groups().iter().map(|g| (*g).to_owned()).collect(),
-            series: src
-                .series()
-                .map(|s| pb::SeriesSamples {
-                    metric: s.metric.to_owned(),
-                    kind: s.kind,
-                    labels: s
-                        .labels
-                        .iter()
-                        .map(|(name, value)| pb::Label {
-                            name: (*name).to_owned(),
-                            value: (*value).to_owned(),
-                        })
-                        .collect(),
-                    timestamps_ms: s.timestamps_ms.to_vec(),
-                    values: s.values.to_vec(),
-                    start_times_ms: s.start_times_ms.to_vec(),
-                })
-                .collect(),
-        })
-        .collect();
-    pb::PushRequest { sources }
+    v.to_request()
 }
 
 /// Decodes `bytes` both ways and requires the same request or the same

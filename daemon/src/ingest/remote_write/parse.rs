@@ -1,0 +1,380 @@
+//! Reads a remote-write 1.0 `prometheus.WriteRequest` from its
+//! decompressed bytes straight into a [`PushView`]: every name and label a
+//! slice of those bytes, every sample appended to the view's columns, the
+//! request's metadata into the [`MetadataBook`]. No owned message is made
+//! on the way, neither Prometheus' nor `tally.v1`'s.
+//!
+//! The decoding is prost's primitives (keys, varints, doubles, skipping
+//! unknown fields, nested lengths) with the view's own string checks, so a
+//! body prost refuses is refused here with the same message; a test holds
+//! the parse to prost's decoding of the same bytes, read through the
+//! mapping of the parent module.
+
+use hashbrown::HashMap;
+use prost::encoding::{
+    check_wire_type, decode_key, double, int32, int64, skip_field, DecodeContext, WireType,
+};
+
+use super::{family_type_of, series_kind, KnownKind, RemoteWriteConfig, STALE_NAN};
+use crate::aggregator::{IngestOutcome, RejectReason};
+use crate::ingest::builder::{Budget, Full};
+use crate::ingest::view::{borrow_str, nested, Mark, PushView, ViewBuilder, ViewError};
+use crate::metadata::{FamilyType, MetadataBook};
+
+/// Why a body did not become a view.
+#[derive(Debug)]
+pub enum ParseError {
+    /// Its bytes are not a `WriteRequest`.
+    Wire(ViewError),
+    /// It would exceed its [`Budget`].
+    Full,
+}
+
+impl From<ViewError> for ParseError {
+    fn from(e: ViewError) -> ParseError {
+        ParseError::Wire(e)
+    }
+}
+
+impl From<prost::DecodeError> for ParseError {
+    fn from(e: prost::DecodeError) -> ParseError {
+        ParseError::Wire(ViewError::Wire(e))
+    }
+}
+
+impl From<Full> for ParseError {
+    fn from(_: Full) -> ParseError {
+        ParseError::Full
+    }
+}
+
+/// What a parse needs besides the bytes.
+pub struct Parse<'c> {
+    pub cfg: &'c RemoteWriteConfig,
+    pub book: &'c MetadataBook,
+    /// Rejection details kept.
+    pub cap: usize,
+    pub budget: Budget,
+    pub known: KnownKind<'c>,
+}
+
+impl Parse<'_> {
+    /// The request in `bytes` as a view, and what the mapping refused
+    /// (series without a name or a source). Records its metadata first,
+    /// since metadata decides the kinds of the series beside it.
+    pub fn view<'a>(&self, bytes: &'a [u8]) -> Result<(PushView<'a>, IngestOutcome), ParseError> {
+        let types = self.metadata(bytes)?;
+        let mut b = ViewBuilder::new(self.cap, self.budget);
+        let mut buf = bytes;
+        while !buf.is_empty() {
+            let (tag, wire_type) = decode_key(&mut buf)?;
+            match tag {
+                1 => {
+                    check_wire_type(WireType::LengthDelimited, wire_type)
+                        .map_err(|e| ViewError::Wire(e).at("WriteRequest", "timeseries"))?;
+                    self.series(&mut b, &mut buf, &types)?;
+                }
+                _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
+            }
+        }
+        Ok(b.finish())
+    }
+
+    /// The request's metadata, by family, recorded in the book too.
+    fn metadata<'a>(&self, mut buf: &'a [u8]) -> Result<HashMap<&'a str, FamilyType>, ParseError> {
+        let mut types = HashMap::new();
+        while !buf.is_empty() {
+            let (tag, wire_type) = decode_key(&mut buf)?;
+            if tag != 3 {
+                skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+                continue;
+            }
+            check_wire_type(WireType::LengthDelimited, wire_type)?;
+            let (mut kind, mut family, mut help, mut unit) = (0i32, "", "", "");
+            nested(&mut buf, |buf, tag, wire_type| {
+                let named = |field| move |e: ViewError| e.at("MetricMetadata", field);
+                match tag {
+                    1 => int32::merge(wire_type, &mut kind, buf, DecodeContext::default())
+                        .map_err(|e| ViewError::Wire(e).at("MetricMetadata", "type")),
+                    2 => borrow_str(wire_type, buf)
+                        .map(|s| family = s)
+                        .map_err(named("metric_family_name")),
+                    4 => borrow_str(wire_type, buf)
+                        .map(|s| help = s)
+                        .map_err(named("help")),
+                    5 => borrow_str(wire_type, buf)
+                        .map(|s| unit = s)
+                        .map_err(named("unit")),
+                    _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
+                }
+            })
+            .map_err(|e| e.at("WriteRequest", "metadata"))?;
+            let t = family_type_of(kind);
+            self.book.record(family, t, help, unit);
+            types.insert(family, t);
+        }
+        Ok(types)
+    }
+
+    /// One `TimeSeries`: appended, mapped and ended, or refused and taken
+    /// back.
+    fn series<'a>(
+        &self,
+        b: &mut ViewBuilder<'a>,
+        buf: &mut &'a [u8],
+        types: &HashMap<&'a str, FamilyType>,
+    ) -> Result<(), ParseError> {
+        let mark = b.mark();
+        nested(buf, |buf, tag, wire_type| match tag {
+            1 => label(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "labels")),
+            2 => sample(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "samples")),
+            _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
+        })
+        .map_err(|e| e.at("WriteRequest", "timeseries"))?;
+        let count = b.samples_since(mark) as u64;
+        if count == 0 {
+            // Nothing but staleness markers (or no samples at all).
+            b.drop_series(mark);
+            return Ok(());
+        }
+        let Some(id) = self.identity(b, mark, count) else {
+            b.drop_series(mark);
+            return Ok(());
+        };
+        b.retain_labels(mark, |n| n != "__name__" && n != id.source_label);
+        let labels = b.labels_since(mark);
+        let kind = series_kind(id.name, types, self.book, || {
+            (self.known)(id.source, id.name, &*labels)
+        });
+        b.end_series(mark, id.source, id.name, kind as i32)?;
+        Ok(())
+    }
+
+    /// The series' source and metric name; None (and counted) when it
+    /// lacks either.
+    fn identity<'a>(
+        &self,
+        b: &mut ViewBuilder<'a>,
+        mark: Mark,
+        count: u64,
+    ) -> Option<Identity<'a>> {
+        let labels = b.labels_since(mark);
+        let Some(&(_, name)) = labels.iter().find(|l| l.0 == "__name__") else {
+            b.refuse(count, RejectReason::InvalidPoint, || {
+                "a series without a __name__ label".into()
+            });
+            return None;
+        };
+        let source = self.cfg.source_labels.iter().find_map(|s| {
+            labels
+                .iter()
+                .find(|l| l.0 == s.as_str() && !l.1.is_empty())
+                .copied()
+        });
+        let Some(source) = source else {
+            b.refuse(count, RejectReason::MissingSource, || {
+                format!(
+                    "series {:?} has none of the source labels {} (remote_write.source_labels)",
+                    name,
+                    self.cfg.source_labels.join(", ")
+                )
+            });
+            return None;
+        };
+        Some(Identity {
+            source_label: source.0,
+            source: source.1,
+            name,
+        })
+    }
+}
+
+/// Who a series is: its source (and the label that named it) and metric.
+struct Identity<'a> {
+    source_label: &'a str,
+    source: &'a str,
+    name: &'a str,
+}
+
+fn label<'a>(
+    b: &mut ViewBuilder<'a>,
+    wire_type: WireType,
+    buf: &mut &'a [u8],
+) -> Result<(), ViewError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    let (mut name, mut value) = ("", "");
+    nested(buf, |buf, tag, wire_type| match tag {
+        1 => borrow_str(wire_type, buf)
+            .map(|s| name = s)
+            .map_err(|e| e.at("Label", "name")),
+        2 => borrow_str(wire_type, buf)
+            .map(|s| value = s)
+            .map_err(|e| e.at("Label", "value")),
+        _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
+    })?;
+    b.label(name, value);
+    Ok(())
+}
+
+/// A sample, skipped when it is a staleness marker.
+fn sample(b: &mut ViewBuilder<'_>, wire_type: WireType, buf: &mut &[u8]) -> Result<(), ViewError> {
+    check_wire_type(WireType::LengthDelimited, wire_type)?;
+    let (mut value, mut ts) = (0f64, 0i64);
+    nested(buf, |buf, tag, wire_type| {
+        let ctx = DecodeContext::default();
+        match tag {
+            1 => double::merge(wire_type, &mut value, buf, ctx)
+                .map_err(|e| ViewError::Wire(e).at("Sample", "value")),
+            2 => int64::merge(wire_type, &mut ts, buf, ctx)
+                .map_err(|e| ViewError::Wire(e).at("Sample", "timestamp")),
+            _ => Ok(skip_field(wire_type, tag, buf, ctx)?),
+        }
+    })?;
+    if value.to_bits() != STALE_NAN {
+        b.sample(ts, value);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use prost::Message as _;
+    use tally_proto::prometheus as rw;
+    use tally_proto::v1 as pb;
+
+    use super::*;
+
+    fn request() -> impl Strategy<Value = rw::WriteRequest> {
+        let label = prop_oneof![
+            Just("__name__".to_owned()),
+            Just("instance".to_owned()),
+            "[a-z]{1,2}",
+        ]
+        .prop_flat_map(|name| {
+            ("[a-z]{0,2}_?(total)?").prop_map(move |value| rw::Label {
+                name: name.clone(),
+                value,
+            })
+        });
+        let value = prop_oneof![
+            any::<f64>(),
+            Just(f64::from_bits(STALE_NAN)),
+            Just(f64::NAN)
+        ];
+        let sample =
+            (value, any::<i64>()).prop_map(|(value, timestamp)| rw::Sample { value, timestamp });
+        let series = (
+            prop::collection::vec(label, 0..4),
+            prop::collection::vec(sample, 0..3),
+        )
+            .prop_map(|(labels, samples)| rw::TimeSeries { labels, samples });
+        prop::collection::vec(series, 0..6).prop_map(|timeseries| rw::WriteRequest {
+            timeseries,
+            metadata: vec![],
+        })
+    }
+
+    /// What the parse must make of a decoded request: series with samples
+    /// other than staleness markers, a name and a source, grouped by
+    /// source in order of first appearance, without those two labels.
+    fn expected(req: &rw::WriteRequest) -> (pb::PushRequest, u64) {
+        let mut out = pb::PushRequest::default();
+        let mut refused = 0;
+        for ts in &req.timeseries {
+            let fresh: Vec<&rw::Sample> = ts
+                .samples
+                .iter()
+                .filter(|s| s.value.to_bits() != STALE_NAN)
+                .collect();
+            if fresh.is_empty() {
+                continue;
+            }
+            let name = ts.labels.iter().find(|l| l.name == "__name__");
+            let source = ts
+                .labels
+                .iter()
+                .find(|l| l.name == "instance" && !l.value.is_empty());
+            let (Some(name), Some(source)) = (name, source) else {
+                refused += fresh.len() as u64;
+                continue;
+            };
+            let at = match out.sources.iter().position(|s| s.source == source.value) {
+                Some(at) => at,
+                None => {
+                    out.sources.push(pb::SourceBatch {
+                        source: source.value.clone(),
+                        ..Default::default()
+                    });
+                    out.sources.len() - 1
+                }
+            };
+            out.sources[at].series.push(pb::SeriesSamples {
+                metric: name.value.clone(),
+                kind: super::super::kind_by_name(&name.value) as i32,
+                labels: ts
+                    .labels
+                    .iter()
+                    .filter(|l| l.name != "__name__" && l.name != "instance")
+                    .map(|l| pb::Label {
+                        name: l.name.clone(),
+                        value: l.value.clone(),
+                    })
+                    .collect(),
+                timestamps_ms: fresh.iter().map(|s| s.timestamp).collect(),
+                values: fresh.iter().map(|s| s.value).collect(),
+                start_times_ms: vec![],
+            });
+        }
+        (out, refused)
+    }
+
+    fn parse(bytes: &[u8]) -> Result<(pb::PushRequest, u64), ParseError> {
+        let cfg = RemoteWriteConfig::default();
+        let book = MetadataBook::new();
+        let p = Parse {
+            cfg: &cfg,
+            book: &book,
+            cap: 10,
+            budget: Budget {
+                samples: usize::MAX,
+                bytes: usize::MAX,
+            },
+            known: &|_, _, _| None,
+        };
+        p.view(bytes).map(|(v, out)| (v.to_request(), out.rejected))
+    }
+
+    proptest! {
+        #[test]
+        fn a_request_parses_as_its_decoded_form_maps(req in request()) {
+            let bytes = req.encode_to_vec();
+            let got = parse(&bytes).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            // From what the wire says (a -0.0 is sent as no value at all).
+            let want = expected(&rw::WriteRequest::decode(&bytes[..])?);
+            prop_assert_eq!(got.0.encode_to_vec(), want.0.encode_to_vec());
+            prop_assert_eq!(got.1, want.1);
+        }
+
+        /// Damaged bytes are refused exactly when prost refuses them.
+        #[test]
+        fn damaged_bytes_fail_as_prost_fails(
+            req in request(),
+            flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let mut bytes = req.encode_to_vec();
+            if bytes.is_empty() {
+                return Ok(());
+            }
+            for (at, b) in flips {
+                let i = at.index(bytes.len());
+                bytes[i] ^= b;
+            }
+            bytes.truncate(cut.index(bytes.len() + 1));
+            let ours = parse(&bytes);
+            let theirs = rw::WriteRequest::decode(&bytes[..]);
+            prop_assert_eq!(ours.is_err(), theirs.is_err(), "ours {:?}", ours.err());
+        }
+    }
+}
