@@ -67,6 +67,23 @@ pub enum LabelError {
 /// (reserved) also gets `key_`, and `source` (the label Tally gives the
 /// source) becomes `exported_source`.
 pub fn label_name_from_key(key: &str) -> String {
+    label_name_from_key_cow(key).into_owned()
+}
+
+/// [`label_name_from_key`], borrowing `key` when it is already the name.
+pub fn label_name_from_key_cow(key: &str) -> std::borrow::Cow<'_, str> {
+    let plain = key.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    let renamed = key.starts_with(|c: char| c.is_ascii_digit())
+        || key.starts_with("__")
+        || key == SOURCE_LABEL
+        || key == TALLY_METRIC_LABEL;
+    if plain && !renamed {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    std::borrow::Cow::Owned(rename_key(key))
+}
+
+fn rename_key(key: &str) -> String {
     let mut name: String = key
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

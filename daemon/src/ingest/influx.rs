@@ -24,16 +24,20 @@
 //! `influx.max_line_bytes` is refused unparsed. Every refused line is
 //! reported by its number, and the good lines of the same body are kept.
 
+use std::borrow::Cow;
 use std::fmt;
 
+use bumpalo::Bump;
 use hashbrown::HashSet;
-use influxdb_line_protocol::{parse_lines, split_lines, FieldValue, ParsedLine};
+use influxdb_line_protocol::{parse_lines, split_lines, EscapedStr, FieldValue, ParsedLine};
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use tally_proto::v1 as pb;
 
-use super::builder::{Budget, Converted, Full, RequestBuilder};
+use super::builder::{Budget, Full};
+use super::view::{PushView, ViewBuilder};
 use crate::aggregator::{IngestOutcome, RejectReason};
-use crate::labels::label_name_from_key;
+use crate::labels::label_name_from_key_cow;
 use crate::validate::Problems;
 
 /// `[influx]`: how line-protocol lines map to sources.
@@ -120,16 +124,21 @@ impl fmt::Display for LineProblem {
     }
 }
 
-/// A line-protocol body in `tally.v1` form.
-pub struct InfluxRequest {
-    pub converted: Converted,
-    /// The line each series came from, by series ordinal.
+/// A line-protocol body read into a view of it.
+pub struct InfluxRequest<'a> {
+    pub view: PushView<'a>,
+    /// Samples refused while reading.
+    pub refused: IngestOutcome,
+    /// The line each series came from, in the order series were read.
     line_of: Vec<u32>,
+    /// The order each series of the view was read in, by its place in the
+    /// view (empty when the same).
+    read_order: Vec<u32>,
     /// Lines holding a point (blank lines and comments are not counted).
     pub lines: u32,
-    /// Lines refused while converting, the first `cap` of them.
+    /// Lines refused while reading, the first `cap` of them.
     problems: Vec<LineProblem>,
-    /// All lines refused while converting.
+    /// All lines refused while reading.
     refused_lines: u32,
     /// String fields skipped.
     pub string_fields: u64,
@@ -141,40 +150,40 @@ const QUOTED: usize = 120;
 /// duplicates.
 const SORTED_INLINE: usize = 32;
 
-/// Converts a body, stamping lines without a timestamp with `now_ms`.
-/// Bytes that are not UTF-8 refuse the lines they are in. `Full` when the
-/// converted request would exceed `budget`.
-pub fn convert(
-    body: &[u8],
+/// Reads a body, stamping lines without a timestamp with `now_ms`. Names,
+/// tags and values are borrowed from the body where it holds them as they
+/// are; what must be made (a metric's `<measurement>_<field>`, a tag name
+/// made a label name, an unescaped value) is made in `arena`, which lives
+/// as long as the request. Bytes that are not UTF-8 refuse the lines they
+/// are in. `Full` when the request would exceed `budget`.
+pub fn convert<'a>(
+    body: &'a [u8],
+    arena: &'a Bump,
     precision: Precision,
     now_ms: i64,
     cfg: &InfluxConfig,
     cap: usize,
     budget: Budget,
-) -> Result<InfluxRequest, Full> {
-    let mut r = InfluxRequest {
-        converted: Converted {
-            request: pb::PushRequest::default(),
-            refused: IngestOutcome::default(),
-            ordinals: Vec::new(),
-        },
+) -> Result<InfluxRequest<'a>, Full> {
+    let mut r = Reading {
+        arena,
         line_of: Vec::new(),
         lines: 0,
         problems: Vec::new(),
         refused_lines: 0,
         string_fields: 0,
+        name: String::new(),
     };
     // A U+FFFD in a body that was UTF-8 is a character like any other;
     // in one that was not, it marks bytes that were replaced.
     // Checked whole first: much faster than the lossy decoder's walk, and
     // what every agent sends.
-    let text = match std::str::from_utf8(body) {
-        Ok(text) => std::borrow::Cow::Borrowed(text),
-        Err(_) => String::from_utf8_lossy(body),
+    let (text, lossy) = match std::str::from_utf8(body) {
+        Ok(text) => (text, false),
+        Err(_) => (&*arena.alloc_str(&String::from_utf8_lossy(body)), true),
     };
-    let lossy = matches!(text, std::borrow::Cow::Owned(_));
-    let mut b = RequestBuilder::new(cap, budget);
-    for (i, raw) in lines(&text).enumerate() {
+    let mut b = ViewBuilder::new(cap, budget);
+    for (i, raw) in lines(text).enumerate() {
         let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
         let text = raw.strip_suffix('\r').unwrap_or(raw);
         let outcome = if text.len() > cfg.max_line_bytes {
@@ -207,8 +216,29 @@ pub fn convert(
             }
         }
     }
-    r.converted = b.finish();
-    Ok(r)
+    let (view, refused, read_order) = b.finish_ordered();
+    Ok(InfluxRequest {
+        view,
+        refused,
+        line_of: r.line_of,
+        read_order,
+        lines: r.lines,
+        problems: r.problems,
+        refused_lines: r.refused_lines,
+        string_fields: r.string_fields,
+    })
+}
+
+/// A body being read.
+struct Reading<'a> {
+    arena: &'a Bump,
+    line_of: Vec<u32>,
+    lines: u32,
+    problems: Vec<LineProblem>,
+    refused_lines: u32,
+    string_fields: u64,
+    /// Where a metric name is put together before it goes to the arena.
+    name: String,
 }
 
 /// The body's lines. Only a quote (a string field may hold a newline) or
@@ -243,12 +273,12 @@ impl From<Full> for Refusal {
     }
 }
 
-impl InfluxRequest {
+impl<'a> Reading<'a> {
     /// Adds one parsed line's fields as series.
     fn line(
         &mut self,
-        b: &mut RequestBuilder,
-        line: &ParsedLine<'_>,
+        b: &mut ViewBuilder<'a>,
+        line: &ParsedLine<'a>,
         number: u32,
         precision: Precision,
         now_ms: i64,
@@ -271,7 +301,7 @@ impl InfluxRequest {
         let Some(source) = tags
             .iter()
             .find(|(k, _)| k.as_str() == cfg.source_tag)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| self.keep(v))
         else {
             return Err(Refusal::Line(
                 RejectReason::MissingSource,
@@ -281,21 +311,13 @@ impl InfluxRequest {
                 ),
             ));
         };
-        let labels: Vec<pb::Label> = tags
+        let labels: SmallVec<[(&'a str, &'a str); SORTED_INLINE]> = tags
             .iter()
             .filter(|(k, _)| k.as_str() != cfg.source_tag)
-            .map(|(k, v)| pb::Label {
-                name: label_name_from_key(k),
-                value: v.to_string(),
-            })
+            .map(|(k, v)| (self.label_name(k), self.keep(v)))
             .collect();
         let measurement = line.series.measurement.as_str();
-        // The last numeric field takes the labels; the others get copies.
-        let last = fields
-            .iter()
-            .rposition(|(_, v)| !matches!(v, FieldValue::String(_)));
-        let mut labels = Some(labels);
-        for (i, (key, value)) in fields.iter().enumerate() {
+        for (key, value) in fields.iter() {
             let v = match value {
                 FieldValue::F64(v) => *v,
                 FieldValue::I64(v) => *v as f64,
@@ -306,30 +328,41 @@ impl InfluxRequest {
                     continue;
                 }
             };
-            let key = key.as_str();
-            let mut metric = String::with_capacity(measurement.len() + 1 + key.len());
-            metric.push_str(measurement);
-            metric.push('_');
-            metric.push_str(key);
-            let series = pb::SeriesSamples {
-                metric,
-                kind: pb::SampleKind::Gauge as i32,
-                timestamps_ms: vec![ts_ms],
-                values: vec![v],
-                start_times_ms: Vec::new(),
-                labels: if Some(i) == last {
-                    labels.take().unwrap_or_default()
-                } else {
-                    labels.clone().unwrap_or_default()
-                },
-            };
-            let ordinal = b.push(source, series)?;
-            debug_assert_eq!(ordinal as usize, self.line_of.len());
+            self.name.clear();
+            self.name.push_str(measurement);
+            self.name.push('_');
+            self.name.push_str(key.as_str());
+            let metric: &'a str = self.arena.alloc_str(&self.name);
+            let mark = b.mark();
+            for &(name, value) in &labels {
+                b.label(name, value);
+            }
+            b.sample(ts_ms, v);
+            b.end_series(mark, source, metric, pb::SampleKind::Gauge as i32)?;
             self.line_of.push(number);
         }
         Ok(())
     }
 
+    /// A tag's text for the view: borrowed from the body when it is there
+    /// as it is, else made in the arena.
+    fn keep(&self, s: &EscapedStr<'a>) -> &'a str {
+        match s {
+            EscapedStr::SingleSlice(s) => s,
+            EscapedStr::CopiedValue(s) => self.arena.alloc_str(s),
+        }
+    }
+
+    /// A tag key as a label name, borrowed when it already is one.
+    fn label_name(&self, key: &EscapedStr<'a>) -> &'a str {
+        match label_name_from_key_cow(key.as_str()) {
+            Cow::Borrowed(_) => self.keep(key),
+            Cow::Owned(name) => self.arena.alloc_str(&name),
+        }
+    }
+}
+
+impl InfluxRequest<'_> {
     /// The refused lines: those refused while converting, then those with a
     /// sample the admission refused (its first reason each), in line order;
     /// at most `cap`. The second value counts every refused line, exactly
@@ -340,11 +373,10 @@ impl InfluxRequest {
         let mut listed_samples = 0u64;
         for r in &out.rejections {
             let Some(line) = self
-                .converted
-                .ordinals
-                .get(r.source_index as usize)
-                .and_then(|s| s.get(r.series_index as usize))
-                .and_then(|o| self.line_of.get(*o as usize))
+                .view
+                .series_at(r.source_index, r.series_index)
+                .map(|at| self.read_order.get(at).map_or(at, |&o| o as usize))
+                .and_then(|o| self.line_of.get(o))
             else {
                 continue;
             };

@@ -7,9 +7,15 @@ const BUDGET: Budget = Budget {
     bytes: 1 << 20,
 };
 
-fn run(body: &str, precision: Precision) -> InfluxRequest {
+/// An arena for a test's request, kept to the end of the test run.
+fn arena() -> &'static Bump {
+    Box::leak(Box::new(Bump::new()))
+}
+
+fn run(body: &str, precision: Precision) -> InfluxRequest<'_> {
     convert(
         body.as_bytes(),
+        arena(),
         precision,
         7_000,
         &InfluxConfig::default(),
@@ -35,7 +41,7 @@ fn fields_become_metrics_and_tags_labels() {
     let r = run(body, Precision::Nanoseconds);
     assert_eq!(r.lines, 2);
     assert_eq!(r.string_fields, 1);
-    let req = &r.converted.request;
+    let req = &r.view.to_request();
     assert_eq!(req.sources.len(), 2);
     let web1 = &req.sources[0];
     assert_eq!(web1.source, "web-1");
@@ -53,7 +59,7 @@ fn fields_become_metrics_and_tags_labels() {
     }
     // Nanoseconds: 1700000000 ns is 1700 ms.
     assert_eq!(req.sources[1].series[0].timestamps_ms, [1_700]);
-    assert_eq!(r.converted.refused.rejected, 0);
+    assert_eq!(r.refused.rejected, 0);
 }
 
 #[test]
@@ -70,12 +76,13 @@ fn precisions_and_the_time_of_arrival() {
         (Precision::Hours, "1", 3_600_000),
         (Precision::Nanoseconds, "-1", -1),
     ] {
-        let r = run(&format!("m,host=h v=1 {ts}"), p);
-        assert_eq!(r.converted.request.sources[0].series[0].timestamps_ms, [ms]);
+        let body = format!("m,host=h v=1 {ts}");
+        let r = run(&body, p);
+        assert_eq!(r.view.to_request().sources[0].series[0].timestamps_ms, [ms]);
     }
     let r = run("m,host=h v=1", Precision::Seconds);
     assert_eq!(
-        r.converted.request.sources[0].series[0].timestamps_ms,
+        r.view.to_request().sources[0].series[0].timestamps_ms,
         [7_000]
     );
     for (text, p) in [
@@ -115,13 +122,13 @@ fn bad_lines_are_refused_by_number_and_the_rest_kept() {
     .join("\n");
     let r = run(&body, Precision::Milliseconds);
     assert_eq!(r.lines, 11);
-    let kept: Vec<f64> = r.converted.request.sources[0]
+    let kept: Vec<f64> = r.view.to_request().sources[0]
         .series
         .iter()
         .map(|s| s.values[0])
         .collect();
     assert_eq!(kept, [1.0, 2.0]);
-    let out = r.converted.refused.clone();
+    let out = r.refused.clone();
     assert_eq!(out.rejected, 9);
     assert_eq!(
         out.rejected_by_reason[RejectReason::MissingSource as usize],
@@ -166,6 +173,7 @@ fn bytes_that_are_not_utf8_refuse_their_line_only() {
     body.extend_from_slice("\nm,host=h,t=\u{fffd} c=3\n".as_bytes());
     let r = convert(
         &body,
+        arena(),
         Precision::Nanoseconds,
         0,
         &InfluxConfig::default(),
@@ -173,7 +181,7 @@ fn bytes_that_are_not_utf8_refuse_their_line_only() {
         BUDGET,
     )
     .unwrap();
-    let out = r.converted.refused.clone();
+    let out = r.refused.clone();
     let (problems, _) = r.refused_lines(&out, 10);
     // Line 3's U+FFFD is also refused: the body was not UTF-8, so it cannot
     // be told from a replaced byte.
@@ -181,7 +189,7 @@ fn bytes_that_are_not_utf8_refuse_their_line_only() {
     assert!(problems[0].why.contains("not UTF-8"));
     // In a UTF-8 body, U+FFFD is an ordinary character.
     let r = run("m,host=h,t=\u{fffd} c=3", Precision::Nanoseconds);
-    assert_eq!(r.converted.refused.rejected, 0);
+    assert_eq!(r.refused.rejected, 0);
 }
 
 #[test]
@@ -193,6 +201,7 @@ fn the_budget_refuses_the_whole_body() {
     };
     let r = convert(
         body.as_bytes(),
+        arena(),
         Precision::Nanoseconds,
         0,
         &InfluxConfig::default(),
@@ -206,13 +215,10 @@ fn the_budget_refuses_the_whole_body() {
 fn many_fields_are_checked_for_duplicates_with_a_set() {
     let fields: Vec<String> = (0..40).map(|i| format!("f{i}=1")).collect();
     let ok = format!("m,host=h {}", fields.join(","));
-    assert_eq!(
-        run(&ok, Precision::Nanoseconds).converted.refused.rejected,
-        0
-    );
+    assert_eq!(run(&ok, Precision::Nanoseconds).refused.rejected, 0);
     let dup = format!("{ok},f7=2");
     let r = run(&dup, Precision::Nanoseconds);
-    let (p, _) = r.refused_lines(&r.converted.refused, 10);
+    let (p, _) = r.refused_lines(&r.refused, 10);
     assert!(p[0].why.contains("field \"f7\" is given twice"), "{:?}", p);
 }
 
@@ -224,6 +230,7 @@ fn the_source_tag_is_configurable() {
     };
     let r = convert(
         b"t,device=d1,host=h v=1",
+        arena(),
         Precision::Nanoseconds,
         0,
         &cfg,
@@ -231,9 +238,51 @@ fn the_source_tag_is_configurable() {
         BUDGET,
     )
     .unwrap();
-    let s = &r.converted.request.sources[0];
+    let req = r.view.to_request();
+    let s = &req.sources[0];
     assert_eq!(s.source, "d1");
     assert_eq!(labels(&s.series[0]), [("host".into(), "h".into())]);
+}
+
+/// Lines of interleaved hosts are grouped by host in the view, and a
+/// sample the admission refuses is still reported at the line it came on.
+#[test]
+fn refusals_find_their_line_through_the_grouping_by_host() {
+    let body = "m,host=a v=1\nm,host=b v=2\nm,host=a w=3\nm,host=b w=4\n";
+    let r = run(body, Precision::Nanoseconds);
+    let req = r.view.to_request();
+    let hosts: Vec<(&str, Vec<f64>)> = req
+        .sources
+        .iter()
+        .map(|s| {
+            (
+                s.source.as_str(),
+                s.series.iter().map(|x| x.values[0]).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(hosts, [("a", vec![1.0, 3.0]), ("b", vec![2.0, 4.0])]);
+    // The admission refuses host a's second series (line 3) and host b's
+    // first (line 2).
+    let mut out = IngestOutcome::default();
+    for (source_index, series_index) in [(0, 1), (1, 0)] {
+        let series = &req.sources[source_index as usize].series[series_index as usize];
+        let b = crate::aggregator::SeriesBatch {
+            source: "",
+            metric: &series.metric,
+            labels: "",
+            kind: None,
+            timestamps_ms: &series.timestamps_ms,
+            values: &series.values,
+            start_times_ms: &[],
+            source_index,
+            series_index,
+        };
+        out.reject_series(10, &b, RejectReason::TooOld, || "too old".into());
+    }
+    let (problems, count) = r.refused_lines(&out, 10);
+    assert_eq!(problems.iter().map(|p| p.line).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(count, 2);
 }
 
 proptest! {
@@ -249,16 +298,16 @@ proptest! {
     /// Any bytes: no panic, and every line is either kept or refused.
     #[test]
     fn any_body_converts_without_panicking(body in proptest::collection::vec(any::<u8>(), 0..400)) {
-        let r = convert(&body, Precision::Nanoseconds, 0, &InfluxConfig::default(), 5, BUDGET).unwrap();
-        let (_, refused) = r.refused_lines(&r.converted.refused, 5);
+        let r = convert(&body, arena(), Precision::Nanoseconds, 0, &InfluxConfig::default(), 5, BUDGET).unwrap();
+        let (_, refused) = r.refused_lines(&r.refused, 5);
         prop_assert!(refused <= u64::from(r.lines));
     }
 
     /// Line-protocol-shaped text, from the characters that matter to it.
     #[test]
     fn line_shaped_bodies_convert_without_panicking(body in "[a-c,= \\\\\"\\n0-9.ituf\\-]{0,200}") {
-        let r = convert(body.as_bytes(), Precision::Seconds, 0, &InfluxConfig::default(), 5, BUDGET).unwrap();
-        let (_, refused) = r.refused_lines(&r.converted.refused, 5);
+        let r = convert(body.as_bytes(), arena(), Precision::Seconds, 0, &InfluxConfig::default(), 5, BUDGET).unwrap();
+        let (_, refused) = r.refused_lines(&r.refused, 5);
         prop_assert!(refused <= u64::from(r.lines));
     }
 }

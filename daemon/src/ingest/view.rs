@@ -181,6 +181,14 @@ impl<'a> PushView<'a> {
             .map(move |cols| SourceView { view: self, cols })
     }
 
+    /// The place among all the request's series of series `series_index`
+    /// of source `source_index`, as rejections name them.
+    pub fn series_at(&self, source_index: u32, series_index: u32) -> Option<usize> {
+        let cols = self.sources.get(source_index as usize)?;
+        let at = cols.series.start + series_index as usize;
+        (at < cols.series.end).then_some(at)
+    }
+
     /// How many series the request carries, over all sources.
     pub fn series_len(&self) -> usize {
         self.series.len()

@@ -27,6 +27,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine as _;
+use bumpalo::Bump;
 use serde::Deserialize;
 
 use super::{grant, gunzip, media, refusal, unread, BodyError, PushState};
@@ -119,7 +120,9 @@ async fn write(
     let now_ms = chrono::Utc::now().timestamp_millis();
     let cap = s.ingest.limits().max_rejections_reported;
     let budget = s.ingest.budget();
-    let Ok(converted) = influx::convert(&raw, precision, now_ms, &s.influx, cap, budget) else {
+    let arena = Bump::new();
+    let read = influx::convert(&raw, &arena, precision, now_ms, &s.influx, cap, budget);
+    let Ok(converted) = read else {
         let e = s.ingest.too_large(protocol, budget);
         return error(
             api,
@@ -129,14 +132,13 @@ async fn write(
             None,
         );
     };
-    drop(raw);
     if converted.string_fields > 0 {
         metrics::counter!("tally_influx_string_fields_total").increment(converted.string_fields);
     }
-    let refused = converted.converted.refused.clone();
+    let refused = converted.refused.clone();
     let outcome = s
         .ingest
-        .ingest(&converted.converted.request, &grant, protocol, refused)
+        .ingest_read(&converted.view, &grant, protocol, refused)
         .await;
     match outcome {
         Ok(out) if out.rejected == 0 => StatusCode::NO_CONTENT.into_response(),

@@ -173,20 +173,33 @@ impl<'a> ViewBuilder<'a> {
     }
 
     /// The view, its series grouped by source, and what the parser refused.
-    pub fn finish(mut self) -> (PushView<'a>, IngestOutcome) {
+    pub fn finish(self) -> (PushView<'a>, IngestOutcome) {
+        let (view, refused, _) = self.finish_ordered();
+        (view, refused)
+    }
+
+    /// [`ViewBuilder::finish`], and the order each series of the view was
+    /// ended in, by its place in the view (empty when that is the same
+    /// order: sources were not interleaved).
+    pub fn finish_ordered(mut self) -> (PushView<'a>, IngestOutcome, Vec<u32>) {
         let grouped = self.source_of.windows(2).all(|w| w[0] <= w[1]);
+        let mut ended = Vec::new();
         if !grouped {
-            let mut order: Vec<(u32, SeriesCols<'a>)> = self
+            let mut order: Vec<(u32, u32, SeriesCols<'a>)> = self
                 .source_of
                 .iter()
                 .copied()
+                .zip(0u32..)
                 .zip(self.view.series.drain(..))
+                .map(|((at, i), s)| (at, i, s))
                 .collect();
             // Stable: a source's series keep their order.
-            order.sort_by_key(|(at, _)| *at);
+            order.sort_by_key(|(at, _, _)| *at);
             self.source_of.clear();
-            for (at, s) in order {
+            ended.reserve_exact(order.len());
+            for (at, i, s) in order {
                 self.source_of.push(at);
+                ended.push(i);
                 self.view.series.push(s);
             }
         }
@@ -203,7 +216,7 @@ impl<'a> ViewBuilder<'a> {
             });
             start += len;
         }
-        (self.view, self.refused)
+        (self.view, self.refused, ended)
     }
 }
 
