@@ -193,16 +193,18 @@ async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
             }
             parts.store.close().await.context("closing the store")?;
             let r = replayed?;
-            if r.letters == 0 && !r.resumed {
+            if r.parts == 0 {
                 println!("no dead letters to replay");
             } else {
                 println!(
-                    "replayed {} dead letter(s) ({} sample(s)) from {} file(s) as flush {}{}; {} still refused{}",
+                    "replayed {} dead letter(s) ({} sample(s)) from {} file(s) in {} part(s), as flushes {} to {}{}; {} still refused{}",
                     r.letters,
                     r.samples,
                     r.files,
-                    r.flush_id,
-                    if r.resumed { ", finishing an interrupted replay" } else { "" },
+                    r.parts,
+                    r.first_flush_id,
+                    r.last_flush_id,
+                    if r.resumed { ", finishing an interrupted replay first" } else { "" },
                     r.still_refused,
                     if r.still_refused > 0 { " and kept (see `tallyd dead-letters list`)" } else { "" },
                 );

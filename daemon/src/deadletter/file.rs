@@ -198,9 +198,9 @@ pub(super) fn count(dir: &Path) -> Result<usize, DeadLetterError> {
     }
 }
 
-/// Every letter file in `dir`, by name (so in flush order); none when the
-/// directory does not exist.
-pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLetterError> {
+/// The letter files in `dir`, by name (so in flush order); none when
+/// the directory does not exist.
+fn paths(dir: &Path) -> Result<Vec<PathBuf>, DeadLetterError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -214,18 +214,52 @@ pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLet
         }
     }
     paths.sort();
-    let mut out = Vec::with_capacity(paths.len());
-    for path in paths {
-        let f: LetterFile = read(&path)?;
-        if f.version != VERSION {
-            return Err(DeadLetterError::Format {
-                path,
-                reason: format!("version {} (this tallyd reads {VERSION})", f.version),
-            });
+    Ok(paths)
+}
+
+/// Every letter file in `dir`, by name (so in flush order); none when the
+/// directory does not exist.
+pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLetterError> {
+    let mut out = Vec::new();
+    for path in paths(dir)? {
+        // A file gone since the listing was removed by this process.
+        if let Some(f) = read_letters(&path)? {
+            out.push((path, f));
         }
-        out.push((path, f));
     }
     Ok(out)
+}
+
+/// The letter files in `dir` by name, in flush order, with their sizes in
+/// bytes: what a replay plans its parts with, no file read.
+pub(super) fn sizes(dir: &Path) -> Result<Vec<(String, u64)>, DeadLetterError> {
+    let mut out = Vec::new();
+    for path in paths(dir)? {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) => out.push((name.to_owned(), m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+    }
+    Ok(out)
+}
+
+/// One letter file, its version checked; None when it is not there.
+pub(super) fn read_letters(path: &Path) -> Result<Option<LetterFile>, DeadLetterError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let f: LetterFile = read(path)?;
+    if f.version != VERSION {
+        return Err(DeadLetterError::Format {
+            path: path.to_owned(),
+            reason: format!("version {} (this tallyd reads {VERSION})", f.version),
+        });
+    }
+    Ok(Some(f))
 }
 
 /// Floats that survive JSON exactly: written as strings in Rust's shortest

@@ -32,7 +32,7 @@ use crate::model::{FlushBatch, SeriesMinutes};
 use crate::store::Refusal;
 
 pub use file::{Letter, LetterFile, StoredSlot};
-pub use replay::ReplayMarker;
+pub use replay::{ReplayMarker, ReplayQueue, PART_BYTES};
 pub use report::report;
 
 /// The directory under `data_dir` that holds dead letters.
@@ -59,6 +59,8 @@ pub enum DeadLetterError {
 pub struct DeadLetters {
     dir: PathBuf,
     store: &'static str,
+    /// The bound of a replay part: [`PART_BYTES`], smaller in tests.
+    part_bytes: u64,
 }
 
 impl DeadLetters {
@@ -68,7 +70,16 @@ impl DeadLetters {
         DeadLetters {
             dir: data_dir.join(DIR),
             store,
+            part_bytes: PART_BYTES,
         }
+    }
+
+    /// Replays in parts of at most `bytes` of files, so that tests see
+    /// several parts without writing 64 MiB.
+    #[cfg(test)]
+    pub(crate) fn with_part_bytes(mut self, bytes: u64) -> DeadLetters {
+        self.part_bytes = bytes;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -110,6 +121,17 @@ impl DeadLetters {
     /// Every dead-letter file, in flush order.
     pub fn list(&self) -> Result<Vec<(PathBuf, LetterFile)>, DeadLetterError> {
         file::read_all(&self.dir)
+    }
+
+    /// The name of flush `flush_id`'s letter file.
+    pub fn file_name(flush_id: u64) -> String {
+        file::name(flush_id)
+    }
+
+    /// How many letters flush `flush_id`'s file holds; 0 without one.
+    pub fn letters_in(&self, flush_id: u64) -> Result<usize, DeadLetterError> {
+        let path = self.dir.join(file::name(flush_id));
+        Ok(file::read_letters(&path)?.map_or(0, |f| f.letters.len()))
     }
 
     /// How many dead-letter files there are.

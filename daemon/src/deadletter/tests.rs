@@ -100,7 +100,11 @@ fn letters_of_one_series_merge_minute_by_minute() {
 fn an_unfinished_replay_stops_the_daemon_and_a_finished_one_is_cleaned_up() {
     let dir = tempfile::tempdir().unwrap();
     let dead = DeadLetters::new(dir.path(), "embedded");
-    assert!(dead.begin_replay(9).unwrap().is_none(), "nothing to replay");
+    let mut queue = dead.replay_queue().unwrap();
+    assert!(
+        dead.begin_part(9, &mut queue).unwrap().is_none(),
+        "nothing to replay"
+    );
     let batch = FlushBatch {
         id: FlushId(1),
         series: vec![series("m", &[(5, Slot::of(1.0))])],
@@ -112,7 +116,9 @@ fn an_unfinished_replay_stops_the_daemon_and_a_finished_one_is_cleaned_up() {
     }];
     dead.write(1, DeadLetters::letters(&batch, &all)).unwrap();
     dead.write(2, DeadLetters::letters(&batch, &all)).unwrap();
-    let marker = dead.begin_replay(9).unwrap().unwrap();
+    let mut queue = dead.replay_queue().unwrap();
+    let marker = dead.begin_part(9, &mut queue).unwrap().unwrap();
+    assert!(queue.is_empty(), "two small files are one part");
     assert_eq!(marker.files.len(), 2);
     assert_eq!(dead.letters_of(&marker).unwrap().len(), 2);
     let e = dead.check_no_replay_pending().unwrap_err();
@@ -159,4 +165,51 @@ fn the_list_names_each_error_once_with_its_count() {
     assert!(text.contains("2 x code 2: $max of documents"), "{text}");
     assert!(text.contains("series web-01|a"), "{text}");
     assert!(report(&[]).contains("no dead letters"));
+}
+
+#[test]
+fn parts_stay_within_their_bound_and_a_bigger_file_is_a_part_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = DeadLetters::new(dir.path(), "embedded").with_part_bytes(100);
+    let mut queue: ReplayQueue = [("a", 40), ("b", 50), ("c", 20), ("d", 500), ("e", 1)]
+        .into_iter()
+        .map(|(n, b)| (n.to_owned(), b))
+        .collect();
+    let mut parts = Vec::new();
+    let mut id = 10;
+    while let Some(m) = dead.begin_part(id, &mut queue).unwrap() {
+        // The marker names the part's files and id before anything is sent.
+        assert_eq!(dead.replay_marker().unwrap().as_ref(), Some(&m));
+        parts.push(m.files.join(""));
+        id += 1;
+    }
+    assert_eq!(parts, ["ab", "c", "d", "e"]);
+}
+
+#[test]
+fn a_part_reads_only_its_own_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = DeadLetters::new(dir.path(), "embedded").with_part_bytes(1);
+    let all = [Refusal {
+        series: 0,
+        hour_start: None,
+        error: "e".into(),
+    }];
+    for id in 1..=3 {
+        let batch = FlushBatch {
+            id: FlushId(id),
+            series: vec![series("m", &[(5, Slot::of(id as f64))])],
+        };
+        dead.write(id, DeadLetters::letters(&batch, &all)).unwrap();
+    }
+    let mut queue = dead.replay_queue().unwrap();
+    assert_eq!(queue.len(), 3);
+    let first = dead.begin_part(9, &mut queue).unwrap().unwrap();
+    assert_eq!(first.files, [file::name(1)]);
+    let letters = dead.letters_of(&first).unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].minutes[0].sum, 1.0);
+    dead.finish_replay(&first).unwrap();
+    assert_eq!(dead.count_files().unwrap(), 2);
+    assert_eq!(queue.len(), 2, "the rest waits for its parts");
 }

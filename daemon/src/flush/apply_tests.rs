@@ -98,6 +98,11 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_in_parts(crate::deadletter::PART_BYTES)
+}
+
+/// [`setup`] whose replays go in parts of at most `part_bytes`.
+fn setup_in_parts(part_bytes: u64) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Refuser {
         inner: EmbeddedStore::open(&dir.path().join("store")).unwrap(),
@@ -115,7 +120,7 @@ fn setup() -> Setup {
     };
     let pipeline = Arc::new(
         Pipeline::new(agg.clone(), store.clone(), cfg, 0)
-            .with_dead_letters(DeadLetters::new(dir.path(), "refuser")),
+            .with_dead_letters(DeadLetters::new(dir.path(), "refuser").with_part_bytes(part_bytes)),
     );
     Setup {
         dir,
@@ -190,7 +195,8 @@ async fn a_refused_series_becomes_a_dead_letter_and_the_rest_lands() {
     s.store.refuse_bad.store(false, Ordering::SeqCst);
     let r = s.pipeline.replay_dead_letters().await.unwrap();
     assert_eq!((r.letters, r.samples, r.still_refused), (1, 1, 0));
-    assert!(r.flush_id > batch.id.0);
+    assert!(r.first_flush_id > batch.id.0);
+    assert_eq!(r.parts, 1);
     assert_eq!(stored(&*s.store, "bad", now).await, Some((1, 2.5)));
     assert!(dead.list().unwrap().is_empty());
     let again = s.pipeline.replay_dead_letters().await.unwrap();
@@ -219,7 +225,7 @@ async fn a_replay_the_store_still_refuses_keeps_its_letters_under_its_own_flush(
     assert_eq!((r.files, r.letters, r.still_refused), (2, 2, 1));
     let files = dead.list().unwrap();
     assert_eq!(files.len(), 1);
-    assert_eq!(files[0].1.flush_id, r.flush_id);
+    assert_eq!(files[0].1.flush_id, r.last_flush_id);
     assert_eq!(files[0].1.letters[0].minutes[0].n, 2);
     assert_eq!(files[0].1.letters[0].minutes[0].sum, 5.0);
 
@@ -227,6 +233,48 @@ async fn a_replay_the_store_still_refuses_keeps_its_letters_under_its_own_flush(
     s.pipeline.replay_dead_letters().await.unwrap();
     assert_eq!(stored(&*s.store, "bad", now).await, Some((2, 5.0)));
     assert!(dead.list().unwrap().is_empty());
+}
+
+/// A replay goes part by part, each its own flush; a part a crash left
+/// after the store took it is finished first, with its id, and counts
+/// once.
+#[tokio::test]
+async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
+    let s = setup_in_parts(1);
+    let now = chrono::Utc::now().timestamp_millis();
+    for v in [1.0, 2.0, 4.0] {
+        ingest(&s.agg, "good", now, 1.0);
+        ingest(&s.agg, "bad", now, v);
+        let b = s.pipeline.cut_batch().unwrap();
+        assert!(s.pipeline.apply(&b, &CancellationToken::new()).await);
+    }
+    let dead = DeadLetters::new(s.dir.path(), "refuser").with_part_bytes(1);
+    assert_eq!(dead.count_files().unwrap(), 3);
+    s.store.refuse_bad.store(false, Ordering::SeqCst);
+
+    // The first part was in the store when the replay stopped.
+    let mut queue = dead.replay_queue().unwrap();
+    let first = dead
+        .begin_part(s.pipeline.inflight.next_id().0, &mut queue)
+        .unwrap()
+        .unwrap();
+    let part = FlushBatch {
+        id: crate::model::FlushId(first.flush_id),
+        series: crate::deadletter::as_series(&dead.letters_of(&first).unwrap()).unwrap(),
+    };
+    s.store.apply(&part).await.unwrap();
+
+    let r = s.pipeline.replay_dead_letters().await.unwrap();
+    assert!(r.resumed);
+    assert_eq!((r.parts, r.first_flush_id), (3, first.flush_id));
+    assert!(r.last_flush_id > first.flush_id);
+    assert_eq!(
+        (r.files, r.letters, r.samples, r.still_refused),
+        (3, 3, 3, 0)
+    );
+    assert_eq!(stored(&*s.store, "bad", now).await, Some((3, 7.0)));
+    assert!(dead.list().unwrap().is_empty());
+    assert!(dead.replay_marker().unwrap().is_none());
 }
 
 #[tokio::test]
