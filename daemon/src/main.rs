@@ -175,6 +175,10 @@ async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
             Ok(())
         }
         DeadLettersCommand::Replay => {
+            // The replay is how room is made: the write-ahead log's replay
+            // before it must not hold on the bound.
+            let mut config = config;
+            config.flush.dead_letters_max_bytes = u64::MAX;
             let _lock = tally::datadir::lock(&config.data_dir)?;
             let store = open_store(&config).await?;
             let parts = Parts::build(&config, store).await?;
@@ -277,12 +281,16 @@ impl Parts {
             }
             Err(e) => return Err(e).context("reading the store's last flush id"),
         };
+        let dead = DeadLetters::new(&config.data_dir, store.name())
+            .with_max_bytes(config.flush.dead_letters_max_bytes);
+        // Counted now: a directory that cannot be read fails the start.
+        dead.bytes().context("counting the dead letters' bytes")?;
         let rollups = Arc::new(Rollups::new(config.rollup.clone()).context("[rollup]")?);
         let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
         let source_rates = Arc::new(SourceRates::default());
         let pipeline = Arc::new(
             Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
-                .with_dead_letters(DeadLetters::new(&config.data_dir, store.name()))
+                .with_dead_letters(dead)
                 .with_rollups(rollups.clone())
                 .with_catalog(catalog.clone())
                 .with_source_rates(source_rates.clone()),

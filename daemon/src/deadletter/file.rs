@@ -134,6 +134,14 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DeadLetterError + '_ {
     }
 }
 
+/// `value` as the JSON a file holds.
+pub(super) fn encode<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, DeadLetterError> {
+    serde_json::to_vec_pretty(value).map_err(|e| DeadLetterError::Format {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
 /// Writes `value` as `path` durably: a temporary file written and synced,
 /// renamed into place, the directory synced.
 pub(super) fn write_synced<T: Serialize>(
@@ -141,18 +149,32 @@ pub(super) fn write_synced<T: Serialize>(
     path: &Path,
     value: &T,
 ) -> Result<(), DeadLetterError> {
+    write_bytes_synced(dir, path, &encode(path, value)?)
+}
+
+/// [`write_synced`] of bytes already encoded.
+pub(super) fn write_bytes_synced(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), DeadLetterError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| DeadLetterError::Format {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })?;
     let tmp = path.with_extension("json.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(&bytes).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(io_err(path))?;
     sync_dir(dir)
+}
+
+/// The size of `path` in bytes; 0 when it is not there.
+pub(super) fn size(path: &Path) -> Result<u64, DeadLetterError> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(io_err(path)(e)),
+    }
 }
 
 /// Removes `path` if it is there, durably.

@@ -22,6 +22,7 @@
 mod file;
 mod replay;
 mod report;
+mod space;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,6 +53,13 @@ pub enum DeadLetterError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
     Refused(String),
+    /// Writing would take the directory past its bound.
+    #[error(
+        "dead letters in {dir} would take {would} bytes, past flush.dead_letters_max_bytes ({max}): \
+         fix what the store refuses, stop tallyd and run `tallyd dead-letters replay`, or \
+         `tallyd dead-letters drop`, or raise the setting; the flush is held until then"
+    )]
+    Full { dir: PathBuf, would: u64, max: u64 },
 }
 
 /// The dead-letter directory of one daemon.
@@ -61,6 +69,12 @@ pub struct DeadLetters {
     store: &'static str,
     /// The bound of a replay part: [`PART_BYTES`], smaller in tests.
     part_bytes: u64,
+    /// The bound on the directory's bytes (`flush.dead_letters_max_bytes`);
+    /// None: no bound (a replay, which deletes at least what it writes).
+    max_bytes: Option<u64>,
+    /// The bytes of letter files in the directory (see `space.rs`); shared
+    /// by clones, so every writer of this process keeps the one count.
+    bytes: Arc<Mutex<Option<u64>>>,
 }
 
 impl DeadLetters {
@@ -71,7 +85,16 @@ impl DeadLetters {
             dir: data_dir.join(DIR),
             store,
             part_bytes: PART_BYTES,
+            max_bytes: None,
+            bytes: Arc::default(),
         }
+    }
+
+    /// Refuses writes that would take the directory past `max` bytes
+    /// ([`DeadLetterError::Full`]).
+    pub fn with_max_bytes(mut self, max: u64) -> DeadLetters {
+        self.max_bytes = Some(max);
+        self
     }
 
     /// Replays in parts of at most `bytes` of files, so that tests see
@@ -106,7 +129,7 @@ impl DeadLetters {
     pub fn write(&self, flush_id: u64, letters: Vec<Letter>) -> Result<(), DeadLetterError> {
         let path = self.dir.join(file::name(flush_id));
         if letters.is_empty() {
-            return file::remove_synced(&self.dir, &path);
+            return self.remove(&path);
         }
         let contents = LetterFile {
             version: file::VERSION,
@@ -115,7 +138,7 @@ impl DeadLetters {
             written_ms: chrono::Utc::now().timestamp_millis(),
             letters,
         };
-        file::write_synced(&self.dir, &path, &contents)
+        self.replace(&path, &contents)
     }
 
     /// Every dead-letter file, in flush order.
@@ -145,7 +168,7 @@ impl DeadLetters {
         let mut dropped = 0;
         for (path, f) in self.list()? {
             if flushes.is_none_or(|ids| ids.contains(&f.flush_id)) {
-                file::remove_synced(&self.dir, &path)?;
+                self.remove(&path)?;
                 dropped += 1;
             }
         }
@@ -156,7 +179,8 @@ impl DeadLetters {
 /// Set while the store refuses whole flushes: the pipeline holds the flush
 /// and retries it, readiness fails with the store's error, and ingest
 /// answers with its protocol's retry signal, so that nothing is
-/// acknowledged that the daemon could not keep.
+/// acknowledged that the daemon could not keep. Also set while dead
+/// letters cannot be written because the directory is at its bound.
 #[derive(Debug, Default)]
 pub struct Refusing(Mutex<Option<String>>);
 

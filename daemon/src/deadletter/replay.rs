@@ -129,7 +129,7 @@ impl DeadLetters {
         }
         let own = file::name(marker.flush_id);
         for name in marker.files.iter().filter(|n| **n != own) {
-            file::remove_synced(&self.dir, &self.dir.join(name))?;
+            self.remove(&self.dir.join(name))?;
         }
         file::remove_synced(&self.dir, &self.marker_path())
     }

@@ -213,3 +213,53 @@ fn a_part_reads_only_its_own_files() {
     assert_eq!(dead.count_files().unwrap(), 2);
     assert_eq!(queue.len(), 2, "the rest waits for its parts");
 }
+
+#[test]
+fn the_byte_count_follows_writes_and_removals_and_the_bound_refuses_growth() {
+    let dir = tempfile::tempdir().unwrap();
+    let batch = |v: f64| FlushBatch {
+        id: FlushId(1),
+        series: vec![series("m", &[(5, Slot::of(v)), (6, Slot::of(v))])],
+    };
+    let all = [Refusal {
+        series: 0,
+        hour_start: None,
+        error: "e".into(),
+    }];
+    let unbounded = DeadLetters::new(dir.path(), "embedded");
+    assert_eq!(unbounded.bytes().unwrap(), 0, "no directory yet");
+    unbounded
+        .write(1, DeadLetters::letters(&batch(1.0), &all))
+        .unwrap();
+    let one = unbounded.bytes().unwrap();
+    assert_eq!(
+        one,
+        file::size(&dir.path().join(DIR).join(file::name(1))).unwrap()
+    );
+
+    // A new instance counts what is there; the bound refuses a new file
+    // past it, but not the same flush written again.
+    let dead = DeadLetters::new(dir.path(), "embedded").with_max_bytes(one + one / 2);
+    assert_eq!(dead.bytes().unwrap(), one);
+    let e = dead
+        .write(2, DeadLetters::letters(&batch(2.0), &all))
+        .unwrap_err();
+    assert!(matches!(e, DeadLetterError::Full { .. }), "{e}");
+    assert!(
+        e.to_string().contains("flush.dead_letters_max_bytes"),
+        "{e}"
+    );
+    assert_eq!(
+        (dead.bytes().unwrap(), dead.count_files().unwrap()),
+        (one, 1)
+    );
+    dead.write(1, DeadLetters::letters(&batch(3.0), &all))
+        .unwrap();
+
+    // Removing frees the room.
+    dead.drop_files(Some(&[1])).unwrap();
+    assert_eq!(dead.bytes().unwrap(), 0);
+    dead.write(2, DeadLetters::letters(&batch(2.0), &all))
+        .unwrap();
+    assert_eq!(dead.count_files().unwrap(), 1);
+}

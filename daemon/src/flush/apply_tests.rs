@@ -92,17 +92,19 @@ impl Store for Refuser {
 
 struct Setup {
     dir: tempfile::TempDir,
+    /// The pipeline's dead letters (clones share the byte count).
+    dead: DeadLetters,
     store: Arc<Refuser>,
     agg: Arc<Aggregator>,
     pipeline: Arc<Pipeline>,
 }
 
 fn setup() -> Setup {
-    setup_in_parts(crate::deadletter::PART_BYTES)
+    setup_with(|d| d)
 }
 
-/// [`setup`] whose replays go in parts of at most `part_bytes`.
-fn setup_in_parts(part_bytes: u64) -> Setup {
+/// [`setup`] with the dead letters as `dead` makes them.
+fn setup_with(dead: impl FnOnce(DeadLetters) -> DeadLetters) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Refuser {
         inner: EmbeddedStore::open(&dir.path().join("store")).unwrap(),
@@ -118,12 +120,13 @@ fn setup_in_parts(part_bytes: u64) -> Setup {
         retry_max_backoff: Duration::from_millis(20),
         ..FlushConfig::default()
     };
+    let dead_letters = dead(DeadLetters::new(dir.path(), "refuser"));
     let pipeline = Arc::new(
-        Pipeline::new(agg.clone(), store.clone(), cfg, 0)
-            .with_dead_letters(DeadLetters::new(dir.path(), "refuser").with_part_bytes(part_bytes)),
+        Pipeline::new(agg.clone(), store.clone(), cfg, 0).with_dead_letters(dead_letters.clone()),
     );
     Setup {
         dir,
+        dead: dead_letters,
         store,
         agg,
         pipeline,
@@ -240,7 +243,7 @@ async fn a_replay_the_store_still_refuses_keeps_its_letters_under_its_own_flush(
 /// once.
 #[tokio::test]
 async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
-    let s = setup_in_parts(1);
+    let s = setup_with(|d| d.with_part_bytes(1));
     let now = chrono::Utc::now().timestamp_millis();
     for v in [1.0, 2.0, 4.0] {
         ingest(&s.agg, "good", now, 1.0);
@@ -275,6 +278,52 @@ async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
     assert_eq!(stored(&*s.store, "bad", now).await, Some((3, 7.0)));
     assert!(dead.list().unwrap().is_empty());
     assert!(dead.replay_marker().unwrap().is_none());
+}
+
+/// Dead letters that would pass their bound hold the flush like a store
+/// refusing everything (unready, naming the setting), and it lands once
+/// there is room; nothing is dropped.
+#[tokio::test]
+async fn a_full_dead_letter_directory_holds_the_flush_until_there_is_room() {
+    let s = setup_with(|d| d.with_max_bytes(600));
+    let now = chrono::Utc::now().timestamp_millis();
+    ingest(&s.agg, "good", now, 1.0);
+    ingest(&s.agg, "bad", now, 1.0);
+    let b1 = s.pipeline.cut_batch().unwrap();
+    assert!(s.pipeline.apply(&b1, &CancellationToken::new()).await);
+    let first = s.dead.bytes().unwrap();
+    assert!(first > 0 && first <= 600, "{first}");
+
+    ingest(&s.agg, "good", now, 1.0);
+    ingest(&s.agg, "bad", now, 2.0);
+    let b2 = s.pipeline.cut_batch().unwrap();
+    let applying = {
+        let p = s.pipeline.clone();
+        tokio::spawn(async move { p.apply(&b2, &CancellationToken::new()).await })
+    };
+    let started = std::time::Instant::now();
+    while s.pipeline.refusing().why().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "never held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let why = s.pipeline.ready().await.unwrap_err();
+    assert!(why.contains("flush.dead_letters_max_bytes"), "{why}");
+    assert!(why.contains("tallyd dead-letters replay"), "{why}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!applying.is_finished());
+    assert_eq!(s.dead.count_files().unwrap(), 1);
+
+    // Room again (what `drop` or a replay does): the held flush lands.
+    assert_eq!(s.dead.drop_files(Some(&[b1.id.0])).unwrap(), 1);
+    assert!(applying.await.unwrap());
+    assert!(s.pipeline.ready().await.is_ok());
+    let files = s.dead.list().unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].1.letters[0].minutes[0].sum, 2.0);
+    assert_eq!(
+        s.dead.bytes().unwrap(),
+        std::fs::metadata(&files[0].0).unwrap().len()
+    );
 }
 
 #[tokio::test]
