@@ -127,6 +127,25 @@ pub(super) fn name(flush_id: u64) -> String {
     format!("flush-{flush_id:020}.json")
 }
 
+/// The file name of the letters of `series_key`'s pending minutes from
+/// flush `since` on, which the embedded store found it could not store (a
+/// damaged document): its own scheme, so that no flush's file replaces it,
+/// and named by the run's first flush and the series, so that keeping the
+/// same run again (after a crash) replaces it. The series goes in as a
+/// hash, since keys hold characters file names cannot.
+pub(super) fn damaged_name(since: u64, series_key: &str) -> String {
+    format!("damaged-{since:020}-{:016x}.json", fnv1a(series_key))
+}
+
+/// FNV-1a, 64 bits: stable across builds and versions (the standard
+/// library's hasher is not), so a name made before a restart is made the
+/// same after it.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DeadLetterError + '_ {
     move |source| DeadLetterError::Io {
         path: path.to_owned(),
@@ -201,11 +220,12 @@ pub(super) fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, DeadL
     })
 }
 
-/// Whether `path` is named as a letter file.
+/// Whether `path` is named as a letter file: a flush's ([`name`]) or a
+/// damaged document's ([`damaged_name`]).
 fn is_letter(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("flush-") && n.ends_with(".json"))
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        (n.starts_with("flush-") || n.starts_with("damaged-")) && n.ends_with(".json")
+    })
 }
 
 /// How many letter files `dir` holds.

@@ -11,6 +11,11 @@
 //! Writing a flush's file again (its replay from the log after a crash)
 //! replaces it, so a document the replay applied is never in both places.
 //!
+//! The embedded store keeps here, through [`SetAside`], the pending minutes
+//! of a series whose document it finds damaged, one file per series and
+//! run (`damaged-*.json` beside the flushes' `flush-*.json`); every command
+//! reads both.
+//!
 //! `tallyd dead-letters list|replay|drop` (see [`replay`]) shows them,
 //! applies them again once the operator fixed the cause, exactly once, or
 //! drops them.
@@ -30,7 +35,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::model::{FlushBatch, SeriesMinutes};
-use crate::store::Refusal;
+use crate::store::{Refusal, SetAside};
 
 pub use file::{Letter, LetterFile, StoredSlot};
 pub use replay::{ReplayMarker, ReplayQueue, PART_BYTES};
@@ -173,6 +178,25 @@ impl DeadLetters {
             }
         }
         Ok(dropped)
+    }
+}
+
+/// The embedded store's damaged documents: the pending minutes of such a
+/// series are kept as a file of their own, durable before the store
+/// forgets them. The file's flush is the run's first flush (what `list`
+/// shows and `drop --flush` takes).
+impl SetAside for DeadLetters {
+    fn keep(&self, since: u64, minutes: &SeriesMinutes, error: &str) -> Result<(), String> {
+        let letter = Letter::of(minutes, None, error);
+        let path = self.dir.join(file::damaged_name(since, &letter.series));
+        let contents = LetterFile {
+            version: file::VERSION,
+            flush_id: since,
+            store: self.store.to_owned(),
+            written_ms: chrono::Utc::now().timestamp_millis(),
+            letters: vec![letter],
+        };
+        self.replace(&path, &contents).map_err(|e| e.to_string())
     }
 }
 

@@ -2,6 +2,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::model::{FlushId, SampleKind, SeriesId, Slot};
+use crate::store::SetAside;
 
 fn series(metric: &str, minutes: &[(i64, Slot)]) -> SeriesMinutes {
     SeriesMinutes {
@@ -262,4 +263,38 @@ fn the_byte_count_follows_writes_and_removals_and_the_bound_refuses_growth() {
     dead.write(2, DeadLetters::letters(&batch(2.0), &all))
         .unwrap();
     assert_eq!(dead.count_files().unwrap(), 1);
+}
+
+#[test]
+fn a_damaged_documents_minutes_get_a_file_no_flush_replaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = DeadLetters::new(dir.path(), "embedded");
+    let sm = series("m", &[(5, Slot::of(1.0))]);
+    dead.keep(7, &sm, "corrupt document").unwrap();
+    // A flush of the same id writes its own file beside it.
+    let batch = FlushBatch {
+        id: FlushId(7),
+        series: vec![series("n", &[(5, Slot::of(2.0))])],
+    };
+    let all = [Refusal {
+        series: 0,
+        hour_start: None,
+        error: "e".into(),
+    }];
+    dead.write(7, DeadLetters::letters(&batch, &all)).unwrap();
+    assert_eq!(dead.count_files().unwrap(), 2);
+    // Kept again from the same first flush (after a crash): replaced.
+    let more = series("m", &[(5, Slot::of(1.0)), (6, Slot::of(3.0))]);
+    dead.keep(7, &more, "corrupt document").unwrap();
+    let files = dead.list().unwrap();
+    assert_eq!(files.len(), 2);
+    let damaged = &files[0];
+    assert!(damaged.0.ends_with(file::damaged_name(7, "web-01|m")));
+    assert_eq!(
+        (damaged.1.flush_id, damaged.1.letters[0].minutes.len()),
+        (7, 2)
+    );
+    let on_disk: u64 = files.iter().map(|(p, _)| file::size(p).unwrap()).sum();
+    assert_eq!(dead.bytes().unwrap(), on_disk);
+    assert_eq!(dead.drop_files(Some(&[7])).unwrap(), 2);
 }

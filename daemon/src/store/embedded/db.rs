@@ -59,7 +59,7 @@ use super::layout::{
 };
 use super::pending::Pending;
 use crate::model::{EpochMinute, FlushBatch, SeriesMinutes, Slot};
-use crate::store::{CatalogEntry, StoreError};
+use crate::store::{CatalogEntry, SetAside, StoreError};
 
 /// A write committed without `fsync`, kept until a durable commit covers it.
 #[derive(Debug, Clone)]
@@ -169,6 +169,10 @@ pub(super) struct Db {
     /// more (the file is corrupt, or an operation panicked): from then on
     /// the daemon is unready and ingest refuses what it could not keep.
     fault: Mutex<Option<StoreError>>,
+    /// Where the pending minutes of a series whose document is damaged
+    /// are kept before they are forgotten (see `fold.rs`); unset, they are
+    /// dropped (unit tests).
+    pub(super) set_aside: std::sync::OnceLock<Arc<dyn SetAside>>,
 }
 
 impl Db {
@@ -226,6 +230,7 @@ impl Db {
             redo: Mutex::new(Vec::new()),
             io_failure: Mutex::new(None),
             fault: Mutex::new(None),
+            set_aside: std::sync::OnceLock::new(),
         })
     }
 

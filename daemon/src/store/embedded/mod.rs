@@ -53,8 +53,8 @@ pub use self::config::EmbeddedConfig;
 use self::db::Db;
 use self::retention::{Retention, Swept};
 use super::{
-    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
-    StoreError,
+    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, SetAside,
+    Store, StoreError,
 };
 use crate::model::{DocKey, FlushBatch};
 
@@ -116,6 +116,13 @@ impl EmbeddedStore {
             reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus())),
             swept: Arc::default(),
         }
+    }
+
+    /// Keeps the pending minutes of a series whose document a fold finds
+    /// damaged through `hook` instead of dropping them (see `fold.rs`). Set
+    /// once, before the first flush; a second call changes nothing.
+    pub fn set_aside_to(&self, hook: Arc<dyn SetAside>) {
+        let _ = self.inner.set_aside.set(hook);
     }
 
     /// Deletes expired documents; see [`retention`]. Returns how many

@@ -242,6 +242,19 @@ impl Pending {
         self.series.remove(series);
     }
 
+    /// `series`' pending run: where it began, and its minutes as a flush's
+    /// series. Taken while no fold is in progress.
+    pub(crate) fn run_of(&self, series: &Arc<SeriesId>) -> Option<(u64, SeriesMinutes)> {
+        self.get(series).map(|p| {
+            let sm = SeriesMinutes {
+                series: series.clone(),
+                kind: p.kind,
+                minutes: p.minutes.iter().copied().collect(),
+            };
+            (p.since, sm)
+        })
+    }
+
     /// Forgets `series`' pending minutes (its documents are damaged).
     pub(crate) fn drop_series(&mut self, series: &SeriesId) {
         // Its queue entry, if any, is skipped by `start_fold` from now on.

@@ -5,6 +5,7 @@
 mod bench;
 mod catalog_index;
 mod corrupt;
+mod damaged;
 mod durability;
 mod fold;
 mod read;
