@@ -21,11 +21,13 @@
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
 //! | `catalog.rs`   | catalog upserts and listings                                 |
 //! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
+//! | `baselines.rs` | the one-time move of counters' `first_seen` off baselines    |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
 //!
 //! Unit tests sit in `tests/`: `tests/mod.rs` holds the fixtures, the
 //! other files one concern each.
 
+mod baselines;
 mod catalog;
 mod catalog_index;
 mod codec;

@@ -255,6 +255,18 @@ impl Pending {
         })
     }
 
+    /// The minutes of `series` pending with a sample counted (`n > 0`),
+    /// ascending.
+    pub(crate) fn counted_minutes(&self, series: &SeriesId) -> Vec<EpochMinute> {
+        self.get(series).map_or_else(Vec::new, |p| {
+            p.minutes
+                .iter()
+                .filter(|(_, s)| s.n > 0)
+                .map(|&(m, _)| m)
+                .collect()
+        })
+    }
+
     /// Forgets `series`' pending minutes (its documents are damaged).
     pub(crate) fn drop_series(&mut self, series: &SeriesId) {
         // Its queue entry, if any, is skipped by `start_fold` from now on.
