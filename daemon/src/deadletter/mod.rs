@@ -16,6 +16,10 @@
 //! run (`damaged-*.json` beside the flushes' `flush-*.json`); every command
 //! reads both.
 //!
+//! The directory is bounded by `flush.dead_letters_max_bytes`, counted as
+//! files are written and removed (`space.rs`): a write past it fails with
+//! [`DeadLetterError::Full`] and the pipeline holds the flush.
+//!
 //! `tallyd dead-letters list|replay|drop` (see [`replay`]) shows them,
 //! applies them again once the operator fixed the cause, exactly once, or
 //! drops them.
