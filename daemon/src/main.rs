@@ -84,9 +84,10 @@ async fn run(config: Config) -> Result<()> {
     let metrics = telemetry::init_metrics()?;
     let security = Arc::new(Security::load(&config.tls, &config.auth)?);
     let _lock = tally::datadir::lock(&config.data_dir)?;
-    let store = open_store(&config).await?;
-    DeadLetters::new(&config.data_dir, store.name()).check_no_replay_pending()?;
-    let parts = Parts::build(&config, store).await?;
+    let dead = dead_letters_of(&config);
+    dead.check_no_replay_pending()?;
+    let store = open_store(&config, &dead).await?;
+    let parts = Parts::build(&config, store, dead).await?;
     let wal = recover(&config, &parts).await?;
     let grpc_listener = TcpListener::bind(config.grpc_listen)
         .await
@@ -154,11 +155,7 @@ async fn run(config: Config) -> Result<()> {
 /// the listeners (the write-ahead log's replay included, so the store is
 /// complete first), applies the letters, flushes and closes.
 async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
-    let store_name = match config.store {
-        StoreKind::Embedded => "embedded",
-        StoreKind::Mongodb => "mongodb",
-    };
-    let dead = DeadLetters::new(&config.data_dir, store_name);
+    let dead = dead_letters_of(&config);
     match cmd {
         DeadLettersCommand::List => {
             print!("{}", tally::deadletter::report(&dead.list()?));
@@ -175,9 +172,14 @@ async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
             Ok(())
         }
         DeadLettersCommand::Replay => {
+            // The replay is how room is made: the write-ahead log's replay
+            // before it must not hold on the bound.
+            let mut config = config;
+            config.flush.dead_letters_max_bytes = u64::MAX;
+            let dead = dead_letters_of(&config);
             let _lock = tally::datadir::lock(&config.data_dir)?;
-            let store = open_store(&config).await?;
-            let parts = Parts::build(&config, store).await?;
+            let store = open_store(&config, &dead).await?;
+            let parts = Parts::build(&config, store, dead).await?;
             let wal = recover(&config, &parts).await?;
             let replayed = parts.pipeline.replay_dead_letters().await;
             // What the log's replay left in memory goes to the store too.
@@ -193,16 +195,18 @@ async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
             }
             parts.store.close().await.context("closing the store")?;
             let r = replayed?;
-            if r.letters == 0 && !r.resumed {
+            if r.parts == 0 {
                 println!("no dead letters to replay");
             } else {
                 println!(
-                    "replayed {} dead letter(s) ({} sample(s)) from {} file(s) as flush {}{}; {} still refused{}",
+                    "replayed {} dead letter(s) ({} sample(s)) from {} file(s) in {} part(s), as flushes {} to {}{}; {} still refused{}",
                     r.letters,
                     r.samples,
                     r.files,
-                    r.flush_id,
-                    if r.resumed { ", finishing an interrupted replay" } else { "" },
+                    r.parts,
+                    r.first_flush_id,
+                    r.last_flush_id,
+                    if r.resumed { ", finishing an interrupted replay first" } else { "" },
                     r.still_refused,
                     if r.still_refused > 0 { " and kept (see `tallyd dead-letters list`)" } else { "" },
                 );
@@ -263,7 +267,7 @@ struct Parts {
 }
 
 impl Parts {
-    async fn build(config: &Config, store: Arc<dyn Store>) -> Result<Parts> {
+    async fn build(config: &Config, store: Arc<dyn Store>, dead: DeadLetters) -> Result<Parts> {
         let agg = Arc::new(Aggregator::new(&config.aggregator, &config.ingest));
         let last_flush = match store.last_flush_id().await {
             Ok(id) => id,
@@ -275,12 +279,14 @@ impl Parts {
             }
             Err(e) => return Err(e).context("reading the store's last flush id"),
         };
+        // Counted now: a directory that cannot be read fails the start.
+        dead.bytes().context("counting the dead letters' bytes")?;
         let rollups = Arc::new(Rollups::new(config.rollup.clone()).context("[rollup]")?);
         let catalog = Arc::new(CatalogWriter::new(config.catalog.refresh));
         let source_rates = Arc::new(SourceRates::default());
         let pipeline = Arc::new(
             Pipeline::new(agg.clone(), store.clone(), config.flush.clone(), last_flush)
-                .with_dead_letters(DeadLetters::new(&config.data_dir, store.name()))
+                .with_dead_letters(dead)
                 .with_rollups(rollups.clone())
                 .with_catalog(catalog.clone())
                 .with_source_rates(source_rates.clone()),
@@ -548,7 +554,21 @@ fn check_open_files(config: &Config) {
 /// the shutdown deadline).
 const LISTENER_GRACE: Duration = Duration::from_secs(5);
 
-async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
+/// The daemon's dead letters, bounded by `flush.dead_letters_max_bytes`:
+/// one value, shared by the flush pipeline and the embedded store, so that
+/// both keep the one count of the directory's bytes.
+fn dead_letters_of(config: &Config) -> DeadLetters {
+    let store_name = match config.store {
+        StoreKind::Embedded => "embedded",
+        StoreKind::Mongodb => "mongodb",
+    };
+    DeadLetters::new(&config.data_dir, store_name)
+        .with_max_bytes(config.flush.dead_letters_max_bytes)
+}
+
+/// Opens the configured store; the embedded one keeps what it finds it
+/// cannot store (a damaged document's pending minutes) in `dead`.
+async fn open_store(config: &Config, dead: &DeadLetters) -> Result<Arc<dyn Store>> {
     match config.store {
         StoreKind::Embedded => {
             let store = EmbeddedStore::open_with(&config.data_dir, config.embedded.clone())
@@ -558,6 +578,7 @@ async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
                         config.data_dir.display()
                     )
                 })?;
+            store.set_aside_to(Arc::new(dead.clone()));
             info!(data_dir = %config.data_dir.display(), "embedded store open");
             Ok(Arc::new(store))
         }

@@ -113,6 +113,7 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Counter, "tally_dead_letters_total", Unit::Count, "Refused documents kept as dead letters in the data directory (tallyd dead-letters replay applies them)."),
     (Kind::Counter, "tally_dead_letter_samples_total", Unit::Count, "Samples in the documents kept as dead letters."),
     (Kind::Gauge, "tally_dead_letter_files", Unit::Count, "Dead-letter files in the data directory, one per flush with refused documents."),
+    (Kind::Gauge, "tally_dead_letter_bytes", Unit::Bytes, "Bytes the dead-letter files take, of flush.dead_letters_max_bytes."),
     (Kind::Gauge, "tally_store_refusing", Unit::Count, "1 while the store refuses every document of a flush: the flush is held, tallyd is unready and ingest answers with retry signals."),
     (Kind::Histogram, "tally_flush_duration_seconds", Unit::Seconds, "Time to apply one flush batch to the store, per attempt."),
     (Kind::Histogram, "tally_flush_series", Unit::Count, "Active series per applied flush."),

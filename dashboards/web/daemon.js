@@ -137,6 +137,7 @@ class Daemon {
       ['slots pending in memory', num(g('tally_pending_slots'))],
       ['errors/s', errRate === null ? '–' : num(errRate), errRate ? 'bad' : ''],
       ['dead-letter files', num(letters), letters ? 'bad' : ''],
+      ['dead-letter bytes', bytes(g('tally_dead_letter_bytes') ?? 0), letters ? 'bad' : ''],
       ['samples set aside', num(g('tally_dead_letter_samples_total') ?? 0)],
     ]);
     const segments = g('tally_wal_segments');

@@ -127,11 +127,38 @@ pub(super) fn name(flush_id: u64) -> String {
     format!("flush-{flush_id:020}.json")
 }
 
+/// The file name of the letters of `series_key`'s pending minutes from
+/// flush `since` on, which the embedded store found it could not store (a
+/// damaged document): its own scheme, so that no flush's file replaces it,
+/// and named by the run's first flush and the series, so that keeping the
+/// same run again (after a crash) replaces it. The series goes in as a
+/// hash, since keys hold characters file names cannot.
+pub(super) fn damaged_name(since: u64, series_key: &str) -> String {
+    format!("damaged-{since:020}-{:016x}.json", fnv1a(series_key))
+}
+
+/// FNV-1a, 64 bits: stable across builds and versions (the standard
+/// library's hasher is not), so a name made before a restart is made the
+/// same after it.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DeadLetterError + '_ {
     move |source| DeadLetterError::Io {
         path: path.to_owned(),
         source,
     }
+}
+
+/// `value` as the JSON a file holds.
+pub(super) fn encode<T: Serialize>(path: &Path, value: &T) -> Result<Vec<u8>, DeadLetterError> {
+    serde_json::to_vec_pretty(value).map_err(|e| DeadLetterError::Format {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// Writes `value` as `path` durably: a temporary file written and synced,
@@ -141,18 +168,32 @@ pub(super) fn write_synced<T: Serialize>(
     path: &Path,
     value: &T,
 ) -> Result<(), DeadLetterError> {
+    write_bytes_synced(dir, path, &encode(path, value)?)
+}
+
+/// [`write_synced`] of bytes already encoded.
+pub(super) fn write_bytes_synced(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(), DeadLetterError> {
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| DeadLetterError::Format {
-        path: path.to_owned(),
-        reason: e.to_string(),
-    })?;
     let tmp = path.with_extension("json.tmp");
     let mut f = std::fs::File::create(&tmp).map_err(io_err(&tmp))?;
-    f.write_all(&bytes).map_err(io_err(&tmp))?;
+    f.write_all(bytes).map_err(io_err(&tmp))?;
     f.sync_all().map_err(io_err(&tmp))?;
     drop(f);
     std::fs::rename(&tmp, path).map_err(io_err(path))?;
     sync_dir(dir)
+}
+
+/// The size of `path` in bytes; 0 when it is not there.
+pub(super) fn size(path: &Path) -> Result<u64, DeadLetterError> {
+    match std::fs::metadata(path) {
+        Ok(m) => Ok(m.len()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(io_err(path)(e)),
+    }
 }
 
 /// Removes `path` if it is there, durably.
@@ -179,11 +220,12 @@ pub(super) fn read<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, DeadL
     })
 }
 
-/// Whether `path` is named as a letter file.
+/// Whether `path` is named as a letter file: a flush's ([`name`]) or a
+/// damaged document's ([`damaged_name`]).
 fn is_letter(path: &Path) -> bool {
-    path.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("flush-") && n.ends_with(".json"))
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        (n.starts_with("flush-") || n.starts_with("damaged-")) && n.ends_with(".json")
+    })
 }
 
 /// How many letter files `dir` holds.
@@ -198,9 +240,9 @@ pub(super) fn count(dir: &Path) -> Result<usize, DeadLetterError> {
     }
 }
 
-/// Every letter file in `dir`, by name (so in flush order); none when the
-/// directory does not exist.
-pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLetterError> {
+/// The letter files in `dir`, by name (so in flush order); none when
+/// the directory does not exist.
+fn paths(dir: &Path) -> Result<Vec<PathBuf>, DeadLetterError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -214,18 +256,52 @@ pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLet
         }
     }
     paths.sort();
-    let mut out = Vec::with_capacity(paths.len());
-    for path in paths {
-        let f: LetterFile = read(&path)?;
-        if f.version != VERSION {
-            return Err(DeadLetterError::Format {
-                path,
-                reason: format!("version {} (this tallyd reads {VERSION})", f.version),
-            });
+    Ok(paths)
+}
+
+/// Every letter file in `dir`, by name (so in flush order); none when the
+/// directory does not exist.
+pub(super) fn read_all(dir: &Path) -> Result<Vec<(PathBuf, LetterFile)>, DeadLetterError> {
+    let mut out = Vec::new();
+    for path in paths(dir)? {
+        // A file gone since the listing was removed by this process.
+        if let Some(f) = read_letters(&path)? {
+            out.push((path, f));
         }
-        out.push((path, f));
     }
     Ok(out)
+}
+
+/// The letter files in `dir` by name, in flush order, with their sizes in
+/// bytes: what a replay plans its parts with, no file read.
+pub(super) fn sizes(dir: &Path) -> Result<Vec<(String, u64)>, DeadLetterError> {
+    let mut out = Vec::new();
+    for path in paths(dir)? {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) => out.push((name.to_owned(), m.len())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+    }
+    Ok(out)
+}
+
+/// One letter file, its version checked; None when it is not there.
+pub(super) fn read_letters(path: &Path) -> Result<Option<LetterFile>, DeadLetterError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let f: LetterFile = read(path)?;
+    if f.version != VERSION {
+        return Err(DeadLetterError::Format {
+            path: path.to_owned(),
+            reason: format!("version {} (this tallyd reads {VERSION})", f.version),
+        });
+    }
+    Ok(Some(f))
 }
 
 /// Floats that survive JSON exactly: written as strings in Rust's shortest

@@ -11,6 +11,15 @@
 //! Writing a flush's file again (its replay from the log after a crash)
 //! replaces it, so a document the replay applied is never in both places.
 //!
+//! The embedded store keeps here, through [`SetAside`], the pending minutes
+//! of a series whose document it finds damaged, one file per series and
+//! run (`damaged-*.json` beside the flushes' `flush-*.json`); every command
+//! reads both.
+//!
+//! The directory is bounded by `flush.dead_letters_max_bytes`, counted as
+//! files are written and removed (`space.rs`): a write past it fails with
+//! [`DeadLetterError::Full`] and the pipeline holds the flush.
+//!
 //! `tallyd dead-letters list|replay|drop` (see [`replay`]) shows them,
 //! applies them again once the operator fixed the cause, exactly once, or
 //! drops them.
@@ -22,6 +31,7 @@
 mod file;
 mod replay;
 mod report;
+mod space;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,10 +39,10 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::model::{FlushBatch, SeriesMinutes};
-use crate::store::Refusal;
+use crate::store::{Refusal, SetAside};
 
 pub use file::{Letter, LetterFile, StoredSlot};
-pub use replay::ReplayMarker;
+pub use replay::{ReplayMarker, ReplayQueue, PART_BYTES};
 pub use report::report;
 
 /// The directory under `data_dir` that holds dead letters.
@@ -52,6 +62,13 @@ pub enum DeadLetterError {
     Store(#[from] crate::store::StoreError),
     #[error("{0}")]
     Refused(String),
+    /// Writing would take the directory past its bound.
+    #[error(
+        "dead letters in {dir} would take {would} bytes, past flush.dead_letters_max_bytes ({max}): \
+         fix what the store refuses, stop tallyd and run `tallyd dead-letters replay`, or \
+         `tallyd dead-letters drop`, or raise the setting; the flush is held until then"
+    )]
+    Full { dir: PathBuf, would: u64, max: u64 },
 }
 
 /// The dead-letter directory of one daemon.
@@ -59,6 +76,14 @@ pub enum DeadLetterError {
 pub struct DeadLetters {
     dir: PathBuf,
     store: &'static str,
+    /// The bound of a replay part: [`PART_BYTES`], smaller in tests.
+    part_bytes: u64,
+    /// The bound on the directory's bytes (`flush.dead_letters_max_bytes`);
+    /// None: no bound (a replay, which deletes at least what it writes).
+    max_bytes: Option<u64>,
+    /// The bytes of letter files in the directory (see `space.rs`); shared
+    /// by clones, so every writer of this process keeps the one count.
+    bytes: Arc<Mutex<Option<u64>>>,
 }
 
 impl DeadLetters {
@@ -68,7 +93,25 @@ impl DeadLetters {
         DeadLetters {
             dir: data_dir.join(DIR),
             store,
+            part_bytes: PART_BYTES,
+            max_bytes: None,
+            bytes: Arc::default(),
         }
+    }
+
+    /// Refuses writes that would take the directory past `max` bytes
+    /// ([`DeadLetterError::Full`]).
+    pub fn with_max_bytes(mut self, max: u64) -> DeadLetters {
+        self.max_bytes = Some(max);
+        self
+    }
+
+    /// Replays in parts of at most `bytes` of files, so that tests see
+    /// several parts without writing 64 MiB.
+    #[cfg(test)]
+    pub(crate) fn with_part_bytes(mut self, bytes: u64) -> DeadLetters {
+        self.part_bytes = bytes;
+        self
     }
 
     pub fn dir(&self) -> &Path {
@@ -95,7 +138,7 @@ impl DeadLetters {
     pub fn write(&self, flush_id: u64, letters: Vec<Letter>) -> Result<(), DeadLetterError> {
         let path = self.dir.join(file::name(flush_id));
         if letters.is_empty() {
-            return file::remove_synced(&self.dir, &path);
+            return self.remove(&path);
         }
         let contents = LetterFile {
             version: file::VERSION,
@@ -104,12 +147,23 @@ impl DeadLetters {
             written_ms: chrono::Utc::now().timestamp_millis(),
             letters,
         };
-        file::write_synced(&self.dir, &path, &contents)
+        self.replace(&path, &contents)
     }
 
     /// Every dead-letter file, in flush order.
     pub fn list(&self) -> Result<Vec<(PathBuf, LetterFile)>, DeadLetterError> {
         file::read_all(&self.dir)
+    }
+
+    /// The name of flush `flush_id`'s letter file.
+    pub fn file_name(flush_id: u64) -> String {
+        file::name(flush_id)
+    }
+
+    /// How many letters flush `flush_id`'s file holds; 0 without one.
+    pub fn letters_in(&self, flush_id: u64) -> Result<usize, DeadLetterError> {
+        let path = self.dir.join(file::name(flush_id));
+        Ok(file::read_letters(&path)?.map_or(0, |f| f.letters.len()))
     }
 
     /// How many dead-letter files there are.
@@ -123,7 +177,7 @@ impl DeadLetters {
         let mut dropped = 0;
         for (path, f) in self.list()? {
             if flushes.is_none_or(|ids| ids.contains(&f.flush_id)) {
-                file::remove_synced(&self.dir, &path)?;
+                self.remove(&path)?;
                 dropped += 1;
             }
         }
@@ -131,10 +185,30 @@ impl DeadLetters {
     }
 }
 
+/// The embedded store's damaged documents: the pending minutes of such a
+/// series are kept as a file of their own, durable before the store
+/// forgets them. The file's flush is the run's first flush (what `list`
+/// shows and `drop --flush` takes).
+impl SetAside for DeadLetters {
+    fn keep(&self, since: u64, minutes: &SeriesMinutes, error: &str) -> Result<(), String> {
+        let letter = Letter::of(minutes, None, error);
+        let path = self.dir.join(file::damaged_name(since, &letter.series));
+        let contents = LetterFile {
+            version: file::VERSION,
+            flush_id: since,
+            store: self.store.to_owned(),
+            written_ms: chrono::Utc::now().timestamp_millis(),
+            letters: vec![letter],
+        };
+        self.replace(&path, &contents).map_err(|e| e.to_string())
+    }
+}
+
 /// Set while the store refuses whole flushes: the pipeline holds the flush
 /// and retries it, readiness fails with the store's error, and ingest
 /// answers with its protocol's retry signal, so that nothing is
-/// acknowledged that the daemon could not keep.
+/// acknowledged that the daemon could not keep. Also set while dead
+/// letters cannot be written because the directory is at its bound.
 #[derive(Debug, Default)]
 pub struct Refusing(Mutex<Option<String>>);
 

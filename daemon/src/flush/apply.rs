@@ -17,6 +17,11 @@
 //!   the daemon is unready with the store's error and ingest answers with
 //!   its protocol's retry signal: nothing is acknowledged that could not be
 //!   kept, and the held batch lands on its own once the cause is fixed.
+//! - Dead letters that would take their directory past
+//!   `flush.dead_letters_max_bytes`: held the same way, unready and
+//!   refusing samples, with a reason naming the setting, and retried; the
+//!   flush lands once there is room (the bound raised, letters replayed
+//!   or dropped).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use super::{InflightBatch, Pipeline};
-use crate::deadletter::DeadLetters;
+use crate::deadletter::{DeadLetterError, DeadLetters};
 use crate::model::{hour_slot, FlushBatch, SeriesMinutes};
 use crate::store::{ApplyStats, Refusal, StoreError};
 
@@ -268,6 +273,7 @@ impl Pipeline {
             };
             match written {
                 Ok(Ok(())) => break,
+                Ok(Err(e @ DeadLetterError::Full { .. })) => self.dead_letters_full(&e),
                 Ok(Err(e)) => {
                     error!(error = %e, retry_in = ?backoff, "writing dead letters failed; the flush is held until they are written")
                 }
@@ -278,6 +284,9 @@ impl Pipeline {
                 _ = give_up.cancelled() => return false,
             }
             backoff = (backoff * 2).min(self.cfg.retry_max_backoff);
+        }
+        if self.refusing.clear() {
+            info!("dead letters written: ready, and taking samples");
         }
         let store = self.store.name();
         metrics::counter!("tally_dead_letters_total", "store" => store).increment(documents);
@@ -290,6 +299,18 @@ impl Pipeline {
             "refused documents kept as dead letters"
         );
         true
+    }
+}
+
+impl Pipeline {
+    /// The dead-letter directory is at its bound: held as when the store
+    /// refuses everything (unready, ingest refused), since nothing may be
+    /// dropped and the write-ahead log keeps the flush meanwhile.
+    fn dead_letters_full(&self, e: &DeadLetterError) {
+        if self.refusing.why().is_none() {
+            error!(error = %e, "the dead-letter directory is full: holding the flush and refusing new samples (unready) until there is room");
+        }
+        self.refusing.set(e.to_string());
     }
 }
 

@@ -92,12 +92,19 @@ impl Store for Refuser {
 
 struct Setup {
     dir: tempfile::TempDir,
+    /// The pipeline's dead letters (clones share the byte count).
+    dead: DeadLetters,
     store: Arc<Refuser>,
     agg: Arc<Aggregator>,
     pipeline: Arc<Pipeline>,
 }
 
 fn setup() -> Setup {
+    setup_with(|d| d)
+}
+
+/// [`setup`] with the dead letters as `dead` makes them.
+fn setup_with(dead: impl FnOnce(DeadLetters) -> DeadLetters) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Refuser {
         inner: EmbeddedStore::open(&dir.path().join("store")).unwrap(),
@@ -113,12 +120,13 @@ fn setup() -> Setup {
         retry_max_backoff: Duration::from_millis(20),
         ..FlushConfig::default()
     };
+    let dead_letters = dead(DeadLetters::new(dir.path(), "refuser"));
     let pipeline = Arc::new(
-        Pipeline::new(agg.clone(), store.clone(), cfg, 0)
-            .with_dead_letters(DeadLetters::new(dir.path(), "refuser")),
+        Pipeline::new(agg.clone(), store.clone(), cfg, 0).with_dead_letters(dead_letters.clone()),
     );
     Setup {
         dir,
+        dead: dead_letters,
         store,
         agg,
         pipeline,
@@ -190,7 +198,8 @@ async fn a_refused_series_becomes_a_dead_letter_and_the_rest_lands() {
     s.store.refuse_bad.store(false, Ordering::SeqCst);
     let r = s.pipeline.replay_dead_letters().await.unwrap();
     assert_eq!((r.letters, r.samples, r.still_refused), (1, 1, 0));
-    assert!(r.flush_id > batch.id.0);
+    assert!(r.first_flush_id > batch.id.0);
+    assert_eq!(r.parts, 1);
     assert_eq!(stored(&*s.store, "bad", now).await, Some((1, 2.5)));
     assert!(dead.list().unwrap().is_empty());
     let again = s.pipeline.replay_dead_letters().await.unwrap();
@@ -219,7 +228,7 @@ async fn a_replay_the_store_still_refuses_keeps_its_letters_under_its_own_flush(
     assert_eq!((r.files, r.letters, r.still_refused), (2, 2, 1));
     let files = dead.list().unwrap();
     assert_eq!(files.len(), 1);
-    assert_eq!(files[0].1.flush_id, r.flush_id);
+    assert_eq!(files[0].1.flush_id, r.last_flush_id);
     assert_eq!(files[0].1.letters[0].minutes[0].n, 2);
     assert_eq!(files[0].1.letters[0].minutes[0].sum, 5.0);
 
@@ -227,6 +236,94 @@ async fn a_replay_the_store_still_refuses_keeps_its_letters_under_its_own_flush(
     s.pipeline.replay_dead_letters().await.unwrap();
     assert_eq!(stored(&*s.store, "bad", now).await, Some((2, 5.0)));
     assert!(dead.list().unwrap().is_empty());
+}
+
+/// A replay goes part by part, each its own flush; a part a crash left
+/// after the store took it is finished first, with its id, and counts
+/// once.
+#[tokio::test]
+async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
+    let s = setup_with(|d| d.with_part_bytes(1));
+    let now = chrono::Utc::now().timestamp_millis();
+    for v in [1.0, 2.0, 4.0] {
+        ingest(&s.agg, "good", now, 1.0);
+        ingest(&s.agg, "bad", now, v);
+        let b = s.pipeline.cut_batch().unwrap();
+        assert!(s.pipeline.apply(&b, &CancellationToken::new()).await);
+    }
+    let dead = DeadLetters::new(s.dir.path(), "refuser").with_part_bytes(1);
+    assert_eq!(dead.count_files().unwrap(), 3);
+    s.store.refuse_bad.store(false, Ordering::SeqCst);
+
+    // The first part was in the store when the replay stopped.
+    let mut queue = dead.replay_queue().unwrap();
+    let first = dead
+        .begin_part(s.pipeline.inflight.next_id().0, &mut queue)
+        .unwrap()
+        .unwrap();
+    let part = FlushBatch {
+        id: crate::model::FlushId(first.flush_id),
+        series: crate::deadletter::as_series(&dead.letters_of(&first).unwrap()).unwrap(),
+    };
+    s.store.apply(&part).await.unwrap();
+
+    let r = s.pipeline.replay_dead_letters().await.unwrap();
+    assert!(r.resumed);
+    assert_eq!((r.parts, r.first_flush_id), (3, first.flush_id));
+    assert!(r.last_flush_id > first.flush_id);
+    assert_eq!(
+        (r.files, r.letters, r.samples, r.still_refused),
+        (3, 3, 3, 0)
+    );
+    assert_eq!(stored(&*s.store, "bad", now).await, Some((3, 7.0)));
+    assert!(dead.list().unwrap().is_empty());
+    assert!(dead.replay_marker().unwrap().is_none());
+}
+
+/// Dead letters that would pass their bound hold the flush like a store
+/// refusing everything (unready, naming the setting), and it lands once
+/// there is room; nothing is dropped.
+#[tokio::test]
+async fn a_full_dead_letter_directory_holds_the_flush_until_there_is_room() {
+    let s = setup_with(|d| d.with_max_bytes(600));
+    let now = chrono::Utc::now().timestamp_millis();
+    ingest(&s.agg, "good", now, 1.0);
+    ingest(&s.agg, "bad", now, 1.0);
+    let b1 = s.pipeline.cut_batch().unwrap();
+    assert!(s.pipeline.apply(&b1, &CancellationToken::new()).await);
+    let first = s.dead.bytes().unwrap();
+    assert!(first > 0 && first <= 600, "{first}");
+
+    ingest(&s.agg, "good", now, 1.0);
+    ingest(&s.agg, "bad", now, 2.0);
+    let b2 = s.pipeline.cut_batch().unwrap();
+    let applying = {
+        let p = s.pipeline.clone();
+        tokio::spawn(async move { p.apply(&b2, &CancellationToken::new()).await })
+    };
+    let started = std::time::Instant::now();
+    while s.pipeline.refusing().why().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "never held");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let why = s.pipeline.ready().await.unwrap_err();
+    assert!(why.contains("flush.dead_letters_max_bytes"), "{why}");
+    assert!(why.contains("tallyd dead-letters replay"), "{why}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!applying.is_finished());
+    assert_eq!(s.dead.count_files().unwrap(), 1);
+
+    // Room again (what `drop` or a replay does): the held flush lands.
+    assert_eq!(s.dead.drop_files(Some(&[b1.id.0])).unwrap(), 1);
+    assert!(applying.await.unwrap());
+    assert!(s.pipeline.ready().await.is_ok());
+    let files = s.dead.list().unwrap();
+    assert_eq!(files.len(), 1);
+    assert_eq!(files[0].1.letters[0].minutes[0].sum, 2.0);
+    assert_eq!(
+        s.dead.bytes().unwrap(),
+        std::fs::metadata(&files[0].0).unwrap().len()
+    );
 }
 
 #[tokio::test]

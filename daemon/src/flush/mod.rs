@@ -63,6 +63,9 @@ pub struct FlushConfig {
     /// How long shutdown waits for the last flushes to land.
     #[serde(with = "humantime_serde")]
     pub shutdown_deadline: Duration,
+    /// The most bytes `data_dir/dead-letters/` may take: a flush whose
+    /// dead letters would pass it is held (see `apply.rs`), never dropped.
+    pub dead_letters_max_bytes: u64,
 }
 
 impl Default for FlushConfig {
@@ -73,6 +76,7 @@ impl Default for FlushConfig {
             retry_initial_backoff: Duration::from_millis(100),
             retry_max_backoff: Duration::from_secs(10),
             shutdown_deadline: Duration::from_secs(30),
+            dead_letters_max_bytes: 1 << 30,
         }
     }
 }
@@ -91,6 +95,13 @@ impl FlushConfig {
             ),
         );
         p.positive(self.shutdown_deadline, "flush.shutdown_deadline");
+        // No "0 = no bound": a store refusing for days would fill the disk
+        // the write-ahead log and the store need.
+        p.require(
+            self.dead_letters_max_bytes > 0,
+            "flush.dead_letters_max_bytes",
+            "must be greater than 0",
+        );
     }
 }
 
@@ -218,6 +229,10 @@ impl Pipeline {
             // A short directory listing, once per scrape.
             if let Ok(files) = dead.count_files() {
                 metrics::gauge!("tally_dead_letter_files").set(files as f64);
+            }
+            // A running count: no listing.
+            if let Ok(bytes) = dead.bytes() {
+                metrics::gauge!("tally_dead_letter_bytes").set(bytes as f64);
             }
         }
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::model::{
     validate_metric, validate_stored_source, DocKey, FlushBatch, Resolution, SampleKind, SeriesId,
-    Slot, Tier,
+    SeriesMinutes, Slot, Tier,
 };
 use crate::selector::{all_match, all_match_labels, combined_prefix, LabelMatcher, NameMatcher};
 use crate::validate::{secs, Problems, DAY, HOUR};
@@ -334,6 +334,19 @@ impl StoreError {
             StoreError::Io(_) => "io",
         }
     }
+}
+
+/// Where a store keeps minutes it has acknowledged and cannot store: those
+/// of a series whose document it finds damaged (the embedded store's
+/// folds). Implemented by the dead letters (`crate::deadletter`), which
+/// depend on this module, so the trait lives here.
+pub trait SetAside: Send + Sync {
+    /// Makes `minutes` durable elsewhere before the store forgets them.
+    /// `since` is the first flush they hold and names what is kept: kept
+    /// again with the same `since` (a crash came before the store forgot
+    /// them), they replace what the earlier call kept. An error keeps the
+    /// store from forgetting them: the operation fails and is retried.
+    fn keep(&self, since: u64, minutes: &SeriesMinutes, error: &str) -> Result<(), String>;
 }
 
 #[async_trait::async_trait]

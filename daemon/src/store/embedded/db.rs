@@ -59,7 +59,7 @@ use super::layout::{
 };
 use super::pending::Pending;
 use crate::model::{EpochMinute, FlushBatch, SeriesMinutes, Slot};
-use crate::store::{CatalogEntry, StoreError};
+use crate::store::{CatalogEntry, SetAside, StoreError};
 
 /// A write committed without `fsync`, kept until a durable commit covers it.
 #[derive(Debug, Clone)]
@@ -169,6 +169,10 @@ pub(super) struct Db {
     /// more (the file is corrupt, or an operation panicked): from then on
     /// the daemon is unready and ingest refuses what it could not keep.
     fault: Mutex<Option<StoreError>>,
+    /// Where the pending minutes of a series whose document is damaged
+    /// are kept before they are forgotten (see `fold.rs`); unset, they are
+    /// dropped (unit tests).
+    pub(super) set_aside: std::sync::OnceLock<Arc<dyn SetAside>>,
 }
 
 impl Db {
@@ -226,6 +230,7 @@ impl Db {
             redo: Mutex::new(Vec::new()),
             io_failure: Mutex::new(None),
             fault: Mutex::new(None),
+            set_aside: std::sync::OnceLock::new(),
         })
     }
 
@@ -368,7 +373,8 @@ pub(super) struct Opened {
     pub(super) pending: Pending,
 }
 
-/// Opens the database, prepares its tables and loads its flush log. The storage engine panics on some kinds of damage to the file
+/// Opens the database, prepares its tables, loads its flush log and makes
+/// the one-time catalog correction (`baselines.rs`). The storage engine panics on some kinds of damage to the file
 /// (a garbage length inside a page) instead of returning an error: that is
 /// a corrupt file too, and is refused as one rather than crashing the
 /// daemon.
@@ -377,6 +383,8 @@ pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<Opened, Store
         let db = opener.open()?;
         let last_flush_id = prepare_tables(&db, path)?;
         let pending = load_pending(&db)?;
+        // After the log is loaded: its minutes count as stored ones do.
+        super::baselines::correct_once(&db, &pending, super::baselines::ENTRIES_PER_TXN)?;
         Ok(Opened {
             db,
             last_flush_id,

@@ -152,6 +152,57 @@ pub(super) fn trim_below(table: &mut LogTable<'_>, id: u64) -> Result<(), StoreE
     table.retain_in(..(id, 0u32), |_, _| false).map_err(db_err)
 }
 
+/// Deletes every entry of `series` from the log: a commit that forgets its
+/// pending minutes (its document is damaged, and they were set aside) must
+/// not leave them to come back at the next open. A chunk left empty goes.
+/// Rare (a damaged document), so two passes over the log: one to find the
+/// chunks holding the series, keeping only their keys, one to rewrite them.
+pub(super) fn forget_series(table: &mut LogTable<'_>, series: &SeriesId) -> Result<(), StoreError> {
+    let metric_key = series.metric_key();
+    let is_series = |e: &EntryRef<'_>| e.source == &*series.source && e.metric_key == &*metric_key;
+    let mut holding = Vec::new();
+    for row in table.iter().map_err(db_err)? {
+        let (k, v) = row.map_err(db_err)?;
+        let key = k.value();
+        if entries(key, v.value())?.iter().any(|(e, _)| is_series(e)) {
+            holding.push(key);
+        }
+    }
+    for key in holding {
+        let kept: Vec<u8> = {
+            let Some(v) = table.get(key).map_err(db_err)? else {
+                continue;
+            };
+            entries(key, v.value())?
+                .iter()
+                .filter(|(e, _)| !is_series(e))
+                .flat_map(|(_, raw)| raw.iter().copied())
+                .collect()
+        };
+        if kept.is_empty() {
+            table.remove(key).map_err(db_err)?;
+        } else {
+            table.insert(key, kept.as_slice()).map_err(db_err)?;
+        }
+    }
+    Ok(())
+}
+
+/// The entries of one chunk, each with its bytes as they lie in it.
+fn entries(key: FlushLogKey, chunk: &[u8]) -> Result<Vec<(EntryRef<'_>, &[u8])>, StoreError> {
+    let mut out = Vec::new();
+    let mut rest = chunk;
+    while !rest.is_empty() {
+        let before = rest;
+        let entry = decode_entry(&mut rest, false).ok_or_else(|| StoreError::Corrupt {
+            doc: super::layout::flush_log_name(key.0, key.1),
+            reason: "a log entry is cut short or malformed".into(),
+        })?;
+        out.push((entry, &before[..before.len() - rest.len()]));
+    }
+    Ok(out)
+}
+
 /// One entry as it lies in the log: a series' minutes from one flush, its
 /// names borrowed. Start reads one per series per flush still in the log
 /// (millions at a million series), so nothing is allocated for an entry

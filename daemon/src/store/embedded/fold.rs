@@ -10,6 +10,10 @@
 //! so a replay folds everything pending and then merges the flush straight
 //! into the documents with the watermark check (`write.rs`). Replays are
 //! rare, so that path's cost does not matter.
+//!
+//! A fold that meets a damaged document takes that series' pending minutes
+//! out of the store as dead letters, durable before the commit that
+//! forgets them (`Db::set_aside_damaged`), and the flush goes on.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use redb::{Database, WriteTransaction};
 
 use super::db::{Db, Redo};
 use super::errors::{db_err, invalid};
-use super::flush_log::{trim_below, LogWriter};
+use super::flush_log::{forget_series, trim_below, LogWriter};
 use super::layout::FLUSH_LOG;
 use super::pending::{Fold, Pending};
 use super::write::{raise_last_flush_id, write_series, DocTables};
@@ -47,31 +51,64 @@ impl Db {
         for su in &batch.series {
             check_update(su)?;
         }
-        // A fold that meets a damaged document drops that series' pending
-        // minutes (they cannot be stored, as a direct write into that
+        // A fold that meets a damaged document sets that series' pending
+        // minutes aside (they cannot be stored, as a direct write into that
         // document could not either) and the flush goes again without it:
         // one bad document must not hold up every later flush.
-        let mut dropped = 0;
+        let mut set_aside = 0;
         loop {
             let mut damaged = None;
             match self.apply_once(db, batch, &mut damaged) {
-                Err(e) if dropped < MAX_DAMAGED_PER_FLUSH => {
+                Err(e) if set_aside < MAX_DAMAGED_PER_FLUSH => {
                     let Some(series) = damaged else { return Err(e) };
-                    self.drop_damaged(&series, &e);
-                    dropped += 1;
+                    self.set_aside_damaged(db, &series, &e)?;
+                    set_aside += 1;
                 }
                 r => return r,
             }
         }
     }
 
-    /// Forgets the pending minutes of `series`, whose document `e` says is
-    /// damaged.
-    fn drop_damaged(&self, series: &SeriesId, e: &StoreError) {
-        tracing::error!(series = %series, error = %e, "a damaged document: this series' pending minutes are dropped so that other series' flushes go on");
+    /// Takes the pending minutes of `series`, whose document `e` says is
+    /// damaged, out of the store: kept as dead letters through the
+    /// [`SetAside`](crate::store::SetAside) hook, durably, and only then forgotten, with their
+    /// flush log entries, in a durable commit. A crash between the two
+    /// loads them again from the log, and keeping them again under the
+    /// same first flush replaces what was kept: they are kept once. If the
+    /// hook cannot keep them, nothing is forgotten and the operation fails
+    /// (to be retried). Without a hook (unit tests) they are dropped.
+    fn set_aside_damaged(
+        &self,
+        db: &Database,
+        series: &Arc<SeriesId>,
+        e: &StoreError,
+    ) -> Result<(), StoreError> {
         metrics::counter!("tally_store_errors_total", "store" => "embedded", "op" => "fold", "kind" => e.kind())
             .increment(1);
+        let Some(hook) = self.set_aside.get() else {
+            tracing::error!(series = %series, error = %e, "a damaged document: this series' pending minutes are dropped so that other series' flushes go on");
+            self.pending.lock().drop_series(series);
+            return Ok(());
+        };
+        // No fold may take the series meanwhile.
+        let _turn = self.fold_lock.lock();
+        let Some((since, minutes)) = self.pending.lock().run_of(series) else {
+            return Ok(());
+        };
+        hook.keep(since, &minutes, &e.to_string()).map_err(|why| {
+            StoreError::Unavailable(format!(
+                "{series}: its document is damaged ({e}) and its pending minutes could not be kept as dead letters: {why}"
+            ))
+        })?;
+        let txn = db.begin_write().map_err(db_err)?;
+        {
+            let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+            forget_series(&mut log, series)?;
+        }
+        self.commit(txn, None, true, None)?;
         self.pending.lock().drop_series(series);
+        tracing::error!(series = %series, error = %e, minutes = minutes.minutes.len(), "a damaged document: this series' pending minutes are kept as dead letters so that other series' flushes go on");
+        Ok(())
     }
 
     /// One attempt at `apply_on`; `damaged` names the series whose fold met
@@ -178,7 +215,7 @@ impl Db {
         let mut damaged = None;
         let r = self.fold_some_on(&db, n, &mut damaged);
         if let (Err(e), Some(series)) = (&r, damaged) {
-            self.drop_damaged(&series, e);
+            self.set_aside_damaged(&db, &series, e)?;
         }
         r
     }
@@ -242,7 +279,7 @@ fn write_folds(
     Ok(())
 }
 
-/// Damaged series dropped in one flush before it gives up.
+/// Damaged series set aside in one flush before it gives up.
 const MAX_DAMAGED_PER_FLUSH: usize = 16;
 
 /// Refuses minutes that are not as the aggregator drains them: ascending,

@@ -97,6 +97,18 @@
 //!   upgrade marks the file 3, so that an older tallyd, which would misread
 //!   it, refuses it instead.
 //!
+//!   `meta.first_seen_baselines` marks a file whose catalog no longer holds
+//!   a cumulative counter's baseline minute as its `first_seen`. A counter's
+//!   first sample is only a baseline: its minute holds no sample (`n = 0`)
+//!   and the catalog of a new series starts at the first minute with an
+//!   increase. Files written before that took the baseline minute; opening
+//!   one without the marker moves each such `first_seen` to the series'
+//!   first later minute with a sample (in `day_minutes` or pending, up to
+//!   `last_seen`), in both catalog tables, in transactions of a bounded
+//!   number of entries, then sets the marker (`baselines.rs`). No new
+//!   layout version: an older tallyd reads the corrected entries as they
+//!   are.
+//!
 //! [`codec`]: super::codec
 //!
 //! Why this key order: keys sort by source, then metric, then period start
@@ -125,6 +137,7 @@ pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2];
 pub(super) const META_LAST_FLUSH_ID: &str = "last_flush_id";
 pub(super) const META_LAYOUT_VERSION: &str = "layout_version";
 pub(super) const META_CATALOG_BY_METRIC: &str = "catalog_by_metric";
+pub(super) const META_FIRST_SEEN_BASELINES: &str = "first_seen_baselines";
 
 pub(super) type HourKey<'a> = (&'a str, &'a str, i64);
 pub(super) type DayKey<'a> = (&'a str, &'a str, i64);

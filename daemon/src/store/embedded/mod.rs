@@ -21,11 +21,13 @@
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
 //! | `catalog.rs`   | catalog upserts and listings                                 |
 //! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
+//! | `baselines.rs` | the one-time move of counters' `first_seen` off baselines    |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
 //!
 //! Unit tests sit in `tests/`: `tests/mod.rs` holds the fixtures, the
 //! other files one concern each.
 
+mod baselines;
 mod catalog;
 mod catalog_index;
 mod codec;
@@ -53,8 +55,8 @@ pub use self::config::EmbeddedConfig;
 use self::db::Db;
 use self::retention::{Retention, Swept};
 use super::{
-    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
-    StoreError,
+    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, SetAside,
+    Store, StoreError,
 };
 use crate::model::{DocKey, FlushBatch};
 
@@ -116,6 +118,13 @@ impl EmbeddedStore {
             reads: Arc::new(tokio::sync::Semaphore::new(READS_PER_CPU * cpus())),
             swept: Arc::default(),
         }
+    }
+
+    /// Keeps the pending minutes of a series whose document a fold finds
+    /// damaged through `hook` instead of dropping them (see `fold.rs`). Set
+    /// once, before the first flush; a second call changes nothing.
+    pub fn set_aside_to(&self, hook: Arc<dyn SetAside>) {
+        let _ = self.inner.set_aside.set(hook);
     }
 
     /// Deletes expired documents; see [`retention`]. Returns how many

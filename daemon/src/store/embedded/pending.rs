@@ -242,6 +242,31 @@ impl Pending {
         self.series.remove(series);
     }
 
+    /// `series`' pending run: where it began, and its minutes as a flush's
+    /// series. Taken while no fold is in progress.
+    pub(crate) fn run_of(&self, series: &Arc<SeriesId>) -> Option<(u64, SeriesMinutes)> {
+        self.get(series).map(|p| {
+            let sm = SeriesMinutes {
+                series: series.clone(),
+                kind: p.kind,
+                minutes: p.minutes.iter().copied().collect(),
+            };
+            (p.since, sm)
+        })
+    }
+
+    /// The minutes of `series` pending with a sample counted (`n > 0`),
+    /// ascending.
+    pub(crate) fn counted_minutes(&self, series: &SeriesId) -> Vec<EpochMinute> {
+        self.get(series).map_or_else(Vec::new, |p| {
+            p.minutes
+                .iter()
+                .filter(|(_, s)| s.n > 0)
+                .map(|&(m, _)| m)
+                .collect()
+        })
+    }
+
     /// Forgets `series`' pending minutes (its documents are damaged).
     pub(crate) fn drop_series(&mut self, series: &SeriesId) {
         // Its queue entry, if any, is skipped by `start_fold` from now on.

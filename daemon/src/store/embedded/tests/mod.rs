@@ -2,9 +2,11 @@
 //! this folder, one concern each), and test-only access to what the daemon itself never
 //! asks of the store.
 
+mod baselines;
 mod bench;
 mod catalog_index;
 mod corrupt;
+mod damaged;
 mod durability;
 mod fold;
 mod read;
