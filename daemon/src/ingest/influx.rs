@@ -18,20 +18,26 @@
 //!   to milliseconds; a line without one is stamped with the time the
 //!   request arrived.
 //!
-//! The text is parsed by InfluxData's own parser (`influxdb-line-protocol`);
-//! Tally adds what InfluxDB also refuses and that parser lets through: a tag
-//! or a field given twice in one line. A line longer than
+//! The text is read by InfluxData's own parser (`influxdb-line-protocol`),
+//! except the plain lines nearly every agent sends, which `line` reads
+//! without allocating, as that parser reads them (a property test holds
+//! the two together). Tally adds what InfluxDB also refuses and that parser
+//! lets through: a tag or a field given twice in one line. A line longer than
 //! `influx.max_line_bytes` is refused unparsed. Every refused line is
 //! reported by its number, and the good lines of the same body are kept.
+
+mod line;
 
 use std::borrow::Cow;
 use std::fmt;
 
 use bumpalo::Bump;
 use hashbrown::HashSet;
-use influxdb_line_protocol::{parse_lines, split_lines, EscapedStr, FieldValue, ParsedLine};
+use influxdb_line_protocol::{parse_lines, split_lines, EscapedStr};
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
+
+use line::{Line, Value};
 use tally_proto::v1 as pb;
 
 use super::builder::{Budget, Full};
@@ -195,7 +201,13 @@ pub fn convert<'a>(
         } else if lossy && text.contains('\u{fffd}') {
             Err(Refusal::from("the line is not UTF-8 text".to_owned()))
         } else {
-            match parse_lines(text).next() {
+            let read = match line::fast(text) {
+                Some(l) => Some(Ok(l)),
+                None => parse_lines(text)
+                    .next()
+                    .map(|p| p.map(|p| line::of_reference(&p, |s| r.keep(s)))),
+            };
+            match read {
                 // Blank, or a comment.
                 None => continue,
                 Some(Err(e)) => Err(Refusal::from(parse_error(text, &e))),
@@ -274,22 +286,20 @@ impl From<Full> for Refusal {
 }
 
 impl<'a> Reading<'a> {
-    /// Adds one parsed line's fields as series.
+    /// Adds one read line's fields as series.
     fn line(
         &mut self,
         b: &mut ViewBuilder<'a>,
-        line: &ParsedLine<'a>,
+        line: &Line<'a>,
         number: u32,
         precision: Precision,
         now_ms: i64,
         cfg: &InfluxConfig,
     ) -> Result<(), Refusal> {
-        let tags = line.series.tag_set.as_deref().unwrap_or_default();
-        if let Some(dup) = duplicate(tags.iter().map(|(k, _)| k.as_str())) {
+        if let Some(dup) = duplicate(line.tags.iter().map(|(k, _)| *k)) {
             return Err(format!("tag {dup:?} is given twice").into());
         }
-        let fields = &line.field_set;
-        if let Some(dup) = duplicate(fields.iter().map(|(k, _)| k.as_str())) {
+        if let Some(dup) = duplicate(line.fields.iter().map(|(k, _)| *k)) {
             return Err(format!("field {dup:?} is given twice").into());
         }
         let ts_ms = match line.timestamp {
@@ -298,11 +308,7 @@ impl<'a> Reading<'a> {
                 .to_ms(ts)
                 .ok_or_else(|| format!("timestamp {ts} does not fit in the precision given"))?,
         };
-        let Some(source) = tags
-            .iter()
-            .find(|(k, _)| k.as_str() == cfg.source_tag)
-            .map(|(_, v)| self.keep(v))
-        else {
+        let Some(&(_, source)) = line.tags.iter().find(|(k, _)| *k == cfg.source_tag) else {
             return Err(Refusal::Line(
                 RejectReason::MissingSource,
                 format!(
@@ -311,27 +317,21 @@ impl<'a> Reading<'a> {
                 ),
             ));
         };
-        let labels: SmallVec<[(&'a str, &'a str); SORTED_INLINE]> = tags
+        let labels: SmallVec<[(&'a str, &'a str); SORTED_INLINE]> = line
+            .tags
             .iter()
-            .filter(|(k, _)| k.as_str() != cfg.source_tag)
-            .map(|(k, v)| (self.label_name(k), self.keep(v)))
+            .filter(|(k, _)| *k != cfg.source_tag)
+            .map(|&(k, v)| (self.label_name(k), v))
             .collect();
-        let measurement = line.series.measurement.as_str();
-        for (key, value) in fields.iter() {
-            let v = match value {
-                FieldValue::F64(v) => *v,
-                FieldValue::I64(v) => *v as f64,
-                FieldValue::U64(v) => *v as f64,
-                FieldValue::Boolean(v) => f64::from(u8::from(*v)),
-                FieldValue::String(_) => {
-                    self.string_fields += 1;
-                    continue;
-                }
+        for &(key, value) in &line.fields {
+            let Value::Number(v) = value else {
+                self.string_fields += 1;
+                continue;
             };
             self.name.clear();
-            self.name.push_str(measurement);
+            self.name.push_str(line.measurement);
             self.name.push('_');
-            self.name.push_str(key.as_str());
+            self.name.push_str(key);
             let metric: &'a str = self.arena.alloc_str(&self.name);
             let mark = b.mark();
             for &(name, value) in &labels {
@@ -354,9 +354,9 @@ impl<'a> Reading<'a> {
     }
 
     /// A tag key as a label name, borrowed when it already is one.
-    fn label_name(&self, key: &EscapedStr<'a>) -> &'a str {
-        match label_name_from_key_cow(key.as_str()) {
-            Cow::Borrowed(_) => self.keep(key),
+    fn label_name(&self, key: &'a str) -> &'a str {
+        match label_name_from_key_cow(key) {
+            Cow::Borrowed(name) => name,
             Cow::Owned(name) => self.arena.alloc_str(&name),
         }
     }

@@ -1,0 +1,274 @@
+//! One line of line protocol, read without allocating.
+//!
+//! InfluxData's parser (`influxdb-line-protocol`) is the reference, and it
+//! reads every line; but it allocates about twice per line as it goes
+//! (its alternatives build error traces while they try each value type),
+//! and it was most of the line-protocol path's cost. So the shape nearly
+//! every agent sends — no escapes, no quoted strings, plain numbers and
+//! booleans — is read here by [`fast`], straight into slices of the line;
+//! anything else, and anything [`fast`] is not sure of, goes to the
+//! reference parser, whose answer (and error message) stands. [`fast`]
+//! never decides a line the reference would read differently: a property
+//! test holds every line it accepts to the reference's reading of it.
+
+use influxdb_line_protocol::{FieldValue, ParsedLine};
+use smallvec::SmallVec;
+
+/// Tags or fields held inline.
+const INLINE: usize = 16;
+
+/// A field's value, as Tally reads it: a number, or a string it skips.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Value {
+    Number(f64),
+    String,
+}
+
+/// A line's parts; strings borrowed from the line (or, from the reference
+/// parser, from wherever its unescaping put them).
+#[derive(Debug, PartialEq)]
+pub(super) struct Line<'a> {
+    pub measurement: &'a str,
+    pub tags: SmallVec<[(&'a str, &'a str); INLINE]>,
+    pub fields: SmallVec<[(&'a str, Value); INLINE]>,
+    pub timestamp: Option<i64>,
+}
+
+/// Reads `line` when it has the plain shape; None sends it to the
+/// reference parser.
+pub(super) fn fast(line: &str) -> Option<Line<'_>> {
+    let b = line.as_bytes();
+    // Escapes, quotes, control characters (tabs, NUL) and comments: the
+    // reference's.
+    if b.first() == Some(&b'#') || b.iter().any(|&c| c == b'\\' || c == b'"' || c < 0x20) {
+        return None;
+    }
+    let (measurement, mut rest) = until(line, |c| c == b',' || c == b' ')?;
+    let mut tags = SmallVec::new();
+    while let Some(after) = rest.strip_prefix(',') {
+        // A tag key may hold a comma in the reference's grammar: not here.
+        let (key, after) = until(after, |c| c == b'=' || c == b' ' || c == b',')?;
+        let after = after.strip_prefix('=')?;
+        let (value, after) = until(after, |c| c == b',' || c == b' ')?;
+        tags.push((key, value));
+        rest = after;
+    }
+    let mut rest = spaces(rest)?;
+    let mut fields = SmallVec::new();
+    loop {
+        let (key, after) = until(rest, |c| c == b'=' || c == b' ' || c == b',')?;
+        let after = after.strip_prefix('=')?;
+        let (text, after) = until(after, |c| c == b',' || c == b' ')?;
+        fields.push((key, Value::Number(number(text)?)));
+        match after.strip_prefix(',') {
+            Some(next) => rest = next,
+            None => {
+                rest = after;
+                break;
+            }
+        }
+    }
+    let timestamp = if rest.is_empty() {
+        None
+    } else {
+        let (text, after) = until(spaces(rest)?, |c| c == b' ')?;
+        if !after.bytes().all(|c| c == b' ') {
+            return None;
+        }
+        Some(integer(text)?.parse().ok()?)
+    };
+    Some(Line {
+        measurement,
+        tags,
+        fields,
+        timestamp,
+    })
+}
+
+/// The non-empty text before the first byte `end` accepts, and the rest.
+fn until(s: &str, end: impl Fn(u8) -> bool) -> Option<(&str, &str)> {
+    let at = s.bytes().position(end).unwrap_or(s.len());
+    (at > 0).then(|| s.split_at(at))
+}
+
+/// Skips one or more spaces.
+fn spaces(s: &str) -> Option<&str> {
+    let rest = s.trim_start_matches(' ');
+    (rest.len() < s.len()).then_some(rest)
+}
+
+/// `-?[0-9]+`, as the reference's integral values.
+fn integer(s: &str) -> Option<&str> {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    (!digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit())).then_some(s)
+}
+
+/// A field value of the plain shapes: `1i`, `1u`, a float the reference
+/// reads (`1`, `-1.5`, `1.5e-3`, `2E6`) or a boolean.
+fn number(s: &str) -> Option<f64> {
+    if let Some(int) = s.strip_suffix('i') {
+        return integer(int)?.parse::<i64>().ok().map(|v| v as f64);
+    }
+    if let Some(uint) = s.strip_suffix('u') {
+        let digits = uint.bytes().all(|c| c.is_ascii_digit()) && !uint.is_empty();
+        return digits.then(|| uint.parse::<u64>().ok().map(|v| v as f64))?;
+    }
+    match s {
+        "t" | "T" | "true" | "True" | "TRUE" => return Some(1.0),
+        "f" | "F" | "false" | "False" | "FALSE" => return Some(0.0),
+        _ => {}
+    }
+    float_shape(s).then(|| s.parse::<f64>().ok())?
+}
+
+/// `-?D(.D)?([eE][+-]?D)?` with `D` one or more digits: the float shapes
+/// the reference reads (`1`, `1.5`, `1e5`, `1.5e-5`).
+fn float_shape(s: &str) -> bool {
+    let s = s.strip_prefix('-').unwrap_or(s);
+    let (mantissa, exponent) = match s.find(['e', 'E']) {
+        Some(at) => (&s[..at], Some(&s[at + 1..])),
+        None => (s, None),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit());
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((int, frac)) => digits(int) && digits(frac),
+        None => digits(mantissa),
+    };
+    let exponent_ok = match exponent {
+        None => true,
+        Some(e) => digits(e.strip_prefix(['+', '-']).unwrap_or(e)),
+    };
+    mantissa_ok && exponent_ok
+}
+
+/// The reference parser's reading, in the same form; `keep` makes its
+/// strings live as long as the request.
+pub(super) fn of_reference<'a>(
+    line: &ParsedLine<'a>,
+    keep: impl Fn(&influxdb_line_protocol::EscapedStr<'a>) -> &'a str,
+) -> Line<'a> {
+    let tags = line.series.tag_set.as_deref().unwrap_or_default();
+    Line {
+        measurement: keep(&line.series.measurement),
+        tags: tags.iter().map(|(k, v)| (keep(k), keep(v))).collect(),
+        fields: line
+            .field_set
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    FieldValue::F64(v) => Value::Number(*v),
+                    FieldValue::I64(v) => Value::Number(*v as f64),
+                    FieldValue::U64(v) => Value::Number(*v as f64),
+                    FieldValue::Boolean(v) => Value::Number(f64::from(u8::from(*v))),
+                    FieldValue::String(_) => Value::String,
+                };
+                (keep(k), value)
+            })
+            .collect(),
+        timestamp: line.timestamp,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use influxdb_line_protocol::{parse_lines, EscapedStr};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A test's unescaped strings are kept to the end of the run.
+    fn keep<'a>(s: &EscapedStr<'a>) -> &'a str {
+        match s {
+            EscapedStr::SingleSlice(s) => s,
+            EscapedStr::CopiedValue(s) => s.clone().leak(),
+        }
+    }
+
+    fn reference(line: &str) -> Option<Line<'_>> {
+        let parsed = parse_lines(line).next()?.ok()?;
+        Some(of_reference(&parsed, keep))
+    }
+
+    fn same<'a>(a: &Line<'a>, b: &Line<'a>) -> bool {
+        let fields = a.fields.len() == b.fields.len()
+            && a.fields.iter().zip(&b.fields).all(|(x, y)| {
+                x.0 == y.0
+                    && match (x.1, y.1) {
+                        (Value::Number(p), Value::Number(q)) => p.to_bits() == q.to_bits(),
+                        (p, q) => p == q,
+                    }
+            });
+        a.measurement == b.measurement && a.tags == b.tags && fields && a.timestamp == b.timestamp
+    }
+
+    /// Lines as agents write them, and near misses.
+    fn line() -> impl Strategy<Value = String> {
+        let word = "[a-z][a-z0-9_.-]{0,5}";
+        let value = prop_oneof![
+            "-?[0-9]{1,4}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            "-?[0-9]{1,20}i",
+            "[0-9]{1,21}u",
+            "(t|T|true|True|TRUE|f|F|false|False|FALSE|tru|yes)",
+            "[0-9.eE+-]{1,6}[iu]?",
+        ];
+        (
+            word,
+            prop::collection::vec((word, "[a-zA-Z0-9=.:-]{0,4}"), 0..3),
+            prop::collection::vec((word, value), 1..3),
+            prop::option::of("-?[0-9]{1,20}"),
+            "( {0,2})",
+        )
+            .prop_map(|(m, tags, fields, ts, trail)| {
+                let mut s = m;
+                for (k, v) in tags {
+                    s.push_str(&format!(",{k}={v}"));
+                }
+                s.push(' ');
+                let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                s.push_str(&fields.join(","));
+                if let Some(ts) = ts {
+                    s.push_str(&format!(" {ts}"));
+                }
+                s.push_str(&trail);
+                s
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// What the fast path reads, the reference reads the same way.
+        #[test]
+        fn the_fast_path_reads_only_what_the_reference_reads_alike(line in line()) {
+            if let Some(fast) = fast(&line) {
+                let Some(theirs) = reference(&line) else {
+                    return Err(TestCaseError::fail(format!("{line:?}: read here, refused by the reference")));
+                };
+                prop_assert!(same(&fast, &theirs), "{:?}: {:?} vs {:?}", line, fast, theirs);
+            }
+        }
+
+        /// Arbitrary text: the same rule.
+        #[test]
+        fn odd_text_is_read_alike_or_left_to_the_reference(line in "[a-c,= 0-9.eEiutf\"\\\\-]{0,30}") {
+            if let Some(fast) = fast(&line) {
+                let theirs = reference(&line);
+                prop_assert!(theirs.as_ref().is_some_and(|t| same(&fast, t)), "{:?}: {:?} vs {:?}", line, fast, theirs);
+            }
+        }
+    }
+
+    /// The plain shape is what the fast path is for: it must take it.
+    #[test]
+    fn agents_lines_take_the_fast_path() {
+        for line in [
+            "cpu,host=web-1,cpu=cpu0 usage_idle=97.5,ticks=12i,free=3u,up=t 1700000000123456789",
+            "mem,host=h used=1e3,avail=2.5E-3 1700000000",
+            "disk,host=h,path=/var free=-4i",
+            "m,host=h v=1",
+        ] {
+            let fast = fast(line).unwrap_or_else(|| panic!("{line}: not read"));
+            assert!(same(&fast, &reference(line).unwrap()), "{line}");
+        }
+    }
+}
