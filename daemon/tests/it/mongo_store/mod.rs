@@ -23,6 +23,7 @@
 //!   and the store's own retention deletes), and the catalog's documents,
 //!   commands and expiry.
 
+mod baselines;
 mod documents;
 mod expiry;
 mod faults;
