@@ -13,7 +13,10 @@ use tally::store::{CatalogEntry, CatalogQuery};
 
 use super::*;
 
-per_mongo_target!(counters_first_seen_moves_off_its_baseline_once);
+per_mongo_target!(
+    counters_first_seen_moves_off_its_baseline_once,
+    a_stopped_pass_goes_on_from_its_last_finished_page,
+);
 
 /// Gauges between the counters' keys: more than a page of entries.
 const FILLER: usize = 1_000;
@@ -159,5 +162,38 @@ async fn counters_first_seen_moves_off_its_baseline_once(target: MongoTarget) {
     let again = connect_direct(&target).await;
     assert_eq!(pass(&again).await, FirstSeenPass::default(), "marked done");
     assert_eq!(first_seen(&again).await["c"], h);
+    target.cleanup().await;
+}
+
+/// A pass stopped after its page ending at `c|m` (its marker says so):
+/// the next one starts after it, and `c` is left to that page.
+async fn a_stopped_pass_goes_on_from_its_last_finished_page(target: MongoTarget) {
+    let h = at(0);
+    old_catalog(&target).await;
+    target
+        .db()
+        .await
+        .collection::<Document>("tally_writers")
+        .insert_one(doc! { "_id": MARKER, "after": "c|m" })
+        .await
+        .unwrap();
+
+    let store = connect_direct(&target).await;
+    let done = pass(&store).await;
+    assert_eq!(
+        done,
+        FirstSeenPass {
+            ran: true,
+            entries: FILLER as u64 + 4,
+            counters: 3,
+            moved: 1,
+            kept: 1,
+            raced: 0,
+        }
+    );
+    let seen = first_seen(&store).await;
+    assert_eq!((seen["c"], seen["d"]), (h, h + 120));
+    let marker = raw_doc(&target, "tally_writers", MARKER).await.unwrap();
+    assert!(marker.contains_key("done"), "{marker}");
     target.cleanup().await;
 }
