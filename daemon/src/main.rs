@@ -600,6 +600,9 @@ async fn open_store(config: &Config, dead: &DeadLetters) -> Result<Arc<dyn Store
                 writer = %writer,
                 "mongodb store configured"
             );
+            // In the background: it waits for the server and never holds
+            // up the start or readiness; its task ends by itself.
+            drop(store.start_first_seen_pass());
             Ok(Arc::new(store))
         }
     }

@@ -184,6 +184,14 @@
 //! A second index, `{metric: 1, _id: 1}`, serves listings of one metric
 //! named exactly across many sources (`indexes.rs`).
 //!
+//! A cumulative counter's first sample is only a baseline (its minute has
+//! `n: 0`), and a new series' `first_seen` is its first minute with an
+//! increase. Catalogs written before that hold the baseline minute: the
+//! daemon starts, in the background, a one-time pass
+//! ([`MongoStore::start_first_seen_pass`]) that moves such entries to the
+//! first later minute with a sample, page by page, with a conditional
+//! update, and marks itself done in `tally_writers` (`baselines.rs`).
+//!
 //! # Exactly once
 //!
 //! Every hour document keeps, per writer, the highest flush id applied to
@@ -236,12 +244,15 @@
 //! | `flush_ids.rs` | flush-id reservations |
 //! | `reads.rs`, `decode.rs` | range reads, decoding stored documents |
 //! | `catalog.rs` | the series catalog |
+//! | `baselines.rs`, `baseline_scan.rs` | the one-time move of counters' `first_seen` off their baseline minute |
 //! | `indexes.rs` | first contact: feature probes, TTL indexes |
 //! | `features.rs` | what the server lacks, and the fallbacks |
 //! | `probes.rs` | trying each feature once, at the first contact |
 //! | `expire.rs` | retention deletes where the server has no TTL |
 //! | `stats.rs` | [`MongoStats`], metrics |
 
+mod baseline_scan;
+mod baselines;
 mod catalog;
 mod command;
 mod config;
@@ -276,6 +287,7 @@ use mongodb::{Client, Collection, Database};
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
+pub use self::baselines::FirstSeenPass;
 pub use self::config::{redact_uri, MongoDbConfig};
 pub use self::documents::{day_doc_bson_size, hour_doc_bson_size};
 pub use self::features::Feature;
@@ -313,6 +325,9 @@ pub struct MongoStore {
     sealer: Sealer,
     /// Day documents flushes reached before they were known to exist.
     sightings: Mutex<Sightings>,
+    /// The background correction of counters' `first_seen`, once started
+    /// (`baselines.rs`): `close` stops it.
+    first_seen_pass: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 /// What every part of the store shares: the server, its collections, what
@@ -431,6 +446,7 @@ impl MongoStore {
             sealer: Sealer::new(conn.clone(), spread),
             conn,
             sightings: Mutex::new(Sightings::default()),
+            first_seen_pass: Mutex::new(None),
         })
     }
 
@@ -626,6 +642,10 @@ impl Store for MongoStore {
     /// Seals every hour this process wrote, the open ones too; everything
     /// else was acknowledged when `apply` returned. The client stays usable.
     async fn close(&self) -> Result<(), StoreError> {
+        // The pass goes on from its last finished page at the next start.
+        if let Some(pass) = self.first_seen_pass.lock().take() {
+            pass.abort();
+        }
         match tokio::time::timeout(CLOSE_SEAL_LIMIT, self.sealer.seal_now(true)).await {
             Ok(r) => r.map(|_| ()),
             Err(_) => {

@@ -76,6 +76,7 @@ pub(super) enum Op {
     CatalogList,
     Probe,
     Expire,
+    FirstSeen,
 }
 
 impl Op {
@@ -94,6 +95,7 @@ impl Op {
             Op::CatalogList => "catalog_list",
             Op::Probe => "probe",
             Op::Expire => "expire",
+            Op::FirstSeen => "first_seen_baselines",
         }
     }
 }

@@ -19,10 +19,14 @@
 //!   the write); MongoDB down at start and in the middle.
 //! * `last`: the minute's last sample kept newest across late flushes,
 //!   replays and seals, NaN included.
+//! * `baselines`: the one-time move of cumulative counters' `first_seen`
+//!   off their baseline minute (from hour or day documents, over pages,
+//!   resumed from its marker, never run twice).
 //! * `expiry`: TTL indexes (or, where the server has none, plain indexes
 //!   and the store's own retention deletes), and the catalog's documents,
 //!   commands and expiry.
 
+mod baselines;
 mod documents;
 mod expiry;
 mod faults;
