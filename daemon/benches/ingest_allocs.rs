@@ -23,6 +23,7 @@ use prost::Message as _;
 use tally::aggregator::{Aggregator, AggregatorConfig};
 use tally::auth::Grant;
 use tally::ingest::builder::Budget;
+use tally::ingest::graphite::{parse_line, Batch};
 use tally::ingest::influx::{self, InfluxConfig, Precision};
 use tally::ingest::remote_write::{Parse, RemoteWriteConfig};
 use tally::ingest::view::PushView;
@@ -76,7 +77,9 @@ const METRICS: usize = 20;
 /// other is the cost per sample; what does not is the cost per request.
 const SIZES: [usize; 2] = [50, 500];
 const WARM: usize = 3;
-const MEASURED: usize = 30;
+/// One request a second, all within a minute.
+const MEASURED: usize = 50;
+const _: () = assert!(WARM + MEASURED < 60);
 
 /// Series `i` of the fleet: (host, metric, cpu, mode).
 fn series(i: usize) -> (String, String, String, &'static str) {
@@ -133,6 +136,22 @@ fn line_protocol(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
         body.push_str(&format!(
             "{metric},host={host},cpu={cpu},mode={mode} value={} {ts_ms}\n",
             value(k, i)
+        ));
+    }
+    body.into_bytes()
+}
+
+/// Request `k` as Graphite plaintext lines with 1.1 tags, as collectd
+/// and carbon relays send them.
+fn graphite(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
+    let mut body = String::new();
+    for i in 0..hosts * METRICS {
+        let (host, metric, cpu, mode) = series(i);
+        body.push_str(&format!(
+            "{host}.{metric};cpu={cpu};mode={mode} {} {}.{:03}\n",
+            value(k, i),
+            ts_ms / 1000,
+            ts_ms % 1000
         ));
     }
     body.into_bytes()
@@ -224,6 +243,29 @@ fn via_line_protocol(ingest: &Ingestor, body: &[u8]) -> u64 {
     admit(ingest, &r.view, Protocol::InfluxV1, r.refused)
 }
 
+fn via_graphite(ingest: &Ingestor, body: &[u8]) -> u64 {
+    // A connection keeps its batch's buffers from one batch to the next;
+    // so does this.
+    thread_local!(static BATCH: std::cell::RefCell<Option<Batch>> = const { std::cell::RefCell::new(None) });
+    BATCH.with_borrow_mut(|batch| {
+        let batch = batch.get_or_insert_with(|| {
+            let cap = ingest.limits().max_rejections_reported;
+            Batch::new(1, cap, budget(ingest))
+        });
+        for line in body.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
+            batch.push(&parse_line(line).unwrap(), 0).unwrap();
+        }
+        let accepted = admit(
+            ingest,
+            &batch.view(),
+            Protocol::Graphite,
+            Default::default(),
+        );
+        batch.clear();
+        accepted
+    })
+}
+
 fn via_tally(ingest: &Ingestor, body: &[u8]) -> u64 {
     let view = PushView::decode(body, usize::MAX).unwrap();
     admit(ingest, &view, Protocol::TallyPush, Default::default())
@@ -255,7 +297,11 @@ type Render = fn(usize, usize, i64) -> Vec<u8>;
 /// Allocations per request and nanoseconds per sample over [`MEASURED`]
 /// requests of `hosts` hosts, after [`WARM`] that make every series known.
 fn measure(render: Render, door: Door, hosts: usize) -> (f64, f64) {
-    let start = chrono::Utc::now().timestamp_millis() - 120_000;
+    // Every request within one minute: a minute's first sample makes the
+    // series' slot for it, which belongs to the minute, not the request
+    // (with no flush here to drain them, slots would pile up besides).
+    let minute = chrono::Utc::now().timestamp_millis() / 60_000 - 2;
+    let start = minute * 60_000;
     let ingest = ingestor();
     let bodies: Vec<Vec<u8>> = (0..WARM + MEASURED)
         .map(|k| render(hosts, k, start + k as i64 * 1000))
@@ -278,10 +324,11 @@ fn measure(render: Render, door: Door, hosts: usize) -> (f64, f64) {
 }
 
 fn main() {
-    let protocols: [(&str, Render, Door); 3] = [
+    let protocols: [(&str, Render, Door); 4] = [
         ("tally.v1", tally, via_tally),
         ("remote-write", remote_write, via_remote_write),
         ("line protocol", line_protocol, via_line_protocol),
+        ("graphite", graphite, via_graphite),
     ];
     let only = std::env::var("PROTOCOL").ok();
     let mut failed = Vec::new();

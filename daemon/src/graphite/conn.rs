@@ -239,23 +239,27 @@ impl<'c> Reader<'c> {
     /// is not read meanwhile). At shutdown, or when the store has failed,
     /// the batch's lines are not kept, and that is logged.
     async fn admit(&mut self) {
-        let batch = std::mem::replace(&mut self.batch, self.ctx.batch());
         self.batch_due = None;
-        let lines = batch.lines;
-        if lines == 0 {
-            return;
+        let lines = self.batch.lines;
+        if lines > 0 {
+            self.send(lines).await;
         }
-        let c = batch.finish();
+        self.batch.clear();
+    }
+
+    /// [`Reader::admit`]'s attempts at the batch of `lines` lines.
+    async fn send(&self, lines: usize) {
+        let view = self.batch.view();
         let mut backoff = PUSHBACK_FIRST;
         loop {
             let result = self
                 .ctx
                 .ingest
-                .ingest(
-                    &c.request,
+                .ingest_read(
+                    &view,
                     &Grant::open(),
                     Protocol::Graphite,
-                    c.refused.clone(),
+                    Default::default(),
                 )
                 .await;
             match result {

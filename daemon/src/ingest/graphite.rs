@@ -17,12 +17,15 @@
 //!   millisecond); a line without one, or with `-1`, is stamped with the
 //!   time it was read.
 
+use std::ops::Range;
+
 use smallvec::SmallVec;
 use tally_proto::v1 as pb;
 
-use super::builder::{Budget, Converted, Full, RequestBuilder};
+use super::builder::Budget;
+use super::view::{PushView, ViewBuilder};
 use crate::aggregator::RejectReason;
-use crate::labels::label_name_from_key;
+use crate::labels::label_name_from_key_cow;
 
 /// One parsed line, borrowing from its text.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,27 +147,57 @@ fn clip(s: &str) -> String {
     s[..end].to_owned()
 }
 
-/// Lines gathered into one `tally.v1` request.
+/// Lines gathered into one request. A line's text is gone by the time
+/// its batch is admitted (the connection's buffer is read into again), so
+/// the batch keeps what it needs of each line in one text buffer, and
+/// hands admission a view borrowing from it. Clearing keeps the buffers:
+/// a connection's batches cost no allocation once the first has grown them.
 pub struct Batch {
-    b: RequestBuilder,
+    /// Sources, metrics, label names and values, one after another.
+    text: String,
+    series: Vec<Gathered>,
+    labels: Vec<(Range<usize>, Range<usize>)>,
     source_component: usize,
+    cap: usize,
+    budget: Budget,
+    /// Bytes of names and labels held, against `budget.bytes`, counted as
+    /// the view counts them.
+    bytes: usize,
     /// Lines added, kept or refused.
     pub lines: usize,
 }
+
+/// One line's series, its strings as ranges of the batch's text.
+struct Gathered {
+    source: Range<usize>,
+    metric: Range<usize>,
+    labels: Range<usize>,
+    ts_ms: i64,
+    value: f64,
+}
+
+/// What each series costs beyond its names, for [`Budget::bytes`], as the
+/// view builder counts it.
+const SERIES_OVERHEAD: usize = 64;
 
 impl Batch {
     /// An empty batch; `source_component` is 1-based.
     pub fn new(source_component: usize, cap: usize, budget: Budget) -> Batch {
         Batch {
-            b: RequestBuilder::new(cap, budget),
+            text: String::new(),
+            series: Vec::new(),
+            labels: Vec::new(),
             source_component,
+            cap,
+            budget,
+            bytes: 0,
             lines: 0,
         }
     }
 
     /// Samples in the batch.
     pub fn samples(&self) -> usize {
-        self.b.samples()
+        self.series.len()
     }
 
     /// Adds a parsed line, stamped `now_ms` if it has no timestamp. `Full`
@@ -172,51 +205,96 @@ impl Batch {
     /// the line to the next one).
     pub fn push(&mut self, line: &Line<'_>, now_ms: i64) -> Result<(), PushError> {
         let n = self.source_component;
-        let mut source = None;
-        let mut metric = String::with_capacity(line.path.len());
-        for (i, part) in line.path.split('.').enumerate() {
-            if i + 1 == n {
-                source = Some(part);
-            } else {
-                if !metric.is_empty() {
-                    metric.push('.');
-                }
-                metric.push_str(part);
-            }
-        }
-        let (Some(source), false) = (source, metric.is_empty()) else {
+        let parts = line.path.split('.');
+        let (Some(source), true) = (parts.clone().nth(n - 1), parts.clone().count() > 1) else {
             return Err(PushError::Line(LineError::NoMetric {
                 path: clip(line.path),
                 component: n,
             }));
         };
-        let labels = line
+        let label_bytes: usize = line
             .tags
             .iter()
-            .map(|(k, v)| pb::Label {
-                name: label_name_from_key(k),
-                value: (*v).to_owned(),
-            })
-            .collect();
-        let series = pb::SeriesSamples {
+            .map(|(k, v)| label_name_from_key_cow(k).len() + v.len() + SERIES_OVERHEAD / 2)
+            .sum();
+        // The metric is the path without the source and one dot.
+        let bytes = SERIES_OVERHEAD + line.path.len() - source.len() - 1 + label_bytes;
+        if self.series.len() + 1 > self.budget.samples || self.bytes + bytes > self.budget.bytes {
+            return Err(PushError::Full);
+        }
+        self.bytes += bytes;
+        let source = self.put(source);
+        let start = self.text.len();
+        for (i, part) in parts.enumerate() {
+            if i + 1 != n {
+                if self.text.len() > start {
+                    self.text.push('.');
+                }
+                self.text.push_str(part);
+            }
+        }
+        let metric = start..self.text.len();
+        let first = self.labels.len();
+        for (k, v) in &line.tags {
+            let name = self.put(&label_name_from_key_cow(k));
+            let value = self.put(v);
+            self.labels.push((name, value));
+        }
+        self.series.push(Gathered {
+            source,
             metric,
-            kind: pb::SampleKind::Gauge as i32,
-            timestamps_ms: vec![line.ts_ms.unwrap_or(now_ms)],
-            values: vec![line.value],
-            start_times_ms: Vec::new(),
-            labels,
-        };
-        self.b
-            .push(source, series)
-            .map_err(|Full| PushError::Full)?;
+            labels: first..self.labels.len(),
+            ts_ms: line.ts_ms.unwrap_or(now_ms),
+            value: line.value,
+        });
         self.lines += 1;
         Ok(())
     }
 
-    /// The request, and what the conversion refused (nothing: refused lines
-    /// are counted by the listener).
-    pub fn finish(self) -> Converted {
-        self.b.finish()
+    fn put(&mut self, s: &str) -> Range<usize> {
+        let start = self.text.len();
+        self.text.push_str(s);
+        start..self.text.len()
+    }
+
+    /// The batch as the view admission reads (the conversion refuses
+    /// nothing: refused lines are counted by the listener).
+    pub fn view(&self) -> PushView<'_> {
+        // Within its budget already: the builder's own check cannot fail.
+        let unbounded = Budget {
+            samples: usize::MAX,
+            bytes: usize::MAX,
+        };
+        let mut b = ViewBuilder::new(self.cap, unbounded);
+        let text = self.text.as_str();
+        for g in &self.series {
+            let mark = b.mark();
+            for (name, value) in &self.labels[g.labels.clone()] {
+                b.label(&text[name.clone()], &text[value.clone()]);
+            }
+            b.sample(g.ts_ms, g.value);
+            let gauge = pb::SampleKind::Gauge as i32;
+            if b.end_series(
+                mark,
+                &text[g.source.clone()],
+                &text[g.metric.clone()],
+                gauge,
+            )
+            .is_err()
+            {
+                break;
+            }
+        }
+        b.finish().0
+    }
+
+    /// Empties the batch, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.text.clear();
+        self.series.clear();
+        self.labels.clear();
+        self.bytes = 0;
+        self.lines = 0;
     }
 }
 
@@ -293,7 +371,7 @@ mod tests {
             second.push(&only, 0),
             Err(PushError::Line(LineError::NoMetric { .. }))
         ));
-        let c = batch.finish().request;
+        let c = batch.view().to_request();
         assert_eq!(c.sources[0].source, "web-01");
         let s = &c.sources[0].series[0];
         assert_eq!(s.metric, "cpu-0.cpu-idle");
@@ -301,7 +379,7 @@ mod tests {
             (s.labels[0].name.as_str(), s.labels[0].value.as_str()),
             ("dc", "eu")
         );
-        let c = second.finish().request;
+        let c = second.view().to_request();
         assert_eq!(c.sources[0].source, "web_01");
         assert_eq!(
             c.sources[0].series[0].metric,
