@@ -1,7 +1,9 @@
-//! Builds the `tally.v1.PushRequest` an OTLP or remote-write request becomes:
-//! its series grouped by source, and the points the conversion itself had
-//! to refuse counted in an [`IngestOutcome`] so they reach the same metrics
-//! and answers as the aggregator's rejections.
+//! Builds the `tally.v1.PushRequest` an OTLP request becomes: its series
+//! grouped by source, and the points the conversion itself had to refuse
+//! counted in an [`IngestOutcome`] so they reach the same metrics and
+//! answers as the aggregator's rejections. The [`Budget`] every protocol's
+//! reading is held to lives here too. (Remote-write, line protocol and
+//! Graphite build no request: they are read into a view, `view/build.rs`.)
 
 use hashbrown::HashMap;
 use tally_proto::v1 as pb;
