@@ -1,5 +1,7 @@
 //! `tally-loadgen`: simulates a fleet of monitoring agents pushing to
-//! tallyd over gRPC, reports throughput, latency and errors, and with
+//! tallyd over any of its protocols (`tally.v1`, OTLP over gRPC or HTTP,
+//! remote-write, line protocol, Graphite), reports throughput, latency and
+//! errors, and with
 //! `--verify` reads every series back and checks it exactly.
 //!
 //! This file only wires the modules together: flags (`cli`), the fleet and

@@ -30,6 +30,7 @@
 //! | `histogram`    | `histogram_quantile` of classic histograms |
 //! | `rollup`       | aggregations a group rollup answers |
 //! | `budget`       | cost before reading, chunks |
+//! | `eval`         | evaluating the tree, a chunk of steps at a time |
 //! | `held`         | results charged as they are made |
 //! | `config`       | `[prometheus]` |
 

@@ -43,7 +43,7 @@ impl Conn {
     pub(super) async fn record_complete(&self, flush_id: u64) -> Result<(), StoreError> {
         let update = doc! {
             "$max": { "complete": flush_id.min(i64::MAX as u64) as i64 },
-            // The writer is alive: see `takeover.rs`.
+            // The writer is alive: see `seal/takeover.rs`.
             "$currentDate": { "updated": true },
         };
         self.update_writer(Op::Complete, update).await

@@ -117,7 +117,7 @@
 //! seals every hour from there again from the hour documents that carry
 //! its watermark, and the query engine reads the hours since the oldest
 //! such record of all writers from the hour documents, so reads through any
-//! daemon see what every daemon flushed (`seals.rs`).
+//! daemon see what every daemon flushed (`seal/queue.rs`).
 //!
 //! Statements go out as the `update` command with many statements,
 //! `ordered: false`, in commands of at most
@@ -235,10 +235,7 @@
 //! | `command.rs` | building write commands, sending every command |
 //! | `errors.rs` | replies and driver errors as [`StoreError`] kinds |
 //! | `writes.rs` | `apply`: a flush's statements, update rounds |
-//! | `seals.rs` | which hours are due to be sealed; late minutes; the record |
-//! | `seal_write.rs` | a seal: reading hour and day documents, the `$set` statement |
-//! | `seal_run.rs` | when seals run; the writers' records and the read lag |
-//! | `takeover.rs` | sealing for a writer that stopped and did not come back |
+//! | `seal/` | the sealer: which hours are due, the seals themselves, the writers' records and the read lag, taking over a stopped writer's seals (its own table) |
 //! | `prealloc.rs` | pre-allocation and first-sighting inserts |
 //! | `known_docs.rs` | the first-sighting memory |
 //! | `flush_ids.rs` | flush-id reservations |

@@ -1,6 +1,6 @@
 //! Unit tests of the store's pure parts: ids, documents, statements,
 //! commands, replies, decoding, the first-sighting memory and the settings.
-//! What needs a server is in `daemon/tests/mongo_store.rs`.
+//! What needs a server is in `daemon/tests/it/mongo_store/`.
 
 use bson::raw::{RawBsonRef, RawDocument, RawDocumentBuf};
 use bson::{doc, Document};

@@ -5,7 +5,7 @@
 //! (`values.H.*`, `values.H.total`) and the day's running slot (`total`)
 //! are *sealed* from the hour document once the hour has closed: made
 //! equal to it, so a seal can run twice, or from two daemons, without
-//! counting anything twice (`seal_write.rs`). Here is the bookkeeping:
+//! counting anything twice (`write.rs`). Here is the bookkeeping:
 //!
 //! - **dirty**: per hour, the series this process wrote in it since that
 //!   hour was last sealed;
