@@ -25,6 +25,7 @@ use tally::auth::Grant;
 use tally::ingest::builder::Budget;
 use tally::ingest::graphite::{parse_line, Batch};
 use tally::ingest::influx::{self, InfluxConfig, Precision};
+use tally::ingest::otlp::{self, OtlpConfig};
 use tally::ingest::remote_write::{Parse, RemoteWriteConfig};
 use tally::ingest::view::PushView;
 use tally::ingest::{IngestConfig, IngestGate, Ingestor, Protocol};
@@ -157,6 +158,64 @@ fn graphite(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
     body.into_bytes()
 }
 
+/// Request `k` in OTLP protobuf, one resource per host (its `host.name`
+/// the source), one gauge point per metric with two string attributes, as
+/// an OpenTelemetry SDK or Collector sends it over HTTP.
+fn otlp_protobuf(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics,
+        ScopeMetrics,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    let text = |key: &str, value: &str| KeyValue {
+        key: key.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(value.into())),
+        }),
+        ..Default::default()
+    };
+    let resource_metrics = (0..hosts)
+        .map(|h| {
+            let metrics = (0..METRICS)
+                .map(|m| {
+                    let i = h * METRICS + m;
+                    let (_, metric, cpu, mode) = series(i);
+                    let point = NumberDataPoint {
+                        attributes: vec![text("cpu", &cpu), text("mode", mode)],
+                        time_unix_nano: ts_ms as u64 * 1_000_000,
+                        value: Some(number_data_point::Value::AsDouble(value(k, i))),
+                        ..Default::default()
+                    };
+                    Metric {
+                        name: metric,
+                        data: Some(Data::Gauge(Gauge {
+                            data_points: vec![point],
+                        })),
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![
+                        text("host.name", &series(h * METRICS).0),
+                        text("service.name", "node"),
+                    ],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }.encode_to_vec()
+}
+
 /// Request `k` in `tally.v1`.
 fn tally(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
     let sources = (0..hosts)
@@ -266,6 +325,15 @@ fn via_graphite(ingest: &Ingestor, body: &[u8]) -> u64 {
     })
 }
 
+fn via_otlp(ingest: &Ingestor, body: &[u8]) -> u64 {
+    // The daemon makes an arena per request; so does this.
+    let arena = bumpalo::Bump::new();
+    let cfg = OtlpConfig::default();
+    let cap = ingest.limits().max_rejections_reported;
+    let r = otlp::parse(body, &arena, &cfg, cap, budget(ingest)).unwrap();
+    admit(ingest, &r.view, Protocol::OtlpHttp, r.refused)
+}
+
 fn via_tally(ingest: &Ingestor, body: &[u8]) -> u64 {
     let view = PushView::decode(body, usize::MAX).unwrap();
     admit(ingest, &view, Protocol::TallyPush, Default::default())
@@ -324,8 +392,9 @@ fn measure(render: Render, door: Door, hosts: usize) -> (f64, f64) {
 }
 
 fn main() {
-    let protocols: [(&str, Render, Door); 4] = [
+    let protocols: [(&str, Render, Door); 5] = [
         ("tally.v1", tally, via_tally),
+        ("otlp", otlp_protobuf, via_otlp),
         ("remote-write", remote_write, via_remote_write),
         ("line protocol", line_protocol, via_line_protocol),
         ("graphite", graphite, via_graphite),

@@ -1,6 +1,7 @@
 //! The gRPC listener: the ingest service (`ingest`, served by the routes in
 //! `ingest_wire`, which keep each request's bytes), OTLP's metrics service
-//! (`otlp`), the query service (`query`), `grpc.health.v1` (tracking the store's health) and server
+//! (`otlp`, served by the routes in `otlp_wire`, which keep each
+//! request's bytes too), the query service (`query`), `grpc.health.v1` (tracking the store's health) and server
 //! reflection (`grpc.reflection.v1`, and `v1alpha` for older tools), on
 //! one port, within the `[grpc]` limits (`config`), each connection served
 //! by `server`. Conversions between the wire messages and the daemon's
@@ -13,13 +14,12 @@ mod health;
 mod ingest;
 mod ingest_wire;
 mod otlp;
+mod otlp_wire;
 mod query;
 mod server;
 mod status;
 
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer;
 use tally_proto::v1 as pb;
-use tonic::codec::CompressionEncoding;
 use tonic::service::interceptor::InterceptedService;
 
 use crate::auth::{AuthInterceptor, Authenticator, Need};
@@ -63,10 +63,7 @@ pub async fn serve(
         max_message_bytes,
     } = limits;
     let ingest = ingest_wire::IngestServer::new(ingest, max_message_bytes);
-    // OTLP exporters (the Collector's by default) may gzip their requests.
-    let otlp = MetricsServiceServer::new(otlp)
-        .max_decoding_message_size(max_message_bytes)
-        .accept_compressed(CompressionEncoding::Gzip);
+    let otlp = otlp_wire::OtlpServer::new(otlp, max_message_bytes);
     let query = pb::query_server::QueryServer::new(query);
     health.set_serving::<ingest_wire::IngestServer>().await;
     health

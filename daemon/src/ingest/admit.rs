@@ -2,9 +2,10 @@
 //! token's sources, the sources' group declarations and their labels are
 //! checked here, and what passes is folded into the aggregator. Each front
 //! door reads its request as a `tally.v1.PushRequest` ([`PushView`]:
-//! tally.v1, remote-write, line protocol and Graphite straight from their
-//! bytes, OTLP once converted), then turns the [`IngestOutcome`] or [`IngestError`] back into its own
-//! protocol's answer.
+//! tally.v1, OTLP protobuf, remote-write, line protocol and Graphite
+//! straight from their bytes, OTLP/HTTP JSON once converted), then turns
+//! the [`IngestOutcome`] or [`IngestError`] back into its own protocol's
+//! answer.
 //!
 //! Backpressure: when the aggregator has reached its memory bound (the store
 //! is behind), a request is refused whole before anything is taken, so a

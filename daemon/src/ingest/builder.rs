@@ -1,9 +1,11 @@
-//! Builds the `tally.v1.PushRequest` an OTLP request becomes: its series
-//! grouped by source, and the points the conversion itself had to refuse
-//! counted in an [`IngestOutcome`] so they reach the same metrics and
-//! answers as the aggregator's rejections. The [`Budget`] every protocol's
-//! reading is held to lives here too. (Remote-write, line protocol and
-//! Graphite build no request: they are read into a view, `view/build.rs`.)
+//! Builds the `tally.v1.PushRequest` the owned OTLP conversion makes (of
+//! OTLP/HTTP JSON bodies, and as the oracle the OTLP view parser is tested
+//! against): its series grouped by source, and the points the conversion
+//! itself had to refuse counted in an [`IngestOutcome`] so they reach the
+//! same metrics and answers as the aggregator's rejections. The [`Budget`]
+//! every protocol's reading is held to lives here too. (OTLP protobuf,
+//! remote-write, line protocol and Graphite build no request: they are
+//! read into a view, `view/build.rs`.)
 
 use hashbrown::HashMap;
 use tally_proto::v1 as pb;

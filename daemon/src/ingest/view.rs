@@ -7,10 +7,10 @@
 //! instead borrows every string from the request's own bytes and appends
 //! every series' numbers to request-wide columns, so a request costs a
 //! handful of allocations whatever its size. Other protocols' readers
-//! build the same view straight from their own bytes (`build`:
-//! remote-write, line protocol, Graphite), and it borrows from a decoded
-//! request ([`PushView::of`]) where one is built (OTLP, the write-ahead
-//! log's replay), so admission has one form to read. A view writes itself
+//! build the same view straight from their own bytes (`build`: OTLP
+//! protobuf, remote-write, line protocol, Graphite), and it borrows from a
+//! decoded request ([`PushView::of`]) where one is built (OTLP/HTTP JSON,
+//! the write-ahead log's replay), so admission has one form to read. A view writes itself
 //! out as a `tally.v1` request for the log (`encode`), with no owned
 //! request in between.
 //!

@@ -2,8 +2,9 @@
 //! refused as they pass it, so that a small compressed body cannot make
 //! the daemon allocate more.
 //!
-//! Snappy bodies (remote-write) inflate into buffers kept for the next
-//! request ([`Inflated`]): the request is read in place from that buffer,
+//! Snappy bodies (remote-write) and the gzip bodies read as views (OTLP
+//! protobuf) inflate into buffers kept for the next request
+//! ([`Inflated`]): the request is read in place from that buffer,
 //! and a fresh one per request would cost the allocator and the page
 //! faults of a body's size every time. The pool is bounded in buffers and
 //! in each buffer's size, so what it keeps is bounded too.
@@ -93,6 +94,36 @@ impl Inflated {
         Ok(out)
     }
 
+    /// Inflates a gzip body, refusing it once it passes `max` bytes.
+    pub(super) fn gunzip(body: &[u8], max: usize) -> Result<Inflated, BodyError> {
+        let mut out = Inflated {
+            buf: POOL.lock().pop().unwrap_or_default(),
+            len: 0,
+        };
+        let mut gz = flate2::read::GzDecoder::new(body);
+        loop {
+            if out.len == out.buf.len() {
+                if out.len > max {
+                    return Err(BodyError::TooLarge(max));
+                }
+                // As for snappy, a kept buffer keeps its length, so only
+                // the part it grows by is zeroed.
+                let grown = (out.len * 2).max(64 << 10).min(max + 1);
+                out.buf.resize(grown, 0);
+            }
+            match gz.read(&mut out.buf[out.len..]) {
+                Ok(0) => break,
+                Ok(n) => out.len += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BodyError::Corrupt(e.to_string())),
+            }
+        }
+        if out.len > max {
+            return Err(BodyError::TooLarge(max));
+        }
+        Ok(out)
+    }
+
     pub(super) fn bytes(&self) -> &[u8] {
         &self.buf[..self.len]
     }
@@ -112,6 +143,36 @@ impl Drop for Inflated {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A gzip body inflates whole and exactly, into a used buffer longer
+    /// than it and into one it outgrows; one past the limit is refused.
+    #[test]
+    fn gzip_bodies_inflate_exactly_into_reused_buffers() {
+        use std::io::Write as _;
+        let gz = |raw: &[u8]| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(raw).unwrap();
+            e.finish().unwrap()
+        };
+        let big: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let small = b"a short body".to_vec();
+        for raw in [&small, &big, &small, &big] {
+            let got = Inflated::gunzip(&gz(raw), 1 << 20).unwrap();
+            assert_eq!(got.bytes(), &raw[..]);
+        }
+        assert!(matches!(
+            Inflated::gunzip(&gz(&big), 1000),
+            Err(BodyError::TooLarge(1000))
+        ));
+        assert!(matches!(
+            Inflated::gunzip(&gz(&big), big.len()),
+            Ok(b) if b.bytes() == &big[..]
+        ));
+        assert!(matches!(
+            Inflated::gunzip(b"not gzip", 1000),
+            Err(BodyError::Corrupt(_))
+        ));
+    }
 
     /// A body inflates whole and exactly, through a used buffer longer
     /// than it; one that says it is larger than the limit is refused

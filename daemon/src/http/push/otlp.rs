@@ -5,23 +5,28 @@
 //! cannot be read, 413 for one too large, 415 for an unsupported type or
 //! encoding, 429 (backpressure) or 503 (shutting down) with `Retry-After`.
 //! Error bodies are a `google.rpc.Status` in the request's own encoding.
-
-use std::borrow::Cow;
+//!
+//! A protobuf body (inflated into a pooled buffer when gzipped) is read
+//! straight into a view of its bytes ([`otlp::parse`]); a JSON body is
+//! decoded by serde into OTLP's owned messages and converted
+//! ([`otlp::convert`]), as JSON is rarely sent in volume.
 
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use bumpalo::Bump;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use prost::Message as _;
 
-use super::{grant, gunzip, media, refusal, unread, BodyError, PushState};
+use super::{grant, media, refusal, unread, BodyError, Inflated, PushState};
+use crate::aggregator::IngestOutcome;
 use crate::auth::Grant;
-use crate::ingest::otlp;
-use crate::ingest::Protocol;
+use crate::ingest::otlp::{self, ParseError};
+use crate::ingest::{IngestError, Protocol};
 
 const PROTOBUF: &str = "application/x-protobuf";
 const JSON: &str = "application/json";
@@ -50,33 +55,89 @@ pub(super) async fn export(
             return error(false, StatusCode::UNSUPPORTED_MEDIA_TYPE, None, msg);
         }
     };
-    let req = match decode(&headers, &body, json, s.ingest.limits().max_message_bytes) {
-        Ok(req) => req,
-        Err((status, msg)) => {
+    let raw = match inflate(&headers, &body, s.ingest.limits().max_message_bytes) {
+        Ok(raw) => raw,
+        Err(e) => {
             unread(&s.ingest, Protocol::OtlpHttp);
-            return error(json, status, None, msg);
+            return error(json, e.status(), None, e.message());
+        }
+    };
+    if json {
+        export_json(&s, grant(g), raw.bytes()).await
+    } else {
+        export_protobuf(&s, grant(g), raw.bytes()).await
+    }
+}
+
+/// A protobuf body, read as a view of its bytes.
+async fn export_protobuf(s: &PushState, grant: Grant, raw: &[u8]) -> Response {
+    let cap = s.ingest.limits().max_rejections_reported;
+    let budget = s.ingest.budget();
+    // Text the body does not hold as it is (numbers as label values, `le`
+    // bounds, suffixed names) is made here, for as long as the request.
+    let arena = Bump::new();
+    let req = match otlp::parse(raw, &arena, &s.otlp, cap, budget) {
+        Ok(req) => req,
+        Err(ParseError::Full) => {
+            let e = s.ingest.too_large(Protocol::OtlpHttp, budget);
+            return error(false, StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
+        }
+        Err(ParseError::Wire(e)) => {
+            unread(&s.ingest, Protocol::OtlpHttp);
+            return error(false, StatusCode::BAD_REQUEST, None, not_otlp(e));
+        }
+    };
+    let refused = req.refused.clone();
+    let outcome = s
+        .ingest
+        .ingest_read(&req.view, &grant, Protocol::OtlpHttp, refused)
+        .await;
+    answer(false, outcome.map(|out| (req.rejected_points(&out), out)))
+}
+
+/// A JSON body: serde decodes it into OTLP's owned messages, which are
+/// converted to an owned `tally.v1` request.
+async fn export_json(s: &PushState, grant: Grant, raw: &[u8]) -> Response {
+    let req: ExportMetricsServiceRequest = match serde_json::from_slice(raw) {
+        Ok(req) => req,
+        Err(e) => {
+            unread(&s.ingest, Protocol::OtlpHttp);
+            return error(true, StatusCode::BAD_REQUEST, None, not_otlp(e));
         }
     };
     let cap = s.ingest.limits().max_rejections_reported;
     let budget = s.ingest.budget();
     let Ok(converted) = otlp::convert(&req, &s.otlp, cap, budget) else {
         let e = s.ingest.too_large(Protocol::OtlpHttp, budget);
-        return error(json, StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
+        return error(true, StatusCode::PAYLOAD_TOO_LARGE, None, e.to_string());
     };
     let refused = converted.converted.refused.clone();
     let outcome = s
         .ingest
         .ingest(
             &converted.converted.request,
-            &grant(g),
+            &grant,
             Protocol::OtlpHttp,
             refused,
         )
         .await;
+    answer(
+        true,
+        outcome.map(|out| (converted.rejected_points(&out), out)),
+    )
+}
+
+fn not_otlp(e: impl std::fmt::Display) -> String {
+    format!("the body is not an OTLP ExportMetricsServiceRequest: {e}")
+}
+
+/// The answer to a request admission read: its refused points (how many,
+/// and the outcome), or why it was refused whole.
+fn answer(json: bool, outcome: Result<(u64, IngestOutcome), IngestError>) -> Response {
     match outcome {
-        Ok(out) => {
+        Ok((rejected, out)) => {
             let resp = ExportMetricsServiceResponse {
-                partial_success: otlp::partial_success(&converted, &out),
+                partial_success: otlp::partial_success(rejected, &out),
             };
             let body = if json {
                 // protojson leaves an unset message out rather than null.
@@ -96,29 +157,27 @@ pub(super) async fn export(
     }
 }
 
-/// The request, or the status and message to refuse it with.
-fn decode(
-    headers: &HeaderMap,
-    body: &Bytes,
-    json: bool,
-    max: usize,
-) -> Result<ExportMetricsServiceRequest, (StatusCode, String)> {
-    let fail = |e: BodyError| (e.status(), e.message());
-    let raw: Cow<'_, [u8]> = match media(headers, header::CONTENT_ENCODING).as_str() {
-        "" | "identity" => Cow::Borrowed(body),
-        "gzip" => Cow::Owned(gunzip(body, max).map_err(fail)?),
-        other => return Err(fail(BodyError::Encoding(other.to_owned()))),
-    };
-    let bad = |e: String| {
-        (
-            StatusCode::BAD_REQUEST,
-            format!("the body is not an OTLP ExportMetricsServiceRequest: {e}"),
-        )
-    };
-    if json {
-        serde_json::from_slice(&raw).map_err(|e| bad(e.to_string()))
-    } else {
-        ExportMetricsServiceRequest::decode(&raw[..]).map_err(|e| bad(e.to_string()))
+/// The body as sent, or inflated into a pooled buffer.
+enum Raw<'b> {
+    Plain(&'b [u8]),
+    Inflated(Inflated),
+}
+
+impl Raw<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Raw::Plain(b) => b,
+            Raw::Inflated(i) => i.bytes(),
+        }
+    }
+}
+
+/// The body, inflated as its `Content-Encoding` says.
+fn inflate<'b>(headers: &HeaderMap, body: &'b Bytes, max: usize) -> Result<Raw<'b>, BodyError> {
+    match media(headers, header::CONTENT_ENCODING).as_str() {
+        "" | "identity" => Ok(Raw::Plain(body)),
+        "gzip" => Inflated::gunzip(body, max).map(Raw::Inflated),
+        other => Err(BodyError::Encoding(other.to_owned())),
     }
 }
 

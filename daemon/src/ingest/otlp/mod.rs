@@ -1,12 +1,24 @@
 //! What an OTLP metrics request means in Tally's model, for both of OTLP's
 //! transports (gRPC on the ingest port, HTTP on `/v1/metrics`): each
 //! resource's source, each point's labels (`attrs`) and each metric type's
-//! series and kinds (`points`). The request becomes a `tally.v1` request
-//! and goes through the same admission as every other protocol; the
-//! outcome comes back as OTLP's `partial_success`.
+//! series and kinds (`points`). The request reaches the same admission as
+//! every other protocol as a view, and the outcome comes back as OTLP's
+//! `partial_success`.
+//!
+//! Protobuf bodies (gRPC, and HTTP's `application/x-protobuf`) are read
+//! straight from their bytes into that view by [`parse()`] (`parse`, over
+//! the wire readers of `wire`), with no owned message on the way. The
+//! owned conversion, [`convert`], reads prost's decoded messages through
+//! `attrs` and `points`; it serves OTLP/HTTP's JSON bodies, which serde
+//! decodes into those messages, and it is the oracle a property test holds
+//! the parser to: the same view, refusals and points for every request.
 
 mod attrs;
+mod parse;
 mod points;
+mod wire;
+
+pub use parse::{parse, OtlpView, ParseError};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceRequest,
@@ -185,35 +197,47 @@ impl OtlpRequest {
     /// each further refused sample counts as a point of its own (exact for
     /// gauges and sums, an upper bound for histograms).
     pub fn rejected_points(&self, out: &IngestOutcome) -> u64 {
-        let mut seen = hashbrown::HashSet::new();
-        let mut listed_samples = 0u64;
-        for r in &out.rejections {
-            let Some(ordinal) = self
+        let point = |r: &crate::aggregator::Rejection| {
+            let ordinal = self
                 .converted
                 .ordinals
-                .get(r.source_index as usize)
-                .and_then(|s| s.get(r.series_index as usize))
-            else {
-                continue;
-            };
-            listed_samples += 1;
-            if let Some(p) = self.point_of.get(*ordinal as usize) {
-                seen.insert(*p);
-            }
-        }
-        let unplaced = out.rejected.saturating_sub(self.refused_points);
-        let unlisted = unplaced.saturating_sub(listed_samples);
-        (self.refused_points + seen.len() as u64 + unlisted).min(u64::from(self.points))
+                .get(r.source_index as usize)?
+                .get(r.series_index as usize)?;
+            self.point_of.get(*ordinal as usize).copied()
+        };
+        count_rejected(out, self.refused_points, self.points, point)
     }
 }
 
-/// OTLP's answer to a request some of whose points were refused; None when
-/// all were taken.
-pub fn partial_success(
-    req: &OtlpRequest,
+/// The points `out` refused, of a request of `points` points of which
+/// `refused_points` were refused while reading it; `point` names the point
+/// a rejection's series came from (None: a rejection of no series).
+fn count_rejected(
     out: &IngestOutcome,
-) -> Option<ExportMetricsPartialSuccess> {
-    let rejected = req.rejected_points(out);
+    refused_points: u64,
+    points: u32,
+    point: impl Fn(&crate::aggregator::Rejection) -> Option<u32>,
+) -> u64 {
+    let mut seen = hashbrown::HashSet::new();
+    let mut listed_samples = 0u64;
+    for r in &out.rejections {
+        // A rejection that names no series of the view was made while
+        // reading, and is counted in `refused_points`.
+        let Some(p) = point(r) else {
+            continue;
+        };
+        listed_samples += 1;
+        seen.insert(p);
+    }
+    let unplaced = out.rejected.saturating_sub(refused_points);
+    let unlisted = unplaced.saturating_sub(listed_samples);
+    (refused_points + seen.len() as u64 + unlisted).min(u64::from(points))
+}
+
+/// OTLP's answer to a request some of whose points were refused (`rejected`
+/// of them, as [`OtlpView::rejected_points`] or
+/// [`OtlpRequest::rejected_points`] counts them); None when all were taken.
+pub fn partial_success(rejected: u64, out: &IngestOutcome) -> Option<ExportMetricsPartialSuccess> {
     (rejected > 0 || out.rejected > 0).then(|| ExportMetricsPartialSuccess {
         rejected_data_points: rejected as i64,
         error_message: super::first_problems(out),

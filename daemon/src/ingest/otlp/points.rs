@@ -28,7 +28,7 @@ use crate::ingest::builder::{Full, RequestBuilder};
 
 /// `DataPointFlags.NO_RECORDED_VALUE`: the point marks a gap, like a
 /// Prometheus staleness marker.
-const NO_RECORDED_VALUE: u32 = 1;
+pub(super) const NO_RECORDED_VALUE: u32 = 1;
 
 /// Where one resource's points go.
 pub(super) struct Target<'a> {
@@ -197,7 +197,7 @@ pub(super) fn metric(t: &mut Target<'_>, m: &Metric) -> Result<(), Full> {
 }
 
 /// Some(true) for delta, Some(false) for cumulative.
-fn temporality(t: i32) -> Option<bool> {
+pub(super) fn temporality(t: i32) -> Option<bool> {
     match AggregationTemporality::try_from(t).ok()? {
         AggregationTemporality::Delta => Some(true),
         AggregationTemporality::Cumulative => Some(false),
@@ -205,7 +205,7 @@ fn temporality(t: i32) -> Option<bool> {
     }
 }
 
-fn counter(delta: bool) -> pb::SampleKind {
+pub(super) fn counter(delta: bool) -> pb::SampleKind {
     if delta {
         pb::SampleKind::DeltaCounter
     } else {
@@ -261,7 +261,7 @@ fn histogram(
     let Some((point, ts, labels)) = t.open(name, p) else {
         return Ok(());
     };
-    if let Err(why) = check_buckets(p) {
+    if let Err(why) = check_buckets(&p.bucket_counts, &p.explicit_bounds, p.count) {
         t.refuse(RejectReason::InvalidPoint, || {
             format!("histogram {name:?}: {why}")
         });
@@ -293,8 +293,12 @@ fn histogram(
 }
 
 /// Why a histogram point's buckets cannot be read, if they cannot.
-fn check_buckets(p: &HistogramDataPoint) -> Result<(), String> {
-    let (counts, bounds) = (p.bucket_counts.len(), p.explicit_bounds.len());
+pub(super) fn check_buckets(
+    bucket_counts: &[u64],
+    explicit_bounds: &[f64],
+    count: u64,
+) -> Result<(), String> {
+    let (counts, bounds) = (bucket_counts.len(), explicit_bounds.len());
     if counts == 0 && bounds == 0 {
         return Ok(());
     }
@@ -303,21 +307,16 @@ fn check_buckets(p: &HistogramDataPoint) -> Result<(), String> {
             "{counts} bucket counts for {bounds} explicit bounds; there must be one more count than bounds"
         ));
     }
-    let increasing = p
-        .explicit_bounds
+    let increasing = explicit_bounds
         .windows(2)
         .all(|w| w[0].partial_cmp(&w[1]) == Some(std::cmp::Ordering::Less));
-    if !increasing || p.explicit_bounds.iter().any(|b| !b.is_finite()) {
+    if !increasing || explicit_bounds.iter().any(|b| !b.is_finite()) {
         return Err("explicit bounds are not strictly increasing numbers".into());
     }
-    let total = p
-        .bucket_counts
-        .iter()
-        .fold(0u64, |a, n| a.saturating_add(*n));
-    if total != p.count {
+    let total = bucket_counts.iter().fold(0u64, |a, n| a.saturating_add(*n));
+    if total != count {
         return Err(format!(
-            "bucket counts add up to {total} but count is {}",
-            p.count
+            "bucket counts add up to {total} but count is {count}"
         ));
     }
     Ok(())

@@ -4,8 +4,9 @@
 //! (decompressed) bytes, every number appended to request-wide columns, and
 //! no owned intermediate request on the way.
 //!
-//! A parser appends one series at a time: its labels and samples into the
-//! columns, then [`ViewBuilder::end_series`] with its source, metric and
+//! A parser appends one series at a time: its labels and samples (and,
+//! for a cumulative counter that says when it started, its start times)
+//! into the columns, then [`ViewBuilder::end_series`] with its source, metric and
 //! kind (or [`ViewBuilder::drop_series`] to take back what it appended).
 //! Protocols interleave sources (a Prometheus shard mixes targets), while a
 //! view holds each source's series together; since a series refers to its
@@ -47,6 +48,7 @@ pub struct ViewBuilder<'a> {
 pub struct Mark {
     labels: usize,
     samples: usize,
+    start_times: usize,
 }
 
 impl<'a> ViewBuilder<'a> {
@@ -71,6 +73,7 @@ impl<'a> ViewBuilder<'a> {
         Mark {
             labels: self.view.labels.len(),
             samples: self.view.values.len(),
+            start_times: self.view.start_times_ms.len(),
         }
     }
 
@@ -81,6 +84,12 @@ impl<'a> ViewBuilder<'a> {
     pub fn sample(&mut self, ts_ms: i64, value: f64) {
         self.view.timestamps_ms.push(ts_ms);
         self.view.values.push(value);
+    }
+
+    /// A start time of the series being appended (`tally.v1`'s
+    /// `start_times_ms`: one per sample, or none at all).
+    pub fn start_time(&mut self, start_ms: i64) {
+        self.view.start_times_ms.push(start_ms);
     }
 
     /// The labels appended since `mark`, to read or reorder.
@@ -112,6 +121,7 @@ impl<'a> ViewBuilder<'a> {
         self.view.labels.truncate(mark.labels);
         self.view.timestamps_ms.truncate(mark.samples);
         self.view.values.truncate(mark.samples);
+        self.view.start_times_ms.truncate(mark.start_times);
     }
 
     /// Ends the series appended since `mark`; `Full` once the request
@@ -143,7 +153,7 @@ impl<'a> ViewBuilder<'a> {
             labels,
             timestamps_ms: samples.clone(),
             values: samples,
-            start_times_ms: 0..0,
+            start_times_ms: mark.start_times..self.view.start_times_ms.len(),
         });
         Ok(())
     }
