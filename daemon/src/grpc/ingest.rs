@@ -32,6 +32,12 @@ pub struct WirePush {
     pub bytes: Bytes,
 }
 
+impl From<Bytes> for WirePush {
+    fn from(bytes: Bytes) -> WirePush {
+        WirePush { bytes }
+    }
+}
+
 impl WirePush {
     /// The request, borrowed from its bytes, of at most `max_series` series
     /// and sources; a message that does not decode is the client's error,

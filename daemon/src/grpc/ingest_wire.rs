@@ -17,47 +17,17 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Buf;
 use tally_proto::v1 as pb;
 use tonic::body::Body;
-use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
 use tonic::server::{ClientStreamingService, Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::ingest::{IngestService, WirePush};
+use super::raw_codec::RawCodec;
 
-/// Encodes responses with prost; takes requests' bytes as [`WirePush`].
-#[derive(Debug, Default, Clone, Copy)]
-struct PushCodec;
-
-impl Codec for PushCodec {
-    type Encode = pb::PushResponse;
-    type Decode = WirePush;
-    type Encoder = tonic_prost::ProstEncoder<pb::PushResponse>;
-    type Decoder = PushDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::new(BufferSettings::default())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        PushDecoder
-    }
-}
-
-#[derive(Debug, Default)]
-struct PushDecoder;
-
-impl Decoder for PushDecoder {
-    type Item = WirePush;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<WirePush>, Status> {
-        let bytes = buf.copy_to_bytes(buf.remaining());
-        Ok(Some(WirePush { bytes }))
-    }
-}
+/// The routes' codec: requests as their bytes, [`WirePush`].
+type PushCodec = RawCodec<pb::PushResponse, WirePush>;
 
 /// The `tally.v1.Ingest` service: `Push` and `PushStream`.
 #[derive(Clone)]
@@ -76,7 +46,7 @@ impl IngestServer {
     }
 
     fn grpc(&self) -> Grpc<PushCodec> {
-        Grpc::new(PushCodec)
+        Grpc::new(PushCodec::default())
             .apply_max_message_size_config(Some(self.max_decoding_message_size), None)
     }
 }

@@ -16,6 +16,7 @@ mod ingest_wire;
 mod otlp;
 mod otlp_wire;
 mod query;
+mod raw_codec;
 mod server;
 mod status;
 

@@ -28,6 +28,12 @@ pub struct WireExport {
     pub bytes: Bytes,
 }
 
+impl From<Bytes> for WireExport {
+    fn from(bytes: Bytes) -> WireExport {
+        WireExport { bytes }
+    }
+}
+
 pub struct OtlpService {
     ingest: Arc<Ingestor>,
     config: OtlpConfig,

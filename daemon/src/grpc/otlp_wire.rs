@@ -11,51 +11,22 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Buf;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use tonic::body::Body;
-use tonic::codec::{BufferSettings, Codec, CompressionEncoding, DecodeBuf, Decoder};
+use tonic::codec::CompressionEncoding;
 use tonic::codegen::{http, Body as HttpBody, BoxFuture, Service, StdError};
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use super::otlp::{OtlpService, WireExport};
+use super::raw_codec::RawCodec;
 
 /// The service's full name, as OTLP clients call it.
 const SERVICE: &str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
 const EXPORT: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
-/// Encodes responses with prost; takes requests' bytes as [`WireExport`].
-#[derive(Debug, Default, Clone, Copy)]
-struct ExportCodec;
-
-impl Codec for ExportCodec {
-    type Encode = ExportMetricsServiceResponse;
-    type Decode = WireExport;
-    type Encoder = tonic_prost::ProstEncoder<ExportMetricsServiceResponse>;
-    type Decoder = ExportDecoder;
-
-    fn encoder(&mut self) -> Self::Encoder {
-        tonic_prost::ProstEncoder::new(BufferSettings::default())
-    }
-
-    fn decoder(&mut self) -> Self::Decoder {
-        ExportDecoder
-    }
-}
-
-#[derive(Debug, Default)]
-struct ExportDecoder;
-
-impl Decoder for ExportDecoder {
-    type Item = WireExport;
-    type Error = Status;
-
-    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<WireExport>, Status> {
-        let bytes = buf.copy_to_bytes(buf.remaining());
-        Ok(Some(WireExport { bytes }))
-    }
-}
+/// The routes' codec: requests as their bytes, [`WireExport`].
+type ExportCodec = RawCodec<ExportMetricsServiceResponse, WireExport>;
 
 /// OTLP's `MetricsService`: `Export`.
 #[derive(Clone)]
@@ -74,7 +45,7 @@ impl OtlpServer {
     }
 
     fn grpc(&self) -> Grpc<ExportCodec> {
-        Grpc::new(ExportCodec)
+        Grpc::new(ExportCodec::default())
             .accept_compressed(CompressionEncoding::Gzip)
             .apply_max_message_size_config(Some(self.max_decoding_message_size), None)
     }

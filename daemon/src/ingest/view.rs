@@ -35,7 +35,7 @@ use prost::encoding::{
 };
 use tally_proto::v1 as pb;
 
-pub use build::{Mark, ViewBuilder};
+pub use build::{Mark, ParseError, ViewBuilder};
 
 /// Why a request's bytes do not decode. Displays as prost's own message.
 #[derive(Debug)]

@@ -31,41 +31,12 @@ use prost::Message as _;
 use super::wire::{self, fields, key_value, prim, skip, Attr};
 use super::OtlpConfig;
 use crate::aggregator::{IngestOutcome, RejectReason, Rejection};
-use crate::ingest::builder::{Budget, Full};
+use crate::ingest::builder::Budget;
+pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, PushView, ViewBuilder, ViewError};
 use crate::labels::label_name_from_key_cow;
 
 mod map;
-
-/// Why a body did not become a view.
-#[derive(Debug)]
-pub enum ParseError {
-    /// Its bytes are not an `ExportMetricsServiceRequest`.
-    Wire(ViewError),
-    /// It would exceed its [`Budget`].
-    Full,
-}
-
-impl From<ViewError> for ParseError {
-    fn from(e: ViewError) -> ParseError {
-        ParseError::Wire(e)
-    }
-}
-
-impl From<Full> for ParseError {
-    fn from(_: Full) -> ParseError {
-        ParseError::Full
-    }
-}
-
-impl ParseError {
-    fn at(self, message: &'static str, field: &'static str) -> ParseError {
-        match self {
-            ParseError::Wire(e) => ParseError::Wire(e.at(message, field)),
-            full => full,
-        }
-    }
-}
 
 /// An OTLP request read into a view of its bytes.
 pub struct OtlpView<'a> {

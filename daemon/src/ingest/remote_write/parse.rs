@@ -17,36 +17,10 @@ use prost::encoding::{
 
 use super::{family_type_of, series_kind, KnownKind, RemoteWriteConfig, STALE_NAN};
 use crate::aggregator::{IngestOutcome, RejectReason};
-use crate::ingest::builder::{Budget, Full};
+use crate::ingest::builder::Budget;
+pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, nested, Mark, PushView, ViewBuilder, ViewError};
 use crate::metadata::{FamilyType, MetadataBook};
-
-/// Why a body did not become a view.
-#[derive(Debug)]
-pub enum ParseError {
-    /// Its bytes are not a `WriteRequest`.
-    Wire(ViewError),
-    /// It would exceed its [`Budget`].
-    Full,
-}
-
-impl From<ViewError> for ParseError {
-    fn from(e: ViewError) -> ParseError {
-        ParseError::Wire(e)
-    }
-}
-
-impl From<prost::DecodeError> for ParseError {
-    fn from(e: prost::DecodeError) -> ParseError {
-        ParseError::Wire(ViewError::Wire(e))
-    }
-}
-
-impl From<Full> for ParseError {
-    fn from(_: Full) -> ParseError {
-        ParseError::Full
-    }
-}
 
 /// What a parse needs besides the bytes.
 pub struct Parse<'c> {

@@ -18,9 +18,46 @@ use std::ops::Range;
 
 use hashbrown::HashMap;
 
-use super::{PushView, SeriesCols, SourceCols};
+use super::{PushView, SeriesCols, SourceCols, ViewError};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::{Budget, Full};
+
+/// Why a protocol's body did not become a view.
+#[derive(Debug)]
+pub enum ParseError {
+    /// Its bytes are not the protocol's message.
+    Wire(ViewError),
+    /// It would exceed its [`Budget`].
+    Full,
+}
+
+impl ParseError {
+    /// Names the field a wire error happened in, as generated code does.
+    pub(crate) fn at(self, message: &'static str, field: &'static str) -> ParseError {
+        match self {
+            ParseError::Wire(e) => ParseError::Wire(e.at(message, field)),
+            full => full,
+        }
+    }
+}
+
+impl From<ViewError> for ParseError {
+    fn from(e: ViewError) -> ParseError {
+        ParseError::Wire(e)
+    }
+}
+
+impl From<prost::DecodeError> for ParseError {
+    fn from(e: prost::DecodeError) -> ParseError {
+        ParseError::Wire(ViewError::Wire(e))
+    }
+}
+
+impl From<Full> for ParseError {
+    fn from(_: Full) -> ParseError {
+        ParseError::Full
+    }
+}
 
 /// What each series costs beyond its names, for [`Budget::bytes`] (as the
 /// owned builder counts it, so both refuse the same requests).
