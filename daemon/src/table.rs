@@ -74,6 +74,14 @@ impl<T> Table<T> {
         at(&self.chunks, pos)
     }
 
+    /// One past the highest position ever used: every entry's position is
+    /// below it.
+    pub(crate) fn positions(&self) -> u32 {
+        self.chunks
+            .last()
+            .map_or(0, |c| ((self.chunks.len() - 1) * CHUNK + c.len()) as u32)
+    }
+
     pub(crate) fn get_mut(&mut self, pos: u32) -> Option<&mut T> {
         at_mut(&mut self.chunks, pos)
     }
@@ -271,6 +279,22 @@ impl<V> SeriesMap<V> {
             |(s, _)| hasher.hash_one(&**s),
         );
         v
+    }
+
+    /// One past the highest position of an entry (see [`SeriesMap::at`]).
+    pub(crate) fn positions(&self) -> u32 {
+        self.table.positions()
+    }
+
+    /// The entry at position `pos`, if one is there. Positions stay put
+    /// while nothing is inserted or removed, so a walk over them can be
+    /// done in parts, letting go of a lock between them.
+    pub(crate) fn at(&self, pos: u32) -> Option<(&Arc<SeriesId>, &V)> {
+        self.table.get(pos).map(|(s, v)| (s, v))
+    }
+
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.table.iter_mut().map(|(_, v)| v)
     }
 
     pub(crate) fn remove(&mut self, series: &SeriesId) -> Option<V> {

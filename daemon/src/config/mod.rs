@@ -198,6 +198,7 @@ impl Config {
         self.rollup.check(&mut p);
         self.watch.check(&mut p);
         self.catalog.check(&mut p);
+        self.embedded.check(&mut p);
         self.tls.check(&mut p);
         self.auth.check(&mut p);
         self.ui.check(&mut p);

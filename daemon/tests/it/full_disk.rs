@@ -262,9 +262,10 @@ async fn with_the_log_a_full_disk_stops_acks_until_space_returns() {
 }
 
 /// Without the log, the store meets the full disk: redb refuses the file
-/// after the error, so the store reopens it once space returns and redoes
-/// the commits the reopen lost; meanwhile ingest refuses and tallyd is
-/// unready.
+/// after the error, so the store reopens it once space returns, its
+/// flushes since the last checkpoint still in memory; meanwhile ingest
+/// refuses and tallyd is unready. The store folds every series at each
+/// flush and checkpoints every second here, so that it is what writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_meets_a_full_disk_and_reopens_when_space_returns() {
     let Some((disk, data)) = small_data_dir() else {
@@ -273,6 +274,8 @@ async fn the_store_meets_a_full_disk_and_reopens_when_space_returns() {
     let opts = tallyd()
         .flush_interval("200ms")
         .env("TALLYD_WAL_ENABLED", "false")
+        .env("TALLYD_EMBEDDED_PENDING_MAX_BYTES", "0")
+        .env("TALLYD_EMBEDDED_CHECKPOINT_INTERVAL", "1s")
         .data_dir(&data);
     let mut d = Daemon::start_async(opts).await;
     let fleet = Fleet {

@@ -165,7 +165,11 @@ async fn damaged_store_pages_fail_loudly() {
 
 /// A stopped daemon whose store file has been damaged (see above).
 async fn damaged_store(broad: bool) -> Daemon {
-    let mut d = Daemon::start_async(tallyd().flush_interval("100ms")).await;
+    // Every series folded at each flush: the pages to damage are documents.
+    let opts = tallyd()
+        .flush_interval("100ms")
+        .env("TALLYD_EMBEDDED_PENDING_MAX_BYTES", "0");
+    let mut d = Daemon::start_async(opts).await;
     let mut ingest = d.ingest_client().await;
     let t = now_ms();
     for i in 0..300 {
@@ -174,9 +178,8 @@ async fn damaged_store(broad: bool) -> Daemon {
             .await
             .unwrap();
     }
-    // Flushed minutes reach their documents when the store folds its flush
-    // log, a slice per flush interval: wait for that, so that the pages to
-    // damage are documents.
+    // Flushed minutes reach their documents with the fold after their
+    // flush: wait for that.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let text = tally_testkit::metrics::metrics_text(&d).await;

@@ -28,21 +28,27 @@ pub struct EmbeddedConfig {
     /// setting, as above.
     #[serde(skip)]
     pub(crate) redo_max_bytes: usize,
-    /// Each flush folds the logged minutes of about `1 / fold_over_flushes`
-    /// of the pending series into their documents, oldest first, so every
-    /// series is folded about once per this many flushes (see the store's
-    /// `pending.rs`). 1 folds everything at every flush. Not a setting.
+    /// How often the minutes flushed since the last checkpoint are written
+    /// to the store file (see `checkpoint.rs`). Between checkpoints only the
+    /// write-ahead log holds them, so a crash replays at most about this
+    /// much of it at start.
+    #[serde(with = "humantime_serde")]
+    pub checkpoint_interval: Duration,
+    /// Memory the minutes waiting for their fold into documents may take.
+    /// Past it the series waiting longest are folded early; below it each
+    /// series is folded once its hour has closed. 0 folds every series at
+    /// each flush (the most writes).
+    pub pending_max_bytes: usize,
+    /// Once an hour has closed, the series pending since before it are
+    /// folded over this long, so that the fleet's documents are not all
+    /// written in one transaction. Not a setting, as above.
     #[serde(skip)]
-    pub(crate) fold_over_flushes: u32,
-    /// ... and at least the share of them that makes every series wait
-    /// about this long for its fold whatever the flush interval: by flushes
-    /// alone, a 10 s interval would keep each series' minutes in memory
-    /// for ten minutes. Folding sooner than this costs more than it saves:
-    /// a fold rewrites whole documents, and at a million series (5 s
-    /// flushes) folding every two minutes instead of five made a flush take
-    /// two to three times as long. Not a setting, as above.
+    pub(crate) fold_spread: Duration,
+    /// Writes every flush straight into its documents, with no pending
+    /// minutes and no checkpoints: what a flush does without the store's
+    /// pending minutes, for tests that compare with it. Not a setting.
     #[serde(skip)]
-    pub(crate) fold_period: Duration,
+    pub(crate) write_through: bool,
 }
 
 impl Default for EmbeddedConfig {
@@ -52,8 +58,25 @@ impl Default for EmbeddedConfig {
             durable_interval: Duration::from_secs(5),
             durable_every_flushes: 8,
             redo_max_bytes: 4 * 1024 * 1024,
-            fold_over_flushes: 60,
-            fold_period: Duration::from_secs(300),
+            checkpoint_interval: Duration::from_secs(60),
+            pending_max_bytes: 256 << 20,
+            fold_spread: Duration::from_secs(300),
+            write_through: false,
         }
+    }
+}
+
+impl EmbeddedConfig {
+    pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
+        p.min_duration(
+            self.checkpoint_interval,
+            Duration::from_secs(1),
+            "embedded.checkpoint_interval",
+        );
+        p.at_most(
+            self.checkpoint_interval,
+            Duration::from_secs(3600),
+            "embedded.checkpoint_interval",
+        );
     }
 }

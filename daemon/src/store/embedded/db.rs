@@ -54,8 +54,9 @@ use super::config::EmbeddedConfig;
 use super::errors::db_err;
 use super::flush_log::load_pending;
 use super::layout::{
-    DAY_MINUTES, DAY_SUMMARY, FILE_NAME, FLUSH_LOG, HOUR_DOCS, LAYOUT_VERSION, META,
-    META_LAST_FLUSH_ID, META_LAYOUT_VERSION, SERIES_CATALOG, UPGRADABLE_LAYOUTS,
+    CHECKPOINT_LOG, DAY_MINUTES, DAY_SUMMARY, FILE_NAME, FLUSH_LOG, HOUR_DOCS, LAYOUT_VERSION,
+    LEGACY_SLOT_LAYOUTS, META, META_LAST_FLUSH_ID, META_LAYOUT_VERSION, META_MAX_FOLD_WATERMARK,
+    SERIES_CATALOG, UPGRADABLE_LAYOUTS,
 };
 use super::pending::Pending;
 use crate::model::{EpochMinute, FlushBatch, SeriesMinutes, Slot};
@@ -146,8 +147,20 @@ pub(super) struct Db {
     pub(super) path: PathBuf,
     pub(super) config: EmbeddedConfig,
     pub(super) sync: Mutex<SyncState>,
-    /// Highest flush id committed (durably or not) in this process.
+    /// Highest flush id committed (durably or not) in this process: in
+    /// checkpointed mode, the last checkpoint.
     pub(super) committed_flush_id: AtomicU64,
+    /// Highest flush id applied: in checkpointed mode, in the pending
+    /// minutes at least (see `checkpoint.rs`).
+    pub(super) applied_flush_id: AtomicU64,
+    /// `meta.max_fold_watermark` when the file was opened: flushes
+    /// replayed at or below it may be in documents already.
+    pub(super) max_fold_watermark: AtomicU64,
+    /// When the last checkpoint was, as a flush id or clock microseconds.
+    pub(super) last_checkpoint_us: AtomicU64,
+    /// Documents' watermarks looked up while replayed flushes come (see
+    /// `checkpoint.rs`); dropped at the first new flush.
+    pub(super) replay_marks: Mutex<Option<super::flush_log::DocWatermarks>>,
     /// Highest flush id known to be on disk.
     durable_flush_id: AtomicU64,
     /// The writes committed since the last durable commit, oldest first:
@@ -214,6 +227,7 @@ impl Db {
         let Opened {
             db,
             last_flush_id,
+            max_fold_watermark,
             pending,
         } = opened;
         Ok(Db {
@@ -225,6 +239,10 @@ impl Db {
             config,
             sync: Mutex::new(SyncState::now()),
             committed_flush_id: AtomicU64::new(last_flush_id),
+            applied_flush_id: AtomicU64::new(last_flush_id),
+            max_fold_watermark: AtomicU64::new(max_fold_watermark),
+            last_checkpoint_us: AtomicU64::new(0),
+            replay_marks: Mutex::new(None),
             last_fold_id: AtomicU64::new(0),
             durable_flush_id: AtomicU64::new(last_flush_id),
             redo: Mutex::new(Vec::new()),
@@ -370,6 +388,7 @@ impl Db {
 pub(super) struct Opened {
     pub(super) db: Database,
     pub(super) last_flush_id: u64,
+    pub(super) max_fold_watermark: u64,
     pub(super) pending: Pending,
 }
 
@@ -381,13 +400,14 @@ pub(super) struct Opened {
 pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<Opened, StoreError> {
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let db = opener.open()?;
-        let last_flush_id = prepare_tables(&db, path)?;
+        let (last_flush_id, max_fold_watermark) = prepare_tables(&db, path)?;
         let pending = load_pending(&db)?;
         // After the log is loaded: its minutes count as stored ones do.
         super::baselines::correct_once(&db, &pending, super::baselines::ENTRIES_PER_TXN)?;
         Ok(Opened {
             db,
             last_flush_id,
+            max_fold_watermark,
             pending,
         })
     }));
@@ -408,15 +428,17 @@ pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<Opened, Store
 }
 
 /// Creates every table, so that read transactions always find them, and
-/// checks the layout version. Returns the last flush id on file.
-fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
+/// checks the layout version. Returns the last flush id on file and the
+/// highest watermark a fold wrote.
+fn prepare_tables(db: &Database, path: &Path) -> Result<(u64, u64), StoreError> {
     let txn = db.begin_write().map_err(db_err)?;
-    let last_flush_id = {
+    let ids = {
         txn.open_table(HOUR_DOCS).map_err(db_err)?;
         txn.open_table(DAY_SUMMARY).map_err(db_err)?;
         txn.open_table(DAY_MINUTES).map_err(db_err)?;
         txn.open_table(SERIES_CATALOG).map_err(db_err)?;
         txn.open_table(FLUSH_LOG).map_err(db_err)?;
+        txn.open_table(CHECKPOINT_LOG).map_err(db_err)?;
         catalog_index::build_once(&txn)?;
         let mut meta = txn.open_table(META).map_err(db_err)?;
         match meta_value(&meta, META_LAYOUT_VERSION)? {
@@ -426,8 +448,10 @@ fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
             }
             Some(LAYOUT_VERSION) => {}
             Some(v) if UPGRADABLE_LAYOUTS.contains(&v) => {
-                let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
-                super::flush_log::upgrade_legacy(&mut log)?;
+                if LEGACY_SLOT_LAYOUTS.contains(&v) {
+                    let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+                    super::flush_log::upgrade_legacy(&mut log)?;
+                }
                 meta.insert(META_LAYOUT_VERSION, LAYOUT_VERSION)
                     .map_err(db_err)?;
             }
@@ -440,10 +464,14 @@ fn prepare_tables(db: &Database, path: &Path) -> Result<u64, StoreError> {
                 })
             }
         }
-        meta_value(&meta, META_LAST_FLUSH_ID)?.unwrap_or(0)
+        let last = meta_value(&meta, META_LAST_FLUSH_ID)?.unwrap_or(0);
+        // Files of layout 3 do not say: every fold there wrote a flush that
+        // was committed, at or below `last_flush_id`.
+        let folded = meta_value(&meta, META_MAX_FOLD_WATERMARK)?.unwrap_or(last);
+        (last, folded)
     };
     txn.commit().map_err(db_err)?;
-    Ok(last_flush_id)
+    Ok(ids)
 }
 
 /// One entry of the `meta` table, from a read or a write transaction.

@@ -1,15 +1,19 @@
-//! The flush log: each flush's minute slots of the series it did not fold,
-//! kept in the store file until they are folded into their documents (see
-//! `pending.rs`). It is what makes the pending minutes survive a crash: the
-//! log entries of a flush commit in that flush's transaction, and opening
-//! the file loads them back into memory.
+//! The logs of pending minutes in the store file: what makes the minutes
+//! not yet folded into their documents (see `pending.rs`) survive a crash.
+//!
+//! * `checkpoint_log`: each checkpoint (see `checkpoint.rs`) writes the
+//!   minutes changed since the one before, as they then stand, of every
+//!   series it finds changed. Loading sets each minute to its latest entry.
+//! * `flush_log`: what layout 3 wrote instead, at every flush: that flush's
+//!   minutes, each added to the minute. Files of that layout keep their
+//!   entries until the series are folded; nothing new is written there.
 //!
 //! # Encoding
 //!
-//! The `flush_log` table maps `(flush id, chunk)` to up to [`CHUNK_BYTES`]
-//! of entries, so that no value grows with the fleet (an entry longer than
-//! that is a chunk of its own). An entry is one series of one flush, all
-//! integers little-endian:
+//! Both tables map `(id, chunk)` to up to [`CHUNK_BYTES`] of entries, so
+//! that no value grows with the fleet (an entry longer than that is a chunk
+//! of its own); `id` is the flush or checkpoint. An entry is one series,
+//! all integers little-endian:
 //!
 //! | bytes | field                                                   |
 //! |-------|---------------------------------------------------------|
@@ -18,11 +22,20 @@
 //! | 2     | metric key length `k` ([`SeriesId::metric_key`])        |
 //! | `k`   | metric key (metric and canonical labels)                |
 //! | 1     | kind code                                               |
+//! | 8     | `checkpoint_log` only: the series' watermark then       |
 //! | 4     | number of minutes `n`                                   |
 //! | 56 n  | per minute: epoch minute (i64), slot (48 bytes, as in documents) |
 //!
-//! Layout 2 wrote 32-byte slots (40 bytes a minute); opening such a file
-//! rewrites its log once ([`upgrade_legacy`]).
+//! Layout 2 wrote 32-byte slots (40 bytes a minute) in `flush_log`; opening
+//! such a file rewrites its log once ([`upgrade_legacy`]).
+//!
+//! # Which minutes load
+//!
+//! An entry's minutes are skipped where their document's watermark is at or
+//! past the entry's (the flush id in `flush_log`, the series' watermark in
+//! `checkpoint_log`): a fold wrote them there, and the entry was not
+//! trimmed yet. A fold takes a series' whole pending run, so every entry
+//! logged before it has a watermark at or below the fold's.
 
 use std::sync::Arc;
 
@@ -32,7 +45,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, Table};
 use super::codec::{header, legacy_slot_at, put_slot, slot_at};
 use super::errors::{db_err, invalid};
 use super::layout::{
-    FlushLogKey, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS, LEGACY_SLOT_LEN, SLOT_LEN,
+    FlushLogKey, HourKey, CHECKPOINT_LOG, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS,
+    LEGACY_SLOT_LEN, SLOT_LEN,
 };
 use super::pending::Pending;
 use crate::labels::split_metric_key;
@@ -49,36 +63,52 @@ pub(super) const CHUNK_BYTES: usize = (1 << 20) - 256;
 const MINUTE_LEN: usize = 8 + SLOT_LEN;
 const LEGACY_MINUTE_LEN: usize = 8 + LEGACY_SLOT_LEN;
 
-type LogTable<'txn> = Table<'txn, FlushLogKey, &'static [u8]>;
+pub(super) type LogTable<'txn> = Table<'txn, FlushLogKey, &'static [u8]>;
 
-/// The log entries of one flush, written chunk by chunk.
+/// Which log an entry is in: how it is encoded, and how it loads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// Layout 2's `flush_log`: one flush's minutes, 32-byte slots.
+    Legacy,
+    /// `flush_log`: one flush's minutes, added to the minutes.
+    Flush,
+    /// `checkpoint_log`: minutes as a checkpoint found them, with the
+    /// series' watermark then; they replace the minutes.
+    Checkpoint,
+}
+
+/// The log entries of one flush or checkpoint, written chunk by chunk.
 pub(super) struct LogWriter {
     id: u64,
+    form: Form,
     chunk: u32,
     buf: Vec<u8>,
     entries: usize,
 }
 
 impl LogWriter {
-    pub(super) fn new(id: u64) -> LogWriter {
+    pub(super) fn new(id: u64, form: Form) -> LogWriter {
         LogWriter {
             id,
+            form,
             chunk: 0,
             buf: Vec::new(),
             entries: 0,
         }
     }
 
-    /// Appends one series' minutes; writes a chunk when one is full.
+    /// Appends one series' minutes, with its `watermark` (written in the
+    /// checkpoint form only); writes a chunk when one is full.
     pub(super) fn push(
         &mut self,
         table: &mut LogTable<'_>,
         series: &SeriesId,
         kind: SampleKind,
+        watermark: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) -> Result<(), StoreError> {
         let start = self.buf.len();
-        self.append(series, kind, minutes)?;
+        self.append(series, kind, watermark, minutes)?;
         if self.buf.len() > CHUNK_BYTES && start > 0 {
             // The chunk without this entry, which starts the next one.
             self.write_chunk_of(table, start)?;
@@ -91,12 +121,16 @@ impl LogWriter {
         &mut self,
         series: &SeriesId,
         kind: SampleKind,
+        watermark: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) -> Result<(), StoreError> {
         let metric_key = series.metric_key();
         put_str(&mut self.buf, &series.source, series)?;
         put_str(&mut self.buf, &metric_key, series)?;
         self.buf.push(kind.code());
+        if self.form == Form::Checkpoint {
+            self.buf.extend_from_slice(&watermark.to_le_bytes());
+        }
         let count_at = self.buf.len();
         self.buf.extend_from_slice(&[0; 4]);
         let mut n: u32 = 0;
@@ -147,9 +181,27 @@ fn put_str(buf: &mut Vec<u8>, s: &str, series: &SeriesId) -> Result<(), StoreErr
     Ok(())
 }
 
-/// Deletes the log entries of every flush below `id`.
-pub(super) fn trim_below(table: &mut LogTable<'_>, id: u64) -> Result<(), StoreError> {
-    table.retain_in(..(id, 0u32), |_, _| false).map_err(db_err)
+/// Deletes the entries of both logs below `id` (a flush or checkpoint id):
+/// every series in them has been folded since.
+pub(super) fn trim_below(txn: &redb::WriteTransaction, id: u64) -> Result<(), StoreError> {
+    for def in [FLUSH_LOG, CHECKPOINT_LOG] {
+        let mut table = txn.open_table(def).map_err(db_err)?;
+        table
+            .retain_in(..(id, 0u32), |_, _| false)
+            .map_err(db_err)?;
+    }
+    Ok(())
+}
+
+/// [`forget_series_in`] both logs.
+pub(super) fn forget_series(
+    txn: &redb::WriteTransaction,
+    series: &SeriesId,
+) -> Result<(), StoreError> {
+    let mut log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
+    forget_series_in(&mut log, Form::Flush, series)?;
+    let mut log = txn.open_table(CHECKPOINT_LOG).map_err(db_err)?;
+    forget_series_in(&mut log, Form::Checkpoint, series)
 }
 
 /// Deletes every entry of `series` from the log: a commit that forgets its
@@ -157,14 +209,21 @@ pub(super) fn trim_below(table: &mut LogTable<'_>, id: u64) -> Result<(), StoreE
 /// not leave them to come back at the next open. A chunk left empty goes.
 /// Rare (a damaged document), so two passes over the log: one to find the
 /// chunks holding the series, keeping only their keys, one to rewrite them.
-pub(super) fn forget_series(table: &mut LogTable<'_>, series: &SeriesId) -> Result<(), StoreError> {
+fn forget_series_in(
+    table: &mut LogTable<'_>,
+    form: Form,
+    series: &SeriesId,
+) -> Result<(), StoreError> {
     let metric_key = series.metric_key();
     let is_series = |e: &EntryRef<'_>| e.source == &*series.source && e.metric_key == &*metric_key;
     let mut holding = Vec::new();
     for row in table.iter().map_err(db_err)? {
         let (k, v) = row.map_err(db_err)?;
         let key = k.value();
-        if entries(key, v.value())?.iter().any(|(e, _)| is_series(e)) {
+        if entries(key, form, v.value())?
+            .iter()
+            .any(|(e, _)| is_series(e))
+        {
             holding.push(key);
         }
     }
@@ -173,7 +232,7 @@ pub(super) fn forget_series(table: &mut LogTable<'_>, series: &SeriesId) -> Resu
             let Some(v) = table.get(key).map_err(db_err)? else {
                 continue;
             };
-            entries(key, v.value())?
+            entries(key, form, v.value())?
                 .iter()
                 .filter(|(e, _)| !is_series(e))
                 .flat_map(|(_, raw)| raw.iter().copied())
@@ -189,15 +248,16 @@ pub(super) fn forget_series(table: &mut LogTable<'_>, series: &SeriesId) -> Resu
 }
 
 /// The entries of one chunk, each with its bytes as they lie in it.
-fn entries(key: FlushLogKey, chunk: &[u8]) -> Result<Vec<(EntryRef<'_>, &[u8])>, StoreError> {
+fn entries(
+    key: FlushLogKey,
+    form: Form,
+    chunk: &[u8],
+) -> Result<Vec<(EntryRef<'_>, &[u8])>, StoreError> {
     let mut out = Vec::new();
     let mut rest = chunk;
     while !rest.is_empty() {
         let before = rest;
-        let entry = decode_entry(&mut rest, false).ok_or_else(|| StoreError::Corrupt {
-            doc: super::layout::flush_log_name(key.0, key.1),
-            reason: "a log entry is cut short or malformed".into(),
-        })?;
+        let entry = decode_entry(&mut rest, key.0, form).ok_or_else(|| corrupt(key, form))?;
         out.push((entry, &before[..before.len() - rest.len()]));
     }
     Ok(out)
@@ -211,8 +271,23 @@ struct EntryRef<'a> {
     source: &'a str,
     metric_key: &'a str,
     kind: SampleKind,
+    /// The flush id of a flush entry, the series' watermark of a
+    /// checkpoint entry.
+    watermark: u64,
     raw: &'a [u8],
     legacy: bool,
+}
+
+/// The error for a malformed chunk of `form`'s table.
+fn corrupt(key: FlushLogKey, form: Form) -> StoreError {
+    let doc = match form {
+        Form::Checkpoint => super::layout::checkpoint_log_name(key.0, key.1),
+        Form::Flush | Form::Legacy => super::layout::flush_log_name(key.0, key.1),
+    };
+    StoreError::Corrupt {
+        doc,
+        reason: "a log entry is cut short or malformed".into(),
+    }
 }
 
 impl EntryRef<'_> {
@@ -248,45 +323,63 @@ impl EntryRef<'_> {
     }
 }
 
-/// Every entry of the log, oldest flush first, with its flush id.
-/// `keep(entry, id, kept)` puts into `kept` the minutes of an entry that
-/// are still pending (those already in their documents are not).
+/// Every entry of `table` (of `form`), oldest first, into `pending`.
+/// `keep(entry, kept)` puts into `kept` the minutes of an entry that are
+/// still pending (those already in their documents are not).
 fn load(
     table: &impl ReadableTable<FlushLogKey, &'static [u8]>,
-    mut keep: impl FnMut(&EntryRef<'_>, u64, &mut Vec<(EpochMinute, Slot)>) -> Result<(), StoreError>,
-) -> Result<Pending, StoreError> {
-    let mut pending = Pending::default();
+    form: Form,
+    pending: &mut Pending,
+    mut keep: impl FnMut(&EntryRef<'_>, &mut Vec<(EpochMinute, Slot)>) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     let mut kept = Vec::new();
     for row in table.iter().map_err(db_err)? {
         let (k, v) = row.map_err(db_err)?;
-        let (id, chunk) = k.value();
-        let corrupt = || StoreError::Corrupt {
-            doc: super::layout::flush_log_name(id, chunk),
-            reason: "a log entry is cut short or malformed".into(),
-        };
+        let key = k.value();
         let mut bytes = v.value();
         while !bytes.is_empty() {
-            let entry = decode_entry(&mut bytes, false).ok_or_else(corrupt)?;
+            let entry = decode_entry(&mut bytes, key.0, form).ok_or_else(|| corrupt(key, form))?;
             kept.clear();
-            keep(&entry, id, &mut kept)?;
+            keep(&entry, &mut kept)?;
             if kept.is_empty() {
                 continue;
             }
-            let known = entry.series_ref().ok_or_else(corrupt)?;
-            if !pending.add_to_known(known, entry.kind, id, kept.iter().copied()) {
-                let series = Arc::new(entry.series().ok_or_else(corrupt)?);
-                pending.add(&series, entry.kind, id, kept.iter().copied());
+            let known = entry.series_ref().ok_or_else(|| corrupt(key, form))?;
+            let minutes = kept.iter().copied();
+            let merged = match form {
+                Form::Checkpoint => {
+                    pending.replace_known(known, entry.kind, entry.watermark, minutes)
+                }
+                Form::Flush | Form::Legacy => {
+                    pending.add_to_known(known, entry.kind, key.0, minutes)
+                }
+            };
+            if !merged {
+                let series = Arc::new(entry.series().ok_or_else(|| corrupt(key, form))?);
+                let minutes = kept.iter().copied();
+                match form {
+                    Form::Checkpoint => {
+                        pending.replace(&series, entry.kind, key.0, entry.watermark, minutes);
+                    }
+                    Form::Flush | Form::Legacy => pending.add(&series, entry.kind, key.0, minutes),
+                }
             }
         }
     }
-    Ok(pending)
+    Ok(())
 }
 
 /// One entry, its slots in today's encoding or, when `legacy`, layout 2's.
-fn decode_entry<'a>(bytes: &mut &'a [u8], legacy: bool) -> Option<EntryRef<'a>> {
+/// `id` is its chunk's; `form` says which table the chunk is from.
+fn decode_entry<'a>(bytes: &mut &'a [u8], id: u64, form: Form) -> Option<EntryRef<'a>> {
+    let legacy = form == Form::Legacy;
     let source = take_str(bytes)?;
     let metric_key = take_str(bytes)?;
     let kind = SampleKind::from_code(*take(bytes, 1)?.first()?)?;
+    let watermark = match form {
+        Form::Checkpoint => u64::from_le_bytes(take(bytes, 8)?.try_into().ok()?),
+        Form::Flush | Form::Legacy => id,
+    };
     let n = u32::from_le_bytes(take(bytes, 4)?.try_into().ok()?) as usize;
     let len = if legacy {
         LEGACY_MINUTE_LEN
@@ -298,6 +391,7 @@ fn decode_entry<'a>(bytes: &mut &'a [u8], legacy: bool) -> Option<EntryRef<'a>> 
         source,
         metric_key,
         kind,
+        watermark,
         raw,
         legacy,
     })
@@ -314,15 +408,15 @@ pub(super) fn upgrade_legacy(table: &mut LogTable<'_>) -> Result<(), StoreError>
     }
     for ((id, chunk), old) in rows {
         let mut bytes = old.as_slice();
-        let mut writer = LogWriter::new(id);
+        let mut writer = LogWriter::new(id, Form::Flush);
         while !bytes.is_empty() {
             let corrupt = || StoreError::Corrupt {
                 doc: super::layout::flush_log_name(id, chunk),
                 reason: "a log entry of layout 2 is cut short or malformed".into(),
             };
-            let entry = decode_entry(&mut bytes, true).ok_or_else(corrupt)?;
+            let entry = decode_entry(&mut bytes, id, Form::Legacy).ok_or_else(corrupt)?;
             let series = entry.series().ok_or_else(corrupt)?;
-            writer.append(&series, entry.kind, entry.minutes())?;
+            writer.append(&series, entry.kind, id, entry.minutes())?;
         }
         table
             .insert((id, chunk), writer.buf.as_slice())
@@ -345,50 +439,69 @@ fn take_str<'a>(bytes: &mut &'a [u8]) -> Option<&'a str> {
     std::str::from_utf8(take(bytes, usize::from(len))?).ok()
 }
 
-/// The pending minutes of `db`'s flush log: its entries, less the minutes
-/// whose documents already hold their flush (a fold wrote them, and the
-/// log entry was not trimmed yet).
+/// The pending minutes of `db`'s logs: their entries, less the minutes
+/// whose documents already hold them (see the module documentation).
 pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
     let txn = db.begin_read().map_err(db_err)?;
-    let log = txn.open_table(FLUSH_LOG).map_err(db_err)?;
     let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
     let days = txn.open_table(DAY_SUMMARY).map_err(db_err)?;
-    // Watermarks seen so far, by series key, then hour: the higher of the
-    // hour document's and its day's. Either one at or past a flush holds
-    // that flush's minutes of the hour (a fold writes both together); the
-    // day alone tells once the retention sweep has deleted the hour. Looked
-    // up once per entry, with one key buffer: no allocation per entry.
-    let mut watermarks: HashMap<String, Vec<(i64, u64)>, ahash::RandomState> = HashMap::default();
-    let mut key = String::new();
-    let pending = load(&log, |entry, id, kept| {
-        let (src, met) = (entry.source, entry.metric_key);
-        key.clear();
-        key.push_str(src);
-        key.push('|');
-        key.push_str(met);
-        let known = watermarks.entry_ref(key.as_str()).or_default();
-        for (m, slot) in entry.minutes() {
-            let hour = Tier::Hour.period_start(m);
-            let watermark = match known.iter().find(|(h, _)| *h == hour) {
-                Some(&(_, w)) => w,
-                None => {
-                    let day = Tier::Day.period_start(m);
-                    let h = hours.get((src, met, hour)).map_err(db_err)?;
-                    let d = days.get((src, met, day)).map_err(db_err)?;
-                    let w = stored_watermark(h.as_ref().map(|v| v.value()))
-                        .max(stored_watermark(d.as_ref().map(|v| v.value())));
-                    known.push((hour, w));
-                    w
+    let mut marks = DocWatermarks::default();
+    let mut pending = Pending::default();
+    for (def, form) in [(FLUSH_LOG, Form::Flush), (CHECKPOINT_LOG, Form::Checkpoint)] {
+        let log = txn.open_table(def).map_err(db_err)?;
+        load(&log, form, &mut pending, |entry, kept| {
+            for (m, slot) in entry.minutes() {
+                let stored = marks.of(&hours, &days, entry.source, entry.metric_key, m)?;
+                if stored < entry.watermark {
+                    kept.push((m, slot));
                 }
-            };
-            if watermark < id {
-                kept.push((m, slot));
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
+    }
     metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
     Ok(pending)
+}
+
+/// Documents' watermarks seen so far, by series key, then hour: the higher
+/// of the hour document's and its day's. Either one at or past a flush
+/// holds that flush's minutes of the hour (a fold writes both together);
+/// the day alone tells once the retention sweep has deleted the hour.
+/// Looked up once per series and hour, with one key buffer: no allocation
+/// per lookup of a series met before.
+#[derive(Default)]
+pub(super) struct DocWatermarks {
+    known: HashMap<String, Vec<(i64, u64)>, ahash::RandomState>,
+    key: String,
+}
+
+impl DocWatermarks {
+    /// The watermark of minute `m`'s documents of the series named.
+    pub(super) fn of(
+        &mut self,
+        hours: &impl ReadableTable<HourKey<'static>, &'static [u8]>,
+        days: &impl ReadableTable<HourKey<'static>, &'static [u8]>,
+        source: &str,
+        metric_key: &str,
+        m: EpochMinute,
+    ) -> Result<u64, StoreError> {
+        self.key.clear();
+        self.key.push_str(source);
+        self.key.push('|');
+        self.key.push_str(metric_key);
+        let known = self.known.entry_ref(self.key.as_str()).or_default();
+        let hour = Tier::Hour.period_start(m);
+        if let Some(&(_, w)) = known.iter().find(|(h, _)| *h == hour) {
+            return Ok(w);
+        }
+        let day = Tier::Day.period_start(m);
+        let h = hours.get((source, metric_key, hour)).map_err(db_err)?;
+        let d = days.get((source, metric_key, day)).map_err(db_err)?;
+        let w = stored_watermark(h.as_ref().map(|v| v.value()))
+            .max(stored_watermark(d.as_ref().map(|v| v.value())));
+        known.push((hour, w));
+        Ok(w)
+    }
 }
 
 /// The watermark in a stored document's header; 0 when there is no
@@ -426,10 +539,10 @@ mod tests {
         let txn = db.begin_write().unwrap();
         {
             let mut table = txn.open_table(FLUSH_LOG).unwrap();
-            let mut log = LogWriter::new(7);
+            let mut log = LogWriter::new(7, Form::Flush);
             for (series, n) in &entries {
                 let minutes = (0..*n as i64).map(|m| (t0 + m * MINUTE_S, Slot::of(1.0)));
-                log.push(&mut table, series, SampleKind::Gauge, minutes)
+                log.push(&mut table, series, SampleKind::Gauge, 7, minutes)
                     .unwrap();
             }
             assert!(log.finish(&mut table).unwrap());
@@ -447,7 +560,7 @@ mod tests {
             let one = bytes.len() > CHUNK_BYTES;
             let before = seen.len();
             while !bytes.is_empty() {
-                let entry = decode_entry(&mut bytes, false).unwrap();
+                let entry = decode_entry(&mut bytes, 7, Form::Flush).unwrap();
                 seen.push((entry.series().unwrap(), entry.minutes().count()));
             }
             assert!(

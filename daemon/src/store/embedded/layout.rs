@@ -43,6 +43,7 @@
 //! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
 //! | `catalog_by_metric` | `"metric|source|metric key"`            | as `series_catalog`          |    17 |
 //! | `flush_log`   | `(flush id: u64, chunk: u32)`                 | minute slots of many series  | ≤ ~1 MiB |
+//! | `checkpoint_log` | `(checkpoint id: u64, chunk: u32)`         | minute slots of many series  | ≤ ~1 MiB |
 //! | `meta`        | `&str`                                        | `u64`                        |       |
 //!
 //! * Hour document: slot 0 is the hour's running slot, slots 1..=60 are
@@ -82,20 +83,28 @@
 //!   that listing one metric across sources reads its entries only (see
 //!   `catalog_index.rs`). Added without a new layout version: opening a file
 //!   without it builds it from the catalog once (`meta.catalog_by_metric`).
-//! * `flush_log`: the minute slots flushed but not yet folded into the
-//!   documents above; a document's true content is its stored value plus
-//!   these. Why, and how reads and replays count them once, is in
-//!   `pending.rs`; the encoding is in `flush_log.rs`.
-//! * `meta`: `last_flush_id` (highest flush id ever applied, so a restarted
-//!   daemon continues above it) and `layout_version` (this layout is 3).
+//! * `checkpoint_log`: the minute slots flushed but not yet folded into the
+//!   documents above, as each checkpoint found them; a document's true
+//!   content is its stored value plus these. Why, and how reads and replays
+//!   count them once, is in `pending.rs` and `checkpoint.rs`; the encoding
+//!   is in `flush_log.rs`. `flush_log` is its predecessor (layout 3): one
+//!   flush's minutes per entry, added rather than set. A file of layout 3
+//!   keeps its entries until their series are folded, and gains no new ones.
+//! * `meta`: `last_flush_id` (the last checkpoint: every flush up to it is
+//!   in the documents or the checkpoint log, so a restarted daemon replays
+//!   its write-ahead log from there), `max_fold_watermark` (the highest
+//!   watermark a fold wrote: flushes replayed at or below it may already be
+//!   in a document) and `layout_version` (this layout is 4).
 //!   Layout 1 had no flush log; its files open unchanged and gain the empty
 //!   table. Layout 2 had 32-byte slots without the last sample: opening
 //!   rewrites its flush log (small: the minutes not yet folded) in the new
 //!   encoding, and leaves its documents as they are. A document value of the
 //!   old length reads as slots without a last sample ([`codec`] widens it),
 //!   and the next write of that document stores it in the new layout. Either
-//!   upgrade marks the file 3, so that an older tallyd, which would misread
-//!   it, refuses it instead.
+//!   upgrade marks the file 4, so that an older tallyd, which would misread
+//!   it, refuses it instead. Layout 3 had no checkpoint log: its files open
+//!   unchanged and gain the empty table (an older tallyd would not read the
+//!   checkpoint log, so it must refuse the file).
 //!
 //!   `meta.first_seen_baselines` marks a file whose catalog no longer holds
 //!   a cumulative counter's baseline minute as its `first_seen`. A counter's
@@ -129,15 +138,19 @@ use crate::store::StoreError;
 pub(super) const FILE_NAME: &str = "tally.redb";
 
 /// Version of the layout described in the module documentation.
-pub(super) const LAYOUT_VERSION: u64 = 3;
+pub(super) const LAYOUT_VERSION: u64 = 4;
 
 /// Older layouts this one opens, upgrading them in place (see above).
-pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2];
+pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2, 3];
+
+/// Layouts whose flush log holds slots without the last sample.
+pub(super) const LEGACY_SLOT_LAYOUTS: &[u64] = &[2];
 
 pub(super) const META_LAST_FLUSH_ID: &str = "last_flush_id";
 pub(super) const META_LAYOUT_VERSION: &str = "layout_version";
 pub(super) const META_CATALOG_BY_METRIC: &str = "catalog_by_metric";
 pub(super) const META_FIRST_SEEN_BASELINES: &str = "first_seen_baselines";
+pub(super) const META_MAX_FOLD_WATERMARK: &str = "max_fold_watermark";
 
 pub(super) type HourKey<'a> = (&'a str, &'a str, i64);
 pub(super) type DayKey<'a> = (&'a str, &'a str, i64);
@@ -151,6 +164,8 @@ pub(super) const CATALOG_BY_METRIC: TableDefinition<&str, &[u8]> =
     TableDefinition::new("catalog_by_metric");
 pub(super) type FlushLogKey = (u64, u32);
 pub(super) const FLUSH_LOG: TableDefinition<FlushLogKey, &[u8]> = TableDefinition::new("flush_log");
+pub(super) const CHECKPOINT_LOG: TableDefinition<FlushLogKey, &[u8]> =
+    TableDefinition::new("checkpoint_log");
 pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub(super) const SERIES_CATALOG: TableDefinition<&str, &[u8]> =
     TableDefinition::new("series_catalog");
@@ -198,4 +213,8 @@ pub(super) fn day_minutes_name(source: &str, metric: &str, start: i64, hour: u8)
 
 pub(super) fn flush_log_name(id: u64, chunk: u32) -> String {
     format!("flush_log[flush {id} chunk {chunk}]")
+}
+
+pub(super) fn checkpoint_log_name(id: u64, chunk: u32) -> String {
+    format!("checkpoint_log[checkpoint {id} chunk {chunk}]")
 }

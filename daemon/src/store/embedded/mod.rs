@@ -14,9 +14,10 @@
 //! | `db.rs`        | opening the file, commits and their durability               |
 //! | `errors.rs`    | redb's errors as the store's                                 |
 //! | `reopen.rs`    | reopening the file after an I/O error, redoing lost commits  |
-//! | `fold.rs`      | `apply` (flushes): log, pending minutes, folds; replays      |
+//! | `fold.rs`      | `apply` (flushes), write-through or checkpointed; folds      |
+//! | `checkpoint.rs`| the checkpointed write path: memory, checkpoints, folds      |
 //! | `pending.rs`   | flushed minutes not yet folded into documents, and reads     |
-//! | `flush_log.rs` | the same minutes in the file, so they survive a crash        |
+//! | `flush_log.rs` | the same minutes in the file, as checkpoints found them      |
 //! | `write.rs`     | merging into documents, and `preallocate`                    |
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
 //! | `catalog.rs`   | catalog upserts and listings                                 |
@@ -30,6 +31,7 @@
 mod baselines;
 mod catalog;
 mod catalog_index;
+mod checkpoint;
 mod codec;
 mod config;
 mod db;
@@ -214,7 +216,7 @@ impl Store for EmbeddedStore {
         self.blocking(|inner| {
             // A failed fold must not keep the last commits from becoming
             // durable.
-            let folded = inner.fold_idle();
+            let folded = inner.maintain_idle(now_us());
             inner.sync_if_due()?;
             folded?;
             Ok(Some(inner.durable_flush_id()))
@@ -283,6 +285,18 @@ impl Store for EmbeddedStore {
     }
 
     async fn close(&self) -> Result<(), StoreError> {
-        self.blocking(|inner| inner.sync_now()).await
+        self.blocking(|inner| {
+            inner.checkpoint_now()?;
+            inner.sync_now()
+        })
+        .await
     }
+}
+
+/// The clock in microseconds, as flush ids count it.
+fn now_us() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(now.as_micros()).unwrap_or(u64::MAX)
 }

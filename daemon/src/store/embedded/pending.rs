@@ -26,7 +26,7 @@ use crate::model::{
     EpochMinute, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate, Slot,
     Tier, MINUTE_S,
 };
-use crate::store::{DocRead, ReadQuery};
+use crate::store::{DocRead, ReadQuery, StoreError};
 use crate::table::SeriesMap;
 
 type Minutes = Vec<(EpochMinute, Slot)>;
@@ -41,27 +41,88 @@ struct SeriesPending {
     since: u64,
     /// Taken by the fold in progress; dropped when that commits.
     folding: bool,
+    /// The earliest minute changed since the last checkpoint logged this
+    /// series ([`CLEAN`] if none): what the next checkpoint writes.
+    dirty_from: EpochMinute,
     /// Ascending, no duplicates. Boxed: a list that grows by exactly one
     /// needs no capacity of its own (8 bytes per series).
     minutes: Box<[(EpochMinute, Slot)]>,
 }
 
 impl SeriesPending {
+    /// Merges flush `id`'s minutes; returns how many minutes were new.
     fn merge(
         &mut self,
         kind: SampleKind,
         id: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
-    ) {
+    ) -> usize {
         self.kind = kind;
         self.watermark = self.watermark.max(id);
         let mut list = std::mem::take(&mut self.minutes).into_vec();
+        let before = list.len();
         for (m, slot) in minutes {
+            self.dirty_from = self.dirty_from.min(m);
             merge_minute(&mut list, m, &slot);
         }
         // Exact (see `merge_minute`), so this does not reallocate.
         self.minutes = list.into_boxed_slice();
+        self.minutes.len() - before
     }
+
+    /// Sets minutes to what a checkpoint logged of them (see
+    /// `flush_log.rs`): each replaces the minute's slot. Returns how many
+    /// minutes were new.
+    fn replace(
+        &mut self,
+        kind: SampleKind,
+        watermark: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) -> usize {
+        self.kind = kind;
+        self.watermark = self.watermark.max(watermark);
+        let mut list = std::mem::take(&mut self.minutes).into_vec();
+        let before = list.len();
+        for (m, slot) in minutes {
+            match list.binary_search_by_key(&m, |&(k, _)| k) {
+                Ok(i) => list[i].1 = slot,
+                Err(i) => {
+                    list.reserve_exact(1);
+                    list.insert(i, (m, slot));
+                }
+            }
+        }
+        self.minutes = list.into_boxed_slice();
+        self.minutes.len() - before
+    }
+
+    /// The minutes a checkpoint must log: from the first one changed since
+    /// the last checkpoint on.
+    fn dirty(&self) -> Option<&[(EpochMinute, Slot)]> {
+        if self.dirty_from == CLEAN || self.folding {
+            return None;
+        }
+        let at = self.minutes.partition_point(|&(m, _)| m < self.dirty_from);
+        Some(&self.minutes[at..])
+    }
+}
+
+/// `dirty_from` of a series whose minutes are all logged.
+const CLEAN: EpochMinute = EpochMinute::MAX;
+
+/// Bytes a pending series takes besides its minutes: its entry in the
+/// table (its id's pointer, the fields above) and its place in the queue.
+const SERIES_BYTES: usize = 96;
+
+/// Bytes one pending minute takes.
+const MINUTE_BYTES: usize = std::mem::size_of::<(EpochMinute, Slot)>();
+
+/// One series' minutes as a checkpoint logs them.
+pub(crate) struct Logged<'a> {
+    pub(crate) series: &'a SeriesId,
+    pub(crate) kind: SampleKind,
+    pub(crate) watermark: u64,
+    pub(crate) minutes: &'a [(EpochMinute, Slot)],
 }
 
 /// What a fold writes for one series: its minutes, into its documents, with
@@ -75,21 +136,6 @@ pub(crate) struct Fold {
 }
 
 impl Fold {
-    /// Adds flush `id`'s minutes of this series, which was being folded
-    /// when the flush came: they go to the documents with the rest.
-    pub(crate) fn add(
-        &mut self,
-        id: u64,
-        kind: SampleKind,
-        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
-    ) {
-        self.kind = kind;
-        self.watermark = self.watermark.max(id);
-        for (m, slot) in minutes {
-            merge_minute(&mut self.minutes, m, &slot);
-        }
-    }
-
     /// The document updates of the fold.
     pub(crate) fn update(&self) -> SeriesUpdate {
         SeriesUpdate::from_minutes(&SeriesMinutes {
@@ -109,6 +155,8 @@ pub(crate) struct Pending {
     /// `(since, series)` of every entry not being folded, oldest first.
     /// Flush ids only grow, so this is also ascending by `since`.
     queue: VecDeque<(u64, Arc<SeriesId>)>,
+    /// Minutes held, over every series.
+    minutes: usize,
 }
 
 impl Pending {
@@ -125,21 +173,94 @@ impl Pending {
         id: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) {
+        let p = self.entry(series, kind, id);
+        let added = p.merge(kind, id, minutes);
+        self.minutes += added;
+    }
+
+    /// Sets `series`' minutes to what checkpoint `id` logged of them, with
+    /// the series' watermark then (see [`SeriesPending::replace`]).
+    pub(crate) fn replace(
+        &mut self,
+        series: &Arc<SeriesId>,
+        kind: SampleKind,
+        id: u64,
+        watermark: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) {
+        let p = self.entry(series, kind, id);
+        let added = p.replace(kind, watermark, minutes);
+        self.minutes += added;
+    }
+
+    /// `series`' entry, made (its run starting at `id`) if it has none.
+    fn entry(&mut self, series: &Arc<SeriesId>, kind: SampleKind, id: u64) -> &mut SeriesPending {
         let Pending {
             series: table,
             queue,
+            ..
         } = self;
-        let p = table.get_or_insert_with(series, || {
+        table.get_or_insert_with(series, || {
             queue.push_back((id, series.clone()));
             SeriesPending {
                 kind,
                 watermark: id,
                 since: id,
                 folding: false,
+                dirty_from: CLEAN,
                 minutes: Box::default(),
             }
-        });
-        p.merge(kind, id, minutes);
+        })
+    }
+
+    /// The watermark of `series`' pending run, if it has one: every flush
+    /// up to it that touched the series is in the run or in its documents.
+    pub(crate) fn watermark_of(&self, series: &SeriesId) -> Option<u64> {
+        self.get(series).map(|p| p.watermark)
+    }
+
+    /// About how many bytes of memory the pending minutes take.
+    pub(crate) fn bytes(&self) -> usize {
+        self.len() * SERIES_BYTES + self.minutes * MINUTE_BYTES
+    }
+
+    /// Series waiting in the fold queue whose run began before `id`.
+    pub(crate) fn queued_before(&self, id: u64) -> usize {
+        self.queue.partition_point(|&(since, _)| since < id)
+    }
+
+    /// Calls `log` with the series changed since the last checkpoint whose
+    /// positions in the table are in `positions`, outside any fold; returns
+    /// the first position after them, or None past the last.
+    pub(crate) fn dirty_in(
+        &self,
+        positions: std::ops::Range<u32>,
+        mut log: impl FnMut(Logged<'_>) -> Result<(), StoreError>,
+    ) -> Result<Option<u32>, StoreError> {
+        let end = self.series.positions();
+        for pos in positions.start..positions.end.min(end) {
+            let Some((series, p)) = self.series.at(pos) else {
+                continue;
+            };
+            if let Some(minutes) = p.dirty() {
+                log(Logged {
+                    series,
+                    kind: p.kind,
+                    watermark: p.watermark,
+                    minutes,
+                })?;
+            }
+        }
+        Ok((positions.end < end).then_some(positions.end))
+    }
+
+    /// A checkpoint committed: every series outside the fold is logged.
+    pub(crate) fn logged(&mut self) {
+        for p in self.series.values_mut() {
+            if !p.folding {
+                p.dirty_from = CLEAN;
+            }
+        }
     }
 
     /// [`Pending::add`] for a series named, not shared: false, and nothing
@@ -153,21 +274,31 @@ impl Pending {
     ) -> bool {
         match self.series.get_mut_by(series) {
             Some(p) => {
-                p.merge(kind, id, minutes);
+                let added = p.merge(kind, id, minutes);
+                self.minutes += added;
                 true
             }
             None => false,
         }
     }
 
-    /// How many series a fold takes so that every series waits about
-    /// `period_us` for its fold, `elapsed_us` after the last fold (flush
-    /// ids count microseconds): that fraction of the pending series.
-    pub(crate) fn share(&self, elapsed_us: u64, period_us: u64) -> usize {
-        let len = self.len() as u128;
-        let elapsed = elapsed_us.min(period_us);
-        let share = (len * u128::from(elapsed)).div_ceil(u128::from(period_us).max(1));
-        usize::try_from(share).unwrap_or(usize::MAX)
+    /// [`Pending::replace`] for a series named, not shared: false, and
+    /// nothing set, if it has no pending minutes yet.
+    pub(crate) fn replace_known(
+        &mut self,
+        series: SeriesRef<'_>,
+        kind: SampleKind,
+        watermark: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) -> bool {
+        match self.series.get_mut_by(series) {
+            Some(p) => {
+                let added = p.replace(kind, watermark, minutes);
+                self.minutes += added;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Takes the `n` series pending longest for a fold. They stay readable
@@ -199,12 +330,6 @@ impl Pending {
     /// progress: the flush log must keep it and everything after it.
     pub(crate) fn oldest(&self) -> Option<u64> {
         self.queue.front().map(|&(since, _)| since)
-    }
-
-    /// Where `series`' pending run began, if it has pending minutes.
-    #[cfg(test)]
-    pub(crate) fn since_of(&self, series: &SeriesId) -> Option<u64> {
-        self.get(series).map(|p| p.since)
     }
 
     /// The fold committed: its series leave.
@@ -239,7 +364,9 @@ impl Pending {
     }
 
     fn remove(&mut self, series: &SeriesId) {
-        self.series.remove(series);
+        if let Some(p) = self.series.remove(series) {
+            self.minutes -= p.minutes.len();
+        }
     }
 
     /// `series`' pending run: where it began, and its minutes as a flush's

@@ -40,16 +40,15 @@ impl Db {
         // Closed first: redb locks the file while it is open.
         *slot = None;
         let Opened {
-            db,
-            last_flush_id,
-            pending,
+            db, last_flush_id, ..
         } = open_checked(&self.opener, &self.path)?;
         self.committed_flush_id
             .store(last_flush_id, Ordering::Release);
         *self.sync.lock() = SyncState::now();
-        // What was pending in memory may hold flushes the reopened file
-        // lost; the redo below brings them back, through the log again.
-        *self.pending.lock() = pending;
+        // The pending minutes in memory stay: they hold everything the file
+        // has of them (folds and checkpoints commit durably) and the flushes
+        // applied since. In write-through mode they are empty, and the redo
+        // below writes the flushes the reopen lost.
         let redo = std::mem::take(&mut *self.redo.lock());
         if let Err(e) = self.redo_all(&db, &redo) {
             // Kept whole for the next attempt: what was redone is redone

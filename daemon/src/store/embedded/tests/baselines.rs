@@ -98,10 +98,7 @@ async fn a_counter_first_seen_at_its_baseline_moves_to_its_first_increase_once()
     let h = ts(2026, 3, 14, 10, 0);
     let store = old_file(&dir, h);
     // The increase of `late` is flushed but not folded when it opens again.
-    let config = crate::store::embedded::EmbeddedConfig {
-        fold_over_flushes: 1_000,
-        ..Default::default()
-    };
+    let config = crate::store::embedded::EmbeddedConfig::default();
     drop(store);
     let store = EmbeddedStore::open_with(dir.path(), config.clone()).unwrap();
     let late = stored(
@@ -110,7 +107,7 @@ async fn a_counter_first_seen_at_its_baseline_moves_to_its_first_increase_once()
         &[(h / 60 + 5, increase(h + 300))],
     );
     store.inner.apply(&Arc::new(batch(2, vec![late]))).unwrap();
-    store.sync().unwrap();
+    store.checkpoint().unwrap();
     // Marked done by that open: written the old way again, then reopened.
     let db = store.inner.database().unwrap();
     let txn = db.begin_write().unwrap();

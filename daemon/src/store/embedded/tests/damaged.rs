@@ -12,15 +12,12 @@ use super::*;
 use crate::deadletter::{as_series, DeadLetters};
 use crate::model::SeriesMinutes;
 use crate::store::embedded::layout::HOUR_DOCS;
-use crate::store::embedded::{EmbeddedConfig, EmbeddedStore};
+use crate::store::embedded::EmbeddedStore;
 use crate::store::SetAside;
 
 fn open_spread(dir: &tempfile::TempDir) -> EmbeddedStore {
-    let config = EmbeddedConfig {
-        fold_over_flushes: 2,
-        ..Default::default()
-    };
-    EmbeddedStore::open_with(dir.path(), config).unwrap()
+    // Folds the series waiting longest at about every other flush.
+    EmbeddedStore::open_with(dir.path(), checkpointed(1, 200)).unwrap()
 }
 
 /// Flush `id` of `bad|m` and `good|m`: one sample each, `id` at second

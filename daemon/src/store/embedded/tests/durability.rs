@@ -15,7 +15,7 @@ async fn survives_close_and_reopen() {
     let before = {
         let store = open(&dir);
         store.apply(&sample_batch(5)).await.unwrap();
-        // Not durable yet under the default policy...
+        // Not durable yet: in memory until a checkpoint...
         assert_eq!(store.durable_flush_id(), 0);
         store.close().await.unwrap();
         // ... and durable after close.
@@ -52,6 +52,7 @@ async fn durable_policy_every_k_flushes() {
         EmbeddedConfig {
             durable_interval: Duration::from_secs(3600),
             durable_every_flushes: 3,
+            write_through: true,
             ..EmbeddedConfig::default()
         },
     )
@@ -81,6 +82,7 @@ async fn durable_policy_bounds_the_memory_kept_for_a_reopen() {
             durable_interval: Duration::from_secs(3600),
             durable_every_flushes: 100,
             redo_max_bytes: one * 3 / 2,
+            write_through: true,
             ..EmbeddedConfig::default()
         },
     )

@@ -50,6 +50,11 @@ impl EmbeddedStore {
     pub(super) fn fold_all(&self) -> Result<(), StoreError> {
         self.inner.fold_some(usize::MAX)
     }
+
+    /// Writes a checkpoint of what was applied since the last. Blocking.
+    pub(super) fn checkpoint(&self) -> Result<(), StoreError> {
+        self.inner.checkpoint_now()
+    }
 }
 
 /// Unix seconds of a UTC time.
@@ -124,10 +129,22 @@ pub(super) fn open(dir: &tempfile::TempDir) -> EmbeddedStore {
 /// replayed flush always is.
 pub(super) fn open_direct(dir: &tempfile::TempDir) -> EmbeddedStore {
     let config = super::EmbeddedConfig {
-        fold_over_flushes: 1,
+        write_through: true,
         ..Default::default()
     };
     EmbeddedStore::open_with(dir.path(), config).unwrap()
+}
+
+/// A checkpointed store that checkpoints at every flush whose id is at
+/// least `every` above the last checkpoint's (tests number flushes 1, 2,
+/// ...: every `every` flushes), and folds the series waiting longest
+/// whenever the pending minutes pass `max_bytes`.
+pub(super) fn checkpointed(every: u64, max_bytes: usize) -> super::EmbeddedConfig {
+    super::EmbeddedConfig {
+        checkpoint_interval: std::time::Duration::from_micros(every),
+        pending_max_bytes: max_bytes,
+        ..Default::default()
+    }
 }
 
 /// Samples of db-01/op_counter on 2026-03-14: two at 10:05, one at 10:59,

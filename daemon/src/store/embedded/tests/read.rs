@@ -44,6 +44,7 @@ async fn apply_then_read_the_hour_tier() {
     // Two hour docs and one day doc.
     assert_eq!(stats.documents_written, 3);
     assert_eq!(stats.documents_skipped, 0);
+    store.checkpoint().unwrap();
     assert_eq!(store.last_flush_id().await.unwrap(), 1);
 
     let (h10, h11, day) = sample_periods();

@@ -85,7 +85,7 @@ impl StorageBackend for FullDisk {
 
 /// A store whose commits are never durable by themselves, on a disk that
 /// fills when `full` is set.
-fn store_on(dir: &tempfile::TempDir, full: &Arc<AtomicBool>) -> EmbeddedStore {
+fn store_on(dir: &tempfile::TempDir, full: &Arc<AtomicBool>, write_through: bool) -> EmbeddedStore {
     let path = dir.path().join(FILE_NAME);
     let full = full.clone();
     let file_path = path.clone();
@@ -108,6 +108,7 @@ fn store_on(dir: &tempfile::TempDir, full: &Arc<AtomicBool>) -> EmbeddedStore {
     let config = EmbeddedConfig {
         durable_interval: Duration::from_secs(3600),
         durable_every_flushes: 1000,
+        write_through,
         ..EmbeddedConfig::default()
     };
     EmbeddedStore::of(Db::open_via(path, config, opener).unwrap())
@@ -128,6 +129,14 @@ fn all_entries() -> CatalogQuery {
 
 #[tokio::test]
 async fn a_full_disk_fails_the_store_until_space_returns_and_loses_nothing() {
+    full_disk_then_space(true).await;
+    full_disk_then_space(false).await;
+}
+
+/// A full disk met by a store writing through (a reopen redoes its lost
+/// commits) or checkpointing (its flushes since the last checkpoint are in
+/// memory, and stay there through the reopen).
+async fn full_disk_then_space(write_through: bool) {
     let dir = tempfile::tempdir().unwrap();
     let full = Arc::new(AtomicBool::new(false));
     let day = ts(2026, 3, 14, 0, 0);
@@ -140,7 +149,7 @@ async fn a_full_disk_fails_the_store_until_space_returns_and_loses_nothing() {
         reference.apply(&sample_batch(id)).await.unwrap();
     }
 
-    let store = store_on(&dir, &full);
+    let store = store_on(&dir, &full, write_through);
     store.apply(&sample_batch(1)).await.unwrap();
     store.close().await.unwrap();
     // Committed, but not durable: a reopen alone would lose these.
@@ -164,8 +173,10 @@ async fn a_full_disk_fails_the_store_until_space_returns_and_loses_nothing() {
     full.store(false, Ordering::SeqCst);
     store.health().await.unwrap();
     assert_eq!(store.fault(), None, "resumed once space returned");
-    // The reopen redid 2 and 3 and made them durable; 4 was never taken.
-    assert_eq!(store.durable_flush_id(), 3);
+    // Writing through, the reopen redid 2 and 3 and made them durable;
+    // checkpointing, they wait in memory for the next checkpoint. 4 was
+    // never taken.
+    assert_eq!(store.durable_flush_id(), if write_through { 3 } else { 1 });
     store.apply(&sample_batch(4)).await.unwrap();
     assert_eq!(
         read(&store, hour_q()).await,
@@ -193,7 +204,7 @@ async fn a_full_disk_fails_the_store_until_space_returns_and_loses_nothing() {
 async fn a_failed_redo_keeps_everything_for_the_next_attempt() {
     let dir = tempfile::tempdir().unwrap();
     let full = Arc::new(AtomicBool::new(false));
-    let store = store_on(&dir, &full);
+    let store = store_on(&dir, &full, true);
     for id in 1..=3 {
         store.apply(&sample_batch(id)).await.unwrap();
     }

@@ -85,7 +85,7 @@ async fn a_layout_2_file_opens_reads_and_upgrades_on_write() {
     {
         let txn = store.inner.database().unwrap().begin_read().unwrap();
         let meta = txn.open_table(META).unwrap();
-        assert_eq!(meta.get(META_LAYOUT_VERSION).unwrap().unwrap().value(), 3);
+        assert_eq!(meta.get(META_LAYOUT_VERSION).unwrap().unwrap().value(), 4);
     }
 
     // A write of the same hour keeps what was there and adds the new
@@ -98,6 +98,7 @@ async fn a_layout_2_file_opens_reads_and_upgrades_on_write() {
     want.add(at * 1000, 4.0);
     assert_eq!(docs[0].slots[0], (hour + 5 * MINUTE_S, want));
     assert_eq!(docs[0].slots[1], (hour + 7 * MINUTE_S, logged));
+    store.close().await.unwrap();
     drop(store);
     let store = open(&dir);
     assert_eq!(

@@ -34,6 +34,7 @@ async fn same_batch_twice_counts_once() {
         read_day(&store, Tier::Day, Resolution::Minute, day).await,
         before_d
     );
+    store.checkpoint().unwrap();
     assert_eq!(store.last_flush_id().await.unwrap(), 7);
 }
 
@@ -66,6 +67,7 @@ async fn later_flush_applies_and_older_is_skipped() {
     let day_slot = with_last(slot(8, 30.0, -1.0, 10.0), ts(2026, 3, 14, 11, 0), 10.0);
     assert_eq!(docs[0].slots, vec![(day, day_slot)]);
     // last_flush_id never goes down.
+    store.checkpoint().unwrap();
     assert_eq!(store.last_flush_id().await.unwrap(), 2);
 
     // A flush touching one new document and one already-applied one

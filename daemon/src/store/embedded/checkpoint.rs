@@ -1,0 +1,311 @@
+//! The embedded store's write path: flushes go to memory, checkpoints and
+//! folds to the file.
+//!
+//! A flush writes nothing to the file. Its minutes join the pending minutes
+//! in memory (`pending.rs`), where reads find them at once; the daemon's
+//! write-ahead log already holds the requests they came from, and keeps
+//! them until the store says they are durable ([`Db::durable_flush_id`]).
+//! Writing a 1-second flush to the file cost far more than its samples:
+//! about 80 bytes of log per series per flush, in a copy-on-write B-tree
+//! whose branch pages and commit pages multiplied it (444 bytes written per
+//! sample at 100,000 series).
+//!
+//! Two kinds of write reach the file, both in durable transactions:
+//! - **Checkpoints**, every `embedded.checkpoint_interval` (60 s): the
+//!   minutes changed since the last one, as they now stand, of every series
+//!   that changed, into `checkpoint_log` (`flush_log.rs`), and
+//!   `last_flush_id` raised to the newest flush applied. Once that commits,
+//!   the write-ahead log may let go of every flush up to it. A crash
+//!   replays at most one interval of the log.
+//! - **Folds**, which write a series' pending run into its documents, once
+//!   per run: after the run's hour has closed (spread over
+//!   `fold_spread`, so that a fleet's documents are not all written in one
+//!   transaction), or earlier, oldest first, when the pending minutes pass
+//!   `embedded.pending_max_bytes`.
+//!
+//! # Replayed flushes
+//!
+//! After a crash the write-ahead log replays every flush above the last
+//! checkpoint, with its own id, and a fold after that checkpoint may have
+//! written some of them into documents already. So a flush at or below
+//! [`Db::replay_bound`] is added only where nothing holds it yet: not for a
+//! series whose pending run reaches its id (the run holds it, or a fold
+//! took it before the run began), nor for a minute whose documents' stored
+//! watermark reaches it. A flush above the bound is new everywhere.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, WriteTransaction};
+
+use super::db::Db;
+use super::errors::db_err;
+use super::flush_log::{trim_below, DocWatermarks, Form, LogWriter};
+use super::layout::{CHECKPOINT_LOG, DAY_SUMMARY, HOUR_DOCS, META, META_MAX_FOLD_WATERMARK};
+use super::pending::{Fold, Pending};
+use super::write::raise_last_flush_id;
+use crate::model::{EpochMinute, FlushBatch, SeriesId, Slot, Tier};
+use crate::store::{ApplyStats, StoreError};
+
+/// Flush ids count microseconds.
+const HOUR_US: u64 = 3_600_000_000;
+
+/// How long after an hour closes its folds begin: samples of its last
+/// minute still arrive for a while, and a fold before them would only
+/// start another run of the same hour.
+const FOLD_GRACE_US: u64 = 60_000_000;
+
+/// Series folded in one transaction at most: its dirty pages stay in
+/// memory until it commits (about 7 KB a series).
+const MAX_FOLDS_PER_TXN: usize = 10_000;
+
+/// Series encoded per hold of the pending minutes' lock by a checkpoint, so
+/// that reads waiting for it wait for one part, not the whole fleet.
+const CHECKPOINT_PART: u32 = 4_096;
+
+impl Db {
+    /// A flush in checkpointed mode: the folds and the checkpoint that are
+    /// due first (so that a failure leaves the flush wholly unapplied, to
+    /// be retried), then its minutes into the pending minutes.
+    pub(super) fn apply_checkpointed(
+        &self,
+        db: &Database,
+        batch: &FlushBatch,
+        damaged: &mut Option<Arc<SeriesId>>,
+    ) -> Result<ApplyStats, StoreError> {
+        let id = batch.id.0;
+        let _turn = self.fold_lock.lock();
+        self.maintain(db, id, false, damaged)?;
+        let stats = if id <= self.replay_bound() {
+            self.add_replayed(db, batch)?
+        } else {
+            *self.replay_marks.lock() = None;
+            let mut pending = self.pending.lock();
+            for su in &batch.series {
+                pending.add(&su.series, su.kind, id, su.minutes.iter().copied());
+            }
+            ApplyStats {
+                documents_written: batch.document_count(),
+                ..ApplyStats::default()
+            }
+        };
+        self.applied_flush_id.fetch_max(id, Ordering::AcqRel);
+        metrics::gauge!("tally_store_pending_bytes", "store" => "embedded")
+            .set(self.pending.lock().bytes() as f64);
+        Ok(stats)
+    }
+
+    /// The highest flush id that may already be in the store: applied in
+    /// this process, or folded by an earlier one.
+    fn replay_bound(&self) -> u64 {
+        self.applied_flush_id
+            .load(Ordering::Acquire)
+            .max(self.max_fold_watermark.load(Ordering::Acquire))
+    }
+
+    /// Adds a flush at or below [`Db::replay_bound`] where nothing holds it
+    /// yet (see the module documentation). Its documents count as written
+    /// where any of their minutes was added, as skipped where none was.
+    fn add_replayed(&self, db: &Database, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
+        let id = batch.id.0;
+        let txn = db.begin_read().map_err(db_err)?;
+        let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
+        let days = txn.open_table(DAY_SUMMARY).map_err(db_err)?;
+        let mut marks = self.replay_marks.lock();
+        let marks = marks.get_or_insert_with(DocWatermarks::default);
+        let mut pending = self.pending.lock();
+        let mut kept = Vec::new();
+        let mut stats = ApplyStats::default();
+        for su in &batch.series {
+            let all = su.document_count();
+            if pending.watermark_of(&su.series).is_some_and(|w| w >= id) {
+                stats.documents_skipped += all;
+                continue;
+            }
+            let metric_key = su.series.metric_key();
+            kept.clear();
+            for &(m, slot) in &su.minutes {
+                if marks.of(&hours, &days, &su.series.source, &metric_key, m)? < id {
+                    kept.push((m, slot));
+                }
+            }
+            let written = documents_of(&kept);
+            stats.documents_written += written;
+            stats.documents_skipped += all.saturating_sub(written);
+            if !kept.is_empty() {
+                pending.add(&su.series, su.kind, id, kept.iter().copied());
+            }
+        }
+        Ok(stats)
+    }
+
+    /// With nothing to flush: the folds and the checkpoint due at `now_us`.
+    pub(super) fn maintain_idle(&self, now_us: u64) -> Result<(), StoreError> {
+        self.maintain_now(now_us, false)
+    }
+
+    /// A checkpoint now, whatever the interval (shutdown): afterwards the
+    /// write-ahead log holds nothing the store needs. The folds due go with
+    /// it, as of the newest flush.
+    pub(super) fn checkpoint_now(&self) -> Result<(), StoreError> {
+        self.maintain_now(self.applied_flush_id.load(Ordering::Acquire), true)
+    }
+
+    fn maintain_now(&self, now_us: u64, force: bool) -> Result<(), StoreError> {
+        let db = self.database()?;
+        let mut damaged = None;
+        let r = {
+            let _turn = self.fold_lock.lock();
+            self.maintain(&db, now_us, force, &mut damaged)
+        };
+        if let (Err(e), Some(series)) = (&r, damaged) {
+            self.set_aside_damaged(&db, &series, e)?;
+        }
+        r
+    }
+
+    /// Folds what is due at `now_us` (a flush id, or the clock in
+    /// microseconds), and writes a checkpoint if one is due or `force`d,
+    /// in one durable transaction. Under `fold_lock`.
+    fn maintain(
+        &self,
+        db: &Database,
+        now_us: u64,
+        force: bool,
+        damaged: &mut Option<Arc<SeriesId>>,
+    ) -> Result<(), StoreError> {
+        if self.config.write_through {
+            return Ok(());
+        }
+        let applied = self.applied_flush_id.load(Ordering::Acquire);
+        let interval =
+            u64::try_from(self.config.checkpoint_interval.as_micros()).unwrap_or(u64::MAX);
+        let checkpoint = applied > self.committed_flush_id.load(Ordering::Acquire)
+            && (force
+                || now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire))
+                    >= interval);
+        let n = self.fold_count(&self.pending.lock(), now_us);
+        if n == 0 && !checkpoint {
+            return Ok(());
+        }
+        let txn = db.begin_write().map_err(db_err)?;
+        let (mut folds, oldest) = {
+            let mut pending = self.pending.lock();
+            let folds = pending.start_fold(n);
+            (folds, pending.oldest())
+        };
+        let written = (|| {
+            super::fold::write_folds(&txn, &mut folds, damaged)?;
+            if checkpoint {
+                self.write_checkpoint(&txn, applied)?;
+                raise_last_flush_id(&txn, applied)?;
+            }
+            // Whatever is below the oldest run outside the folds has been
+            // folded (a checkpoint's entries are never below it).
+            trim_below(&txn, oldest.unwrap_or(u64::MAX))
+        })();
+        let flush_id = checkpoint.then_some(applied);
+        let r = written.and_then(|()| self.commit(txn, flush_id, true, None));
+        let mut pending = self.pending.lock();
+        match r {
+            Ok(()) => {
+                pending.end_fold(&folds);
+                if checkpoint {
+                    pending.logged();
+                    self.last_checkpoint_us.store(now_us, Ordering::Release);
+                    metrics::counter!("tally_store_checkpoints_total", "store" => "embedded")
+                        .increment(1);
+                }
+                super::fold::folded(&pending, folds.len());
+            }
+            Err(_) => pending.abort_fold(&folds),
+        }
+        r
+    }
+
+    /// Writes every series changed since the last checkpoint into the
+    /// checkpoint log, as checkpoint `id`. The series being folded in the
+    /// same transaction are left out: their minutes go to the documents.
+    fn write_checkpoint(&self, txn: &WriteTransaction, id: u64) -> Result<(), StoreError> {
+        let mut log = txn.open_table(CHECKPOINT_LOG).map_err(db_err)?;
+        let mut writer = LogWriter::new(id, Form::Checkpoint);
+        let mut from = Some(0);
+        // No flush can change the pending minutes meanwhile (the caller
+        // holds `fold_lock`), so positions stay put between the parts.
+        while let Some(start) = from {
+            let pending = self.pending.lock();
+            from = pending.dirty_in(start..start.saturating_add(CHECKPOINT_PART), |s| {
+                writer.push(
+                    &mut log,
+                    s.series,
+                    s.kind,
+                    s.watermark,
+                    s.minutes.iter().copied(),
+                )
+            })?;
+        }
+        writer.finish(&mut log)?;
+        Ok(())
+    }
+
+    /// How many series the fold at `now_us` takes: those whose run began
+    /// before the current hour, spread over `fold_spread` once the grace
+    /// after the hour has passed; or more, oldest first, to bring the
+    /// pending minutes back under nine tenths of `pending_max_bytes`.
+    /// Called under `fold_lock`.
+    fn fold_count(&self, pending: &Pending, now_us: u64) -> usize {
+        let hour = now_us / HOUR_US * HOUR_US;
+        let start = hour + FOLD_GRACE_US;
+        let spread = u64::try_from(self.config.fold_spread.as_micros()).unwrap_or(u64::MAX);
+        let end = start.saturating_add(spread);
+        let due = pending.queued_before(hour);
+        let last = self.last_fold_id.swap(now_us, Ordering::AcqRel).max(start);
+        let by_hour = if due == 0 || now_us < start {
+            0
+        } else if now_us >= end {
+            due
+        } else {
+            // The share of what is left that keeps to `end`.
+            let elapsed = u128::from(now_us.saturating_sub(last));
+            let left = u128::from(end - last).max(1);
+            usize::try_from((due as u128 * elapsed).div_ceil(left)).unwrap_or(due)
+        };
+        let bytes = pending.bytes();
+        let max = self.config.pending_max_bytes;
+        let by_memory = if bytes > max && pending.len() > 0 {
+            let excess = bytes - max / 10 * 9;
+            excess.div_ceil((bytes / pending.len()).max(1))
+        } else {
+            0
+        };
+        by_hour.max(by_memory).min(MAX_FOLDS_PER_TXN)
+    }
+}
+
+/// The documents (hour and day) that ascending `minutes` fall in.
+fn documents_of(minutes: &[(EpochMinute, Slot)]) -> usize {
+    let mut count = 0;
+    let (mut hour, mut day) = (None, None);
+    for &(m, _) in minutes {
+        let (h, d) = (Tier::Hour.period_start(m), Tier::Day.period_start(m));
+        count += usize::from(hour != Some(h)) + usize::from(day != Some(d));
+        (hour, day) = (Some(h), Some(d));
+    }
+    count
+}
+
+/// Raises `meta.max_fold_watermark` to the highest watermark of `folds`.
+pub(super) fn raise_fold_watermark(
+    txn: &WriteTransaction,
+    folds: &[Fold],
+) -> Result<(), StoreError> {
+    let Some(high) = folds.iter().map(|f| f.watermark).max() else {
+        return Ok(());
+    };
+    let mut meta = txn.open_table(META).map_err(db_err)?;
+    let old = super::db::meta_value(&meta, META_MAX_FOLD_WATERMARK)?.unwrap_or(0);
+    if high > old {
+        meta.insert(META_MAX_FOLD_WATERMARK, high).map_err(db_err)?;
+    }
+    Ok(())
+}
