@@ -197,7 +197,8 @@ impl Worker {
         let opts = self.opts.clone();
         match opts.protocol {
             Protocol::Graphite => return self.run_graphite().await,
-            Protocol::Influx => return self.run_foreign(None).await,
+            // Over HTTP alone: a peer fed the same bytes has no gRPC port.
+            p if !p.uses_grpc() => return self.run_foreign(None).await,
             _ => {}
         }
         let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)

@@ -90,8 +90,7 @@ impl Db {
             }
         };
         self.applied_flush_id.fetch_max(id, Ordering::AcqRel);
-        metrics::gauge!("tally_store_pending_bytes", "store" => "embedded")
-            .set(self.pending.lock().bytes() as f64);
+        pending_gauges(&self.pending.lock());
         Ok(stats)
     }
 
@@ -280,6 +279,12 @@ impl Db {
         };
         by_hour.max(by_memory).min(MAX_FOLDS_PER_TXN)
     }
+}
+
+/// How many series are pending, and the memory their minutes take.
+pub(super) fn pending_gauges(pending: &Pending) {
+    metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
+    metrics::gauge!("tally_store_pending_bytes", "store" => "embedded").set(pending.bytes() as f64);
 }
 
 /// The documents (hour and day) that ascending `minutes` fall in.

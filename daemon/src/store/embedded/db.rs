@@ -5,41 +5,33 @@
 //!
 //! # Durability
 //!
-//! Ordinary flushes commit with [`Durability::None`]: redb makes the commit
-//! visible to readers at once but does not `fsync`. Every
+//! Checkpoints and folds (`checkpoint.rs`) commit with
+//! [`Durability::Immediate`]: the write-ahead log lets go of flushes on
+//! their word, and a reopen after an I/O error keeps the pending minutes
+//! in memory, which is right only if every fold that took minutes out of
+//! them is on disk. Catalog upserts, and flushes in write-through mode
+//! (tests), commit with [`Durability::None`]: redb makes the commit visible
+//! to readers at once but does not `fsync`. Every
 //! [`EmbeddedConfig::durable_interval`] or every
 //! [`EmbeddedConfig::durable_every_flushes`] commits (whichever comes
 //! first), and always in [`Store::close`](crate::store::Store::close), a
-//! commit is made with [`Durability::Immediate`], which persists it *and
-//! every non-durable commit before it*. This is safe: redb's crash recovery
-//! always lands on the last durable commit, a consistent snapshot (whole
-//! flushes, documents and watermarks and `last_flush_id` together). A crash
-//! therefore loses only the flushes committed since then, which hold only
-//! data that was in the daemon's memory anyway; nothing is ever
-//! half-applied. The write-ahead log keeps every flush above the durable
-//! flush id (`Db::durable_flush_id`) for replay; the watermarks make that
-//! replay exactly-once. When the daemon is idle, `sync_if_due` makes the
-//! last commits durable once they have waited the interval. The commits
-//! since the last durable one are also kept in memory, so that the file can
-//! be reopened after an I/O error without losing them (see `reopen.rs`).
+//! commit is made durable, which persists it *and every non-durable commit
+//! before it*. This is safe: redb's crash recovery always lands on the last
+//! durable commit, a consistent snapshot; nothing is ever half-applied. The
+//! write-ahead log keeps every flush above the durable flush id
+//! (`Db::durable_flush_id`) for replay; the watermarks make that replay
+//! exactly-once. When the daemon is idle, `sync_if_due` makes the last
+//! commits durable once they have waited the interval. The commits since
+//! the last durable one are also kept in memory, so that the file can be
+//! reopened after an I/O error without losing them (see `reopen.rs`); a
+//! third bound, [`EmbeddedConfig::redo_max_bytes`] (4 MiB), keeps that
+//! memory small by making a commit durable when more would be kept.
 //!
-//! A third bound keeps that memory small: a commit is also made durable
-//! when the writes kept since the last durable one would exceed
-//! [`EmbeddedConfig::redo_max_bytes`] (4 MiB). Past about 40,000 active
-//! series each flush is then durable. A larger bound made the kept batches
-//! a sawtooth in the daemon's memory: at 100,000 series and 64 MiB, the
-//! heap rose by about 70 MB between durable commits and fell back at each,
-//! and RSS swung 17–30% above its median; at 4 MiB it swung 9–20%, with
-//! no more CPU per sample in W1 and no larger file (BENCHMARKS.md, Soak).
-//!
-//! The cadence is a trade-off. A non-durable commit skips only the `fsync`;
-//! its pages are still written. Leaves it copied can be reused only after
-//! the next durable commit, so every non-durable commit in a row grows the
-//! file by the pages it touched (at 20,000 active series: about 1.6 MB of
-//! flush log plus the 1/60 of the series folded, a few MB per flush), until
-//! a durable commit frees them for reuse. The defaults (5 s or 8 commits)
-//! make one `fsync` cover several 1-second flushes while bounding that
-//! growth.
+//! A non-durable commit skips only the `fsync`; its pages are still
+//! written, and the pages it copied can be reused only after the next
+//! durable commit, so every non-durable commit in a row grows the file by
+//! the pages it touched. That is why the write path's own commits are all
+//! durable and few: one checkpoint a minute and the folds.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

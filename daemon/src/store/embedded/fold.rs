@@ -190,7 +190,7 @@ impl Db {
 /// The metrics of a committed fold of `n` series.
 pub(super) fn folded(pending: &Pending, n: usize) {
     metrics::counter!("tally_store_folded_series_total", "store" => "embedded").increment(n as u64);
-    metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
+    super::checkpoint::pending_gauges(pending);
 }
 
 /// Writes `folds` into their documents, in key order, and raises

@@ -2,10 +2,12 @@
 //!
 //! Writing a 1-second flush straight into every document it touches costs
 //! far more than the slots it changes: redb copies values whole, so the
-//! store would rewrite about 4.7 KB per series per flush. Instead it writes
-//! the flush to its flush log at once, keeps the minutes here, and folds
-//! each series into its documents about once per fold period, oldest
-//! first, a few series per flush.
+//! store would rewrite about 7 KB per series per flush. Instead it keeps
+//! the minutes here, checkpoints them to its log now and then, and folds
+//! each series into its documents once its hour has closed (or earlier,
+//! oldest first, to keep within a memory bound): `checkpoint.rs`. Each
+//! series also records the earliest minute changed since the last
+//! checkpoint, which is what the next one writes.
 //!
 //! # Why reads count every minute once
 //!
@@ -327,7 +329,7 @@ impl Pending {
     }
 
     /// The oldest flush whose minutes are pending outside the fold in
-    /// progress: the flush log must keep it and everything after it.
+    /// progress: the logs must keep it and everything after it.
     pub(crate) fn oldest(&self) -> Option<u64> {
         self.queue.front().map(|&(since, _)| since)
     }

@@ -1,5 +1,5 @@
-//! The flush log and folds: whatever the fold cadence, replays and
-//! restarts, reads equal those of a store that writes every flush straight
+//! Checkpoints and folds: whatever their cadence, replays and crashes
+//! (followed by the write-ahead log's replay), reads equal those of a store that writes every flush straight
 //! into its documents; and a read racing flushes and folds counts every
 //! minute once.
 
