@@ -41,7 +41,10 @@ use redb::{Database, ReadableDatabase, WriteTransaction};
 use super::db::Db;
 use super::errors::db_err;
 use super::flush_log::{trim_below, DocWatermarks, Form, LogWriter};
-use super::layout::{CHECKPOINT_LOG, DAY_SUMMARY, HOUR_DOCS, META, META_MAX_FOLD_WATERMARK};
+use super::layout::{
+    CHECKPOINT_LOG, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HOUR_DOCS,
+    HOUR_DOC_LEN, META, META_MAX_FOLD_WATERMARK,
+};
 use super::pending::{Fold, Pending};
 use super::write::raise_last_flush_id;
 use crate::model::{EpochMinute, FlushBatch, SeriesId, Slot, Tier};
@@ -198,6 +201,7 @@ impl Db {
             if checkpoint {
                 self.write_checkpoint(&txn, applied)?;
                 raise_last_flush_id(&txn, applied)?;
+                document_gauges(&txn)?;
             }
             // Whatever is below the oldest run outside the folds has been
             // folded (a checkpoint's entries are never below it).
@@ -211,6 +215,12 @@ impl Db {
                 pending.end_fold(&folds);
                 if checkpoint {
                     pending.logged();
+                    if let Ok(m) = std::fs::metadata(&self.path) {
+                        use std::os::unix::fs::MetadataExt;
+                        // What it takes on disk: redb grows its file ahead.
+                        metrics::gauge!("tally_store_file_bytes", "store" => "embedded")
+                            .set((m.blocks() * 512).min(m.len()) as f64);
+                    }
                     self.last_checkpoint_us.store(now_us, Ordering::Release);
                     metrics::counter!("tally_store_checkpoints_total", "store" => "embedded")
                         .increment(1);
@@ -279,6 +289,33 @@ impl Db {
         };
         by_hour.max(by_memory).min(MAX_FOLDS_PER_TXN)
     }
+}
+
+/// The bytes of the documents the file holds (each table's entries times
+/// its fixed value size: no walk over the file), beside the file's size,
+/// so that an operator can see what the file holds against what it takes.
+fn document_gauges(txn: &WriteTransaction) -> Result<(), StoreError> {
+    use redb::ReadableTableMetadata;
+    let hours = txn
+        .open_table(HOUR_DOCS)
+        .map_err(db_err)?
+        .len()
+        .map_err(db_err)?;
+    let days = txn
+        .open_table(DAY_SUMMARY)
+        .map_err(db_err)?
+        .len()
+        .map_err(db_err)?;
+    let blocks = txn
+        .open_table(DAY_MINUTES)
+        .map_err(db_err)?
+        .len()
+        .map_err(db_err)?;
+    let bytes = hours * HOUR_DOC_LEN as u64
+        + days * DAY_SUMMARY_LEN as u64
+        + blocks * DAY_MINUTES_LEN as u64;
+    metrics::gauge!("tally_store_document_bytes", "store" => "embedded").set(bytes as f64);
+    Ok(())
 }
 
 /// How many series are pending, and the memory their minutes take.
