@@ -78,8 +78,17 @@ impl Db {
     ) -> Result<ApplyStats, StoreError> {
         let id = batch.id.0;
         let _turn = self.fold_lock.lock();
-        self.maintain(db, id, false, damaged)?;
-        let stats = if id <= self.replay_bound() {
+        let replayed = id <= self.replay_bound();
+        // A replay at start holds the listeners closed: its flushes only
+        // rebuild the pending minutes, and the first new flush does the
+        // folds and the checkpoint that came due meanwhile, unless memory
+        // cannot wait.
+        if !replayed
+            || self.pending.lock().bytes() > self.config.pending_max_bytes.saturating_mul(2)
+        {
+            self.maintain(db, id, false, damaged)?;
+        }
+        let stats = if replayed {
             self.add_replayed(db, batch)?
         } else {
             *self.replay_marks.lock() = None;
@@ -268,7 +277,14 @@ impl Db {
         let spread = u64::try_from(self.config.fold_spread.as_micros()).unwrap_or(u64::MAX);
         let end = start.saturating_add(spread);
         let due = pending.queued_before(hour);
-        let last = self.last_fold_id.swap(now_us, Ordering::AcqRel).max(start);
+        // The first call of the process folds nothing by the hour: going by
+        // the time since the spread began would take every due series at
+        // once.
+        let last = match self.last_fold_id.swap(now_us, Ordering::AcqRel) {
+            0 => now_us,
+            last => last,
+        }
+        .max(start);
         let by_hour = if due == 0 || now_us < start {
             0
         } else if now_us >= end {

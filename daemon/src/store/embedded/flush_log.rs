@@ -26,6 +26,11 @@
 //! | 4     | number of minutes `n`                                   |
 //! | 56 n  | per minute: epoch minute (i64), slot (48 bytes, as in documents) |
 //!
+//! A `checkpoint_log` chunk is stored compressed (zstd, level 1): every
+//! checkpoint writes an entry for every series that changed, and their
+//! names (a host's name beside each of its metrics, a metric's beside each
+//! host) were most of its bytes. `flush_log` chunks are stored as they are.
+//!
 //! Layout 2 wrote 32-byte slots (40 bytes a minute) in `flush_log`; opening
 //! such a file rewrites its log once ([`upgrade_legacy`]).
 //!
@@ -37,6 +42,7 @@
 //! trimmed yet. A fold takes a series' whole pending run, so every entry
 //! logged before it has a watermark at or below the fold's.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -160,12 +166,42 @@ impl LogWriter {
 
     /// Writes the first `len` bytes as a chunk and keeps the rest.
     fn write_chunk_of(&mut self, table: &mut LogTable<'_>, len: usize) -> Result<(), StoreError> {
+        let stored = pack(self.form, &self.buf[..len])?;
         table
-            .insert((self.id, self.chunk), &self.buf[..len])
+            .insert((self.id, self.chunk), &*stored)
             .map_err(db_err)?;
         self.chunk += 1;
         self.buf.drain(..len);
         Ok(())
+    }
+}
+
+/// The zstd level of checkpoint chunks: the fastest, which already takes
+/// the names' repetition.
+const CHUNK_LEVEL: i32 = 1;
+
+/// Most bytes a stored chunk may unpack to: a chunk is written at about
+/// [`CHUNK_BYTES`] (or one entry past it), so more is a damaged value, and
+/// must not take the memory it claims.
+const MAX_CHUNK_PLAIN: usize = 64 << 20;
+
+/// A chunk's entries as stored: compressed in the checkpoint form.
+fn pack(form: Form, plain: &[u8]) -> Result<Cow<'_, [u8]>, StoreError> {
+    match form {
+        Form::Checkpoint => zstd::bulk::compress(plain, CHUNK_LEVEL)
+            .map(Cow::Owned)
+            .map_err(|e| StoreError::Io(format!("compressing a checkpoint chunk: {e}"))),
+        Form::Flush | Form::Legacy => Ok(Cow::Borrowed(plain)),
+    }
+}
+
+/// A stored chunk's entries.
+fn unpack(key: FlushLogKey, form: Form, stored: &[u8]) -> Result<Cow<'_, [u8]>, StoreError> {
+    match form {
+        Form::Checkpoint => zstd::bulk::decompress(stored, MAX_CHUNK_PLAIN)
+            .map(Cow::Owned)
+            .map_err(|_| corrupt(key, form)),
+        Form::Flush | Form::Legacy => Ok(Cow::Borrowed(stored)),
     }
 }
 
@@ -220,7 +256,8 @@ fn forget_series_in(
     for row in table.iter().map_err(db_err)? {
         let (k, v) = row.map_err(db_err)?;
         let key = k.value();
-        if entries(key, form, v.value())?
+        let plain = unpack(key, form, v.value())?;
+        if entries(key, form, &plain)?
             .iter()
             .any(|(e, _)| is_series(e))
         {
@@ -232,7 +269,8 @@ fn forget_series_in(
             let Some(v) = table.get(key).map_err(db_err)? else {
                 continue;
             };
-            entries(key, form, v.value())?
+            let plain = unpack(key, form, v.value())?;
+            entries(key, form, &plain)?
                 .iter()
                 .filter(|(e, _)| !is_series(e))
                 .flat_map(|(_, raw)| raw.iter().copied())
@@ -241,7 +279,7 @@ fn forget_series_in(
         if kept.is_empty() {
             table.remove(key).map_err(db_err)?;
         } else {
-            table.insert(key, kept.as_slice()).map_err(db_err)?;
+            table.insert(key, &*pack(form, &kept)?).map_err(db_err)?;
         }
     }
     Ok(())
@@ -336,7 +374,8 @@ fn load(
     for row in table.iter().map_err(db_err)? {
         let (k, v) = row.map_err(db_err)?;
         let key = k.value();
-        let mut bytes = v.value();
+        let plain = unpack(key, form, v.value())?;
+        let mut bytes: &[u8] = &plain;
         while !bytes.is_empty() {
             let entry = decode_entry(&mut bytes, key.0, form).ok_or_else(|| corrupt(key, form))?;
             kept.clear();
