@@ -106,7 +106,7 @@ const MAX_MANTISSA: f64 = (1u64 << 62) as f64;
 /// `v` as `m / 10^k` with the smallest `k`, computed as the reader will,
 /// if that gives `v`'s bits back.
 fn decimal(v: f64) -> Option<(i64, u8)> {
-    if !(v.abs() < MAX_MANTISSA) {
+    if v.is_nan() || v.abs() >= MAX_MANTISSA {
         return None;
     }
     // A quick refusal of values with more decimals (most measured
@@ -119,7 +119,7 @@ fn decimal(v: f64) -> Option<(i64, u8)> {
     }
     for (k, p) in POW10.iter().enumerate() {
         let scaled = v * p;
-        if !(scaled.abs() < MAX_MANTISSA) {
+        if scaled.is_nan() || scaled.abs() >= MAX_MANTISSA {
             return None;
         }
         let m = nearest(scaled);
