@@ -1,8 +1,9 @@
 //! The write-ahead log: every admitted request is appended here, and
 //! written (or synced) before it is acknowledged, so that a crash loses no
-//! acknowledged sample. See `record` for what it holds, `segment` for the
-//! files, `writer` for the group commit; replaying it at start is
-//! [`crate::recovery`]'s.
+//! acknowledged sample. See `record` for what it holds (requests in the
+//! compact form of `compact`, against the segment's dictionary `dict`),
+//! `segment` for the files, `writer` for the group commit; replaying it at
+//! start is [`crate::recovery`]'s.
 //!
 //! Exactly once: a flush's marker sits in the log between the requests
 //! folded into it and those folded later (ingest appends under the ingest
@@ -13,6 +14,8 @@
 //! the documents' watermarks skip what the store already has.
 
 mod baselines;
+mod compact;
+mod dict;
 mod read;
 mod record;
 mod segment;
@@ -31,6 +34,8 @@ use tokio::sync::oneshot;
 use tracing::info;
 
 pub use baselines::Baselines;
+/// The compact request encoding, for the benchmark that weighs it.
+pub use compact::{Decoder as CompactDecoder, Encoder as CompactEncoder};
 pub use read::{recover, Entry, RecoveredSegment, SegmentRecords};
 pub use record::{Baseline, Record, UNKNOWN_ARRIVAL};
 use segment::Open;
@@ -41,11 +46,11 @@ use crate::validate::Problems;
 /// A request as the log gets it.
 #[derive(Clone)]
 pub enum Logged<'a> {
-    /// A `tally.v1.PushRequest`'s encoding as it was received, logged as
-    /// it is (shared, not copied, until the writer frames it).
+    /// A `tally.v1.PushRequest`'s encoding as it was received (shared, not
+    /// copied, until the writer encodes it compact).
     Wire(Bytes),
-    /// A request read from another protocol, encoded for the log from
-    /// the form admission read it in.
+    /// A request read from another protocol, encoded as `tally.v1` from
+    /// the form admission read it in, for the writer to encode compact.
     Request(&'a dyn EncodeRequest),
 }
 
@@ -198,6 +203,8 @@ impl Wal {
             max_baseline_age,
             broken: None,
             failing: Arc::default(),
+            encoder: compact::Encoder::default(),
+            scratch: Vec::new(),
         };
         let failing = writer.failing.clone();
         std::thread::Builder::new()
@@ -232,15 +239,25 @@ impl Wal {
         refused_sources: &[u32],
         request: Logged<'_>,
     ) -> Result<(), WalError> {
-        let (head, body) = match request {
-            Logged::Wire(bytes) => (record::request_head(now_ms, refused_sources, 0), bytes),
-            Logged::Request(req) => (
-                record::encode_request(now_ms, refused_sources, req),
-                Bytes::new(),
-            ),
+        // The writer encodes it compact against the segment's dictionary,
+        // from `tally.v1` bytes: the request's own (shared, not copied) or
+        // written from the form admission read it in.
+        let request = match request {
+            Logged::Wire(bytes) => bytes,
+            Logged::Request(req) => {
+                let mut out = Vec::with_capacity(req.request_len());
+                req.encode_to(&mut out);
+                Bytes::from(out)
+            }
         };
         let (done, wait) = oneshot::channel();
-        self.send(Cmd::Append { head, body, done }).await?;
+        self.send(Cmd::Append {
+            now_ms,
+            refused_sources: refused_sources.to_vec(),
+            request,
+            done,
+        })
+        .await?;
         wait.await.map_err(|_| WalError::Closed)?
     }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
-use super::record::{self, Record};
+use super::record::{Record, SegmentDecoder};
 use super::segment::{self, Frames};
 use super::WalError;
 
@@ -65,6 +65,7 @@ impl RecoveredSegment {
         })?;
         Ok(SegmentRecords {
             frames,
+            decoder: SegmentDecoder::default(),
             left: self.entries.len(),
             path: self.path.clone(),
         })
@@ -74,6 +75,7 @@ impl RecoveredSegment {
 /// [`RecoveredSegment::records`].
 pub struct SegmentRecords {
     frames: Frames<BufReader<File>>,
+    decoder: SegmentDecoder,
     left: usize,
     path: PathBuf,
 }
@@ -87,7 +89,7 @@ impl Iterator for SegmentRecords {
         }
         self.left -= 1;
         let read = match self.frames.next() {
-            Ok(Some(payload)) => record::decode(payload).map_err(|e| e.to_string()),
+            Ok(Some(payload)) => self.decoder.decode(payload).map_err(|e| e.to_string()),
             // The first pass read and cut this file: only a change to it
             // since then gets here.
             Ok(None) => Err("a record read at start is gone".to_owned()),
@@ -153,12 +155,13 @@ pub fn recover(dir: &Path) -> Result<Vec<RecoveredSegment>, WalError> {
 fn check(path: &Path) -> Result<(Vec<Entry>, u64), WalError> {
     let mut frames = Frames::open(path).map_err(|e| io_error(path, &e))?;
     let mut entries = Vec::new();
+    let mut decoder = SegmentDecoder::default();
     loop {
         let before = frames.valid();
         let Some(payload) = frames.next().map_err(|e| io_error(path, &e))? else {
             return Ok((entries, frames.valid()));
         };
-        match record::decode(payload) {
+        match decoder.decode(payload) {
             Ok(r) => entries.push(Entry::of(&r)),
             Err(e) => {
                 warn!(segment = %path.display(), error = %e, "write-ahead log: undecodable record");
@@ -176,7 +179,7 @@ mod tests {
 
     use super::*;
     use crate::model::SeriesId;
-    use crate::wal::record::{encode_checkpoint, encode_marker, encode_request, Baseline};
+    use crate::wal::record::{self, encode_checkpoint, encode_marker, encode_request, Baseline};
 
     fn request(source: &str) -> pb::PushRequest {
         pb::PushRequest {
@@ -244,6 +247,75 @@ mod tests {
         assert_eq!(read, want);
         let second: Vec<Record> = segments[1].records().unwrap().map(Result::unwrap).collect();
         assert_eq!(second, want[1..2]);
+    }
+
+    /// A compact request record as the writer frames it.
+    fn compact(
+        enc: &mut crate::wal::CompactEncoder,
+        now_ms: i64,
+        req: &pb::PushRequest,
+    ) -> Vec<u8> {
+        let mut out = vec![record::COMPACT];
+        enc.encode(
+            now_ms,
+            &[0],
+            &crate::ingest::view::PushView::of(req),
+            &mut out,
+        );
+        out
+    }
+
+    #[test]
+    fn a_log_written_before_compact_records_replays_beside_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        // Segment 1 from an older daemon: requests as `tally.v1` bytes.
+        let old = [
+            encode_request(5, &[0], &request("a")),
+            encode_marker(3, &[]),
+        ];
+        write(&dir.path().join(segment::name(1)), &old, &[]);
+        // Segment 2 from the upgraded one: the same request compact, twice
+        // (defined, then referred to), the second segment reading alone.
+        let mut enc = crate::wal::CompactEncoder::default();
+        let new = [
+            encode_checkpoint(std::iter::empty()),
+            compact(&mut enc, 5, &request("a")),
+            compact(&mut enc, 5, &request("a")),
+        ];
+        write(&dir.path().join(segment::name(2)), &new, &[]);
+        let segments = recover(dir.path()).unwrap();
+        assert_eq!(segments[0].entries, [Entry::Request, Entry::Marker(3)]);
+        assert_eq!(
+            segments[1].entries,
+            [Entry::Checkpoint, Entry::Request, Entry::Request]
+        );
+        let want = Record::Request {
+            now_ms: 5,
+            refused_sources: vec![0],
+            request: request("a"),
+        };
+        let first: Vec<Record> = segments[0].records().unwrap().map(Result::unwrap).collect();
+        assert_eq!(first[0], want);
+        let second: Vec<Record> = segments[1].records().unwrap().map(Result::unwrap).collect();
+        assert_eq!(second[1..], [want.clone(), want]);
+    }
+
+    #[test]
+    fn a_compact_record_whose_definitions_are_gone_ends_the_segment_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(segment::name(1));
+        let mut enc = crate::wal::CompactEncoder::default();
+        let defining = compact(&mut enc, 5, &request("a"));
+        let referring = compact(&mut enc, 5, &request("a"));
+        let good = encode_checkpoint(std::iter::empty());
+        write(&path, &[good.clone(), referring], &[]);
+        drop(defining);
+        let segments = recover(dir.path()).unwrap();
+        assert_eq!(segments[0].entries, [Entry::Checkpoint]);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            8 + good.len() as u64
+        );
     }
 
     #[test]

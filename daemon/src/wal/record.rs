@@ -3,7 +3,10 @@
 //! - [`Record::Request`]: an admitted request, as the `tally.v1` request it
 //!   was folded from (whatever protocol it came in), with the wall clock it
 //!   was checked against and the sources its token was refused, so that a
-//!   replay makes the same decisions.
+//!   replay makes the same decisions. The writer logs it compact (kind 6,
+//!   `compact`: names once per segment, samples against predictions), which
+//!   needs the segment's earlier records to read ([`SegmentDecoder`]); logs
+//!   written before keep it as `tally.v1` bytes (kind 1), still read.
 //! - [`Record::Marker`]: a flush was cut here. Every request before it in
 //!   the log was folded into that flush or an earlier one, every request
 //!   after it into a later one. It carries the cumulative-counter baselines
@@ -14,7 +17,8 @@
 //! Markers and checkpoints carry each baseline's arrival time (when its
 //! series was last pushed), by which baselines are kept; logs written
 //! before they did (kinds 2 and 3) are still read, their baselines' arrival
-//! unknown.
+//! unknown. They are written packed with zstd (kind 7, when that is
+//! smaller); unpacked ones, as older logs hold, are still read.
 //!
 //! Integers are little-endian; strings are a `u32` length and UTF-8.
 
@@ -81,6 +85,16 @@ const MARKER_V1: u8 = 2;
 const CHECKPOINT_V1: u8 = 3;
 const MARKER: u8 = 4;
 const CHECKPOINT: u8 = 5;
+/// A request in the compact form (`compact`).
+pub const COMPACT: u8 = 6;
+/// A marker or checkpoint packed with zstd: the kind, the unpacked length
+/// (`u32`), the zstd frame.
+const PACKED: u8 = 7;
+/// zstd's level for markers and checkpoints: its fastest positive one.
+const PACK_LEVEL: i32 = 1;
+/// Largest unpacked record read (as `segment::MAX_RECORD`): a larger
+/// length is corruption, refused before memory is reserved for it.
+const MAX_UNPACKED: usize = 1 << 30;
 
 /// Why a record could not be read back.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -93,10 +107,38 @@ pub enum DecodeError {
     Utf8,
     #[error("request: {0}")]
     Request(String),
+    #[error("compact request: {0}")]
+    Compact(String),
+    #[error("packed record: {0}")]
+    Packed(String),
 }
 
-/// Encodes a request record straight from the borrowed request, so the log
-/// costs one copy of it.
+/// Reads one segment's records in order: a compact request is read against
+/// the dictionary its segment's earlier records built.
+#[derive(Default)]
+pub struct SegmentDecoder {
+    compact: super::compact::Decoder,
+}
+
+impl SegmentDecoder {
+    pub fn decode(&mut self, bytes: &[u8]) -> Result<Record, DecodeError> {
+        match bytes.split_first() {
+            Some((&COMPACT, rest)) => {
+                let (now_ms, refused_sources, request) = self.compact.decode(rest)?;
+                Ok(Record::Request {
+                    now_ms,
+                    refused_sources,
+                    request,
+                })
+            }
+            _ => decode(bytes),
+        }
+    }
+}
+
+/// Encodes a request record as `tally.v1` bytes (kind 1), the form logs
+/// written before the compact one hold: tests write older logs with it.
+#[cfg(test)]
 pub fn encode_request(
     now_ms: i64,
     refused_sources: &[u32],
@@ -123,20 +165,58 @@ pub fn request_head(now_ms: i64, refused_sources: &[u32], request_len: usize) ->
     out
 }
 
+/// A marker, packed (markers carry every cumulative counter that moved
+/// since the previous flush, names spelled out: at one sample per second
+/// they outweighed the compact requests).
 pub fn encode_marker(flush_id: u64, baselines: &[Baseline]) -> Vec<u8> {
     let mut out = vec![MARKER];
     out.extend_from_slice(&flush_id.to_le_bytes());
     put_baselines(&mut out, baselines);
-    out
+    pack(out)
 }
 
+/// A checkpoint, packed.
 pub fn encode_checkpoint<'a>(baselines: impl ExactSizeIterator<Item = &'a Baseline>) -> Vec<u8> {
     let mut out = vec![CHECKPOINT];
     put_u32(&mut out, baselines.len() as u32);
     for b in baselines {
         put_baseline(&mut out, b);
     }
+    pack(out)
+}
+
+/// `record` packed with zstd, or as it is when that is not smaller (or
+/// fails, which compressing into memory does not).
+fn pack(record: Vec<u8>) -> Vec<u8> {
+    let Ok(packed) = zstd::bulk::compress(&record, PACK_LEVEL) else {
+        return record;
+    };
+    if packed.len() + 5 >= record.len() {
+        return record;
+    }
+    let mut out = Vec::with_capacity(packed.len() + 5);
+    out.push(PACKED);
+    put_u32(&mut out, record.len() as u32);
+    out.extend_from_slice(&packed);
     out
+}
+
+/// A packed record's inner record: a marker or a checkpoint.
+fn unpack(bytes: &[u8]) -> Result<Record, DecodeError> {
+    let mut r = Reader(bytes);
+    let len = r.u32()? as usize;
+    if len > MAX_UNPACKED {
+        return Err(DecodeError::Packed(format!("{len} bytes unpacked")));
+    }
+    let inner = zstd::bulk::decompress(r.0, len).map_err(|e| DecodeError::Packed(e.to_string()))?;
+    if inner.len() != len {
+        return Err(DecodeError::Packed("shorter than it says".into()));
+    }
+    match inner.first() {
+        Some(&(MARKER | CHECKPOINT | MARKER_V1 | CHECKPOINT_V1)) => decode(&inner),
+        Some(&k) => Err(DecodeError::Packed(format!("holds kind {k}"))),
+        None => Err(DecodeError::Short),
+    }
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -234,6 +314,7 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Decodes a record that needs no earlier one: any but a compact request.
 pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
     let mut r = Reader(bytes);
     let kind = r.u8()?;
@@ -260,6 +341,7 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         CHECKPOINT | CHECKPOINT_V1 => Ok(Record::Checkpoint {
             baselines: r.baselines(kind == CHECKPOINT)?,
         }),
+        PACKED => unpack(r.0),
         k => Err(DecodeError::Kind(k)),
     }
 }
@@ -329,6 +411,47 @@ mod tests {
             decode(&v1_checkpoint).unwrap(),
             Record::Checkpoint { baselines } if baselines[0].arrived_ms().is_none()
         ));
+    }
+
+    #[test]
+    fn markers_are_packed_and_unpacked_ones_still_read() {
+        let baselines: Vec<Baseline> = (0..500)
+            .map(|i| {
+                let series =
+                    SeriesId::new(&format!("src-{:06}", i / 5), &format!("m_{:04}", i % 5));
+                Baseline::new(Arc::new(series), 1_000 + i, 1e9 + i as f64, 2_000)
+            })
+            .collect();
+        let packed = encode_marker(9, &baselines);
+        let mut plain = vec![MARKER];
+        plain.extend_from_slice(&9u64.to_le_bytes());
+        put_baselines(&mut plain, &baselines);
+        assert_eq!(packed[0], PACKED);
+        assert!(
+            packed.len() * 3 < plain.len(),
+            "{} of {}",
+            packed.len(),
+            plain.len()
+        );
+        let want = Record::Marker {
+            flush_id: 9,
+            baselines: baselines.clone(),
+        };
+        assert_eq!(decode(&packed).unwrap(), want);
+        assert_eq!(decode(&plain).unwrap(), want, "as older logs hold it");
+        for cut in [1, 5, packed.len() / 2, packed.len() - 1] {
+            assert!(decode(&packed[..cut]).is_err(), "cut at {cut}");
+        }
+        // A length past what is allowed, or not what the frame unpacks to.
+        let mut lying = packed.clone();
+        lying[1..5].copy_from_slice(&(u32::MAX).to_le_bytes());
+        assert!(matches!(decode(&lying), Err(DecodeError::Packed(_))));
+        lying[1..5].copy_from_slice(&((plain.len() + 1) as u32).to_le_bytes());
+        assert!(decode(&lying).is_err());
+        // Only markers and checkpoints are packed.
+        let odd = pack([vec![PACKED], vec![0; 64]].concat());
+        assert_eq!(odd[0], PACKED);
+        assert!(matches!(decode(&odd), Err(DecodeError::Packed(_))));
     }
 
     fn same(a: &Record, b: &Record) -> bool {

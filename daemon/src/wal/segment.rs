@@ -38,20 +38,10 @@ pub fn list(dir: &Path) -> io::Result<Vec<(u64, PathBuf)>> {
 
 /// Appends one frame holding `payload` to `out`.
 pub fn frame(out: &mut Vec<u8>, payload: &[u8]) {
-    frame_parts(out, payload, &[]);
-}
-
-/// Appends one frame holding `head` followed by `body`, as if they were one
-/// payload: a request's record is framed this way around its wire bytes,
-/// which are then copied only once, here.
-pub fn frame_parts(out: &mut Vec<u8>, head: &[u8], body: &[u8]) {
-    let mut crc = crc32fast::Hasher::new();
-    crc.update(head);
-    crc.update(body);
-    out.extend_from_slice(&((head.len() + body.len()) as u32).to_le_bytes());
-    out.extend_from_slice(&crc.finalize().to_le_bytes());
-    out.extend_from_slice(head);
-    out.extend_from_slice(body);
+    let crc = crc32fast::hash(payload);
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc.to_le_bytes());
+    out.extend_from_slice(payload);
 }
 
 /// A segment's frames read in order, one payload at a time, so that

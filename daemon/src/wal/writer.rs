@@ -3,7 +3,11 @@
 //! (group commit), syncs them when `wal.sync = "fsync"`, and only then
 //! answers each appender. It also rolls segments (each new one opens with a
 //! checkpoint of the baselines) and deletes segments once the store holds
-//! everything in them.
+//! everything in them. Requests are encoded compact here, in log order,
+//! against the open segment's dictionary (`compact`): one thread owns it,
+//! so a series is defined before any record that refers to it, each
+//! segment starts its own, and a failed write that takes records back
+//! makes the next record start it again.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -16,6 +20,9 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
+use crate::ingest::view::PushView;
+
+use super::compact::Encoder;
 use super::record::{self, Baseline};
 use super::segment::{self, Open};
 use super::Baselines;
@@ -23,12 +30,14 @@ use super::{SyncMode, WalConfig, WalError};
 
 /// What the writer is asked to do.
 pub(super) enum Cmd {
-    /// An encoded record, `head` followed by `body` (a request's bytes as
-    /// they came, shared with the request rather than copied, or empty);
-    /// `done` hears when it is written (and synced).
+    /// A request, as `tally.v1` bytes (as they came, shared with the
+    /// request rather than copied, or written from its view), with the
+    /// clock and refused sources of its record; `done` hears when it is
+    /// written (and synced).
     Append {
-        head: Vec<u8>,
-        body: Bytes,
+        now_ms: i64,
+        refused_sources: Vec<u32>,
+        request: Bytes,
         done: oneshot::Sender<Result<(), WalError>>,
     },
     /// A flush was cut: its marker, written in order with the appends;
@@ -88,6 +97,10 @@ pub(super) struct Writer {
     pub broken: Option<String>,
     /// Why the last write failed, until one succeeds: readiness shows it.
     pub failing: Arc<Mutex<Option<String>>>,
+    /// The open segment's dictionary and predictions.
+    pub encoder: Encoder,
+    /// A record being encoded, before it is framed.
+    pub scratch: Vec<u8>,
 }
 
 impl Writer {
@@ -150,8 +163,14 @@ impl Writer {
         let mut next = first;
         while let Some(cmd) = next.take() {
             match cmd {
-                Cmd::Append { head, body, done } => {
-                    segment::frame_parts(buf, &head, &body);
+                Cmd::Append {
+                    now_ms,
+                    refused_sources,
+                    request,
+                    done,
+                } => {
+                    self.encode_request(now_ms, &refused_sources, &request);
+                    segment::frame(buf, &self.scratch);
                     waiting.push(done);
                 }
                 Cmd::Marker {
@@ -183,6 +202,26 @@ impl Writer {
         None
     }
 
+    /// Encodes a request's record into `scratch`: compact, or as its
+    /// `tally.v1` bytes if they do not read as a view (admission read
+    /// them, so this is not expected; the request is kept either way).
+    fn encode_request(&mut self, now_ms: i64, refused_sources: &[u32], request: &[u8]) {
+        self.scratch.clear();
+        match PushView::decode(request, usize::MAX) {
+            Ok(view) => {
+                self.scratch.push(record::COMPACT);
+                self.encoder
+                    .encode(now_ms, refused_sources, &view, &mut self.scratch);
+            }
+            Err(e) => {
+                warn!(error = %e, "write-ahead log: a request logged in full, not compact");
+                self.scratch
+                    .extend_from_slice(&record::request_head(now_ms, refused_sources, 0));
+                self.scratch.extend_from_slice(request);
+            }
+        }
+    }
+
     fn group_window(&self) -> Duration {
         match self.cfg.sync {
             SyncMode::Fsync => self.cfg.fsync_interval,
@@ -211,6 +250,9 @@ impl Writer {
             // has room again) can follow it. If even that fails, the log
             // cannot be trusted any more.
             self.open.len = before;
+            // The records taken back may have defined series later ones
+            // would refer to.
+            self.encoder.lost();
             if let Err(cut) = self.open.file.set_len(before) {
                 error!(error = %why, truncate_error = %cut, "write-ahead log write failed and could not be undone; ingest stops acknowledging until restart");
                 self.broken = Some(why.clone());
@@ -277,6 +319,7 @@ impl Writer {
                     warn!(error = %e, "write-ahead log: syncing the finished segment failed");
                 }
                 let old = std::mem::replace(&mut self.open, open);
+                self.encoder.new_segment();
                 self.kept
                     .push_back((old.number, self.dir.join(segment::name(old.number))));
                 metrics::gauge!("tally_wal_segments").set((self.kept.len() + 1) as f64);

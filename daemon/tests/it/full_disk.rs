@@ -110,8 +110,10 @@ impl Fleet {
         (self.sources * self.metrics * self.per_series) as u64
     }
 
-    /// Pushes up to `max` requests, a second of sample time apart, until
-    /// one is refused; returns the requests acknowledged and the refusal.
+    /// Pushes up to `max` requests, a tenth of a second of sample time
+    /// apart (the log's compact records take thousands of requests to fill
+    /// the disk, which must stay within the lateness window), until one is
+    /// refused; returns the requests acknowledged and the refusal.
     async fn push_until_refused(
         &self,
         d: &Daemon,
@@ -129,7 +131,7 @@ impl Fleet {
                 }
                 Err(status) => return (acked, Some(status)),
             }
-            *t0_ms += 1000;
+            *t0_ms += 100;
         }
         (acked, None)
     }
@@ -248,7 +250,9 @@ async fn with_the_log_a_full_disk_stops_acks_until_space_returns() {
         metrics: 1,
         per_series: 50,
     };
-    let acked = fill_and_free(&d, &disk, fleet, 5_000).await;
+    // The log's compact records of these constant gauges take about 2 KB
+    // a request: several thousand requests fill the disk.
+    let acked = fill_and_free(&d, &disk, fleet, 30_000).await;
     assert!(metric_sum(&metrics_text(&d).await, "tally_wal_errors_total") > 0.0);
     wait_stored(&d, fleet, acked).await;
     // A crash now: the log replays, nothing counts twice.

@@ -1,0 +1,147 @@
+//! A segment's dictionary for compact request records (`compact`): each
+//! key (a source's name; a series' source number, metric, kind and labels)
+//! is numbered the first time the segment holds it, and later records name
+//! it by that number. Each entry also keeps a small state (`S`) the
+//! records' encoding predicts from: a series' last timestamp and value.
+//!
+//! The writer and the reader keep one each, built the same way from the
+//! same records, and both start afresh with every segment (so that a
+//! segment reads on its own once its predecessors are deleted). It is
+//! bounded: past [`MAX_KEYS`] keys or [`MAX_KEY_BYTES`] bytes of them,
+//! nothing more is added and the writer spells new keys out in full; the
+//! reader refuses a record that would take it past the bound, which an
+//! intact log never holds.
+//!
+//! Keys live end to end in one buffer and the table holds only their
+//! numbers, so a steady stream of known keys allocates nothing.
+
+use std::ops::Range;
+
+use hashbrown::HashTable;
+
+/// Most keys a dictionary holds.
+pub const MAX_KEYS: usize = 1 << 21;
+/// Most bytes of keys a dictionary holds.
+pub const MAX_KEY_BYTES: usize = 128 << 20;
+
+pub struct Dict<S> {
+    /// Numbers, found by the hash of their key.
+    table: HashTable<u32>,
+    /// Each number's key, in `arena`.
+    spans: Vec<Range<u32>>,
+    arena: Vec<u8>,
+    states: Vec<S>,
+    hasher: ahash::RandomState,
+}
+
+impl<S> Default for Dict<S> {
+    fn default() -> Self {
+        Dict {
+            table: HashTable::new(),
+            spans: Vec::new(),
+            arena: Vec::new(),
+            states: Vec::new(),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+}
+
+impl<S> Dict<S> {
+    /// Forgets every key, keeping the memory for the next segment's.
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.spans.clear();
+        self.arena.clear();
+        self.states.clear();
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Key `id`, if it is known.
+    pub fn key(&self, id: u32) -> Option<&[u8]> {
+        let span = self.spans.get(id as usize)?;
+        self.arena.get(span.start as usize..span.end as usize)
+    }
+
+    /// Key `id` and its state, if it is known.
+    pub fn entry_mut(&mut self, id: u32) -> Option<(&[u8], &mut S)> {
+        let span = self.spans.get(id as usize)?;
+        let key = self.arena.get(span.start as usize..span.end as usize)?;
+        Some((key, self.states.get_mut(id as usize)?))
+    }
+
+    /// The number of `key`, trying `hint` first: agents send their series
+    /// in the same order every time, so the key after the last one found
+    /// is usually the next, and then no hash is taken.
+    pub fn find(&self, key: &[u8], hint: u32) -> Option<u32> {
+        if self.key(hint) == Some(key) {
+            return Some(hint);
+        }
+        let hash = self.hasher.hash_one(key);
+        self.table
+            .find(hash, |&id| self.key(id) == Some(key))
+            .copied()
+    }
+
+    /// Whether a key of `len` bytes still fits.
+    pub fn has_room(&self, len: usize) -> bool {
+        self.spans.len() < MAX_KEYS && self.arena.len() + len <= MAX_KEY_BYTES
+    }
+
+    /// Numbers `key` (which must not be known) and keeps `state` with it;
+    /// `None` when the dictionary is full.
+    pub fn insert(&mut self, key: &[u8], state: S) -> Option<u32> {
+        if !self.has_room(key.len()) {
+            return None;
+        }
+        let id = self.spans.len() as u32;
+        let start = self.arena.len() as u32;
+        self.arena.extend_from_slice(key);
+        self.spans.push(start..self.arena.len() as u32);
+        self.states.push(state);
+        let hash = self.hasher.hash_one(key);
+        let (spans, arena, hasher) = (&self.spans, &self.arena, &self.hasher);
+        self.table.insert_unique(hash, id, |&other| {
+            let span = &spans[other as usize];
+            hasher.hash_one(&arena[span.start as usize..span.end as usize])
+        });
+        Some(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_numbered_in_order_and_found_with_or_without_a_hint() {
+        let mut d: Dict<u8> = Dict::default();
+        assert_eq!(d.insert(b"a", 1), Some(0));
+        assert_eq!(d.insert(b"bc", 2), Some(1));
+        assert_eq!(d.insert(b"", 3), Some(2));
+        assert_eq!(d.find(b"bc", 1), Some(1));
+        assert_eq!(d.find(b"bc", 0), Some(1));
+        assert_eq!(d.find(b"bc", 99), Some(1));
+        assert_eq!(d.find(b"", 0), Some(2));
+        assert_eq!(d.find(b"x", 0), None);
+        let (key, state) = d.entry_mut(1).unwrap();
+        assert_eq!((key, *state), (&b"bc"[..], 2));
+        d.clear();
+        assert_eq!(d.len(), 0);
+        assert_eq!(d.find(b"a", 0), None);
+        assert_eq!(d.insert(b"bc", 5), Some(0));
+    }
+
+    #[test]
+    fn a_full_dictionary_takes_nothing_more() {
+        let mut d: Dict<()> = Dict::default();
+        let big = vec![7u8; MAX_KEY_BYTES];
+        assert!(!d.has_room(MAX_KEY_BYTES + 1));
+        assert_eq!(d.insert(&big, ()), Some(0));
+        assert_eq!(d.insert(b"a", ()), None);
+        assert_eq!(d.len(), 1);
+    }
+}
