@@ -377,8 +377,10 @@ async fn live_on_one_stream(b: &Browser, d: &Daemon, source: &str) {
         .await;
     assert!(live.as_u64().unwrap() >= 3, "node_load1, 5 and 15: {live}");
     // A stream the previous page closed is counted until the daemon
-    // notices; then one stream serves every chart in view.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // notices, at a failed write: with nothing to update, the second
+    // keep-alive after the close (15 s apart); then one stream serves every
+    // chart in view.
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let subscribers = metric_sum(&metrics_text(d).await, "tally_watch_subscribers");
         if subscribers == 1.0 {
