@@ -1,6 +1,8 @@
 // Explore: one chart of what the query form selects (a metric's series,
 // a group's fleet aggregate, or a PromQL expression) over a range, at the
-// minute, hour or day tier, kept live.
+// minute, hour or day tier, kept live. A source with no metric opens the
+// source's page instead: every metric of it as a small chart
+// (sourcepage.js).
 //
 // Series are read once with /api/v1/range and then kept live by the watch
 // stream, which sends each changed minute once a second; the hour and day
@@ -15,6 +17,7 @@ import { duration } from './format.js';
 import { poll, watch } from './live.js';
 import { QueryForm, defaultTier, rangeSeconds } from './picker.js';
 import * as series from './series.js';
+import { SourcePage } from './sourcepage.js';
 import * as state from './state.js';
 
 const MAX_SERIES = 20;
@@ -59,11 +62,13 @@ class Explore {
     const rangeS = rangeSeconds(s.range);
     const tier = series.TIERS[s.tier] ? s.tier : defaultTier(rangeS);
     this.form.setValues(s, tier);
+    this.filter = s.filter || '';
     this.run();
   }
 
   submit(values, push) {
-    state.write({ view: 'explore', ...values }, push);
+    const onPage = !values.q && !values.metric;
+    state.write({ view: 'explore', ...values, filter: onPage ? this.filter : '' }, push);
     this.run();
   }
 
@@ -71,7 +76,37 @@ class Explore {
     this.stopLive();
     if (this.ctrl) this.ctrl.abort();
     if (this.chart) this.chart.destroy();
+    this.closePage();
     this.root.remove();
+  }
+
+  closePage() {
+    if (this.page) this.page.destroy();
+    this.page = null;
+  }
+
+  /** The source's page: a source named outright, no metric, no group. */
+  openPage(v) {
+    if (this.chart) this.chart.destroy();
+    this.chart = null;
+    const step = series.TIERS[v.tier] || 60;
+    const to = series.bucketOf(this.now(), step) + step;
+    const from = to - Math.ceil(rangeSeconds(v.range) / step) * step;
+    this.page = new SourcePage(this.root, {
+      source: v.source,
+      range: v.range,
+      tier: v.tier,
+      filter: this.filter,
+      win: { from, to, step },
+      now: () => this.now(),
+      skew: (ms) => {
+        this.skewMs = ms;
+      },
+      onFilter: (text) => {
+        this.filter = text;
+        state.write({ view: 'explore', ...this.form.values(), filter: text });
+      },
+    });
   }
 
   /** Now on the daemon's clock, as far as its stream told it. */
@@ -93,7 +128,13 @@ class Explore {
     const v = this.form.values();
     const what = v.q ? 'promql' : v.metric ? (v.group ? 'aggregate' : 'series') : null;
     showError(this.error, null);
-    this.hint.hidden = !!what;
+    this.closePage();
+    const page = !what && this.form.mode === 'series' && !v.group && /^[^*?,[\]]+$/.test(v.source);
+    this.hint.hidden = !!what || page;
+    if (page) {
+      this.openPage(v);
+      return;
+    }
     if (!what) {
       if (this.chart) this.chart.destroy();
       this.chart = null;

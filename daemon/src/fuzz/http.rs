@@ -1,7 +1,8 @@
 //! The HTTP read APIs in process: random query strings (globs, times,
 //! steps, limits, PromQL) against every native and Prometheus-compatible
-//! endpoint of the real router (the dashboard's fleet page too), over a real embedded store and aggregator
-//! holding a few series. Bad input must be a 4xx with a reason; a 5xx is a
+//! endpoint of the real router (the dashboard's fleet page and small
+//! charts too), over a real embedded store and aggregator holding a few
+//! series. Bad input must be a 4xx with a reason; a 5xx is a
 //! bug (503 is allowed where a limit of the house is full).
 
 use std::sync::Arc;
@@ -32,6 +33,7 @@ const PATHS: &[&str] = &[
     "/api/v1/groups",
     "/api/v1/aggregate",
     "/api/v1/fleet",
+    "/api/v1/charts",
     "/prometheus/api/v1/query",
     "/prometheus/api/v1/query_range",
     "/prometheus/api/v1/series",
@@ -58,6 +60,7 @@ const KEYS: &[&str] = &[
     "seen_since",
     "max_points",
     "window",
+    "series_per_metric",
     "query",
     "start",
     "end",

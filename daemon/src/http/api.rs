@@ -65,7 +65,7 @@ fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
-fn bad(msg: impl Into<String>) -> Response {
+pub(super) fn bad(msg: impl Into<String>) -> Response {
     error(StatusCode::BAD_REQUEST, msg)
 }
 
@@ -86,7 +86,7 @@ impl IntoResponse for QueryError {
 /// A read's answer, with `partial` beside its fields when it was answered
 /// from memory alone because the store is unreachable.
 #[derive(serde::Serialize)]
-struct MaybePartial<T> {
+pub(super) struct MaybePartial<T> {
     #[serde(flatten)]
     body: T,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -94,14 +94,14 @@ struct MaybePartial<T> {
 }
 
 /// Runs a read, noting whether it had to answer from memory alone.
-async fn read<T>(
+pub(super) async fn read<T>(
     read: impl std::future::Future<Output = Result<T, QueryError>>,
 ) -> Result<Json<MaybePartial<T>>, QueryError> {
     let (r, partial) = crate::query::partial::tracking(read).await;
     r.map(|body| Json(MaybePartial { body, partial }))
 }
 
-fn timed<T: IntoResponse>(
+pub(super) fn timed<T: IntoResponse>(
     endpoint: &'static str,
     started: Instant,
     r: Result<T, QueryError>,
@@ -495,7 +495,7 @@ async fn watch_sse(
 
 /// Accepts Unix seconds (`1764000000`, `1764000000.5`), RFC 3339
 /// (`2026-11-22T10:00:00Z`), `now`, and `now-<duration>` (`now-6h`).
-fn parse_time(s: &str, now: i64) -> Result<i64, String> {
+pub(super) fn parse_time(s: &str, now: i64) -> Result<i64, String> {
     let s = s.trim();
     if s == "now" {
         return Ok(now);

@@ -1,10 +1,10 @@
-//! The HTTP listener: the native JSON API under `/api/v1/` (`api`, and the
-//! dashboard's fleet page in `fleet`), the Prometheus-compatible read API
-//! under `/prometheus` (`prometheus`), the operations endpoints `/metrics`,
-//! `/healthz` and `/readyz` (`ops`), the ingest endpoints OTLP/HTTP
-//! `/v1/metrics`, remote-write `/api/v1/write` and InfluxDB's `/write` and
-//! `/api/v2/write` (`push`), and the built-in dashboard's files at `/` and
-//! `/ui/` (`ui`).
+//! The HTTP listener: the native JSON API under `/api/v1/` (`api`, the
+//! dashboard's fleet page in `fleet` and its source page's small charts in
+//! `charts`), the Prometheus-compatible read API under `/prometheus`
+//! (`prometheus`), the operations endpoints `/metrics`, `/healthz` and
+//! `/readyz` (`ops`), the ingest endpoints OTLP/HTTP `/v1/metrics`,
+//! remote-write `/api/v1/write` and InfluxDB's `/write` and `/api/v2/write`
+//! (`push`), and the built-in dashboard's files at `/` and `/ui/` (`ui`).
 //!
 //! Each of them has a state of its own holding only what it uses;
 //! this module builds them from [`HttpState`] and mounts the routers, so
@@ -12,6 +12,7 @@
 //! differ in the token role they need and in how large a body they take.
 
 mod api;
+mod charts;
 mod config;
 mod fleet;
 mod ops;
@@ -76,6 +77,7 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
         patterns: state.query.limits().pattern_limits(),
     });
     let api = api::router()
+        .merge(charts::router())
         .with_state(ApiState {
             query: state.query.clone(),
             watch: state.watch,

@@ -24,6 +24,7 @@
 //! | `aggregate`    | [`Aggregate`] and [`Point`]: what a slot yields            |
 //! | `label_sets`   | the label sets of a source's metric: memory and catalog     |
 //! | `cross_source` | one metric across sources: rollup or fan-out               |
+//! | `charts`       | many metrics of one source in one bounded read (small charts) |
 //! | `discovery`    | series, sources and metrics listings                       |
 //! | `partial`      | answering from memory while the store is unreachable      |
 //! | `error`        | [`QueryError`]                                             |
@@ -32,6 +33,7 @@
 
 mod aggregate;
 mod budget;
+mod charts;
 mod cross_source;
 mod discovery;
 mod engine;
@@ -44,6 +46,10 @@ mod step;
 
 pub use aggregate::{Aggregate, Point};
 pub use budget::{ReadBudget, Reservation};
+pub use charts::{
+    ChartsQuery, ChartsResult, MetricChart, DEFAULT_SERIES_PER_METRIC, MAX_CHART_METRICS,
+    MAX_CHART_POINTS, MAX_SERIES_PER_METRIC,
+};
 pub use cross_source::{AggregateGroup, AggregateQuery, AggregateResult, Sources};
 pub use discovery::{Names, Page, SeriesInfo};
 pub use engine::{

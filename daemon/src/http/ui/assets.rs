@@ -40,6 +40,8 @@ pub(crate) static ASSETS: &[Asset] = &[
     asset!("state.js", JS),
     asset!("fleet.js", JS),
     asset!("explore.js", JS),
+    asset!("sourcepage.js", JS),
+    asset!("minichart.js", JS),
     asset!("picker.js", JS),
     asset!("series.js", JS),
     asset!("daemon.js", JS),

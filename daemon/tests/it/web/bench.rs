@@ -1,10 +1,11 @@
 //! The dashboard's performance figures, measured in Chromium with the
 //! page's Performance API: what the page loads, how soon the first chart of
 //! a day of minutes is drawn, the fleet view at 10,000 sources (first rows
-//! and scrolling), and what one open live chart costs the daemon. Ignored
-//! by default (they take minutes and mean something only in a release
-//! build); `scripts/bench-dashboard` runs them and prints the figures that
-//! BENCHMARKS.md records. Nothing here asserts a time.
+//! and scrolling), what one open live chart costs the daemon, and a source's
+//! page of small charts for a host of about 500 series (`source_page`).
+//! Ignored by default (they take minutes and mean something only in a
+//! release build); `scripts/bench-dashboard` runs them and prints the
+//! figures that BENCHMARKS.md records. Nothing here asserts a time.
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -43,7 +44,7 @@ async fn dashboard_figures() {
     b.close().await;
 }
 
-fn median_max(mut v: Vec<f64>) -> String {
+pub(super) fn median_max(mut v: Vec<f64>) -> String {
     v.sort_by(f64::total_cmp);
     format!(
         "median {:.0} ms, max {:.0} ms ({} loads)",
@@ -222,7 +223,7 @@ async fn live_cost(b: &Browser, d: &Daemon) -> Vec<(String, String)> {
 
 /// CPU seconds the daemon used over `window`, from the kernel's account
 /// in clock ticks (`process_cpu_seconds_total` is whole seconds only).
-async fn cpu_over(d: &Daemon, window: Duration) -> f64 {
+pub(super) async fn cpu_over(d: &Daemon, window: Duration) -> f64 {
     let before = cpu_ticks(d.pid());
     tokio::time::sleep(window).await;
     (cpu_ticks(d.pid()) - before) as f64 / CLOCK_TICKS_PER_S

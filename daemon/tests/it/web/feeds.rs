@@ -26,6 +26,19 @@ pub async fn backfill(
     metrics: usize,
     seconds: i64,
 ) -> Value {
+    backfill_per_cpu(d, prefix, sources, metrics, 1, seconds).await
+}
+
+/// As [`backfill`], each metric as `cpus` series labelled `cpu="0"`… when
+/// `cpus` is more than one.
+pub async fn backfill_per_cpu(
+    d: &Daemon,
+    prefix: &str,
+    sources: usize,
+    metrics: usize,
+    cpus: usize,
+    seconds: i64,
+) -> Value {
     let (grpc, http) = (d.grpc_url(), d.http_url());
     let args: Vec<String> = [
         "--target",
@@ -52,6 +65,12 @@ pub async fn backfill(
         "--seconds".into(),
         seconds.to_string(),
     ])
+    .chain(
+        (cpus > 1)
+            .then(|| ["--labels".to_string(), format!("cpu={cpus}")])
+            .into_iter()
+            .flatten(),
+    )
     .collect();
     let run = tokio::task::spawn_blocking(move || {
         let loadgen = Bin::Loadgen.beside(env!("CARGO_BIN_EXE_tallyd"));
@@ -66,7 +85,7 @@ pub async fn backfill(
         run.describe()
     );
     let report = run.json();
-    let planned = (sources * metrics) as i64 * seconds;
+    let planned = (sources * metrics * cpus.max(1)) as i64 * seconds;
     assert_eq!(
         report["samples"]["accepted"].as_i64(),
         Some(planned),

@@ -14,16 +14,23 @@
 //! * `tokens`: with tokens on, the page works with a read token and shows
 //!   the refusal without one.
 //! * `lost`: a live chart whose daemon goes away says so.
-//! * `bench` (ignored; `scripts/bench-dashboard` runs it): the figures of
-//!   BENCHMARKS.md, measured in the page with the Performance API.
+//! * `source_page`: a source's page of small charts, against Prometheus'
+//!   node exporter and the load generator: the metrics listed, every small
+//!   chart's points, reads of what comes into view only, one live stream,
+//!   the URL; and the bounds of `/api/v1/charts`.
+//! * `bench` and `bench_source_page` (ignored; `scripts/bench-dashboard`
+//!   runs them): the figures of BENCHMARKS.md, measured in the page with the
+//!   Performance API.
 //!
 //! Every test skips, saying why, when Chromium or chromedriver is missing;
 //! `scripts/setup-test-deps` installs both.
 
 mod bench;
+mod bench_source_page;
 mod browser;
 mod feeds;
 mod lost;
+mod source_page;
 mod tokens;
 mod views;
 
