@@ -35,8 +35,8 @@
 use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
 use tally_proto::v1 as pb;
 
+use super::decode::DecodeError;
 use super::dict::Dict;
-use super::record::DecodeError;
 use crate::ingest::view::{PushView, SeriesView};
 
 /// What a series' previous sample in the segment predicts.

@@ -15,6 +15,7 @@
 
 mod baselines;
 mod compact;
+mod decode;
 mod dict;
 mod read;
 mod record;

@@ -96,22 +96,7 @@ const PACK_LEVEL: i32 = 1;
 /// length is corruption, refused before memory is reserved for it.
 const MAX_UNPACKED: usize = 1 << 30;
 
-/// Why a record could not be read back.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DecodeError {
-    #[error("record ends early")]
-    Short,
-    #[error("unknown record kind {0}")]
-    Kind(u8),
-    #[error("a name is not UTF-8")]
-    Utf8,
-    #[error("request: {0}")]
-    Request(String),
-    #[error("compact request: {0}")]
-    Compact(String),
-    #[error("packed record: {0}")]
-    Packed(String),
-}
+pub use super::decode::DecodeError;
 
 /// Reads one segment's records in order: a compact request is read against
 /// the dictionary its segment's earlier records built.

@@ -43,9 +43,9 @@ use super::errors::db_err;
 use super::flush_log::{trim_below, DocWatermarks, Form, LogWriter};
 use super::layout::{
     CHECKPOINT_LOG, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HOUR_DOCS,
-    HOUR_DOC_LEN, META, META_MAX_FOLD_WATERMARK,
+    HOUR_DOC_LEN,
 };
-use super::pending::{Fold, Pending};
+use super::pending::Pending;
 use super::write::raise_last_flush_id;
 use crate::model::{EpochMinute, FlushBatch, SeriesId, Slot, Tier};
 use crate::store::{ApplyStats, StoreError};
@@ -102,7 +102,7 @@ impl Db {
             }
         };
         self.applied_flush_id.fetch_max(id, Ordering::AcqRel);
-        pending_gauges(&self.pending.lock());
+        super::fold::pending_gauges(&self.pending.lock());
         Ok(stats)
     }
 
@@ -334,12 +334,6 @@ fn document_gauges(txn: &WriteTransaction) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// How many series are pending, and the memory their minutes take.
-pub(super) fn pending_gauges(pending: &Pending) {
-    metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
-    metrics::gauge!("tally_store_pending_bytes", "store" => "embedded").set(pending.bytes() as f64);
-}
-
 /// The documents (hour and day) that ascending `minutes` fall in.
 fn documents_of(minutes: &[(EpochMinute, Slot)]) -> usize {
     let mut count = 0;
@@ -350,20 +344,4 @@ fn documents_of(minutes: &[(EpochMinute, Slot)]) -> usize {
         (hour, day) = (Some(h), Some(d));
     }
     count
-}
-
-/// Raises `meta.max_fold_watermark` to the highest watermark of `folds`.
-pub(super) fn raise_fold_watermark(
-    txn: &WriteTransaction,
-    folds: &[Fold],
-) -> Result<(), StoreError> {
-    let Some(high) = folds.iter().map(|f| f.watermark).max() else {
-        return Ok(());
-    };
-    let mut meta = txn.open_table(META).map_err(db_err)?;
-    let old = super::db::meta_value(&meta, META_MAX_FOLD_WATERMARK)?.unwrap_or(0);
-    if high > old {
-        meta.insert(META_MAX_FOLD_WATERMARK, high).map_err(db_err)?;
-    }
-    Ok(())
 }

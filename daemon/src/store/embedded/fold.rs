@@ -23,6 +23,7 @@ use redb::{Database, WriteTransaction};
 use super::db::{Db, Redo};
 use super::errors::{db_err, invalid};
 use super::flush_log::{forget_series, trim_below};
+use super::layout::{META, META_MAX_FOLD_WATERMARK};
 use super::pending::{Fold, Pending};
 use super::write::{raise_last_flush_id, write_series, DocTables};
 use crate::model::{FlushBatch, SeriesId, SeriesMinutes};
@@ -190,7 +191,7 @@ impl Db {
 /// The metrics of a committed fold of `n` series.
 pub(super) fn folded(pending: &Pending, n: usize) {
     metrics::counter!("tally_store_folded_series_total", "store" => "embedded").increment(n as u64);
-    super::checkpoint::pending_gauges(pending);
+    pending_gauges(pending);
 }
 
 /// Writes `folds` into their documents, in key order, and raises
@@ -201,7 +202,7 @@ pub(super) fn write_folds(
     folds: &mut [Fold],
     damaged: &mut Option<Arc<SeriesId>>,
 ) -> Result<(), StoreError> {
-    super::checkpoint::raise_fold_watermark(txn, folds)?;
+    raise_fold_watermark(txn, folds)?;
     let mut tables = DocTables::open(txn)?;
     folds.sort_unstable_by(|a, b| a.series.cmp(&b.series));
     for f in folds.iter() {
@@ -260,4 +261,23 @@ fn write_through(
         "flush written through"
     );
     Ok(stats)
+}
+
+/// How many series are pending, and the memory their minutes take.
+pub(super) fn pending_gauges(pending: &Pending) {
+    metrics::gauge!("tally_store_pending_series", "store" => "embedded").set(pending.len() as f64);
+    metrics::gauge!("tally_store_pending_bytes", "store" => "embedded").set(pending.bytes() as f64);
+}
+
+/// Raises `meta.max_fold_watermark` to the highest watermark of `folds`.
+fn raise_fold_watermark(txn: &WriteTransaction, folds: &[Fold]) -> Result<(), StoreError> {
+    let Some(high) = folds.iter().map(|f| f.watermark).max() else {
+        return Ok(());
+    };
+    let mut meta = txn.open_table(META).map_err(db_err)?;
+    let old = super::db::meta_value(&meta, META_MAX_FOLD_WATERMARK)?.unwrap_or(0);
+    if high > old {
+        meta.insert(META_MAX_FOLD_WATERMARK, high).map_err(db_err)?;
+    }
+    Ok(())
 }
