@@ -11,7 +11,7 @@
 
 import { drawAxes, niceTicks } from './axes.js';
 import { clock, exact, num, stamp } from './format.js';
-import { bandOf, yOf } from './series.js';
+import { bandOf, lowerBound, yOf } from './series.js';
 
 const COLORS = 10;
 /** Series listed in the readout: those nearest the pointer. */
@@ -26,7 +26,8 @@ function el(tag, cls, text) {
   return e;
 }
 
-function theme() {
+/** The theme's colours, read from its CSS variables. */
+export function theme() {
   const css = getComputedStyle(document.documentElement);
   const v = (name) => css.getPropertyValue(name).trim();
   return {
@@ -35,18 +36,6 @@ function theme() {
     grid: v('--grid'),
     series: Array.from({ length: COLORS }, (_, i) => v(`--c${i}`)),
   };
-}
-
-/** The index of the first point at or after `t` (points ascending). */
-function lowerBound(points, t) {
-  let lo = 0;
-  let hi = points.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (points[mid].t < t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 export class Chart {

@@ -10,32 +10,9 @@
 
 import { niceTicks } from './axes.js';
 import { num } from './format.js';
-import { bandOf, yOf } from './series.js';
+import { bandOf, lowerBound, yOf } from './series.js';
 
-const COLORS = 10;
 const MARGIN = { left: 46, right: 4, top: 6, bottom: 4 };
-
-/** The series colours of the theme, read once per page. */
-export function palette() {
-  const css = getComputedStyle(document.documentElement);
-  const v = (name) => css.getPropertyValue(name).trim();
-  return {
-    muted: v('--muted'),
-    grid: v('--grid'),
-    series: Array.from({ length: COLORS }, (_, i) => v(`--c${i}`)),
-  };
-}
-
-function lowerBound(points, t) {
-  let lo = 0;
-  let hi = points.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (points[mid].t < t) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 /** The points of `s` inside `[from, to)`. */
 function inWindow(s, from, to) {
@@ -107,7 +84,7 @@ export function drawMini(host, canvas, list, win, colors, [w, h]) {
   ctx.beginPath();
   ctx.rect(box.x, box.y - 2, box.w, box.h + 4);
   ctx.clip();
-  for (const d of drawn) line(ctx, d, step, sx, sy, colors.series[d.i % COLORS]);
+  for (const d of drawn) line(ctx, d, step, sx, sy, colors.series[d.i % colors.series.length]);
   ctx.restore();
   const ds = host.dataset;
   ds.series = String(drawn.length);

@@ -71,6 +71,18 @@ export function fromMatrix(body) {
   });
 }
 
+/** The index of the first point at or after `t` (points ascending). */
+export function lowerBound(points, t) {
+  let lo = 0;
+  let hi = points.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (points[mid].t < t) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 /** What the line shows: the rate of a counter, the mean of a gauge. */
 export function yOf(s, p) {
   if (s.value) return p.value;

@@ -12,9 +12,10 @@
 // daemon what one live chart does.
 
 import { getJSON, showError } from './api.js';
+import { theme } from './chart.js';
 import { duration, num } from './format.js';
 import { watch } from './live.js';
-import { drawMini, drawnData, palette } from './minichart.js';
+import { drawMini, drawnData } from './minichart.js';
 import * as series from './series.js';
 import * as state from './state.js';
 
@@ -77,7 +78,7 @@ export class SourcePage {
   constructor(parent, opts) {
     this.opts = opts;
     this.win = opts.win;
-    this.colors = palette();
+    this.colors = theme();
     this.cards = new Map();
     this.visible = new Set();
     this.inFlight = new Set();

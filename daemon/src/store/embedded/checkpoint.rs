@@ -199,6 +199,20 @@ impl Db {
         if n == 0 && !checkpoint {
             return Ok(());
         }
+        self.fold_txn(db, n, checkpoint.then_some((applied, now_us)), damaged)
+    }
+
+    /// One durable transaction: a fold of the `n` series pending longest,
+    /// and with `checkpoint` (its flush id, and when it is) a checkpoint
+    /// too; then the logs trimmed to what is still pending. Under
+    /// `fold_lock`.
+    pub(super) fn fold_txn(
+        &self,
+        db: &Database,
+        n: usize,
+        checkpoint: Option<(u64, u64)>,
+        damaged: &mut Option<Arc<SeriesId>>,
+    ) -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(db_err)?;
         let (mut folds, oldest) = {
             let mut pending = self.pending.lock();
@@ -207,22 +221,22 @@ impl Db {
         };
         let written = (|| {
             super::fold::write_folds(&txn, &mut folds, damaged)?;
-            if checkpoint {
-                self.write_checkpoint(&txn, applied)?;
-                raise_last_flush_id(&txn, applied)?;
+            if let Some((id, _)) = checkpoint {
+                self.write_checkpoint(&txn, id)?;
+                raise_last_flush_id(&txn, id)?;
                 document_gauges(&txn)?;
             }
             // Whatever is below the oldest run outside the folds has been
             // folded (a checkpoint's entries are never below it).
             trim_below(&txn, oldest.unwrap_or(u64::MAX))
         })();
-        let flush_id = checkpoint.then_some(applied);
+        let flush_id = checkpoint.map(|(id, _)| id);
         let r = written.and_then(|()| self.commit(txn, flush_id, true, None));
         let mut pending = self.pending.lock();
         match r {
             Ok(()) => {
                 pending.end_fold(&folds);
-                if checkpoint {
+                if let Some((_, now_us)) = checkpoint {
                     pending.logged();
                     if let Ok(m) = std::fs::metadata(&self.path) {
                         use std::os::unix::fs::MetadataExt;

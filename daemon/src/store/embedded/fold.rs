@@ -165,26 +165,7 @@ impl Db {
         damaged: &mut Option<Arc<SeriesId>>,
     ) -> Result<(), StoreError> {
         let _turn = self.fold_lock.lock();
-        let txn = db.begin_write().map_err(db_err)?;
-        let (mut folds, oldest) = {
-            let mut pending = self.pending.lock();
-            let folds = pending.start_fold(n);
-            (folds, pending.oldest())
-        };
-        let written = (|| {
-            trim_below(&txn, oldest.unwrap_or(u64::MAX))?;
-            write_folds(&txn, &mut folds, damaged)
-        })();
-        let r = written.and_then(|()| self.commit(txn, None, false, None));
-        let mut pending = self.pending.lock();
-        match r {
-            Ok(()) => {
-                pending.end_fold(&folds);
-                folded(&pending, folds.len());
-            }
-            Err(_) => pending.abort_fold(&folds),
-        }
-        r
+        self.fold_txn(db, n, None, damaged)
     }
 }
 
