@@ -23,7 +23,6 @@ use crate::aggregator::IngestOutcome;
 use crate::auth::Grant;
 use crate::ingest::view::PushView;
 use crate::ingest::{IngestError, Ingestor, Protocol};
-use crate::wal::Logged;
 
 /// A push request's bytes, as they came: what the service's routes
 /// (`ingest_wire`) hand it, so the write-ahead log can record them as they
@@ -57,8 +56,7 @@ impl IngestService {
         IngestService { ingest }
     }
 
-    /// Ingests one message; the caller numbers its rejections. Its bytes
-    /// go to the write-ahead log as they came.
+    /// Ingests one message; the caller numbers its rejections.
     async fn ingest_one(
         &self,
         push: &WirePush,
@@ -72,13 +70,7 @@ impl IngestService {
             .view(max_series)
             .inspect_err(|_| self.ingest.count_unread(protocol))?;
         self.ingest
-            .ingest_view(
-                &view,
-                Logged::Wire(push.bytes.clone()),
-                grant,
-                protocol,
-                IngestOutcome::default(),
-            )
+            .ingest_read(&view, grant, protocol, IngestOutcome::default())
             .await
             .map_err(status)
     }

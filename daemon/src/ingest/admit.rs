@@ -27,7 +27,7 @@ use crate::metadata::MetadataBook;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
 use crate::store::Store;
-use crate::wal::{Logged, Wal};
+use crate::wal::Wal;
 
 /// Which front door a request came through, for the ingest metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,14 +253,13 @@ impl Ingestor {
         protocol: Protocol,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
-        let view = PushView::of(req);
-        self.ingest_view(&view, Logged::Request(req), grant, protocol, refused)
+        self.ingest_read(&PushView::of(req), grant, protocol, refused)
             .await
     }
 
     /// [`Ingestor::ingest`] of a request a front door read straight into a
-    /// view (remote-write, line protocol): the log gets it encoded from
-    /// the view.
+    /// view (every protocol but OTLP/HTTP JSON): the log encodes its
+    /// record from the same view.
     pub async fn ingest_read(
         &self,
         req: &PushView<'_>,
@@ -268,21 +267,7 @@ impl Ingestor {
         protocol: Protocol,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
-        self.ingest_view(req, Logged::Request(req), grant, protocol, refused)
-            .await
-    }
-
-    /// [`Ingestor::ingest`] of a request read as a [`PushView`]; `log` is
-    /// the same request as the write-ahead log gets it.
-    pub async fn ingest_view(
-        &self,
-        req: &PushView<'_>,
-        log: Logged<'_>,
-        grant: &Grant,
-        protocol: Protocol,
-        refused: IngestOutcome,
-    ) -> Result<IngestOutcome, IngestError> {
-        let result = self.admit(req, log, grant, refused).await;
+        let result = self.admit(req, grant, refused).await;
         match &result {
             Ok(out) => record(out, protocol),
             Err(e) => count_request(protocol, e.outcome()),
@@ -293,7 +278,6 @@ impl Ingestor {
     async fn admit(
         &self,
         req: &PushView<'_>,
-        log: Logged<'_>,
         grant: &Grant,
         refused: IngestOutcome,
     ) -> Result<IngestOutcome, IngestError> {
@@ -333,7 +317,7 @@ impl Ingestor {
             return Err(IngestError::ShuttingDown);
         };
         if let Some(wal) = self.wal.get() {
-            wal.append_request(now_ms, &p.refused_sources, log)
+            wal.append_request(now_ms, &p.refused_sources, req)
                 .await
                 .map_err(|e| IngestError::Log(e.to_string()))?;
         }

@@ -18,8 +18,9 @@
 //!   as `m` or as the difference from the previous `m`, or the raw 8 bytes.
 //!
 //! A record (after its kind byte): a flags byte (bit 0: forget the
-//! dictionaries first, written after a failed write took back records
-//! whose definitions the writer had counted), the clock (`i64` LE), the
+//! dictionaries first: written after a failed write took back records
+//! whose definitions the encoder had counted, and at the start of each
+//! segment), the clock (`i64` LE), the
 //! refused sources, then per source its reference, groups and series.
 //! A series opens with a head byte: bit 7 its number is not the predicted
 //! one (a varint follows: 0 a new series defined here, 1 one spelled out
@@ -227,8 +228,8 @@ fn put_series_key(s: &SeriesView<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// The writer's side: encodes requests against the open segment's
-/// dictionaries.
+/// The appenders' side (behind the log's front lock): encodes requests
+/// against the open segment's dictionaries, in log order.
 pub struct Encoder {
     sources: Dict<()>,
     series: Dict<SeriesState>,

@@ -4,11 +4,11 @@
 //! it by that number. Each entry also keeps a small state (`S`) the
 //! records' encoding predicts from: a series' last timestamp and value.
 //!
-//! The writer and the reader keep one each, built the same way from the
+//! The encoder and the reader keep one each, built the same way from the
 //! same records, and both start afresh with every segment (so that a
 //! segment reads on its own once its predecessors are deleted). It is
 //! bounded: past [`MAX_KEYS`] keys or [`MAX_KEY_BYTES`] bytes of them,
-//! nothing more is added and the writer spells new keys out in full; the
+//! nothing more is added and the encoder spells new keys out in full; the
 //! reader refuses a record that would take it past the bound, which an
 //! intact log never holds.
 //!

@@ -2,8 +2,9 @@
 //! written (or synced) before it is acknowledged, so that a crash loses no
 //! acknowledged sample. See `record` for what it holds (requests in the
 //! compact form of `compact`, against the segment's dictionary `dict`),
-//! `segment` for the files, `writer` for the group commit; replaying it at
-//! start is [`crate::recovery`]'s.
+//! `front` for where requests are encoded and queued, `segment` for the
+//! files, `writer` for the group commit; replaying it at start is
+//! [`crate::recovery`]'s.
 //!
 //! Exactly once: a flush's marker sits in the log between the requests
 //! folded into it and those folded later (ingest appends under the ingest
@@ -17,6 +18,7 @@ mod baselines;
 mod compact;
 mod decode;
 mod dict;
+mod front;
 mod read;
 mod record;
 mod segment;
@@ -24,11 +26,9 @@ mod writer;
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tally_proto::v1 as pb;
 use tokio::sync::oneshot;
@@ -37,26 +37,17 @@ use tracing::info;
 pub use baselines::Baselines;
 /// The compact request encoding, for the benchmark that weighs it.
 pub use compact::{Decoder as CompactDecoder, Encoder as CompactEncoder};
+use front::{Cmd, Front, Refused};
 pub use read::{recover, Entry, RecoveredSegment, SegmentRecords};
 pub use record::{Baseline, Record, UNKNOWN_ARRIVAL};
 use segment::Open;
-use writer::{Cmd, Writer};
+use writer::Writer;
 
+use crate::ingest::view::PushView;
 use crate::validate::Problems;
 
-/// A request as the log gets it.
-#[derive(Clone)]
-pub enum Logged<'a> {
-    /// A `tally.v1.PushRequest`'s encoding as it was received (shared, not
-    /// copied, until the writer encodes it compact).
-    Wire(Bytes),
-    /// A request read from another protocol, encoded as `tally.v1` from
-    /// the form admission read it in, for the writer to encode compact.
-    Request(&'a dyn EncodeRequest),
-}
-
-/// A request that writes itself out as a `tally.v1.PushRequest` encoding,
-/// so that the log need not know the form a front door read it in.
+/// A request that writes itself out as a `tally.v1.PushRequest` encoding:
+/// the record logs before the compact form held.
 pub trait EncodeRequest: Sync {
     /// Bytes [`EncodeRequest::encode_to`] appends.
     fn request_len(&self) -> usize;
@@ -155,7 +146,7 @@ impl MarkerReceipt {
 
 /// The running log: appends go to its writer thread.
 pub struct Wal {
-    tx: SyncSender<Cmd>,
+    front: Arc<Front>,
     failing: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
@@ -193,7 +184,7 @@ impl Wal {
             .iter()
             .map(|s| (s.number, s.path.clone()))
             .collect();
-        let (tx, rx) = sync_channel(cfg.queue);
+        let front = Arc::new(Front::new(cfg.queue));
         let writer = Writer {
             dir: dir.to_path_buf(),
             cfg,
@@ -204,27 +195,30 @@ impl Wal {
             max_baseline_age,
             broken: None,
             failing: Arc::default(),
-            encoder: compact::Encoder::default(),
-            scratch: Vec::new(),
+            front: front.clone(),
+            ends_segment: false,
         };
         let failing = writer.failing.clone();
         std::thread::Builder::new()
             .name("tally-wal".into())
-            .spawn(move || writer.run(rx))
+            .spawn(move || writer.run())
             .map_err(io)?;
         info!(dir = %dir.display(), segment = number, "write-ahead log open");
-        Ok(Wal { tx, failing })
+        Ok(Wal { front, failing })
     }
 
-    /// Sends `cmd`, waiting while the queue is full (backpressure).
-    async fn send(&self, mut cmd: Cmd) -> Result<(), WalError> {
+    /// Runs `queue` until it takes its command, waiting while the queue is
+    /// full (backpressure).
+    async fn queued<T>(
+        &self,
+        mut queue: impl FnMut() -> Result<T, Refused>,
+    ) -> Result<T, WalError> {
         let mut wait = Duration::from_micros(50);
         loop {
-            match self.tx.try_send(cmd) {
-                Ok(()) => return Ok(()),
-                Err(TrySendError::Disconnected(_)) => return Err(WalError::Closed),
-                Err(TrySendError::Full(c)) => {
-                    cmd = c;
+            match queue() {
+                Ok(t) => return Ok(t),
+                Err(Refused::Closed) => return Err(WalError::Closed),
+                Err(Refused::Full) => {
                     metrics::counter!("tally_wal_queue_full_total").increment(1);
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_millis(5));
@@ -233,32 +227,31 @@ impl Wal {
         }
     }
 
-    /// Appends a request and returns once it is written (or synced).
+    /// Sends `cmd`, waiting while the queue is full.
+    async fn send(&self, cmd: Cmd) -> Result<(), WalError> {
+        let mut cmd = Some(cmd);
+        self.queued(|| match cmd.take().map(|c| self.front.send(c)) {
+            Some(Ok(())) => Ok(()),
+            Some(Err((c, why))) => {
+                cmd = Some(c);
+                Err(why)
+            }
+            None => Err(Refused::Closed),
+        })
+        .await
+    }
+
+    /// Appends a request, read as `req`, and returns once it is written
+    /// (or synced). It is encoded here, on the caller's thread.
     pub async fn append_request(
         &self,
         now_ms: i64,
         refused_sources: &[u32],
-        request: Logged<'_>,
+        req: &PushView<'_>,
     ) -> Result<(), WalError> {
-        // The writer encodes it compact against the segment's dictionary,
-        // from `tally.v1` bytes: the request's own (shared, not copied) or
-        // written from the form admission read it in.
-        let request = match request {
-            Logged::Wire(bytes) => bytes,
-            Logged::Request(req) => {
-                let mut out = Vec::with_capacity(req.request_len());
-                req.encode_to(&mut out);
-                Bytes::from(out)
-            }
-        };
-        let (done, wait) = oneshot::channel();
-        self.send(Cmd::Append {
-            now_ms,
-            refused_sources: refused_sources.to_vec(),
-            request,
-            done,
-        })
-        .await?;
+        let wait = self
+            .queued(|| self.front.append(now_ms, refused_sources, req))
+            .await?;
         wait.await.map_err(|_| WalError::Closed)?
     }
 
@@ -286,7 +279,7 @@ impl Wal {
     /// they need can go. Dropped when the queue is full (a later call
     /// covers it).
     pub fn durable(&self, flush_id: u64) {
-        let _ = self.tx.try_send(Cmd::Durable(flush_id));
+        let _ = self.front.send(Cmd::Durable(flush_id));
     }
 
     /// Why appends fail now, if they do (a full disk); cleared by the
@@ -303,3 +296,6 @@ impl Wal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

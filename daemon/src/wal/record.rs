@@ -3,7 +3,7 @@
 //! - [`Record::Request`]: an admitted request, as the `tally.v1` request it
 //!   was folded from (whatever protocol it came in), with the wall clock it
 //!   was checked against and the sources its token was refused, so that a
-//!   replay makes the same decisions. The writer logs it compact (kind 6,
+//!   replay makes the same decisions. It is logged compact (kind 6,
 //!   `compact`: names once per segment, samples against predictions), which
 //!   needs the segment's earlier records to read ([`SegmentDecoder`]); logs
 //!   written before keep it as `tally.v1` bytes (kind 1), still read.
@@ -139,6 +139,7 @@ pub fn encode_request(
 /// sender encoded it, it is that request's record: any valid encoding of a
 /// request decodes to the same request on replay, so the bytes need not be
 /// prost's own.
+#[cfg(test)]
 pub fn request_head(now_ms: i64, refused_sources: &[u32], request_len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(request_len + 13 + 4 * refused_sources.len());
     out.push(REQUEST);

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 /// Largest record accepted when reading: a larger length is corruption, not
 /// a record (requests are bounded by `ingest.max_message_bytes`).
 pub const MAX_RECORD: usize = 1 << 30;
-const HEADER: usize = 8;
+/// Bytes of a frame's header: the payload's length and CRC.
+pub const HEADER: usize = 8;
 
 /// The file name of segment `number`.
 pub fn name(number: u64) -> String {
@@ -42,6 +43,14 @@ pub fn frame(out: &mut Vec<u8>, payload: &[u8]) {
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(payload);
+}
+
+/// Fills in the header of a frame written in place: `frame` holds
+/// [`HEADER`] bytes of room, then the payload.
+pub fn seal_frame(frame: &mut [u8]) {
+    let (head, payload) = frame.split_at_mut(HEADER);
+    head[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    head[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
 }
 
 /// A segment's frames read in order, one payload at a time, so that

@@ -1,58 +1,24 @@
-//! The log's single writer: a thread that takes appends from a bounded
-//! queue, writes every append waiting at that moment with one `write`
-//! (group commit), syncs them when `wal.sync = "fsync"`, and only then
-//! answers each appender. It also rolls segments (each new one opens with a
-//! checkpoint of the baselines) and deletes segments once the store holds
-//! everything in them. Requests are encoded compact here, in log order,
-//! against the open segment's dictionary (`compact`): one thread owns it,
-//! so a series is defined before any record that refers to it, each
-//! segment starts its own, and a failed write that takes records back
-//! makes the next record start it again.
+//! The log's single writer: a thread that takes appends from the bounded
+//! queue of `front` (where appenders encoded them), writes every append
+//! waiting at that moment with one `write` (group commit), syncs them when
+//! `wal.sync = "fsync"`, and only then answers each appender. It also rolls
+//! segments (each new one opens with a checkpoint of the baselines) and
+//! deletes segments once the store holds everything in them.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
-use crate::ingest::view::PushView;
-
-use super::compact::Encoder;
-use super::record::{self, Baseline};
+use super::front::{Cmd, Front};
+use super::record;
 use super::segment::{self, Open};
 use super::Baselines;
 use super::{SyncMode, WalConfig, WalError};
-
-/// What the writer is asked to do.
-pub(super) enum Cmd {
-    /// A request, as `tally.v1` bytes (as they came, shared with the
-    /// request rather than copied, or written from its view), with the
-    /// clock and refused sources of its record; `done` hears when it is
-    /// written (and synced).
-    Append {
-        now_ms: i64,
-        refused_sources: Vec<u32>,
-        request: Bytes,
-        done: oneshot::Sender<Result<(), WalError>>,
-    },
-    /// A flush was cut: its marker, written in order with the appends;
-    /// `done` hears when it is written, which may be in a later group than
-    /// its own if that one fails.
-    Marker {
-        flush_id: u64,
-        baselines: Vec<Baseline>,
-        done: oneshot::Sender<Result<(), WalError>>,
-    },
-    /// The store holds every flush up to this id durably.
-    Durable(u64),
-    /// Write a final checkpoint, sync and stop.
-    Close { done: oneshot::Sender<()> },
-}
 
 /// Most bytes written in one group.
 const MAX_GROUP: usize = 8 << 20;
@@ -97,39 +63,48 @@ pub(super) struct Writer {
     pub broken: Option<String>,
     /// Why the last write failed, until one succeeds: readiness shows it.
     pub failing: Arc<Mutex<Option<String>>>,
-    /// The open segment's dictionary and predictions.
-    pub encoder: Encoder,
-    /// A record being encoded, before it is framed.
-    pub scratch: Vec<u8>,
+    /// The queue, and the encoder whose records it holds.
+    pub front: Arc<Front>,
+    /// The group being written was cut from the queue to end the segment:
+    /// the segment rolls once it is written, and only then, since records
+    /// queued later start the dictionaries again.
+    pub ends_segment: bool,
+}
+
+/// Tells appenders the writer is gone, however it stops.
+struct Closing(Arc<Front>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl Writer {
-    pub fn run(mut self, rx: Receiver<Cmd>) {
+    pub fn run(mut self) {
+        let _closing = Closing(self.front.clone());
         let mut buf = Vec::with_capacity(1 << 20);
         let mut waiting: Vec<Done> = Vec::new();
         let mut carry = Carry::default();
         loop {
-            let first = if carry.frames.is_empty() && self.failing.lock().is_none() {
-                match rx.recv() {
-                    Ok(c) => Some(c),
-                    Err(_) => break,
+            let quiet = carry.frames.is_empty() && self.failing.lock().is_none();
+            let first = self.front.next((!quiet).then_some(RETRY));
+            if first.is_none() && carry.frames.is_empty() {
+                if !quiet {
+                    self.probe();
                 }
-            } else {
-                match rx.recv_timeout(RETRY) {
-                    Ok(c) => Some(c),
-                    Err(RecvTimeoutError::Timeout) if carry.frames.is_empty() => {
-                        self.probe();
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
-            };
+                continue;
+            }
             buf.extend_from_slice(&carry.frames);
             let mut markers = std::mem::take(&mut carry);
-            let closing = self.gather(&rx, first, &mut buf, &mut waiting, &mut markers);
+            let closing = self.gather(first, &mut buf, &mut waiting, &mut markers);
             let result = self.write_group(&buf);
             buf.clear();
+            if result.is_err() {
+                // Requests queued behind the group may refer to series it
+                // defined: they are refused with it.
+                waiting.extend(self.front.take_back());
+            }
             for w in waiting.drain(..) {
                 let _ = w.send(result.clone());
             }
@@ -150,10 +125,10 @@ impl Writer {
 
     /// Takes what is queued (and, with fsync, what arrives within the
     /// window) into one group, so one write and one sync serve them all.
-    /// Returns the close request if one came.
+    /// A group that fills the segment takes everything queued, and the
+    /// segment rolls after it. Returns the close request if one came.
     fn gather(
         &mut self,
-        rx: &Receiver<Cmd>,
         first: Option<Cmd>,
         buf: &mut Vec<u8>,
         waiting: &mut Vec<Done>,
@@ -161,16 +136,11 @@ impl Writer {
     ) -> Option<oneshot::Sender<()>> {
         let deadline = Instant::now() + self.group_window();
         let mut next = first;
+        let mut cut: Option<VecDeque<Cmd>> = None;
         while let Some(cmd) = next.take() {
             match cmd {
-                Cmd::Append {
-                    now_ms,
-                    refused_sources,
-                    request,
-                    done,
-                } => {
-                    self.encode_request(now_ms, &refused_sources, &request);
-                    segment::frame(buf, &self.scratch);
+                Cmd::Append { frame, done } => {
+                    buf.extend_from_slice(&frame);
                     waiting.push(done);
                 }
                 Cmd::Marker {
@@ -188,38 +158,30 @@ impl Writer {
                 Cmd::Durable(id) => self.release(id),
                 Cmd::Close { done } => return Some(done),
             }
+            if let Some(rest) = &mut cut {
+                next = rest.pop_front();
+                continue;
+            }
+            if self.open.len + buf.len() as u64 >= self.cfg.segment_bytes {
+                // Everything encoded against this segment's dictionary
+                // goes into it.
+                let mut rest = self.front.cut_segment();
+                next = rest.pop_front();
+                cut = Some(rest);
+                self.ends_segment = true;
+                continue;
+            }
             if buf.len() >= MAX_GROUP {
                 break;
             }
-            next = match rx.try_recv() {
-                Ok(c) => Some(c),
-                Err(_) if self.cfg.sync == SyncMode::Fsync => rx
-                    .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                    .ok(),
-                Err(_) => None,
-            };
+            next = self.front.try_next().or_else(|| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                (self.cfg.sync == SyncMode::Fsync && !left.is_zero())
+                    .then(|| self.front.next(Some(left)))
+                    .flatten()
+            });
         }
         None
-    }
-
-    /// Encodes a request's record into `scratch`: compact, or as its
-    /// `tally.v1` bytes if they do not read as a view (admission read
-    /// them, so this is not expected; the request is kept either way).
-    fn encode_request(&mut self, now_ms: i64, refused_sources: &[u32], request: &[u8]) {
-        self.scratch.clear();
-        match PushView::decode(request, usize::MAX) {
-            Ok(view) => {
-                self.scratch.push(record::COMPACT);
-                self.encoder
-                    .encode(now_ms, refused_sources, &view, &mut self.scratch);
-            }
-            Err(e) => {
-                warn!(error = %e, "write-ahead log: a request logged in full, not compact");
-                self.scratch
-                    .extend_from_slice(&record::request_head(now_ms, refused_sources, 0));
-                self.scratch.extend_from_slice(request);
-            }
-        }
     }
 
     fn group_window(&self) -> Duration {
@@ -230,10 +192,14 @@ impl Writer {
     }
 
     fn write_group(&mut self, buf: &[u8]) -> Result<(), WalError> {
+        let ends_segment = std::mem::take(&mut self.ends_segment);
         if let Some(why) = &self.broken {
             return Err(WalError::Broken(why.clone()));
         }
         if buf.is_empty() {
+            if ends_segment {
+                self.roll();
+            }
             return Ok(());
         }
         let before = self.open.len;
@@ -250,9 +216,6 @@ impl Writer {
             // has room again) can follow it. If even that fails, the log
             // cannot be trusted any more.
             self.open.len = before;
-            // The records taken back may have defined series later ones
-            // would refer to.
-            self.encoder.lost();
             if let Err(cut) = self.open.file.set_len(before) {
                 error!(error = %why, truncate_error = %cut, "write-ahead log write failed and could not be undone; ingest stops acknowledging until restart");
                 self.broken = Some(why.clone());
@@ -267,7 +230,7 @@ impl Writer {
         self.recovered();
         metrics::counter!("tally_wal_bytes_total").increment(buf.len() as u64);
         metrics::counter!("tally_wal_groups_total").increment(1);
-        if self.open.len >= self.cfg.segment_bytes {
+        if ends_segment {
             self.roll();
         }
         Ok(())
@@ -319,7 +282,6 @@ impl Writer {
                     warn!(error = %e, "write-ahead log: syncing the finished segment failed");
                 }
                 let old = std::mem::replace(&mut self.open, open);
-                self.encoder.new_segment();
                 self.kept
                     .push_back((old.number, self.dir.join(segment::name(old.number))));
                 metrics::gauge!("tally_wal_segments").set((self.kept.len() + 1) as f64);

@@ -1,8 +1,8 @@
 //! A [`PushView`] written out as a `tally.v1.PushRequest`, straight from
-//! its borrowed columns: how a request that came in another protocol is
-//! kept in the write-ahead log, with no owned request built to encode it.
-//! The bytes are what prost would write for the same request (a test holds
-//! them to it), so the log's replay reads them as any other request.
+//! its borrowed columns, with no owned request built to encode it: the
+//! record logs held before the compact form (tests write such logs, and
+//! the log's encoding benchmark weighs the two). The bytes are what prost
+//! would write for the same request (a test holds them to it).
 
 use prost::encoding::{
     double, encode_key, encode_varint, encoded_len_varint, int32, int64, key_len, WireType,
