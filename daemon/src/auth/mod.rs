@@ -1,5 +1,5 @@
-//! Bearer tokens with roles, for both listeners: who may push, who may
-//! read, and which sources an ingest token may push for.
+//! Bearer tokens with roles, for the gRPC and HTTP listeners: who may
+//! push, who may read, and which sources an ingest token may push for.
 //!
 //! The tokens file (`[auth] tokens_file`, format in `tokens`) gives each
 //! token a name, a role and, for `ingest`, the globs of the sources it may
