@@ -16,7 +16,7 @@ use super::held::Held;
 use super::names::MetricKind;
 use super::plan::{AggOp, Grouping, Mods, Node, Plan};
 use super::range_fns::{self, Params, RangeFn, WindowAt};
-use super::select::{self, resolve_matchers, Context, Selected};
+use super::select::{self, resolve_matchers, Context, Resolved, Selected};
 use super::value::{EvalResult, PointKind, Series, Value};
 use crate::model::SeriesId;
 use crate::query::QueryError;
@@ -133,7 +133,31 @@ async fn try_plan(
     {
         return Ok(None);
     }
-    let source = Rollups::source(&group);
+    let series = group_series(ctx, &group, &metrics, &res, &spec.text).await?;
+    Ok(Some((
+        RollupRead {
+            group,
+            func: f,
+            range_ms: matrix.range_ms,
+            mods: matrix.mods,
+            series,
+            counters,
+        },
+        matrix.sel,
+    )))
+}
+
+/// The rollup series of `group` for `metrics` that `res`'s labels select,
+/// shown without the source label; more than `query.max_fanout` of them
+/// is refused.
+async fn group_series(
+    ctx: Context<'_>,
+    group: &str,
+    metrics: &[(&String, MetricKind)],
+    res: &Resolved,
+    selector: &str,
+) -> EvalResult<Vec<Selected>> {
+    let source = Rollups::source(group);
     let max = ctx.engine.limits().max_fanout;
     let mut series: Vec<Selected> = Vec::new();
     for (m, _) in metrics {
@@ -149,22 +173,12 @@ async fn try_plan(
         if series.len() > max {
             return Err(QueryError::Limit(format!(
                 "the rollup of group {group:?} has more than {max} series for {} (query.max_fanout)",
-                spec.text
+                selector
             ))
             .into());
         }
     }
-    Ok(Some((
-        RollupRead {
-            group,
-            func: f,
-            range_ms: matrix.range_ms,
-            mods: matrix.mods,
-            series,
-            counters,
-        },
-        matrix.sel,
-    )))
+    Ok(series)
 }
 
 impl RollupRead {

@@ -30,7 +30,8 @@ use tracing::{debug, warn};
 
 use crate::model::{SampleKind, SeriesId, Slot, MINUTE_S};
 use crate::query::{
-    Buckets, Point, QueryEngine, QueryError, Selection, SeriesRange, Step, StepSpec, Window,
+    Buckets, Point, QueryEngine, QueryError, Selection, SeriesBuckets, SeriesRange, Step, StepSpec,
+    Window,
 };
 
 /// One message to a subscriber.
@@ -75,6 +76,51 @@ struct Subscriber {
     skipped: u64,
     behind_since: Option<Instant>,
     dropped: Arc<AtomicBool>,
+}
+
+/// A new subscription's first event, and what it delivered per series.
+struct Snapshot {
+    series: Vec<SeriesRange>,
+    sent: HashMap<SeriesId, Vec<(i64, Slot)>>,
+    kinds: HashMap<SeriesId, SampleKind>,
+}
+
+impl Snapshot {
+    /// The snapshot of `buckets`; the minutes from the one before
+    /// `current` on count as delivered.
+    fn of(buckets: Vec<SeriesBuckets>, current: i64) -> Snapshot {
+        let mut sent = HashMap::new();
+        let mut kinds = HashMap::new();
+        let mut snapshot = Vec::with_capacity(buckets.len());
+        for b in buckets {
+            let counter = b.is_counter();
+            snapshot.push(SeriesRange {
+                source: b.series.source.to_string(),
+                metric: b.series.metric.to_string(),
+                labels: b.series.labels.to_map(),
+                kind: b.kind,
+                points: b
+                    .buckets
+                    .iter()
+                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
+                    .collect(),
+            });
+            if let Some(k) = b.kind {
+                kinds.insert(b.series.clone(), k);
+            }
+            let live: Vec<(i64, Slot)> = b
+                .buckets
+                .into_iter()
+                .filter(|(t, _)| *t >= current - MINUTE_S)
+                .collect();
+            sent.insert(b.series, live);
+        }
+        Snapshot {
+            series: snapshot,
+            sent,
+            kinds,
+        }
+    }
 }
 
 /// The live window of every watched series: kind and minute slots.
@@ -246,32 +292,11 @@ impl WatchHub {
             .reserve_points((series.len() as u64).saturating_mul(w.buckets().max(0) as u64))
             .await?;
         let buckets = self.engine.many_buckets(&series, &w).await?;
-        let mut sent = HashMap::new();
-        let mut kinds = HashMap::new();
-        let mut snapshot = Vec::with_capacity(buckets.len());
-        for b in buckets {
-            let counter = b.is_counter();
-            snapshot.push(SeriesRange {
-                source: b.series.source.to_string(),
-                metric: b.series.metric.to_string(),
-                labels: b.series.labels.to_map(),
-                kind: b.kind,
-                points: b
-                    .buckets
-                    .iter()
-                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
-                    .collect(),
-            });
-            if let Some(k) = b.kind {
-                kinds.insert(b.series.clone(), k);
-            }
-            let live: Vec<(i64, Slot)> = b
-                .buckets
-                .into_iter()
-                .filter(|(t, _)| *t >= current - MINUTE_S)
-                .collect();
-            sent.insert(b.series, live);
-        }
+        let Snapshot {
+            series: snapshot,
+            sent,
+            kinds,
+        } = Snapshot::of(buckets, current);
         let (tx, rx) = mpsc::channel(self.cfg.buffer.max(1));
         // The queue is empty: the snapshot always fits.
         let _ = tx.try_send(WatchEvent {
