@@ -63,8 +63,8 @@
 //! | [`graphite`] | the Graphite plaintext TCP listener: bounded connections, lines batched into admission |
 //! | [`selector`] | source, metric and label matchers (names, lists, globs, regular expressions) |
 //! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog's records |
-//! | [`listen`] | the accept loop of both listeners: connection caps and eviction, the HTTP reserve, handshakes, write deadlines, the open-file limit |
-//! | [`tls`] | TLS for both listeners: certificate files, reload, the handshake |
+//! | [`listen`] | the accept loop of the gRPC and HTTP listeners: connection caps and eviction, the HTTP reserve, handshakes, write deadlines, the open-file limit |
+//! | [`tls`] | TLS for the gRPC and HTTP listeners: certificate files, reload, the handshake |
 //! | [`auth`] | bearer tokens, roles and source globs; the gRPC interceptor and HTTP middleware |
 //! | [`security`] | loads and reloads (SIGHUP) TLS and tokens together; exposure warnings |
 //! | [`config`] | command line, layered loading and composition of every section |

@@ -10,19 +10,18 @@
 //! detection. Buckets are additive, so samples may arrive in any order:
 //! late samples within the lateness window land in their own minute.
 
+mod config;
 mod names;
 mod outcome;
 mod prealloc;
+pub use config::AggregatorConfig;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
 mod sources;
 pub use sources::SourceActivity;
 
-use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-use serde::{Deserialize, Serialize};
 
 use crate::wal::Baseline;
 pub use outcome::{IngestOutcome, RejectReason, Rejection, SeriesBatch};
@@ -32,19 +31,6 @@ use crate::ingest::config::IngestConfig;
 use crate::model::{
     validate_metric, validate_source, EpochMinute, SampleKind, SeriesMinutes, SeriesRef, Slot,
 };
-use crate::validate::Problems;
-
-/// `[aggregator]`: how the in-memory state is laid out. What it accepts is
-/// governed by `[ingest]` ([`IngestConfig`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AggregatorConfig {
-    /// Number of independently locked shards; 0 means four per CPU. Use
-    /// [`AggregatorConfig::effective_shards`] for the number to run.
-    pub shards: usize,
-}
-
-const MAX_SHARDS: usize = 1024;
 
 /// Series a reused batch may have room for beyond twice what a drain
 /// needs before it is given back (see `Aggregator::drain_into`).
@@ -53,27 +39,6 @@ const SPARE_SLACK: usize = 4096;
 /// Series groups warmed and then folded together (see `Aggregator::warm`):
 /// their table entries, 192 bytes each, stay well inside a core's L2 cache.
 const WARM_CHUNK: usize = 256;
-
-impl AggregatorConfig {
-    /// The shard count to run: `shards`, or four per available CPU when 0
-    /// (more shards than cores keeps two requests from meeting on one lock
-    /// even when their series hash close together).
-    pub fn effective_shards(&self) -> usize {
-        if self.shards > 0 {
-            return self.shards;
-        }
-        let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        (4 * cpus).min(MAX_SHARDS)
-    }
-
-    pub(crate) fn check(&self, p: &mut Problems) {
-        p.require(
-            self.shards <= MAX_SHARDS,
-            "aggregator.shards",
-            format!("must be at most {MAX_SHARDS} (0 means four per CPU)"),
-        );
-    }
-}
 
 /// The `[ingest]` limits in the units the hot path compares against.
 #[derive(Debug, Clone)]

@@ -295,7 +295,7 @@ fn preallocation_is_spread_and_once() {
 fn effective_shards() {
     assert_eq!(AggregatorConfig { shards: 3 }.effective_shards(), 3);
     let auto = AggregatorConfig { shards: 0 }.effective_shards();
-    assert!((1..=MAX_SHARDS).contains(&auto));
+    assert!((1..=config::MAX_SHARDS).contains(&auto));
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Bearer tokens with roles, for both listeners: who may push, who may
-//! read, and which sources an ingest token may push for.
+//! Bearer tokens with roles, for the gRPC and HTTP listeners: who may
+//! push, who may read, and which sources an ingest token may push for.
 //!
 //! The tokens file (`[auth] tokens_file`, format in `tokens`) gives each
 //! token a name, a role and, for `ingest`, the globs of the sources it may
@@ -17,6 +17,7 @@
 //! token stops working and a new one starts with the next request; a file
 //! that does not load leaves the tokens in force as they were.
 
+mod config;
 mod grpc;
 mod http;
 mod tokens;
@@ -25,37 +26,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
+pub use config::AuthConfig;
 pub use grpc::AuthInterceptor;
 pub use http::require_token;
 pub use tokens::TokensError;
 
-use crate::validate::Problems;
 use tokens::{Token, TokenSet};
-
-/// `[auth]`: who may use the daemon.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AuthConfig {
-    /// The tokens file; empty turns authentication off.
-    pub tokens_file: PathBuf,
-}
-
-impl AuthConfig {
-    pub fn enabled(&self) -> bool {
-        !self.tokens_file.as_os_str().is_empty()
-    }
-
-    pub(crate) fn check(&self, p: &mut Problems) {
-        let text = self.tokens_file.to_string_lossy();
-        p.require(
-            text.is_empty() || !text.trim().is_empty(),
-            "auth.tokens_file",
-            "is blank; give a path, or leave it empty to turn authentication off",
-        );
-    }
-}
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -1,8 +1,8 @@
 //! Random-input harnesses for the daemon's front doors: the ingest decoder
 //! and validator, the HTTP query parameters of the native and
 //! Prometheus-compatible APIs (PromQL included), the config loader, and
-//! the connection path of both listeners (`conn`: partial heads, bodies,
-//! prefaces and TLS handshakes, stalls, on a paused clock).
+//! the connection path of the gRPC and HTTP listeners (`conn`: partial
+//! heads, bodies, prefaces and TLS handshakes, stalls, on a paused clock).
 //!
 //! They run on stable Rust through `proptest`, as unit tests, so every
 //! `cargo test` makes a short bounded pass (`FUZZ_DEFAULT_CASES` inputs per

@@ -26,7 +26,10 @@
 //! `influx.max_line_bytes` is refused unparsed. Every refused line is
 //! reported by its number, and the good lines of the same body are kept.
 
+mod config;
 mod line;
+
+pub use config::InfluxConfig;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -34,7 +37,6 @@ use std::fmt;
 use bumpalo::Bump;
 use hashbrown::HashSet;
 use influxdb_line_protocol::{parse_lines, split_lines, EscapedStr};
-use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 
 use line::{Line, Value};
@@ -44,37 +46,6 @@ use super::builder::{Budget, Full};
 use super::view::{PushView, ViewBuilder};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::labels::label_name_from_key_cow;
-use crate::validate::Problems;
-
-/// `[influx]`: how line-protocol lines map to sources.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct InfluxConfig {
-    /// The tag that names a line's source; it is taken off the labels.
-    pub source_tag: String,
-    /// Longest line, in bytes; a longer one is refused unparsed.
-    pub max_line_bytes: usize,
-}
-
-impl Default for InfluxConfig {
-    fn default() -> Self {
-        InfluxConfig {
-            source_tag: "host".into(),
-            max_line_bytes: 64 * 1024,
-        }
-    }
-}
-
-impl InfluxConfig {
-    pub(crate) fn check(&self, p: &mut Problems) {
-        p.require(
-            !self.source_tag.is_empty(),
-            "influx.source_tag",
-            "must name a tag",
-        );
-        p.at_least(self.max_line_bytes, 64, "influx.max_line_bytes");
-    }
-}
 
 /// The unit of the timestamps in a body (`precision` in the query string).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

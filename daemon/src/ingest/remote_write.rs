@@ -29,44 +29,17 @@
 //! The request is read straight from its bytes into the view admission
 //! reads (`parse`), with no owned message on the way.
 
+mod config;
 mod parse;
 
 use hashbrown::HashMap;
-use serde::{Deserialize, Serialize};
 use tally_proto::prometheus as rw;
 use tally_proto::v1 as pb;
 
+pub use config::RemoteWriteConfig;
 pub use parse::{Parse, ParseError};
 
 use crate::metadata::{FamilyType, MetadataBook};
-use crate::validate::Problems;
-
-/// `[remote_write]`: how remote-write series map to sources.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RemoteWriteConfig {
-    /// Labels that name a series' source; the first present wins and is
-    /// taken off the labels.
-    pub source_labels: Vec<String>,
-}
-
-impl Default for RemoteWriteConfig {
-    fn default() -> Self {
-        RemoteWriteConfig {
-            source_labels: vec!["instance".into()],
-        }
-    }
-}
-
-impl RemoteWriteConfig {
-    pub(crate) fn check(&self, p: &mut Problems) {
-        p.require(
-            !self.source_labels.is_empty(),
-            "remote_write.source_labels",
-            "must name at least one label",
-        );
-    }
-}
 
 /// The bit pattern of Prometheus' staleness marker, a NaN no arithmetic
 /// produces.

@@ -20,7 +20,7 @@
 //! read budget (`query.read_budget_bytes`), so that eight heavy queries
 //! can run at once.
 
-use super::plan::{AggOp, BinOp, Grouping, Node, Plan};
+use super::plan::{AggOp, BinOp, Grouping, Mods, Node, Plan};
 use super::value::{execution, EvalResult};
 use crate::query::QueryConfig;
 
@@ -180,25 +180,9 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> Shape
             c.read(s, fixed(*mods, n, span), *range_ms, width);
             Shape::of(s)
         }
-        Node::Subquery {
-            expr,
-            range_ms,
-            step_ms,
-            mods,
-        } => {
-            let (n, span) = fixed(*mods, n, span);
-            let inner = slots(span, n, *range_ms, *step_ms);
-            c.subquery_times = c.subquery_times.saturating_add(inner);
-            let s = walk(expr, inp, inner, span + range_ms, c);
-            // Its results are the samples its range function reads.
-            c.read_points = c.read_points.saturating_add(s.series.saturating_mul(inner));
-            return s;
-        }
+        Node::Subquery { .. } => return subquery(node, inp, n, span, c),
         Node::Call { func, args } => {
-            let s = args
-                .iter()
-                .map(|a| walk(a, inp, n, span, c))
-                .fold(Shape::default(), Shape::max);
+            let s = widest(node, inp, n, span, c);
             match *func {
                 "absent" | "absent_over_time" | "vector" | "scalar" => s.at_least_one(),
                 _ if args.is_empty() => Shape::of(1),
@@ -227,10 +211,38 @@ fn walk(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> Shape
                 _ => l.max(r),
             }
         }
-        Node::Neg(inner) => walk(inner, inp, n, span, c),
+        Node::Neg(_) => widest(node, inp, n, span, c),
     };
     c.hold(out, n);
     out
+}
+
+/// The widest shape of `node`'s children, their costs added to `c`.
+fn widest(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> Shape {
+    node.children()
+        .into_iter()
+        .map(|a| walk(a, inp, n, span, c))
+        .fold(Shape::default(), Shape::max)
+}
+
+/// A subquery evaluates its expression at its own inner times, and its
+/// results are the samples its range function reads.
+fn subquery(node: &Node, inp: &Inputs<'_>, n: u64, span: i64, c: &mut Cost) -> Shape {
+    let Node::Subquery {
+        expr,
+        range_ms,
+        step_ms,
+        mods,
+    } = node
+    else {
+        return Shape::default();
+    };
+    let (n, span) = fixed(*mods, n, span);
+    let inner = slots(span, n, *range_ms, *step_ms);
+    c.subquery_times = c.subquery_times.saturating_add(inner);
+    let s = walk(expr, inp, inner, span + range_ms, c);
+    c.read_points = c.read_points.saturating_add(s.series.saturating_mul(inner));
+    s
 }
 
 impl Cost {
@@ -249,7 +261,7 @@ impl Cost {
 }
 
 /// Times and span of a node with modifiers `mods`: one time under `@`.
-fn fixed(mods: super::plan::Mods, n: u64, span: i64) -> (u64, i64) {
+fn fixed(mods: Mods, n: u64, span: i64) -> (u64, i64) {
     if mods.at_ms.is_some() {
         (1, 0)
     } else {
@@ -262,13 +274,7 @@ fn rollup_range(node: &Node) -> i64 {
     let Node::Aggregate { expr, .. } = node else {
         return 0;
     };
-    match expr.unwrapped() {
-        Node::Call { args, .. } => match args.first().map(Node::unwrapped) {
-            Some(Node::Matrix { range_ms, .. }) => *range_ms,
-            _ => 0,
-        },
-        _ => 0,
-    }
+    expr.call_on_matrix().map_or(0, |(_, m)| m.range_ms)
 }
 
 /// An aggregation's cost and shape: one series without grouping, else at

@@ -16,7 +16,7 @@ use super::held::Held;
 use super::names::MetricKind;
 use super::plan::{AggOp, Grouping, Mods, Node, Plan};
 use super::range_fns::{self, Params, RangeFn, WindowAt};
-use super::select::{self, resolve_matchers, Context, Selected};
+use super::select::{self, resolve_matchers, Context, Resolved, Selected};
 use super::value::{EvalResult, PointKind, Series, Value};
 use crate::model::SeriesId;
 use crate::query::QueryError;
@@ -62,35 +62,22 @@ pub async fn plan_rollups(
 ) -> EvalResult<(Vec<Option<RollupRead>>, Vec<bool>)> {
     let mut reads = vec![None; plan.aggregates];
     let mut served = vec![false; plan.selectors.len()];
-    let mut todo: Vec<&Node> = vec![&plan.root];
-    while let Some(node) = todo.pop() {
-        match node {
-            Node::Aggregate {
-                id,
-                op,
-                param,
-                expr,
-                grouping,
-            } => {
-                if let Some((read, sel)) = try_plan(ctx, plan, *op, grouping, expr).await? {
-                    reads[*id] = Some(read);
-                    served[sel] = true;
-                    continue;
-                }
-                todo.push(expr);
-                if let Some(p) = param {
-                    todo.push(p);
-                }
-            }
-            Node::Subquery { expr, .. } | Node::Neg(expr) | Node::Invariant(expr) => {
-                todo.push(expr)
-            }
-            Node::Call { args, .. } => todo.extend(args.iter()),
-            Node::Binary { lhs, rhs, .. } => {
-                todo.push(lhs);
-                todo.push(rhs);
-            }
-            Node::Number(_) | Node::String(_) | Node::Selector { .. } | Node::Matrix { .. } => {}
+    let mut walk = plan.root.walk();
+    while let Some(node) = walk.next() {
+        let Node::Aggregate {
+            id,
+            op,
+            expr,
+            grouping,
+            ..
+        } = node
+        else {
+            continue;
+        };
+        if let Some((read, sel)) = try_plan(ctx, plan, *op, grouping, expr).await? {
+            reads[*id] = Some(read);
+            served[sel] = true;
+            walk.skip_children();
         }
     }
     Ok((reads, served))
@@ -103,21 +90,13 @@ async fn try_plan(
     grouping: &Grouping,
     expr: &Node,
 ) -> EvalResult<Option<(RollupRead, usize)>> {
-    let Node::Call { func, args } = expr.unwrapped() else {
+    let Some((func, matrix)) = expr.call_on_matrix() else {
         return Ok(None);
     };
     let Some(f) = RangeFn::parse(func) else {
         return Ok(None);
     };
-    let Some(Node::Matrix {
-        sel,
-        range_ms,
-        mods,
-    }) = args.first().map(Node::unwrapped)
-    else {
-        return Ok(None);
-    };
-    let spec = &plan.selectors[*sel];
+    let spec = &plan.selectors[matrix.sel];
     let rollups = ctx.engine.rollups();
     if !rollups.is_enabled()
         || !spec.alternatives.is_empty()
@@ -154,7 +133,31 @@ async fn try_plan(
     {
         return Ok(None);
     }
-    let source = Rollups::source(&group);
+    let series = group_series(ctx, &group, &metrics, &res, &spec.text).await?;
+    Ok(Some((
+        RollupRead {
+            group,
+            func: f,
+            range_ms: matrix.range_ms,
+            mods: matrix.mods,
+            series,
+            counters,
+        },
+        matrix.sel,
+    )))
+}
+
+/// The rollup series of `group` for `metrics` that `res`'s labels select,
+/// shown without the source label; more than `query.max_fanout` of them
+/// is refused.
+async fn group_series(
+    ctx: Context<'_>,
+    group: &str,
+    metrics: &[(&String, MetricKind)],
+    res: &Resolved,
+    selector: &str,
+) -> EvalResult<Vec<Selected>> {
+    let source = Rollups::source(group);
     let max = ctx.engine.limits().max_fanout;
     let mut series: Vec<Selected> = Vec::new();
     for (m, _) in metrics {
@@ -170,22 +173,12 @@ async fn try_plan(
         if series.len() > max {
             return Err(QueryError::Limit(format!(
                 "the rollup of group {group:?} has more than {max} series for {} (query.max_fanout)",
-                spec.text
+                selector
             ))
             .into());
         }
     }
-    Ok(Some((
-        RollupRead {
-            group,
-            func: f,
-            range_ms: *range_ms,
-            mods: *mods,
-            series,
-            counters,
-        },
-        *sel,
-    )))
+    Ok(series)
 }
 
 impl RollupRead {

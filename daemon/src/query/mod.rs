@@ -28,18 +28,18 @@
 //! | `discovery`    | series, sources and metrics listings                       |
 //! | `partial`      | answering from memory while the store is unreachable      |
 //! | `error`        | [`QueryError`]                                             |
-//! | `limits`       | [`QueryConfig`], the `[query]` section                     |
+//! | `config`       | [`QueryConfig`], the `[query]` section                     |
 //! | `budget`       | [`ReadBudget`]: the memory all reads in progress share     |
 
 mod aggregate;
 mod budget;
 mod charts;
+mod config;
 mod cross_source;
 mod discovery;
 mod engine;
 mod error;
 mod label_sets;
-mod limits;
 mod merge;
 pub mod partial;
 mod step;
@@ -50,6 +50,7 @@ pub use charts::{
     ChartsQuery, ChartsResult, MetricChart, DEFAULT_SERIES_PER_METRIC, MAX_CHART_METRICS,
     MAX_CHART_POINTS, MAX_SERIES_PER_METRIC,
 };
+pub use config::QueryConfig;
 pub use cross_source::{AggregateGroup, AggregateQuery, AggregateResult, Sources};
 pub use discovery::{Names, Page, SeriesInfo};
 pub use engine::{
@@ -57,5 +58,4 @@ pub use engine::{
     SeriesRange,
 };
 pub use error::QueryError;
-pub use limits::QueryConfig;
 pub use step::{Step, StepSpec, Window, MAX_TIME_S};

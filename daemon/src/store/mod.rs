@@ -11,6 +11,9 @@
 //! an ambiguous failure never counts twice. `read` returns the watermark so the
 //! query engine can tell which in-flight batches a document already contains.
 
+mod config;
+
+pub use config::RetentionConfig;
 pub mod embedded;
 pub mod mongodb;
 
@@ -21,7 +24,6 @@ use crate::model::{
     SeriesMinutes, Slot, Tier,
 };
 use crate::selector::{all_match, all_match_labels, combined_prefix, LabelMatcher, NameMatcher};
-use crate::validate::{secs, Problems, DAY, HOUR};
 
 /// What a store did with one flush.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -186,43 +188,6 @@ impl CatalogQuery {
 pub fn source_selected(matchers: &[NameMatcher], source: &str) -> bool {
     all_match(matchers, source)
         && (!source.starts_with('@') || matchers.iter().any(|m| m.exact_name() == Some(source)))
-}
-
-/// `[retention]`: how long documents are kept. MongoDB enforces it with TTL
-/// indexes, the embedded store with the maintenance sweep.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RetentionConfig {
-    #[serde(with = "humantime_serde")]
-    pub hour: Duration,
-    #[serde(with = "humantime_serde")]
-    pub day: Duration,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        RetentionConfig {
-            hour: secs(14 * DAY),
-            day: secs(400 * DAY),
-        }
-    }
-}
-
-/// MongoDB stores a TTL index's `expireAfterSeconds` as a 32-bit integer.
-const TTL_MAX: Duration = Duration::from_secs(i32::MAX as u64);
-
-impl RetentionConfig {
-    /// (hour, day) retention in whole seconds.
-    pub fn seconds(&self) -> (i64, i64) {
-        (self.hour.as_secs() as i64, self.day.as_secs() as i64)
-    }
-
-    pub(crate) fn check(&self, p: &mut Problems) {
-        p.min_duration(self.hour, secs(HOUR), "retention.hour");
-        p.at_most(self.hour, TTL_MAX, "retention.hour");
-        p.min_duration(self.day, secs(DAY), "retention.day");
-        p.at_most(self.day, TTL_MAX, "retention.day");
-    }
 }
 
 /// The smallest string above every string that starts with `prefix`, when

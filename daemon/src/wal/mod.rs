@@ -16,6 +16,7 @@
 
 mod baselines;
 mod compact;
+mod config;
 mod decode;
 mod dict;
 mod front;
@@ -37,6 +38,7 @@ use tracing::info;
 pub use baselines::Baselines;
 /// The compact request encoding, for the benchmark that weighs it.
 pub use compact::{Decoder as CompactDecoder, Encoder as CompactEncoder};
+pub use config::WalConfig;
 use front::{Cmd, Front, Refused};
 pub use read::{recover, Entry, RecoveredSegment, SegmentRecords};
 pub use record::{Baseline, Record, UNKNOWN_ARRIVAL};
@@ -44,7 +46,6 @@ use segment::Open;
 use writer::Writer;
 
 use crate::ingest::view::PushView;
-use crate::validate::Problems;
 
 /// A request that writes itself out as a `tally.v1.PushRequest` encoding:
 /// the record logs before the compact form held.
@@ -76,52 +77,6 @@ pub enum SyncMode {
     /// Also synced to the disk (`fdatasync`), a group per
     /// `wal.fsync_interval`: a power cut loses nothing acknowledged.
     Fsync,
-}
-
-/// `[wal]`: the write-ahead log under `data_dir/wal`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WalConfig {
-    /// Off: acknowledged samples live only in memory until their flush is
-    /// durable (faster; a crash loses up to a few seconds of them).
-    pub enabled: bool,
-    pub sync: SyncMode,
-    /// With `sync = "fsync"`: how long a group waits for more appends to
-    /// share its sync.
-    #[serde(with = "humantime_serde")]
-    pub fsync_interval: Duration,
-    /// A segment is closed and a new one begun past this size.
-    pub segment_bytes: u64,
-    /// Appends waiting for the writer; beyond it ingest waits.
-    pub queue: usize,
-}
-
-impl Default for WalConfig {
-    fn default() -> Self {
-        WalConfig {
-            enabled: true,
-            sync: SyncMode::Os,
-            fsync_interval: Duration::from_millis(2),
-            segment_bytes: 64 << 20,
-            queue: 4096,
-        }
-    }
-}
-
-impl WalConfig {
-    pub(crate) fn check(&self, p: &mut Problems) {
-        p.at_most(
-            self.fsync_interval,
-            Duration::from_secs(1),
-            "wal.fsync_interval",
-        );
-        p.require(
-            (1 << 20..=1 << 34).contains(&self.segment_bytes),
-            "wal.segment_bytes",
-            "must be between 1 MiB and 16 GiB",
-        );
-        p.at_least(self.queue, 1, "wal.queue");
-    }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

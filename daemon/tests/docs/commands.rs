@@ -367,7 +367,7 @@ fn packages(root: &Path) -> BTreeMap<String, Package> {
     out
 }
 
-/// Target names Cargo finds in a folder: `x.rs` and `x/main.rs`.
+/// Target names Cargo finds in a folder: `<name>.rs` and `<name>/main.rs`.
 fn stems(dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();

@@ -25,7 +25,7 @@ const NOT_KEYS: &[&str] = &[
     "prometheus.remote_write",      // a Grafana Alloy component
 ];
 
-/// File name extensions: `ingest.rs` is a file, not a key.
+/// File name extensions: `<name>.rs` is a file, not a key.
 const EXTENSIONS: &[&str] = &["rs", "md", "toml", "json", "py", "yml", "proto", "sh"];
 
 /// The reference file: top-level keys and sections' keys, by dotted name.

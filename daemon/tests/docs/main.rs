@@ -4,7 +4,8 @@
 //! second or two.
 //!
 //! - `paths`: every repository path and every link named in the docs exists,
-//!   down to the heading a link points at;
+//!   down to the heading a link points at, and every path the `//!` and `///`
+//!   docs of the workspace's crates name;
 //! - `config_keys`: every configuration key the docs name is in
 //!   `config/tallyd.toml`, and `docs/configuration.md` lists every key of it
 //!   with its default;
@@ -14,7 +15,8 @@
 //!   exports;
 //! - `modules`: `docs/architecture.md` shows the modules and the data-path
 //!   diagram that `daemon/src/lib.rs` shows;
-//! - `cycles`: no import cycle between the files of a crate.
+//! - `cycles`: no import cycle between the files of a crate;
+//! - `test_files`: unit tests follow the one convention for their files.
 //!
 //! Each check lists every problem it finds, each naming the file and what
 //! to fix, rather than stopping at the first.
@@ -29,6 +31,7 @@ mod markdown;
 mod metrics;
 mod modules;
 mod paths;
+mod test_files;
 
 use std::path::{Path, PathBuf};
 
@@ -80,6 +83,35 @@ fn assert_none(check: &str, problems: Vec<String>) {
 #[test]
 fn every_path_and_link_in_the_docs_exists() {
     assert_none("paths", paths::check(&root(), &docs()));
+}
+
+/// The folders of the workspace's crates, from the root manifest's
+/// `members`.
+fn crates() -> Vec<PathBuf> {
+    let root = root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let members = manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("members"))
+        .expect("the root manifest lists its members");
+    members
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .map(|m| root.join(m))
+        .collect()
+}
+
+#[test]
+fn every_path_in_the_crates_rust_docs_exists() {
+    let crates = crates();
+    assert!(crates.len() >= 4, "{crates:?}");
+    assert_none("paths in Rust docs", paths::check_sources(&root(), &crates));
+}
+
+#[test]
+fn unit_test_files_follow_the_convention() {
+    assert_none("test files", test_files::check(&root(), &crates()));
 }
 
 #[test]

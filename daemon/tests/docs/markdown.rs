@@ -26,6 +26,27 @@ impl Doc {
     pub fn load(root: &Path, path: &Path) -> Doc {
         let text = std::fs::read_to_string(path)
             .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        Doc::parse(root, path, text)
+    }
+
+    /// The `//!` and `///` docs of a Rust file, as one document: every
+    /// other line left blank, so that line numbers and fences hold.
+    pub fn rust_docs(root: &Path, path: &Path) -> Doc {
+        let code = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        let mut text = String::with_capacity(code.len() / 4);
+        for line in code.lines() {
+            let t = line.trim_start();
+            let doc = t.strip_prefix("//!").or_else(|| t.strip_prefix("///"));
+            if let Some(doc) = doc.filter(|_| !t.starts_with("////")) {
+                text.push_str(doc.strip_prefix(' ').unwrap_or(doc));
+            }
+            text.push('\n');
+        }
+        Doc::parse(root, path, text)
+    }
+
+    fn parse(root: &Path, path: &Path, text: String) -> Doc {
         let (fences, prose) = split(&text);
         Doc {
             name: path

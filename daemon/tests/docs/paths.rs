@@ -2,9 +2,14 @@
 //! top-level entries (`daemon/…`, `scripts/…`, `docs/…`) must name a file
 //! or folder that exists, and a relative link must reach an existing file
 //! and, with a `#fragment`, one of that page's headings.
+//!
+//! The `//!` and `///` docs of every crate's Rust files are held to the
+//! same: there a span may also name a file of the module's own folder
+//! (`<name>.rs`, `seal/<name>.rs`, `tests/`), which must exist beside the
+//! file, in the module's folder, or under the crate's `src/`.
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::markdown::Doc;
 
@@ -28,6 +33,73 @@ pub fn check(root: &Path, docs: &[Doc]) -> Vec<String> {
     problems
 }
 
+/// Every path the Rust docs of the crates in `crates` name that exists
+/// nowhere they could mean.
+pub fn check_sources(root: &Path, crates: &[PathBuf]) -> Vec<String> {
+    let tops = top_level(root);
+    let mut problems = Vec::new();
+    for dir in crates {
+        let mut files = Vec::new();
+        rust_files(dir, &mut files);
+        files.sort();
+        for file in files {
+            let doc = Doc::rust_docs(root, &file);
+            let bases = bases(root, dir, &file);
+            for span in doc.spans() {
+                let word = span.split_whitespace().next().unwrap_or("");
+                let Some(p) = source_path(word, &tops) else {
+                    continue;
+                };
+                if !bases.iter().any(|b| b.join(p).exists()) {
+                    problems.push(format!("{}: `{span}`: no such path", doc.name));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// The `.rs` files under `dir`, but the build's.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("a crate's folder is readable") {
+        let path = entry.expect("a readable entry").path();
+        if path.is_dir() {
+            if !path.ends_with("target") {
+                rust_files(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Where a path in `file`'s docs may be rooted: the file's folder, its
+/// module's folder (`<x>/` for `<x>.rs`), the crate's `src/`, the crate's
+/// folder and the repository.
+fn bases(root: &Path, crate_dir: &Path, file: &Path) -> Vec<PathBuf> {
+    let dir = file.parent().expect("a file is in a folder");
+    let mut out = vec![dir.to_path_buf()];
+    if let Some(stem) = file.file_stem() {
+        out.push(dir.join(stem));
+    }
+    out.extend([
+        crate_dir.join("src"),
+        crate_dir.to_path_buf(),
+        root.to_path_buf(),
+    ]);
+    out
+}
+
+/// `word` as a path a Rust doc names: a repository path, or a Rust file
+/// (`<name>.rs`, `seal/<name>.rs`).
+fn source_path<'a>(word: &'a str, tops: &BTreeSet<String>) -> Option<&'a str> {
+    repo_path(word, tops).or_else(|| {
+        let word = word.trim_end_matches([',', '.', ':', ')']);
+        let rust = word.ends_with(".rs") && !word.starts_with(['.', '/']);
+        (rust && !word.contains(['*', '<', '{', '$', ':'])).then_some(word)
+    })
+}
+
 /// The repository's top-level files and folders, but the build's own.
 fn top_level(root: &Path) -> BTreeSet<String> {
     std::fs::read_dir(root)
@@ -42,7 +114,7 @@ fn top_level(root: &Path) -> BTreeSet<String> {
 /// top-level entry, with something after it or naming a file.
 fn repo_path<'a>(word: &'a str, tops: &BTreeSet<String>) -> Option<&'a str> {
     let word = word.trim_end_matches([',', '.', ':', ')']);
-    if word.contains(['*', '<', '{', '$']) {
+    if word.contains(['*', '<', '{', '$', '…']) {
         return None;
     }
     let first = word.split('/').next()?;

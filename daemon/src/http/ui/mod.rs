@@ -10,44 +10,15 @@
 //! fetch only from this daemon, and no inline script or style runs.
 
 mod assets;
+mod config;
 
-use std::time::Duration;
+pub use config::UiConfig;
 
 use axum::extract::Path;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use serde::{Deserialize, Serialize};
-
-use crate::validate::Problems;
-
-/// `[ui]`: the built-in dashboard.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct UiConfig {
-    /// Serve the dashboard at `/` on the HTTP listener.
-    pub enabled: bool,
-    /// The fleet view marks a source stale when its newest sample is older
-    /// than this (a reader may pass its own `stale_after`).
-    #[serde(with = "humantime_serde")]
-    pub stale_after: Duration,
-}
-
-impl Default for UiConfig {
-    fn default() -> Self {
-        UiConfig {
-            enabled: true,
-            stale_after: Duration::from_secs(300),
-        }
-    }
-}
-
-impl UiConfig {
-    pub(crate) fn check(&self, p: &mut Problems) {
-        p.min_duration(self.stale_after, Duration::from_secs(1), "ui.stale_after");
-    }
-}
 
 /// The policy on every response of the dashboard's files.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'";
@@ -117,8 +88,10 @@ fn with_policy(mut r: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::Problems;
     use axum::body::Body;
     use axum::http::Request;
+    use std::time::Duration;
     use tower::ServiceExt as _;
 
     async fn get(path: &str, etag: Option<&str>) -> Response {

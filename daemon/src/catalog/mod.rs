@@ -13,6 +13,10 @@
 //! one) recording the same series agree. Discovery is thus fresh to one
 //! flush for new series and to `refresh` for `last_seen`.
 
+mod config;
+
+pub use config::CatalogConfig;
+
 use std::sync::Arc;
 
 use hashbrown::HashMap;
@@ -21,29 +25,6 @@ use parking_lot::Mutex;
 use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
 use crate::store::CatalogEntry;
 use crate::table::SeriesMap;
-
-/// `[catalog]`: how the series catalog is kept.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CatalogConfig {
-    /// How far a series' `last_seen` may lag before it is written again.
-    #[serde(with = "humantime_serde")]
-    pub refresh: std::time::Duration,
-}
-
-impl Default for CatalogConfig {
-    fn default() -> Self {
-        CatalogConfig {
-            refresh: std::time::Duration::from_secs(600),
-        }
-    }
-}
-
-impl CatalogConfig {
-    pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
-        p.positive(self.refresh, "catalog.refresh");
-    }
-}
 
 struct Recorded {
     /// `first_seen` as last written to the store: a late sample for an

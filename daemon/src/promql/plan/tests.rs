@@ -1,4 +1,6 @@
 use super::*;
+use crate::promql::value::EvalError;
+use crate::query::QueryConfig;
 
 fn p(q: &str) -> Plan {
     plan(q, &QueryConfig::default(), 1_000_000, 2_000_000).unwrap()

@@ -14,6 +14,10 @@
 //! message that fits catches it up (skip ahead). A subscriber that stays
 //! full for `max_lag` is dropped, and told so.
 
+mod config;
+
+pub use config::WatchConfig;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,51 +30,9 @@ use tracing::{debug, warn};
 
 use crate::model::{SampleKind, SeriesId, Slot, MINUTE_S};
 use crate::query::{
-    Buckets, Point, QueryEngine, QueryError, Selection, SeriesRange, Step, StepSpec, Window,
+    Buckets, Point, QueryEngine, QueryError, Selection, SeriesBuckets, SeriesRange, Step, StepSpec,
+    Window,
 };
-
-/// `[watch]`: live subscriptions and how slow subscribers are treated.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct WatchConfig {
-    pub max_subscribers: usize,
-    /// Series per subscription.
-    pub max_series: usize,
-    /// History sent first, unless the subscriber asks for another.
-    #[serde(with = "humantime_serde")]
-    pub window: Duration,
-    /// Updates queued per subscriber before ticks are skipped for it.
-    pub buffer: usize,
-    /// A subscriber that reads nothing for this long is dropped.
-    #[serde(with = "humantime_serde")]
-    pub max_lag: Duration,
-    /// How often updates go out; fixed for operators (dashboards expect a
-    /// second), shorter in tests.
-    #[serde(skip)]
-    pub tick: Duration,
-}
-
-impl Default for WatchConfig {
-    fn default() -> Self {
-        WatchConfig {
-            max_subscribers: 256,
-            max_series: 1_000,
-            window: Duration::from_secs(3_600),
-            buffer: 4,
-            max_lag: Duration::from_secs(30),
-            tick: Duration::from_secs(1),
-        }
-    }
-}
-
-impl WatchConfig {
-    pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
-        p.at_least(self.max_series, 1, "watch.max_series");
-        p.at_least(self.buffer, 1, "watch.buffer");
-        p.positive(self.window, "watch.window");
-        p.positive(self.max_lag, "watch.max_lag");
-    }
-}
 
 /// One message to a subscriber.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -114,6 +76,51 @@ struct Subscriber {
     skipped: u64,
     behind_since: Option<Instant>,
     dropped: Arc<AtomicBool>,
+}
+
+/// A new subscription's first event, and what it delivered per series.
+struct Snapshot {
+    series: Vec<SeriesRange>,
+    sent: HashMap<SeriesId, Vec<(i64, Slot)>>,
+    kinds: HashMap<SeriesId, SampleKind>,
+}
+
+impl Snapshot {
+    /// The snapshot of `buckets`; the minutes from the one before
+    /// `current` on count as delivered.
+    fn of(buckets: Vec<SeriesBuckets>, current: i64) -> Snapshot {
+        let mut sent = HashMap::new();
+        let mut kinds = HashMap::new();
+        let mut snapshot = Vec::with_capacity(buckets.len());
+        for b in buckets {
+            let counter = b.is_counter();
+            snapshot.push(SeriesRange {
+                source: b.series.source.to_string(),
+                metric: b.series.metric.to_string(),
+                labels: b.series.labels.to_map(),
+                kind: b.kind,
+                points: b
+                    .buckets
+                    .iter()
+                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
+                    .collect(),
+            });
+            if let Some(k) = b.kind {
+                kinds.insert(b.series.clone(), k);
+            }
+            let live: Vec<(i64, Slot)> = b
+                .buckets
+                .into_iter()
+                .filter(|(t, _)| *t >= current - MINUTE_S)
+                .collect();
+            sent.insert(b.series, live);
+        }
+        Snapshot {
+            series: snapshot,
+            sent,
+            kinds,
+        }
+    }
 }
 
 /// The live window of every watched series: kind and minute slots.
@@ -285,32 +292,11 @@ impl WatchHub {
             .reserve_points((series.len() as u64).saturating_mul(w.buckets().max(0) as u64))
             .await?;
         let buckets = self.engine.many_buckets(&series, &w).await?;
-        let mut sent = HashMap::new();
-        let mut kinds = HashMap::new();
-        let mut snapshot = Vec::with_capacity(buckets.len());
-        for b in buckets {
-            let counter = b.is_counter();
-            snapshot.push(SeriesRange {
-                source: b.series.source.to_string(),
-                metric: b.series.metric.to_string(),
-                labels: b.series.labels.to_map(),
-                kind: b.kind,
-                points: b
-                    .buckets
-                    .iter()
-                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
-                    .collect(),
-            });
-            if let Some(k) = b.kind {
-                kinds.insert(b.series.clone(), k);
-            }
-            let live: Vec<(i64, Slot)> = b
-                .buckets
-                .into_iter()
-                .filter(|(t, _)| *t >= current - MINUTE_S)
-                .collect();
-            sent.insert(b.series, live);
-        }
+        let Snapshot {
+            series: snapshot,
+            sent,
+            kinds,
+        } = Snapshot::of(buckets, current);
         let (tx, rx) = mpsc::channel(self.cfg.buffer.max(1));
         // The queue is empty: the snapshot always fits.
         let _ = tx.try_send(WatchEvent {
