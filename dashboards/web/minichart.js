@@ -6,7 +6,10 @@
 // Like the full chart, it says what it drew: its element carries
 // `data-state`, `data-series`, `data-points` and `data-last-t`, and
 // `element.tallyDrawn` returns every plotted point as `[t, y]` or
-// `[t, y, min, max]`.
+// `[t, y, min, max]`. Drawing and saying are two calls, so that a caller
+// drawing several charts writes the page once they are all drawn: setting
+// a canvas' font reads its element's style, which any write to the page
+// before it would have recomputed, once per chart.
 
 import { niceTicks } from './axes.js';
 import { num } from './format.js';
@@ -22,10 +25,10 @@ function inWindow(s, from, to) {
 /**
  * Draws `list` (chart series, see series.js) over `win` ({from, to, step})
  * on `canvas`, `[w, h]` CSS px as its caller measured it (measuring here
- * would lay the page out once per chart), whose element `host` gets the
- * data attributes. Returns what was drawn, for `tallyDrawn`.
+ * would lay the page out once per chart). Writes nothing else: returns
+ * the drawing, for `markDrawn` and `drawnData`.
  */
-export function drawMini(host, canvas, list, win, colors, [w, h]) {
+export function drawMini(canvas, list, win, colors, [w, h]) {
   const dpr = devicePixelRatio || 1;
   if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
     canvas.width = Math.round(w * dpr);
@@ -86,12 +89,16 @@ export function drawMini(host, canvas, list, win, colors, [w, h]) {
   ctx.clip();
   for (const d of drawn) line(ctx, d, step, sx, sy, colors.series[d.i % colors.series.length]);
   ctx.restore();
+  return { drawn, count, lastT };
+}
+
+/** Says on `host`, the chart's element, what `drawing` drew. */
+export function markDrawn(host, { drawn, count, lastT }) {
   const ds = host.dataset;
   ds.series = String(drawn.length);
   ds.points = String(count);
   ds.lastT = lastT === null ? '' : String(lastT);
   ds.state = count ? 'drawn' : 'empty';
-  return drawn;
 }
 
 /** One series: its band, then its line, broken where buckets are empty. */
@@ -130,7 +137,7 @@ function line(ctx, { s, pts }, step, sx, sy, color) {
   }
 }
 
-/** What `tallyDrawn` returns for a drawing (as the full chart's). */
+/** What `tallyDrawn` returns for a drawing's series (as the full chart's). */
 export function drawnData(drawn, win) {
   return {
     ...win,

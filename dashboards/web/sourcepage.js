@@ -10,12 +10,18 @@
 // next). The charts in view are kept live by one watch stream for all of
 // them, opened again when what is in view changes, so a page costs the
 // daemon what one live chart does.
+//
+// Drawing never holds the page: the charts to draw wait in a queue, and
+// after each frame a slice of them is drawn, a few milliseconds' worth, so
+// that a screenful arriving at once is spread over frames and scrolling
+// goes on meanwhile. A chart is drawn again only when its data, its window
+// or its size changed, not each time it comes back into view.
 
 import { getJSON, showError } from './api.js';
 import { theme } from './chart.js';
 import { duration, num } from './format.js';
 import { watch } from './live.js';
-import { drawMini, drawnData } from './minichart.js';
+import { drawMini, drawnData, markDrawn } from './minichart.js';
 import * as series from './series.js';
 import * as state from './state.js';
 
@@ -31,6 +37,9 @@ const MINUTE_SNAPSHOT = 5;
 const SETTLE_MS = 80;
 const RESTREAM_MS = 1000;
 const STEP_PARAM = { 60: '1m', 3600: '1h', 86400: '1d' };
+/** Drawing per slice: at least one chart, then as many as fit. Well under
+    a frame, so that a slice and the frame after it stay short tasks. */
+const SLICE_MS = 8;
 
 function make(tag, cls, text) {
   const e = document.createElement(tag);
@@ -82,6 +91,8 @@ export class SourcePage {
     this.cards = new Map();
     this.visible = new Set();
     this.inFlight = new Set();
+    /** Charts to draw, in the order they were asked for. */
+    this.queue = new Set();
     this.ctrl = new AbortController();
     this.root = make('section', 'source-page');
     this.root.dataset.state = 'loading';
@@ -91,7 +102,10 @@ export class SourcePage {
     this.observer = new IntersectionObserver((entries) => this.seen(entries), {
       rootMargin: '100px 0px',
     });
-    this.onResize = () => this.redrawVisible();
+    this.onResize = () => {
+      for (const c of this.cards.values()) c.stale = true;
+      this.redrawVisible();
+    };
     addEventListener('resize', this.onResize);
     this.slider = setInterval(() => this.slide(), 5000);
     this.list();
@@ -131,6 +145,9 @@ export class SourcePage {
     clearInterval(this.slider);
     clearTimeout(this.pumpTimer);
     clearTimeout(this.streamTimer);
+    cancelAnimationFrame(this.frame);
+    clearTimeout(this.sliceTimer);
+    this.queue.clear();
     if (this.live) this.live.stop();
     this.root.remove();
   }
@@ -190,7 +207,10 @@ export class SourcePage {
     }
   }
 
-  /** A metric's placeholder, made once. */
+  /**
+   * A metric's placeholder, made once, with its canvas: the card keeps its
+   * layout from the start, so drawing it moves nothing on the page.
+   */
   card(metric) {
     let c = this.cards.get(metric);
     if (c) return c;
@@ -207,8 +227,12 @@ export class SourcePage {
     const title = make('span', 'mini-title', metric);
     title.title = metric;
     const note = make('span', 'mini-note');
-    el.append(title, note);
-    c = { el, note, metric, canvas: null, list: null, drawn: [], leftAt: 0 };
+    const canvas = make('canvas');
+    canvas.setAttribute('role', 'img');
+    canvas.setAttribute('aria-label', `${metric}: not read yet`);
+    el.append(title, canvas, note);
+    // `stale`: its data, window or size changed since it was last drawn.
+    c = { el, note, metric, canvas, list: null, drawn: [], stale: true, leftAt: 0 };
     Object.defineProperty(el, 'tallyDrawn', { get: () => drawnData(c.drawn, this.win) });
     this.cards.set(metric, c);
     return c;
@@ -223,12 +247,12 @@ export class SourcePage {
         this.visible.add(c);
         if (c.leftAt && Date.now() - c.leftAt > REREAD_AFTER_MS) c.list = null;
         c.leftAt = 0;
-        if (c.list) back.push(c);
+        if (c.list && c.stale) back.push(c);
       } else if (this.visible.delete(c)) {
         c.leftAt = Date.now();
       }
     }
-    this.drawAll(back);
+    this.schedule(back);
     // The first screenful is read at once; later ones once scrolling pauses.
     clearTimeout(this.pumpTimer);
     this.pumpTimer = setTimeout(() => this.pump(), this.pumped ? SETTLE_MS : 0);
@@ -267,10 +291,11 @@ export class SourcePage {
         if (!c) continue;
         c.list = series.fromRange({ series: chart.series });
         c.matched = chart.matched;
+        c.stale = true;
         series.nameAll(c.list);
         if (this.visible.has(c)) fresh.push(c);
       }
-      this.drawAll(fresh);
+      this.schedule(fresh);
       if (body.partial) showError(this.error, { message: `Answered from memory only: ${body.partial}` });
     } catch (e) {
       if (e.kind === 'aborted') return;
@@ -284,7 +309,6 @@ export class SourcePage {
         if (!c.list && c.el.dataset.state === 'loading') c.el.dataset.state = 'waiting';
       }
     }
-    this.marked();
     this.moveStream();
     // What the daemon left unread, and what came into view meanwhile.
     this.pump();
@@ -293,31 +317,56 @@ export class SourcePage {
   /** Marks the first screenful drawn on the Performance timeline. */
   marked() {
     if (this.firstDrawn || !this.visible.size) return;
-    if ([...this.visible].some((c) => !c.list)) return;
+    if ([...this.visible].some((c) => !c.list || c.stale)) return;
     this.firstDrawn = true;
     performance.mark('tally:source-drawn', { detail: { charts: this.visible.size } });
   }
 
-  /**
-   * Draws `cards`: their canvases made first, then their sizes read at
-   * once, then the drawing, so that the page is laid out once per batch
-   * rather than once per chart.
-   */
-  drawAll(cards) {
-    const ready = cards.filter((c) => c.list);
-    for (const c of ready) {
-      if (c.canvas) continue;
-      c.canvas = make('canvas');
-      c.canvas.setAttribute('role', 'img');
-      c.el.insertBefore(c.canvas, c.note);
-    }
-    const sizes = ready.map((c) => [c.canvas.clientWidth, c.canvas.clientHeight]);
-    ready.forEach((c, i) => this.paint(c, sizes[i]));
+  /** Queues `cards` to be drawn (those that have data), after the next frame. */
+  schedule(cards) {
+    for (const c of cards) if (c.list) this.queue.add(c);
+    if (!this.queue.size || this.frame || this.sliceTimer) return;
+    // A task of its own right after the frame: the frame shows what the
+    // last slice drew, and neither task grows by the other's work.
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.sliceTimer = setTimeout(() => {
+        this.sliceTimer = 0;
+        this.drawSlice();
+      });
+    });
   }
 
-  /** One card drawn at `size` ([width, height] in CSS px). */
-  paint(c, size) {
-    c.drawn = drawMini(c.el, c.canvas, c.list, this.win, this.colors, size);
+  /**
+   * Draws queued charts still in view (the others are queued again when
+   * they come back) for about SLICE_MS: their sizes read first, in one
+   * layout, then the canvases drawn, then what they drew written to the
+   * page, so that the page is laid out and styled once per slice.
+   */
+  drawSlice() {
+    const start = performance.now();
+    const due = [];
+    for (const c of this.queue) {
+      if (this.visible.has(c) && c.list) due.push(c);
+      else this.queue.delete(c);
+    }
+    const sizes = due.map((c) => [c.canvas.clientWidth, c.canvas.clientHeight]);
+    const done = [];
+    for (const [i, c] of due.entries()) {
+      if (done.length && performance.now() - start > SLICE_MS) break;
+      this.queue.delete(c);
+      done.push([c, drawMini(c.canvas, c.list, this.win, this.colors, sizes[i])]);
+    }
+    for (const [c, drawing] of done) this.label(c, drawing);
+    this.marked();
+    this.schedule([]);
+  }
+
+  /** Says on the card what its canvas now shows. */
+  label(c, drawing) {
+    c.drawn = drawing.drawn;
+    c.stale = false;
+    markDrawn(c.el, drawing);
     const kind = c.list[0]?.kind;
     const parts = [];
     if (c.list.length && c.list.every((s) => s.counter)) parts.push('per second');
@@ -331,7 +380,7 @@ export class SourcePage {
   }
 
   redrawVisible() {
-    this.drawAll([...this.visible]);
+    this.schedule([...this.visible]);
   }
 
   /** The charts in view that the stream can keep live (all their lines). */
@@ -383,9 +432,11 @@ export class SourcePage {
         for (const m of touched) {
           const c = this.cards.get(m);
           if (!c || !c.list) continue;
-          if (series.applyWatch(c.list, ev, step, coveredFrom) && this.visible.has(c)) changed.push(c);
+          if (!series.applyWatch(c.list, ev, step, coveredFrom)) continue;
+          c.stale = true;
+          if (this.visible.has(c)) changed.push(c);
         }
-        if (!this.slide()) this.drawAll(changed);
+        if (!this.slide()) this.schedule(changed);
       },
       onStatus: (st, err, retryMs) => {
         const why = err && err.describe ? err.describe() : err ? err.message : '';
@@ -414,6 +465,7 @@ export class SourcePage {
     this.win = { from: from + (next - to), to: next, step };
     for (const c of this.cards.values()) {
       for (const s of c.list || []) s.points = series.trimBefore(s.points, this.win.from);
+      c.stale = true;
     }
     this.redrawVisible();
     return true;
