@@ -10,6 +10,10 @@
 //! before `t`: when `t` falls inside a past minute whose last sample came
 //! after `t`, the minute before answers. The minute in progress is in
 //! memory and counts, so a bare selector at "now" is fresh to the second.
+//! When the sample that answers is a staleness marker, the series ended
+//! before `t` and answers nothing (as in Prometheus); range windows skip
+//! markers (see `RangeSeries::sample`), and a minute of nothing but a
+//! marker is no point of any window.
 //!
 //! # Range selectors
 //!
@@ -35,7 +39,9 @@ use super::plan::{Mods, SelectorSpec};
 pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
 use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
-use crate::model::{validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S};
+use crate::model::{
+    is_stale_marker, validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S,
+};
 use crate::query::{QueryEngine, Selection, Step, Window};
 use crate::rollup::Rollups;
 use crate::selector::{all_match, LabelMatcher, MatchOp, NameMatcher};
@@ -360,7 +366,8 @@ pub async fn instant(
     Ok(out)
 }
 
-/// The newest sample at or before `t` and no older than `lookback_ms`.
+/// The newest sample at or before `t` and no older than `lookback_ms`;
+/// none when that is a staleness marker (the series ended before `t`).
 pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64, f64)> {
     let mut i = rs.t.partition_point(|&start| start <= t);
     while i > 0 {
@@ -368,9 +375,10 @@ pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64,
         if rs.t[i] + rs.width_ms <= t - lookback_ms {
             return None;
         }
-        if let Some((ts, v)) = rs.sample(i) {
+        if let Some((ts, v)) = rs.newest(i) {
             if ts <= t {
-                return (ts >= t - lookback_ms).then_some((ts, v));
+                let fresh = ts >= t - lookback_ms && !is_stale_marker(v);
+                return fresh.then_some((ts, v));
             }
         }
     }
@@ -402,7 +410,12 @@ pub async fn range(
             .collect(),
         MERGE_GAP_SLOTS * granularity_s,
     );
-    let data = read(ctx, selected, granularity_s, &spans).await?;
+    let mut data = read(ctx, selected, granularity_s, &spans).await?;
+    for (_, buckets) in &mut data {
+        // A minute of nothing but its series' end: range functions skip
+        // markers, so it is no point of any window.
+        buckets.retain(|(_, s)| !s.only_ends());
+    }
     Ok(selected
         .iter()
         .zip(data)
@@ -459,6 +472,43 @@ mod tests {
         assert_eq!(newest_sample(&old, 659_998, lb), None);
         let counter = minutes(&[(10, None)], PointKind::Cumulative);
         assert_eq!(newest_sample(&counter, 700_000, lb), None);
+    }
+
+    #[test]
+    fn a_staleness_marker_ends_the_series_until_its_next_sample() {
+        use crate::model::stale_marker;
+        let lb = 300_000;
+        // Minute 10: samples, then the marker at 10:40 in the same minute.
+        let mut ended = Slot::at(610_000, 1.0);
+        ended.add(620_000, 2.0);
+        ended.see(640_000, stale_marker());
+        let mut rs = minutes(&[(10, Some((0, 0.0)))], PointKind::Gauge);
+        rs.slots[0] = ended;
+        // Before the marker the minute before answers (the rule above);
+        // from its time on, nothing, however long the lookback.
+        assert_eq!(newest_sample(&rs, 639_999, lb), None);
+        assert_eq!(newest_sample(&rs, 640_000, lb), None);
+        assert_eq!(newest_sample(&rs, 700_000, lb), None);
+        // The range view skips the marker: no per-minute sample there.
+        assert_eq!(rs.sample(0), None);
+        // A minute of only a marker after a minute of samples, and then a
+        // sample again in the minute after.
+        let mut only = Slot::EMPTY;
+        only.see(665_000, stale_marker());
+        let mut rs = minutes(
+            &[
+                (10, Some((650_000, 1.0))),
+                (11, None),
+                (12, Some((730_000, 3.0))),
+            ],
+            PointKind::Gauge,
+        );
+        rs.slots[1] = only;
+        assert_eq!(newest_sample(&rs, 664_999, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 665_000, lb), None);
+        assert_eq!(newest_sample(&rs, 729_999, lb), None);
+        assert_eq!(newest_sample(&rs, 730_000, lb), Some((730_000, 3.0)));
+        assert!(rs.slots[1].only_ends());
     }
 
     #[test]
