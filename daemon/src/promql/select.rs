@@ -20,10 +20,13 @@
 //! `[r]` is rounded to whole minutes `r'` (see [`round_range_ms`]). The
 //! window at `t` holds the slots that *end* in `(t - r', t]`: the minute
 //! slots starting in `[floor_minute(t) - r', floor_minute(t))`. For a
-//! minute-aligned `t` those are exactly the samples in `[t - r', t)`. The
-//! minute in progress is not in it: it counts once it is over, so the
-//! newest point of a graph is never a partial minute that looks like a dip.
-//! When `r'` and every window end are whole hours (or days) and the
+//! minute-aligned `t` those are exactly the samples in `[t - r', t)`. A
+//! `t` inside a minute, an instant query's or a range query's newest
+//! point, reads that minute too, as far as it has samples (the minute in
+//! progress is in memory), and the range functions read it over the time
+//! it covers (see `range_fns::windows`), so the newest point of a graph is
+//! fresh and never a partial minute that looks like a dip.
+//! When `r'` and every evaluation time are whole hours (or days) and the
 //! function needs no per-minute samples, hour (or day) slots serve the
 //! windows: the same answer from a sixtieth of the slots.
 //!
@@ -386,7 +389,8 @@ pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64,
 }
 
 /// The widest slots (a day, an hour, a minute) that tile every window of
-/// `range_ms` ending at the minutes `ends_ms`.
+/// `range_ms` read at `ends_ms`: a read inside a minute reads that minute
+/// too (see `range_fns::window`), so only minutes serve it.
 pub fn granularity(range_ms: i64, ends_ms: &[i64]) -> i64 {
     [DAY_S, HOUR_S]
         .into_iter()
@@ -394,19 +398,27 @@ pub fn granularity(range_ms: i64, ends_ms: &[i64]) -> i64 {
         .unwrap_or(60)
 }
 
-/// The range selector's slots for windows ending at `ends_ms` (minute
-/// boundaries, ascending), read at `granularity_s`.
+/// The range selector's slots for windows read at `reads_ms` (ascending),
+/// read at `granularity_s`: the whole minutes before each read's minute,
+/// and for the last read, when it is inside a minute, that minute itself
+/// (see `range_fns::windows`).
 pub async fn range(
     ctx: Context<'_>,
     selected: &[Selected],
-    ends_ms: &[i64],
+    reads_ms: &[i64],
     range_ms: i64,
     granularity_s: i64,
 ) -> EvalResult<Vec<RangeSeries>> {
+    let last = reads_ms.len().saturating_sub(1);
     let spans = merge_spans(
-        ends_ms
+        reads_ms
             .iter()
-            .map(|&e| ((e - range_ms) / 1000, e / 1000))
+            .enumerate()
+            .map(|(i, &t)| {
+                let e = window_end(t);
+                let own = if t == e || i != last { 0 } else { MINUTE_MS };
+                ((e - range_ms) / 1000, (e + own) / 1000)
+            })
             .collect(),
         MERGE_GAP_SLOTS * granularity_s,
     );
