@@ -13,7 +13,8 @@ use super::prealloc::PreallocMarks;
 use super::{Aggregator, ArrivalMinute, IngestOutcome, RejectReason, SeriesBatch, Window};
 use crate::labels::Labels;
 use crate::model::{
-    minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, MAX_SUM,
+    is_stale_marker, minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef,
+    Slot, MAX_SUM,
 };
 use crate::table::Table;
 
@@ -133,11 +134,12 @@ impl SeriesState {
     }
 
     /// The newest sample a read may show: none for a cumulative counter
-    /// that has only a baseline (see [`SeriesState::increased`]).
+    /// that has only a baseline (see [`SeriesState::increased`]), or for a
+    /// series whose newest sample is a staleness marker (it ended).
     pub(super) fn shown_sample(&self) -> Option<(i64, f64)> {
         match self.kind {
             SampleKind::CumulativeCounter if !self.increased => None,
-            _ => self.last_sample.get(),
+            _ => self.last_sample.get().filter(|&(_, v)| !is_stale_marker(v)),
         }
     }
 

@@ -633,3 +633,30 @@ fn a_cumulative_counters_baseline_is_not_its_latest_sample() {
         "the baseline's minute is still written, and read as empty"
     );
 }
+
+#[test]
+fn a_staleness_marker_is_the_last_sample_and_in_no_aggregate() {
+    let a = agg();
+    let marker = crate::model::stale_marker();
+    let ts = [NOW - 2_000, NOW - 1_000, NOW];
+    let key = SeriesRef::new("s", "m");
+    a.ingest(
+        &[batch("s", "m", SampleKind::Gauge, &ts, &[2.0, 4.0, marker])],
+        NOW,
+    );
+    let (_, mins) = a.pending_for(key);
+    let slot = mins[0].1;
+    assert_eq!((slot.n, slot.sum, slot.min, slot.max), (2, 6.0, 2.0, 4.0));
+    assert!(slot.ends(), "{slot:?}");
+    assert_eq!(slot.last_ms, NOW);
+    // The series ended: a latest-value read shows nothing.
+    assert_eq!(a.last_sample(key), None);
+    // A counter's baseline survives its marker: the next increase counts
+    // from the last number.
+    let c = SampleKind::CumulativeCounter;
+    let key = SeriesRef::new("s", "c_total");
+    a.ingest(&[batch("s", "c_total", c, &ts, &[10.0, marker, 15.0])], NOW);
+    let slot = a.pending_for(key).1[0].1;
+    assert_eq!((slot.n, slot.sum), (1, 5.0));
+    assert_eq!(slot.last_sample(), Some((NOW, 15.0)));
+}

@@ -24,7 +24,9 @@
 //!   `kind_conflict` (which Prometheus would drop the batch over). Only
 //!   such series are looked up.
 //! - **Staleness markers** (the NaN Prometheus writes when a series
-//!   disappears) are skipped, not refused.
+//!   disappears) are kept as samples: the minute's last sample, which ends
+//!   the series at its time for instant selectors (see `promql::select`)
+//!   and enters no aggregate.
 //!
 //! The request is read straight from its bytes into the view admission
 //! reads (`parse`), with no owned message on the way.
@@ -40,10 +42,6 @@ pub use config::RemoteWriteConfig;
 pub use parse::{Parse, ParseError};
 
 use crate::metadata::{FamilyType, MetadataBook};
-
-/// The bit pattern of Prometheus' staleness marker, a NaN no arithmetic
-/// produces.
-const STALE_NAN: u64 = 0x7ff0_0000_0000_0002;
 
 /// The kind of a series the daemon holds: (source, metric, labels).
 pub type KnownKind<'a> = &'a (dyn Fn(&str, &str, &[(&str, &str)]) -> Option<pb::SampleKind> + Sync);
@@ -129,6 +127,7 @@ mod tests {
     use super::*;
     use crate::aggregator::{IngestOutcome, RejectReason};
     use crate::ingest::builder::Budget;
+    use crate::model::STALE_NAN_BITS as STALE_NAN;
 
     fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> rw::TimeSeries {
         rw::TimeSeries {
@@ -175,7 +174,7 @@ mod tests {
     };
 
     #[test]
-    fn source_comes_off_the_labels_and_stale_markers_are_skipped() {
+    fn source_comes_off_the_labels_and_stale_markers_are_kept() {
         let req = rw::WriteRequest {
             timeseries: vec![
                 series(
@@ -205,7 +204,8 @@ mod tests {
         let s = &request.sources[0];
         assert_eq!(s.source, "h1");
         assert_eq!(s.series[0].metric, "node_cpu_seconds_total");
-        assert_eq!(s.series[0].values, [5.0]);
+        let bits: Vec<u64> = s.series[0].values.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, [5.0f64.to_bits(), STALE_NAN]);
         assert_eq!(s.series[0].kind, pb::SampleKind::CumulativeCounter as i32);
         let names: Vec<&str> = s.series[0].labels.iter().map(|l| l.name.as_str()).collect();
         assert_eq!(names, ["cpu", "mode"]);

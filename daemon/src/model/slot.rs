@@ -56,17 +56,37 @@ impl Default for Slot {
     }
 }
 
+/// The bit pattern of Prometheus' staleness marker: a NaN no arithmetic
+/// produces, written when a series ends (its target went away, it left the
+/// scrape). Kept as the last sample of its minute, it ends the series at
+/// its time for instant selectors; no sum or range function sees it.
+pub const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
+
+/// The staleness marker as a value.
+pub fn stale_marker() -> f64 {
+    f64::from_bits(STALE_NAN_BITS)
+}
+
+/// Whether `v` is the staleness marker (by its bits: any other NaN is a
+/// value that was sent).
+#[inline]
+pub fn is_stale_marker(v: f64) -> bool {
+    v.to_bits() == STALE_NAN_BITS
+}
+
 /// Whether the sample `(t, v)` is newer than `(was_t, was_v)`: later, or at
-/// the same time with the greater value, NaN below every number. This is
-/// the order MongoDB's `$max` gives `{t, v}` documents, so both stores keep
-/// the same last sample whatever order flushes, retries and replays bring
-/// them in.
+/// the same time with the greater value, NaN below every number and the
+/// staleness marker above any other NaN. This is the order MongoDB's `$max`
+/// gives `{t, v}` documents (NaN is stored as null, the marker as null with
+/// one more field, see the MongoDB store), so both stores keep the same
+/// last sample whatever order flushes, retries and replays bring them in.
 #[inline]
 pub fn newer_sample(t: i64, v: f64, was_t: i64, was_v: f64) -> bool {
     t > was_t
         || (t == was_t
             && match (v.is_nan(), was_v.is_nan()) {
-                (true, _) => false,
+                (true, true) => is_stale_marker(v) && !is_stale_marker(was_v),
+                (true, false) => false,
                 (false, true) => true,
                 (false, false) => v > was_v,
             })
@@ -134,6 +154,24 @@ impl Slot {
     /// sent, and shows as Prometheus would show it).
     fn is_baseline(&self) -> bool {
         self.n == 0 && self.last_sample().is_some_and(|(_, v)| !v.is_nan())
+    }
+
+    /// The newest sample unless it is a staleness marker: the sample a
+    /// value read shows (a series that ended shows nothing after its end).
+    pub fn value_sample(&self) -> Option<(i64, f64)> {
+        self.last_sample().filter(|&(_, v)| !is_stale_marker(v))
+    }
+
+    /// Whether the slot ends its series: its newest sample is a staleness
+    /// marker.
+    pub fn ends(&self) -> bool {
+        self.last_sample().is_some_and(|(_, v)| is_stale_marker(v))
+    }
+
+    /// A staleness marker and nothing else: the minute holds no value, only
+    /// the end of its series, which only instant selectors read.
+    pub fn only_ends(&self) -> bool {
+        self.n == 0 && self.ends()
     }
 
     /// Whether the aggregates (`n`, `sum`, `min`, `max`) have any value.
@@ -232,9 +270,15 @@ mod tests {
         assert!(!s.has_values());
         assert_eq!(s.avg(), None);
         assert!(s.last_sample().is_some_and(|(t, v)| t == 5 && v.is_nan()));
-        // A number at the same time wins over NaN, as `$max` has it.
+        // At the same time the staleness marker wins over NaN, a number
+        // over both, as `$max` has them.
+        s.see(5, stale_marker());
+        assert!(s.ends() && s.only_ends() && s.value_sample().is_none());
+        s.see(5, f64::NAN);
+        assert!(s.ends(), "a NaN does not replace the marker at its time");
         s.see(5, -1.0);
         assert_eq!(s.last_sample(), Some((5, -1.0)));
+        assert!(!s.ends());
         // An older sample never replaces a newer one.
         s.see(4, 100.0);
         assert_eq!(s.last_sample(), Some((5, -1.0)));
@@ -266,7 +310,11 @@ mod tests {
     fn sample() -> impl Strategy<Value = (i64, f64)> {
         (
             0_i64..20,
-            prop_oneof![Just(f64::NAN), (-3_i32..3).prop_map(f64::from)],
+            prop_oneof![
+                Just(f64::NAN),
+                Just(stale_marker()),
+                (-3_i32..3).prop_map(f64::from)
+            ],
         )
     }
 

@@ -278,11 +278,9 @@ impl<'a> Evaluator<'a> {
             second: params.get(1).map(Vec::as_slice),
         };
         let mut out = Vec::with_capacity(arg.series.len());
+        let reads: Vec<i64> = times.iter().map(|&t| arg.mods.at(t)).collect();
         for rs in &arg.series {
-            let wins: Vec<WindowAt> = times
-                .iter()
-                .map(|&t| range_fns::window(rs, arg.mods.at(t), arg.range_ms))
-                .collect();
+            let wins: Vec<WindowAt> = range_fns::windows(rs, &reads, arg.range_ms);
             let values = range_fns::apply(f, rs, &wins, times, arg.range_ms, &params)?;
             if values.iter().any(Option::is_some) {
                 let labels = if f.keeps_name() {
@@ -298,16 +296,17 @@ impl<'a> Evaluator<'a> {
 
     async fn absent_over_time(&self, arg: &Node, times: &[i64]) -> EvalResult<Value> {
         let r = self.range_arg(arg, times, Some(RangeFn::Present)).await?;
-        let values: Vec<Option<f64>> = times
-            .iter()
-            .map(|&t| {
-                let any = r.series.iter().any(|rs| {
-                    let w = range_fns::window(rs, r.mods.at(t), r.range_ms);
-                    w.hi > w.lo
-                });
-                (!any).then_some(1.0)
-            })
-            .collect();
+        let reads: Vec<i64> = times.iter().map(|&t| r.mods.at(t)).collect();
+        let mut present = vec![false; times.len()];
+        for rs in &r.series {
+            for (p, w) in present
+                .iter_mut()
+                .zip(range_fns::windows(rs, &reads, r.range_ms))
+            {
+                *p |= w.hi > w.lo;
+            }
+        }
+        let values: Vec<Option<f64>> = present.iter().map(|&p| (!p).then_some(1.0)).collect();
         let s = Series {
             labels: self.absent_labels(arg),
             values,
@@ -334,10 +333,9 @@ impl<'a> Evaluator<'a> {
                     mods,
                 } => {
                     let selected = &self.selected[*sel];
-                    let mut ends: Vec<i64> = times
-                        .iter()
-                        .map(|&t| select::window_end(mods.at(t)))
-                        .collect();
+                    // Read times, not minute starts: a read inside a
+                    // minute reads that minute too.
+                    let mut ends: Vec<i64> = times.iter().map(|&t| mods.at(t)).collect();
                     ends.dedup();
                     let g = if f.is_some() && self.wide[*sel] {
                         select::granularity(*range_ms, &ends)
@@ -442,7 +440,8 @@ fn in_window(arg: RangeArg, t: i64) -> Vec<RangeSeries> {
     arg.series
         .into_iter()
         .filter_map(|rs| {
-            let w = range_fns::window(&rs, arg.mods.at(t), arg.range_ms);
+            let read_t = arg.mods.at(t);
+            let w = range_fns::window(&rs, read_t, arg.range_ms);
             let mut out = RangeSeries {
                 labels: rs.labels.clone(),
                 kind: PointKind::Samples,
@@ -450,8 +449,10 @@ fn in_window(arg: RangeArg, t: i64) -> Vec<RangeSeries> {
                 t: Vec::new(),
                 slots: Vec::new(),
             };
+            // The window may hold the minute `read_t` is inside of, whole:
+            // no sample after `read_t` is shown.
             for i in w.lo..w.hi {
-                if let Some((ts, v)) = rs.sample(i) {
+                if let Some((ts, v)) = rs.sample(i).filter(|&(ts, _)| ts <= read_t) {
                     out.push_sample(ts, v);
                 }
             }

@@ -154,7 +154,8 @@ fn slot_widths(plan: &Plan, wide: &[bool], req: &Request) -> Vec<i64> {
     (0..plan.selectors.len())
         .map(|i| match (wide[i], matrix_of(plan, i)) {
             (true, Some((range_ms, mods))) => {
-                let at = |t: i64| select::window_end(mods.at(t));
+                // A read inside a minute is served by minutes only.
+                let at = |t: i64| mods.at(t);
                 let mut ends = vec![at(req.start_ms)];
                 if req.step_ms > 0 && mods.at_ms.is_none() {
                     ends.push(at(req.start_ms + req.step_ms));

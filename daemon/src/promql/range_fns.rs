@@ -9,7 +9,10 @@
 //! else applies Prometheus' own definition (see `samples`) to the window's
 //! per-minute samples, each non-empty minute's last sample; over a
 //! subquery's results, which are real samples, that is Prometheus' answer
-//! exactly. `docs/promql.md` tabulates every function.
+//! exactly. A window that holds part of a minute (an evaluation time inside
+//! the minute in progress) is read over the time it covers, never as whole
+//! minutes: rates divide by it, counts, sums and increases are scaled from
+//! it to the range. `docs/promql.md` tabulates every function.
 
 use std::cell::OnceCell;
 
@@ -99,35 +102,89 @@ pub struct WindowAt {
     pub hi: usize,
     pub start_ms: i64,
     pub end_ms: i64,
+    /// How much time the window's slots cover: the range, or, where the
+    /// window holds the minute `t` is inside of, the range and that
+    /// minute up to its newest sample. Rates divide by it, and counts,
+    /// sums and increases are scaled from it to the range, so a partial
+    /// minute is never read as a whole one.
+    pub covered_ms: i64,
+    /// Whether the window holds part of a minute: the minute `t` is in.
+    pub partial: bool,
 }
 
-/// The window of `rs` for a read at `read_t` over `range_ms`: slots ending
-/// in `(end - range, end]` where `end` is `read_t`'s minute start, or, for
-/// samples, those in `[read_t - range, read_t]` (Prometheus 2's closed
-/// range).
+/// The windows of `rs` at the read times `reads` (ascending, one per
+/// evaluation time): the last one, an instant query's or the newest point
+/// of a range query's, as [`window`] has it, with the minute it is inside
+/// of; the others whole minutes only, so a graph's points inside past
+/// minutes do not read the rest of their minute.
+pub fn windows(rs: &RangeSeries, reads: &[i64], range_ms: i64) -> Vec<WindowAt> {
+    let last = reads.len().saturating_sub(1);
+    reads
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| window_with(rs, t, range_ms, i == last))
+        .collect()
+}
+
+/// The window of `rs` for a read at `read_t` over `range_ms`. For slots:
+/// the slots ending in `(end - range, end]` where `end` is `read_t`'s
+/// minute start; when `read_t` is inside a minute, that minute too, as far
+/// as it has samples (the minute in progress up to its newest sample, a
+/// past minute whole), with [`WindowAt::covered_ms`] saying how far that
+/// is. For samples, those in `[read_t - range, read_t]` (Prometheus 2's
+/// closed range).
 pub fn window(rs: &RangeSeries, read_t: i64, range_ms: i64) -> WindowAt {
+    window_with(rs, read_t, range_ms, true)
+}
+
+fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -> WindowAt {
     if rs.kind == PointKind::Samples {
         let (start, end) = (read_t - range_ms, read_t);
-        WindowAt {
+        return WindowAt {
             lo: rs.t.partition_point(|&t| t < start),
             hi: rs.t.partition_point(|&t| t <= end),
             start_ms: start,
             end_ms: end,
-        }
-    } else {
-        let end = window_end(read_t);
-        let start = end - range_ms;
-        WindowAt {
-            lo: rs.t.partition_point(|&t| t < start),
-            hi: rs.t.partition_point(|&t| t < end),
+            covered_ms: range_ms,
+            partial: false,
+        };
+    }
+    let end = window_end(read_t);
+    let start = end - range_ms;
+    let lo = rs.t.partition_point(|&t| t < start);
+    let whole = rs.t.partition_point(|&t| t < end);
+    let own = match read_t == end || !own_minute {
+        true => None,
+        false => rs.t.get(whole).filter(|&&t| t == end).map(|_| whole),
+    };
+    let Some(own) = own else {
+        return WindowAt {
+            lo,
+            hi: whole,
             start_ms: start,
             end_ms: end,
-        }
+            covered_ms: range_ms,
+            partial: false,
+        };
+    };
+    // The newest sample of `read_t`'s minute bounds what it covers (its
+    // end where a slot written before last samples were kept has none).
+    let slot = &rs.slots[own];
+    let newest = slot.last_sample().map_or(end + rs.width_ms, |(ts, _)| {
+        ts.clamp(end, end + rs.width_ms)
+    });
+    WindowAt {
+        lo,
+        hi: own + 1,
+        start_ms: start,
+        end_ms: newest.max(read_t),
+        covered_ms: newest - start,
+        partial: true,
     }
 }
 
-/// The end of the window a range selector reads for evaluation time `t`:
-/// the start of `t`'s minute.
+/// The end of the whole minutes a range selector reads for evaluation time
+/// `t`: the start of `t`'s minute (see [`window`] for the minute itself).
 pub fn window_end(t: i64) -> i64 {
     t.div_euclid(MINUTE_MS) * MINUTE_MS
 }
@@ -155,13 +212,16 @@ pub fn apply(
     params: &Params<'_>,
 ) -> EvalResult<Vec<Option<f64>>> {
     let view = SeriesView::new(rs);
-    let range_s = range_ms as f64 / 1000.0;
     let mut out = Vec::with_capacity(wins.len());
     for (i, w) in wins.iter().enumerate() {
         if w.lo >= w.hi {
             out.push(None);
             continue;
         }
+        // Over the covered time; counts, sums and increases scaled from it
+        // to the range (the same where the window is whole minutes).
+        let range_s = w.covered_ms.max(1) as f64 / 1000.0;
+        let scale = range_ms as f64 / w.covered_ms.max(1) as f64;
         let p = |ps: Option<&[f64]>| ps.and_then(|v| v.get(i).copied()).unwrap_or(f64::NAN);
         // A window whose slots hold last samples only (NaN samples; a
         // cumulative counter's baseline never reaches here, see
@@ -174,8 +234,9 @@ pub fn apply(
         let v = match (f, merged) {
             (RangeFn::Present, _) => Some(1.0),
             (RangeFn::Last, _) if f.reads_merged_slots(rs.kind) => view.last(w),
-            (RangeFn::Count, Some(m)) => Some(m.n as f64),
-            (RangeFn::Sum | RangeFn::Increase, Some(m)) => Some(m.sum),
+            (RangeFn::Count, Some(m)) => Some(m.n as f64 * per_sample_scale(w, range_ms, m.n)),
+            (RangeFn::Sum, Some(m)) => Some(m.sum * per_sample_scale(w, range_ms, m.n)),
+            (RangeFn::Increase, Some(m)) => Some(m.sum * scale),
             (RangeFn::Avg, Some(m)) => m.avg(),
             (RangeFn::Min, Some(m)) => Some(m.min),
             (RangeFn::Max, Some(m)) => Some(m.max),
@@ -186,7 +247,7 @@ pub fn apply(
             (RangeFn::Irate, _) if rs.kind.sums_increases() => view.counter_irate(w),
             _ => {
                 let pts = view.samples(w);
-                by_samples(
+                let v = by_samples(
                     f,
                     pts,
                     w,
@@ -194,12 +255,29 @@ pub fn apply(
                     range_s,
                     p(params.first),
                     p(params.second),
-                )?
+                )?;
+                match f {
+                    // Of the covered time, made the range's.
+                    RangeFn::Increase | RangeFn::Delta => v.map(|v| v * scale),
+                    _ => v,
+                }
             }
         };
         out.push(v);
     }
     Ok(out)
+}
+
+/// The scale from a window's samples to the range for counts and sums: in
+/// a window that holds part of a minute, `n` samples between its start and
+/// its newest sample stand for `n` sampling intervals, one more than the
+/// `n - 1` between them, so the time they cover is `covered · n/(n-1)`.
+fn per_sample_scale(w: &WindowAt, range_ms: i64, n: u64) -> f64 {
+    if !w.partial || n < 2 {
+        return range_ms as f64 / w.covered_ms.max(1) as f64;
+    }
+    let covered = w.covered_ms.max(1) as f64 * n as f64 / (n - 1) as f64;
+    range_ms as f64 / covered
 }
 
 /// Prometheus' definition of `f` over `pts`.

@@ -191,10 +191,8 @@ impl RollupRead {
         times: &[i64],
         held: &Held<'_>,
     ) -> EvalResult<Value> {
-        let mut ends: Vec<i64> = times
-            .iter()
-            .map(|&t| select::window_end(self.mods.at(t)))
-            .collect();
+        // Read times: a read inside a minute reads that minute too.
+        let mut ends: Vec<i64> = times.iter().map(|&t| self.mods.at(t)).collect();
         ends.dedup();
         // Every function served is one of merged slots: wide slots serve
         // it where they tile the windows.
@@ -206,10 +204,8 @@ impl RollupRead {
             if rs.kind == PointKind::Gauge && self.counters {
                 rs.kind = PointKind::Delta;
             }
-            let wins: Vec<WindowAt> = times
-                .iter()
-                .map(|&t| range_fns::window(&rs, self.mods.at(t), self.range_ms))
-                .collect();
+            let reads: Vec<i64> = times.iter().map(|&t| self.mods.at(t)).collect();
+            let wins: Vec<WindowAt> = range_fns::windows(&rs, &reads, self.range_ms);
             let values = range_fns::apply(
                 self.func,
                 &rs,

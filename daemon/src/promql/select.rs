@@ -10,16 +10,23 @@
 //! before `t`: when `t` falls inside a past minute whose last sample came
 //! after `t`, the minute before answers. The minute in progress is in
 //! memory and counts, so a bare selector at "now" is fresh to the second.
+//! When the sample that answers is a staleness marker, the series ended
+//! before `t` and answers nothing (as in Prometheus); range windows skip
+//! markers (see `RangeSeries::sample`), and a minute of nothing but a
+//! marker is no point of any window.
 //!
 //! # Range selectors
 //!
 //! `[r]` is rounded to whole minutes `r'` (see [`round_range_ms`]). The
 //! window at `t` holds the slots that *end* in `(t - r', t]`: the minute
 //! slots starting in `[floor_minute(t) - r', floor_minute(t))`. For a
-//! minute-aligned `t` those are exactly the samples in `[t - r', t)`. The
-//! minute in progress is not in it: it counts once it is over, so the
-//! newest point of a graph is never a partial minute that looks like a dip.
-//! When `r'` and every window end are whole hours (or days) and the
+//! minute-aligned `t` those are exactly the samples in `[t - r', t)`. A
+//! `t` inside a minute, an instant query's or a range query's newest
+//! point, reads that minute too, as far as it has samples (the minute in
+//! progress is in memory), and the range functions read it over the time
+//! it covers (see `range_fns::windows`), so the newest point of a graph is
+//! fresh and never a partial minute that looks like a dip.
+//! When `r'` and every evaluation time are whole hours (or days) and the
 //! function needs no per-minute samples, hour (or day) slots serve the
 //! windows: the same answer from a sixtieth of the slots.
 //!
@@ -35,7 +42,9 @@ use super::plan::{Mods, SelectorSpec};
 pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
 use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
-use crate::model::{validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S};
+use crate::model::{
+    is_stale_marker, validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S,
+};
 use crate::query::{QueryEngine, Selection, Step, Window};
 use crate::rollup::Rollups;
 use crate::selector::{all_match, LabelMatcher, MatchOp, NameMatcher};
@@ -360,7 +369,8 @@ pub async fn instant(
     Ok(out)
 }
 
-/// The newest sample at or before `t` and no older than `lookback_ms`.
+/// The newest sample at or before `t` and no older than `lookback_ms`;
+/// none when that is a staleness marker (the series ended before `t`).
 pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64, f64)> {
     let mut i = rs.t.partition_point(|&start| start <= t);
     while i > 0 {
@@ -368,9 +378,10 @@ pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64,
         if rs.t[i] + rs.width_ms <= t - lookback_ms {
             return None;
         }
-        if let Some((ts, v)) = rs.sample(i) {
+        if let Some((ts, v)) = rs.newest(i) {
             if ts <= t {
-                return (ts >= t - lookback_ms).then_some((ts, v));
+                let fresh = ts >= t - lookback_ms && !is_stale_marker(v);
+                return fresh.then_some((ts, v));
             }
         }
     }
@@ -378,7 +389,8 @@ pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64,
 }
 
 /// The widest slots (a day, an hour, a minute) that tile every window of
-/// `range_ms` ending at the minutes `ends_ms`.
+/// `range_ms` read at `ends_ms`: a read inside a minute reads that minute
+/// too (see `range_fns::window`), so only minutes serve it.
 pub fn granularity(range_ms: i64, ends_ms: &[i64]) -> i64 {
     [DAY_S, HOUR_S]
         .into_iter()
@@ -386,23 +398,36 @@ pub fn granularity(range_ms: i64, ends_ms: &[i64]) -> i64 {
         .unwrap_or(60)
 }
 
-/// The range selector's slots for windows ending at `ends_ms` (minute
-/// boundaries, ascending), read at `granularity_s`.
+/// The range selector's slots for windows read at `reads_ms` (ascending),
+/// read at `granularity_s`: the whole minutes before each read's minute,
+/// and for the last read, when it is inside a minute, that minute itself
+/// (see `range_fns::windows`).
 pub async fn range(
     ctx: Context<'_>,
     selected: &[Selected],
-    ends_ms: &[i64],
+    reads_ms: &[i64],
     range_ms: i64,
     granularity_s: i64,
 ) -> EvalResult<Vec<RangeSeries>> {
+    let last = reads_ms.len().saturating_sub(1);
     let spans = merge_spans(
-        ends_ms
+        reads_ms
             .iter()
-            .map(|&e| ((e - range_ms) / 1000, e / 1000))
+            .enumerate()
+            .map(|(i, &t)| {
+                let e = window_end(t);
+                let own = if t == e || i != last { 0 } else { MINUTE_MS };
+                ((e - range_ms) / 1000, (e + own) / 1000)
+            })
             .collect(),
         MERGE_GAP_SLOTS * granularity_s,
     );
-    let data = read(ctx, selected, granularity_s, &spans).await?;
+    let mut data = read(ctx, selected, granularity_s, &spans).await?;
+    for (_, buckets) in &mut data {
+        // A minute of nothing but its series' end: range functions skip
+        // markers, so it is no point of any window.
+        buckets.retain(|(_, s)| !s.only_ends());
+    }
     Ok(selected
         .iter()
         .zip(data)
@@ -459,6 +484,43 @@ mod tests {
         assert_eq!(newest_sample(&old, 659_998, lb), None);
         let counter = minutes(&[(10, None)], PointKind::Cumulative);
         assert_eq!(newest_sample(&counter, 700_000, lb), None);
+    }
+
+    #[test]
+    fn a_staleness_marker_ends_the_series_until_its_next_sample() {
+        use crate::model::stale_marker;
+        let lb = 300_000;
+        // Minute 10: samples, then the marker at 10:40 in the same minute.
+        let mut ended = Slot::at(610_000, 1.0);
+        ended.add(620_000, 2.0);
+        ended.see(640_000, stale_marker());
+        let mut rs = minutes(&[(10, Some((0, 0.0)))], PointKind::Gauge);
+        rs.slots[0] = ended;
+        // Before the marker the minute before answers (the rule above);
+        // from its time on, nothing, however long the lookback.
+        assert_eq!(newest_sample(&rs, 639_999, lb), None);
+        assert_eq!(newest_sample(&rs, 640_000, lb), None);
+        assert_eq!(newest_sample(&rs, 700_000, lb), None);
+        // The range view skips the marker: no per-minute sample there.
+        assert_eq!(rs.sample(0), None);
+        // A minute of only a marker after a minute of samples, and then a
+        // sample again in the minute after.
+        let mut only = Slot::EMPTY;
+        only.see(665_000, stale_marker());
+        let mut rs = minutes(
+            &[
+                (10, Some((650_000, 1.0))),
+                (11, None),
+                (12, Some((730_000, 3.0))),
+            ],
+            PointKind::Gauge,
+        );
+        rs.slots[1] = only;
+        assert_eq!(newest_sample(&rs, 664_999, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 665_000, lb), None);
+        assert_eq!(newest_sample(&rs, 729_999, lb), None);
+        assert_eq!(newest_sample(&rs, 730_000, lb), Some((730_000, 3.0)));
+        assert!(rs.slots[1].only_ends());
     }
 
     #[test]

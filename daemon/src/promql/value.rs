@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::model::Slot;
+use crate::model::{is_stale_marker, Slot};
 use crate::query::QueryError;
 
 /// The label holding a series' metric name.
@@ -157,8 +157,19 @@ impl RangeSeries {
     /// One point of the per-sample view: the slot's last sample, or, for a
     /// slot written before last samples were kept, its average at its last
     /// millisecond (gauges and delta counters; a cumulative counter's raw
-    /// value is then unknown).
+    /// value is then unknown). A staleness marker is no point: range
+    /// functions skip markers, as Prometheus' range selectors do, so a
+    /// minute whose last sample is its series' end has no point.
     pub fn sample(&self, i: usize) -> Option<(i64, f64)> {
+        match self.newest(i) {
+            Some((_, v)) if is_stale_marker(v) => None,
+            p => p,
+        }
+    }
+
+    /// The slot's newest sample as [`RangeSeries::sample`] has it, but with
+    /// a staleness marker kept: what an instant selector reads.
+    pub fn newest(&self, i: usize) -> Option<(i64, f64)> {
         let s = &self.slots[i];
         if self.kind == PointKind::Samples {
             return Some((self.t[i], s.last));

@@ -79,7 +79,8 @@ impl Aggregate {
     /// counters only.
     pub fn of(self, slot: &Slot, width_s: i64, counter: bool) -> Option<f64> {
         if self == Aggregate::Last {
-            return slot.last_sample().map(|(_, v)| v);
+            // A staleness marker is the end of the series, not a value.
+            return slot.value_sample().map(|(_, v)| v);
         }
         if !slot.has_values() {
             return None;
@@ -139,7 +140,7 @@ impl Point {
             avg: want(Aggregate::Avg),
             rate: want(Aggregate::Rate),
             last: want(Aggregate::Last),
-            last_ms: want(Aggregate::Last).and(slot.last_sample().map(|(t, _)| t)),
+            last_ms: want(Aggregate::Last).and(slot.value_sample().map(|(t, _)| t)),
         }
     }
 

@@ -142,6 +142,8 @@ fn value() -> impl Strategy<Value = f64> {
         Just(0.0),
         Just(-0.0),
         Just(f64::NAN),
+        // The staleness marker, whose bits are what it means.
+        Just(crate::model::stale_marker()),
     ]
 }
 

@@ -82,6 +82,7 @@ pub fn convert(
             refused_points: &mut refused_points,
             max_attributes: MAX_POINT_ATTRIBUTES,
             start_ms: 0,
+            ended: false,
         };
         for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
             if source.is_some() {
@@ -214,6 +215,29 @@ mod tests {
 
     #[test]
     fn cumulative_counters_carry_their_start_times_and_nothing_else_does() {
+        let (series, _) = requests_and_temp(point(1_000_000_000, 5_000_000_000, 20.0));
+        assert_eq!(series[0].metric, "requests");
+        assert_eq!(series[0].start_times_ms, vec![1_000]);
+        assert_eq!(series[1].metric, "temp");
+        assert!(series[1].start_times_ms.is_empty());
+        assert!(series[0].labels.is_empty(), "no service.name, no job");
+    }
+
+    #[test]
+    fn a_point_with_no_recorded_value_is_a_staleness_marker() {
+        let mut ended = point(1_000_000_000, 6_000_000_000, 0.0);
+        ended.value = None;
+        ended.flags = points::NO_RECORDED_VALUE;
+        let (series, rejected) = requests_and_temp(ended);
+        assert_eq!(rejected, 0);
+        assert_eq!(series[1].metric, "temp");
+        assert_eq!(series[1].timestamps_ms, vec![6_000]);
+        assert!(crate::model::is_stale_marker(series[1].values[0]));
+    }
+
+    /// A cumulative sum of one point and a gauge of `gauge_point`, from
+    /// one resource, as converted: the series and the points refused.
+    fn requests_and_temp(gauge_point: NumberDataPoint) -> (Vec<pb::SeriesSamples>, u64) {
         let sum = Metric {
             name: "requests".into(),
             data: Some(Data::Sum(Sum {
@@ -226,7 +250,7 @@ mod tests {
         let gauge = Metric {
             name: "temp".into(),
             data: Some(Data::Gauge(Gauge {
-                data_points: vec![point(1_000_000_000, 5_000_000_000, 20.0)],
+                data_points: vec![gauge_point],
             })),
             ..Default::default()
         };
@@ -254,12 +278,8 @@ mod tests {
             bytes: 1 << 20,
         };
         let out = convert(&req, &OtlpConfig::default(), 10, budget).unwrap();
-        let series = &out.converted.request.sources[0].series;
-        assert_eq!(series[0].metric, "requests");
-        assert_eq!(series[0].start_times_ms, vec![1_000]);
-        assert_eq!(series[1].metric, "temp");
-        assert!(series[1].start_times_ms.is_empty());
-        assert!(series[0].labels.is_empty(), "no service.name, no job");
+        let refused = out.converted.refused.rejected;
+        (out.converted.request.sources[0].series.clone(), refused)
     }
 
     fn text(k: &str, v: &str) -> KeyValue {

@@ -194,6 +194,9 @@ pub(super) struct Reader<'a, 'c> {
     pub(super) scratch: String,
     /// The open point's start time in milliseconds (0: not given).
     pub(super) start_ms: i64,
+    /// Whether the open point is flagged "no recorded value": each of its
+    /// series gets a staleness marker instead of a value.
+    pub(super) ended: bool,
 }
 
 impl<'a, 'c> Reader<'a, 'c> {
@@ -227,6 +230,7 @@ impl<'a, 'c> Reader<'a, 'c> {
             scratch_counts: Vec::new(),
             scratch: String::new(),
             start_ms: 0,
+            ended: false,
         }
     }
 

@@ -13,7 +13,10 @@
 //! A non-monotonic delta Sum has no Tally kind (a delta counter cannot go
 //! down) and is refused with a reason, as is a point without a time or
 //! value, or a histogram whose bucket counts disagree with its bounds or
-//! its count. Points flagged "no recorded value" are skipped.
+//! its count. A point flagged "no recorded value" ends its series: each
+//! series the point names (a histogram's buckets as far as the point lists
+//! them, a summary's quantiles likewise) gets a staleness marker at its
+//! time, as Prometheus' OTLP receiver writes them.
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -25,9 +28,10 @@ use tally_proto::v1 as pb;
 use super::attrs;
 use crate::aggregator::RejectReason;
 use crate::ingest::builder::{Full, RequestBuilder};
+use crate::model::stale_marker;
 
-/// `DataPointFlags.NO_RECORDED_VALUE`: the point marks a gap, like a
-/// Prometheus staleness marker.
+/// `DataPointFlags.NO_RECORDED_VALUE`: the point marks a gap, a Prometheus
+/// staleness marker.
 pub(super) const NO_RECORDED_VALUE: u32 = 1;
 
 /// Where one resource's points go.
@@ -46,6 +50,9 @@ pub(super) struct Target<'a> {
     /// The open point's start time in milliseconds (0: not given), which
     /// its cumulative counters carry: a new one is a reset.
     pub start_ms: i64,
+    /// Whether the open point is flagged "no recorded value": its series
+    /// get a staleness marker instead of a value.
+    pub ended: bool,
 }
 
 impl Target<'_> {
@@ -68,6 +75,7 @@ impl Target<'_> {
         labels: Vec<pb::Label>,
         (ts_ms, value): (i64, f64),
     ) -> Result<(), Full> {
+        let value = if self.ended { stale_marker() } else { value };
         let start_times_ms = match kind {
             pb::SampleKind::CumulativeCounter if self.start_ms != 0 => vec![self.start_ms],
             _ => Vec::new(),
@@ -95,9 +103,7 @@ impl Target<'_> {
         let (attributes, (time_unix_nano, start_time_unix_nano), flags) =
             (p.attributes(), p.times(), p.flags());
         self.start_ms = (start_time_unix_nano / 1_000_000).min(i64::MAX as u64) as i64;
-        if flags & NO_RECORDED_VALUE != 0 {
-            return None;
-        }
+        self.ended = flags & NO_RECORDED_VALUE != 0;
         if time_unix_nano == 0 {
             self.refuse(RejectReason::InvalidPoint, || {
                 format!("metric {name:?}: a data point has no time_unix_nano")
@@ -240,6 +246,8 @@ fn numbers(
         let value = match p.value {
             Some(number_data_point::Value::AsDouble(v)) => v,
             Some(number_data_point::Value::AsInt(v)) => v as f64,
+            // The marker replaces the value (see `Target::sample`).
+            None if t.ended => 0.0,
             None => {
                 t.refuse(RejectReason::InvalidPoint, || {
                     format!("metric {:?}: a data point has no value", m.name)
@@ -261,7 +269,12 @@ fn histogram(
     let Some((point, ts, labels)) = t.open(name, p) else {
         return Ok(());
     };
-    if let Err(why) = check_buckets(&p.bucket_counts, &p.explicit_bounds, p.count) {
+    // A point with no recorded value may have no counts to check.
+    let checked = match t.ended {
+        true => Ok(()),
+        false => check_buckets(&p.bucket_counts, &p.explicit_bounds, p.count),
+    };
+    if let Err(why) = checked {
         t.refuse(RejectReason::InvalidPoint, || {
             format!("histogram {name:?}: {why}")
         });

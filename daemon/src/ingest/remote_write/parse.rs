@@ -15,7 +15,7 @@ use prost::encoding::{
     check_wire_type, decode_key, double, int32, int64, skip_field, DecodeContext, WireType,
 };
 
-use super::{family_type_of, series_kind, KnownKind, RemoteWriteConfig, STALE_NAN};
+use super::{family_type_of, series_kind, KnownKind, RemoteWriteConfig};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::Budget;
 pub use crate::ingest::view::ParseError;
@@ -107,7 +107,6 @@ impl Parse<'_> {
         .map_err(|e| e.at("WriteRequest", "timeseries"))?;
         let count = b.samples_since(mark) as u64;
         if count == 0 {
-            // Nothing but staleness markers (or no samples at all).
             b.drop_series(mark);
             return Ok(());
         }
@@ -190,7 +189,7 @@ fn label<'a>(
     Ok(())
 }
 
-/// A sample, skipped when it is a staleness marker.
+/// A sample; a staleness marker is one too (it ends its series).
 fn sample(b: &mut ViewBuilder<'_>, wire_type: WireType, buf: &mut &[u8]) -> Result<(), ViewError> {
     check_wire_type(WireType::LengthDelimited, wire_type)?;
     let (mut value, mut ts) = (0f64, 0i64);
@@ -204,9 +203,7 @@ fn sample(b: &mut ViewBuilder<'_>, wire_type: WireType, buf: &mut &[u8]) -> Resu
             _ => Ok(skip_field(wire_type, tag, buf, ctx)?),
         }
     })?;
-    if value.to_bits() != STALE_NAN {
-        b.sample(ts, value);
-    }
+    b.sample(ts, value);
     Ok(())
 }
 
@@ -233,7 +230,7 @@ mod tests {
         });
         let value = prop_oneof![
             any::<f64>(),
-            Just(f64::from_bits(STALE_NAN)),
+            Just(crate::model::stale_marker()),
             Just(f64::NAN)
         ];
         let sample =
@@ -250,17 +247,13 @@ mod tests {
     }
 
     /// What the parse must make of a decoded request: series with samples
-    /// other than staleness markers, a name and a source, grouped by
+    /// (staleness markers included), a name and a source, grouped by
     /// source in order of first appearance, without those two labels.
     fn expected(req: &rw::WriteRequest) -> (pb::PushRequest, u64) {
         let mut out = pb::PushRequest::default();
         let mut refused = 0;
         for ts in &req.timeseries {
-            let fresh: Vec<&rw::Sample> = ts
-                .samples
-                .iter()
-                .filter(|s| s.value.to_bits() != STALE_NAN)
-                .collect();
+            let fresh: Vec<&rw::Sample> = ts.samples.iter().collect();
             if fresh.is_empty() {
                 continue;
             }

@@ -5,9 +5,11 @@
 use bson::raw::{RawBsonRef, RawDocument};
 use bson::spec::ElementType;
 
-use super::documents::{HOURS, MINUTES};
+use super::documents::{HOURS, MINUTES, STALE_FIELD};
 use super::ids::period_key;
-use crate::model::{Resolution, SampleKind, Slot, Tier, HOUR_S, MINUTE_S, NO_LAST_MS};
+use crate::model::{
+    stale_marker, Resolution, SampleKind, Slot, Tier, HOUR_S, MINUTE_S, NO_LAST_MS,
+};
 use crate::store::{DocRead, ReadQuery};
 
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +126,9 @@ fn decode_last(
         RawBsonRef::Int32(t) => i64::from(t),
         other => return Err(type_error(format!("{}.t", path()), other, "an Int64 time")),
     };
+    let stale = matches!(d.get(STALE_FIELD)?, Some(RawBsonRef::Boolean(true)));
     let v = match field("v")? {
+        RawBsonRef::Null if stale => stale_marker(),
         RawBsonRef::Null => f64::NAN,
         v => number_of(v).ok_or_else(|| type_error(format!("{}.v", path()), v, "a number"))?,
     };

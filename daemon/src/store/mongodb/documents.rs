@@ -7,7 +7,7 @@ use bson::raw::RawDocumentBuf;
 
 use super::ids::{bson_date, doc_id};
 use crate::labels::Labels;
-use crate::model::{SeriesId, Slot, Tier, NO_LAST_MS};
+use crate::model::{is_stale_marker, SeriesId, Slot, Tier, NO_LAST_MS};
 
 /// Minute slots of an hour, hour slots of a day.
 pub(super) const MINUTES: usize = 60;
@@ -160,15 +160,25 @@ pub(super) fn labels_doc(labels: &Labels) -> RawDocumentBuf {
 /// value). NaN is stored as null: some servers refuse NaN in any message
 /// (FerretDB 1.x), and null sorts below every number exactly as NaN does
 /// in MongoDB's order, so `$max` keeps the same sample either way. The
-/// empty slot's is `{t: i64::MIN, v: 0}`.
+/// staleness marker, a NaN whose bits null would lose, is
+/// `{t, v: null, stale: true}`: a document with one more field sorts after
+/// an equal shorter one, so at the same time the marker is above a NaN and
+/// below a number, as [`crate::model::newer_sample`] has it. The empty
+/// slot's is `{t: i64::MIN, v: 0}`.
 pub(super) fn encode_last(slot: &Slot) -> RawDocumentBuf {
     let (t, v) = slot.last_sample().unwrap_or((NO_LAST_MS, 0.0));
     let mut d = RawDocumentBuf::new();
     d.append("t", t);
     if v.is_nan() {
         d.append("v", bson::RawBson::Null);
+        if is_stale_marker(v) {
+            d.append(STALE_FIELD, true);
+        }
     } else {
         d.append("v", v);
     }
     d
 }
+
+/// The field that marks a stored last sample as the staleness marker.
+pub(super) const STALE_FIELD: &str = "stale";

@@ -8,7 +8,7 @@ use mongodb::error::Error as DriverError;
 
 use super::command::{chunk_by_bytes, chunk_by_size, to_raw, WriteCommand, MAX_COMMAND_BYTES};
 use super::decode::ReadPlan;
-use super::documents::{EmptyBounds, Templates};
+use super::documents::{encode_last, EmptyBounds, Templates};
 use super::errors::{classify, parse_write_reply};
 use super::ids::{
     check_series, check_writer_id, doc_id, period_key, series_prefix, MAX_KEYED_S, MIN_KEYED_S,
@@ -375,6 +375,20 @@ fn decode_is_defensive() {
     last.last_ms = 301_000;
     last.last = 4.5;
     assert_eq!(read.slots, vec![(300, last)]);
+    // The staleness marker as `encode_last` stores it reads back with its
+    // bits; a plain null is a NaN.
+    let marker = Slot::at(302_000, crate::model::stale_marker());
+    let stored = encode_last(&marker);
+    assert_eq!(
+        stored.get("stale").unwrap(),
+        Some(RawBsonRef::Boolean(true))
+    );
+    let stored: Document = bson::from_slice(stored.as_bytes()).unwrap();
+    let d = doc! { "_id": "db|m|1970010100", "t": bson::DateTime::from_millis(0),
+    "values": { "5": { "last": stored }, "6": { "last": { "t": 361_000_i64, "v": null } } } };
+    let read = plan(&q).decode(&to_raw(&d).unwrap()).unwrap();
+    assert!(read.slots[0].1.ends(), "{:?}", read.slots);
+    assert!(read.slots[1].1.last.is_nan() && !read.slots[1].1.ends());
 }
 
 #[test]

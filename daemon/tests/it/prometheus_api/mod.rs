@@ -25,6 +25,7 @@ mod labelled;
 mod promtool;
 mod queries;
 mod refusals;
+mod staleness;
 
 use std::future::Future;
 use std::time::Duration;

@@ -62,12 +62,16 @@ pub(super) async fn check_range_functions(fx: &Fixture) {
         }
     }
     // Sub-minute steps evaluate every step; the data changes per minute.
+    // The newest point, inside a (past) minute, reads that minute too.
     let q = "max_over_time(temp{instance=\"web-1\"}[1m])";
     let (got, _) = fx.range(q, start, start + 45, "15s").await;
     let pts = &got[&shown("web-1", "temp")];
-    let want = window(fx.series("web-1", "temp"), "max_over_time", start, 60).expect("data");
+    let temp = fx.series("web-1", "temp");
+    let want = window(temp, "max_over_time", start, 60).expect("data");
+    let newest = window(temp, "max_over_time", start + 60, 120).expect("data");
     assert_eq!(pts.len(), 4, "{pts:?}");
-    assert!(pts.iter().all(|(_, v)| *v == want), "{pts:?}");
+    assert!(pts[..3].iter().all(|(_, v)| *v == want), "{pts:?}");
+    assert_eq!(pts[3].1, newest, "{pts:?}");
     // Arithmetic with numbers.
     let q = "rate(requests{instance=\"web-2\"}[2m]) * 120";
     let (got, _) = fx.range(q, start, end, "60").await;

@@ -24,13 +24,25 @@ pub(super) struct Side {
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Eval {
     Instant(i64),
-    Range { start: i64, end: i64, step: i64 },
+    /// An instant query at this many milliseconds before the wall clock's
+    /// now, read when the query is sent (the same instant to both sides):
+    /// inside the minute in progress, as stat panels and alert rules ask.
+    BeforeNow(i64),
+    /// The same, resolved: Unix milliseconds.
+    InstantMs(i64),
+    Range {
+        start: i64,
+        end: i64,
+        step: i64,
+    },
 }
 
 impl std::fmt::Display for Eval {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Eval::Instant(t) => write!(f, "query time={t}"),
+            Eval::BeforeNow(ms) => write!(f, "query time=now-{ms}ms"),
+            Eval::InstantMs(t) => write!(f, "query time={:.3}", *t as f64 / 1000.0),
             Eval::Range { start, end, step } => {
                 write!(f, "query_range start={start} end={end} step={step}")
             }
@@ -53,6 +65,8 @@ pub(super) struct Setting {
     pub(super) prometheus: Side,
     pub(super) tally: Side,
     pub(super) instants: Vec<i64>,
+    /// Instants before now ([`Eval::BeforeNow`]), in milliseconds.
+    pub(super) before_now: Vec<i64>,
     pub(super) ranges: Vec<Eval>,
     /// Placeholders and their values.
     pub(super) vars: Vec<(&'static str, String)>,
@@ -69,6 +83,7 @@ impl Setting {
         let mut out = Vec::new();
         if q.modes != Modes::Range {
             out.extend(self.instants.iter().map(|t| Eval::Instant(*t)));
+            out.extend(self.before_now.iter().map(|ms| Eval::BeforeNow(*ms)));
         }
         if q.modes != Modes::Instant {
             out.extend(self.ranges.iter().copied());
@@ -88,6 +103,13 @@ pub(super) async fn ask(
         Eval::Instant(t) => (
             "query",
             vec![("query", q.to_string()), ("time", t.to_string())],
+        ),
+        Eval::InstantMs(t) | Eval::BeforeNow(t) => (
+            "query",
+            vec![
+                ("query", q.to_string()),
+                ("time", format!("{:.3}", t as f64 / 1000.0)),
+            ],
         ),
         Eval::Range { start, end, step } => (
             "query_range",
@@ -156,6 +178,10 @@ async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outco
         evaluations: 0,
     };
     for eval in setting.evals(q) {
+        let eval = match eval {
+            Eval::BeforeNow(ms) => Eval::InstantMs(tally_testkit::client::now_ms() - ms),
+            e => e,
+        };
         out.evaluations += 1;
         let (prom, _) = ask(http, &setting.prometheus, &text, eval).await;
         let (tally, _) = ask(http, &setting.tally, &text, eval).await;

@@ -118,6 +118,17 @@ impl Live {
         a.series.values().next()?.first().map(|p| p.1)
     }
 
+    /// Instant queries only, at `back_ms` before the wall clock's now as
+    /// each is sent: inside the minute in progress (or just after one).
+    pub(super) fn before_now(&self, back_ms: i64) -> Setting {
+        Setting {
+            instants: Vec::new(),
+            before_now: vec![back_ms],
+            ranges: Vec::new(),
+            ..self.setting()
+        }
+    }
+
     pub(super) fn setting(&self) -> Setting {
         let end = self.end();
         let tally_addr = self
@@ -137,6 +148,7 @@ impl Live {
             },
             instants: vec![end],
             // Every range up to two minutes is whole from here on.
+            before_now: Vec::new(),
             ranges: vec![aligned(self.first_minute + 120, end, 60)],
             vars: vec![
                 ("$node", self.node.address().to_string()),

@@ -12,6 +12,7 @@ use super::super::points::{check_buckets, counter, temporality, NO_RECORDED_VALU
 use super::super::MAX_POINT_ATTRIBUTES;
 use super::{label_name, ParseError, Point, Reader, Shape, Variant};
 use crate::aggregator::RejectReason;
+use crate::model::stale_marker;
 
 /// The names a metric's series take: made once per metric, not per point.
 pub(in crate::ingest::otlp) struct Names<'a> {
@@ -114,9 +115,7 @@ impl<'a> Reader<'a, '_> {
     fn open(&mut self, name: &str, p: &Point) -> Option<(u32, i64)> {
         let point = self.next_point();
         self.start_ms = (p.start / 1_000_000).min(i64::MAX as u64) as i64;
-        if p.flags & NO_RECORDED_VALUE != 0 {
-            return None;
-        }
+        self.ended = p.flags & NO_RECORDED_VALUE != 0;
         if p.time == 0 {
             self.refuse(RejectReason::InvalidPoint, || {
                 format!("metric {name:?}: a data point has no time_unix_nano")
@@ -188,6 +187,8 @@ impl<'a> Reader<'a, '_> {
         if let Some((name, v)) = extra {
             self.b.label(name, v);
         }
+        // A point with no recorded value ends its series (see `points`).
+        let value = if self.ended { stale_marker() } else { value };
         self.b.sample(ts_ms, value);
         // A cumulative counter's start time tells a reset from a drop.
         if kind == pb::SampleKind::CumulativeCounter && self.start_ms != 0 {
@@ -210,7 +211,7 @@ impl<'a> Reader<'a, '_> {
         let Some((point, ts)) = self.open(name, p) else {
             return Ok(());
         };
-        let Some(value) = p.value else {
+        let Some(value) = p.value.or(self.ended.then_some(0.0)) else {
             self.refuse(RejectReason::InvalidPoint, || {
                 format!("metric {name:?}: a data point has no value")
             });
@@ -223,7 +224,11 @@ impl<'a> Reader<'a, '_> {
         let Some((point, ts)) = self.open(names.name, p) else {
             return Ok(());
         };
-        if let Err(why) = check_buckets(&self.counts, &self.bounds, p.count) {
+        let checked = match self.ended {
+            true => Ok(()),
+            false => check_buckets(&self.counts, &self.bounds, p.count),
+        };
+        if let Err(why) = checked {
             let name = names.name;
             self.refuse(RejectReason::InvalidPoint, || {
                 format!("histogram {name:?}: {why}")
