@@ -99,7 +99,7 @@ impl Sealer {
                 Some(load) => load,
                 None => {
                     let cursor = self
-                        .written_in(hour, &self.conn.watermark_path, LOAD_PAGE)
+                        .written_in(hour, &self.conn.writer.watermark_path, LOAD_PAGE)
                         .await?;
                     LoadCursor { hour, cursor }
                 }
@@ -110,10 +110,11 @@ impl Sealer {
         let page = async { page.await.map_err(|e| classify(&e, false)) };
         let (ids, rest) = self
             .conn
+            .wire
             .timed(
                 Op::Read,
                 128,
-                self.conn.timeout,
+                self.conn.wire.timeout,
                 "hour documents to seal: ",
                 page,
             )
@@ -131,7 +132,7 @@ impl Sealer {
     async fn seal_ids(&self, hour: i64, ids: &[String]) -> Result<(), StoreError> {
         let day_start = hour.div_euclid(DAY_S) * DAY_S;
         let index = usize::try_from((hour - day_start) / HOUR_S).unwrap_or(0);
-        let bounds = if self.conn.features.lacks(Feature::Infinity) {
+        let bounds = if self.conn.wire.features.lacks(Feature::Infinity) {
             EmptyBounds::Finite
         } else {
             EmptyBounds::Infinite
@@ -163,7 +164,7 @@ impl Sealer {
                         // the others: it stays as it is, and says so.
                         metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
                         tracing::error!(
-                            hour_document = %self.conn.doc_name(Tier::Hour, id),
+                            hour_document = %self.conn.wire.doc_name(Tier::Hour, id),
                             error = %e,
                             "cannot seal this hour into its day document"
                         );
@@ -174,11 +175,12 @@ impl Sealer {
                 return Ok(());
             }
             let send = [(
-                self.conn.day.name(),
+                self.conn.wire.day.name(),
                 stmts.iter().map(|s| s.as_ref()).collect(),
             )];
             let replies = match self
                 .conn
+                .wire
                 .write_all(Op::Update, &send, &mut Work::default())
                 .await
             {
@@ -227,7 +229,7 @@ impl Sealer {
         }
         let filter = doc! { "_id": { "$in": ids } };
         let bytes = bson_len(&filter) + bson_len(&projection);
-        let coll = self.conn.collection(tier);
+        let coll = self.conn.wire.collection(tier);
         let read = async {
             let mut cursor = coll
                 .find(filter)
@@ -244,7 +246,8 @@ impl Sealer {
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         self.conn
-            .timed(Op::Read, bytes, self.conn.timeout, "seal read: ", read)
+            .wire
+            .timed(Op::Read, bytes, self.conn.wire.timeout, "seal read: ", read)
             .await
     }
 }
@@ -260,6 +263,7 @@ impl Sealer {
     ) -> Result<mongodb::Cursor<RawDocumentBuf>, DriverError> {
         let filter = doc! { "t": bson_date(hour), watermark_path: { "$exists": true } };
         self.conn
+            .wire
             .hour
             .find(filter)
             .projection(doc! { "_id": 1 })
