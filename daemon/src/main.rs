@@ -348,22 +348,20 @@ impl Parts {
             ))
         });
         let (health, health_service) = tonic_health::server::health_reporter();
-        let grpc = tokio::spawn(grpc::serve(
-            grpc_listener,
-            security.auth().clone(),
-            (
-                IngestService::new(self.ingestor.clone()),
-                grpc::OtlpService::new(self.ingestor.clone(), config.otlp.clone()),
-            ),
-            grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
-            health.clone(),
+        let grpc = tokio::spawn(grpc::serve(grpc::GrpcServer {
+            listener: grpc_listener,
+            auth: security.auth().clone(),
+            ingest: IngestService::new(self.ingestor.clone()),
+            otlp: grpc::OtlpService::new(self.ingestor.clone(), config.otlp.clone()),
+            query: grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
+            health: health.clone(),
             health_service,
-            grpc::Limits {
+            limits: grpc::Limits {
                 grpc: config.grpc.clone(),
                 max_message_bytes: config.ingest.max_message_bytes,
             },
-            shutdown.close.clone(),
-        ));
+            shutdown: shutdown.close.clone(),
+        }));
         let state = http::HttpState {
             query: self.engine.clone(),
             pipeline: self.pipeline.clone(),
