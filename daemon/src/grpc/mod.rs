@@ -71,12 +71,8 @@ pub async fn serve<H: tonic_health::pb::health_server::Health>(
             .register_encoded_file_descriptor_set(tally_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection()
-        .build_v1()
-        .map_err(|e| GrpcError::Reflection(e.to_string()))?;
-    let reflection_v1alpha = reflection()
-        .build_v1alpha()
-        .map_err(|e| GrpcError::Reflection(e.to_string()))?;
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let Limits {
         grpc: cfg,
         max_message_bytes,
@@ -147,5 +143,5 @@ pub struct Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum GrpcError {
     #[error("building the reflection service: {0}")]
-    Reflection(String),
+    Reflection(#[from] tonic_reflection::server::Error),
 }

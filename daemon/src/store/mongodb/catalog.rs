@@ -70,10 +70,13 @@ impl Conn {
                 return Ok(());
             }
         }
-        Err(StoreError::Unavailable(format!(
-            "{} catalog upserts collided with concurrent inserts twice",
-            pending.len()
-        )))
+        Err(StoreError::Unavailable(
+            format!(
+                "{} catalog upserts collided with concurrent inserts twice",
+                pending.len()
+            )
+            .into(),
+        ))
     }
 
     pub(super) async fn catalog_list_inner(

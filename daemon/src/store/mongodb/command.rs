@@ -15,7 +15,7 @@ use super::features::Feature;
 use super::stats::Op;
 use super::wire::Wire;
 use crate::model::Tier;
-use crate::store::StoreError;
+use crate::store::{Cause, StoreError};
 
 /// A command stays below this many bytes of BSON: well under the 16 MiB
 /// (+16 KiB) a server accepts, with room for the envelope.
@@ -79,8 +79,9 @@ impl WriteCommand {
         self.buf.push(0);
         let total = self.buf.len();
         put_len(&mut self.buf, 0, total)?;
-        RawDocumentBuf::from_bytes(self.buf)
-            .map_err(|e| StoreError::Invalid(format!("building a write command: {e}")))
+        RawDocumentBuf::from_bytes(self.buf).map_err(|e| {
+            StoreError::Invalid(Cause::of(format!("building a write command: {e}"), e))
+        })
     }
 }
 
@@ -91,7 +92,7 @@ fn push_cstring(buf: &mut Vec<u8>, s: &str) {
 
 fn put_len(buf: &mut [u8], at: usize, len: usize) -> Result<(), StoreError> {
     let len = i32::try_from(len)
-        .map_err(|_| StoreError::Invalid(format!("a write command of {len} bytes")))?;
+        .map_err(|_| StoreError::Invalid(format!("a write command of {len} bytes").into()))?;
     if let Some(dst) = buf.get_mut(at..at + 4) {
         dst.copy_from_slice(&len.to_le_bytes());
     }
@@ -133,7 +134,8 @@ pub(super) fn chunk_by_bytes(
 }
 
 pub(super) fn to_raw(d: &Document) -> Result<RawDocumentBuf, StoreError> {
-    RawDocumentBuf::from_document(d).map_err(|e| StoreError::Invalid(format!("BSON: {e}")))
+    RawDocumentBuf::from_document(d)
+        .map_err(|e| StoreError::Invalid(Cause::of(format!("BSON: {e}"), e)))
 }
 
 /// A command made of constants and names: it always converts, and if it did
@@ -264,7 +266,7 @@ impl Wire {
             }
             Err(StoreError::Invalid(why)) if isolate => {
                 return Ok(WriteReply {
-                    refused: (0..chunk.len()).map(|i| (i, why.clone())).collect(),
+                    refused: (0..chunk.len()).map(|i| (i, why.to_string())).collect(),
                     ..WriteReply::default()
                 });
             }
@@ -308,7 +310,7 @@ impl Wire {
             let reply = match self.command(op, cmd, 1, true).await {
                 Ok(reply) => reply,
                 Err(StoreError::Invalid(why)) if isolate => {
-                    out.refused.push((i, why));
+                    out.refused.push((i, why.into()));
                     continue;
                 }
                 Err(e) => return Err(e),

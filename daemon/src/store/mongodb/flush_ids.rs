@@ -90,10 +90,13 @@ impl Conn {
         if !reply.duplicates.is_empty() {
             // Two first upserts of the document raced; the next attempt
             // updates it.
-            return Err(StoreError::Unavailable(format!(
-                "{} raced with another update of this writer's document; retrying",
-                op.as_str()
-            )));
+            return Err(StoreError::Unavailable(
+                format!(
+                    "{} raced with another update of this writer's document; retrying",
+                    op.as_str()
+                )
+                .into(),
+            ));
         }
         Ok(())
     }

@@ -300,8 +300,8 @@ use self::seal::Sealer;
 use self::stats::Op;
 use self::wire::Wire;
 use super::{
-    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
-    StoreError,
+    observe, ApplyStats, CatalogEntry, CatalogQuery, Cause, DocRead, PreallocStats, ReadQuery,
+    Store, StoreError,
 };
 use crate::model::{DocKey, FlushBatch};
 
@@ -370,7 +370,7 @@ impl MongoStore {
         cfg.check_names()?;
         let (options, write_concern) = cfg.client_options().await?;
         let client = Client::with_options(options)
-            .map_err(|e| StoreError::Invalid(format!("mongodb client: {e}")))?;
+            .map_err(|e| StoreError::Invalid(Cause::of(format!("mongodb client: {e}"), e)))?;
         info!(
             database = %cfg.database,
             hour_collection = %cfg.hour_collection,

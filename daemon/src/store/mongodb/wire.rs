@@ -127,9 +127,9 @@ impl Wire {
         let result = tokio::time::timeout(limit, call).await;
         self.record(op, 0, bytes, started);
         let result = result.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable(format!(
-                "{what}no answer within {limit:?}"
-            )))
+            Err(StoreError::Unavailable(
+                format!("{what}no answer within {limit:?}").into(),
+            ))
         });
         self.note_reach(&result);
         result
@@ -145,7 +145,7 @@ impl Wire {
                 if outage.is_none() {
                     tracing::warn!(error = %why, "MongoDB unreachable: reads answer from memory, flagged partial, until it answers again");
                 }
-                *outage = Some(why.clone());
+                *outage = Some(why.to_string());
             }
             Err(_) => {}
             Ok(_) => {

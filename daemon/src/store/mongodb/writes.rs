@@ -285,6 +285,7 @@ fn watermark_value(flush_id: u64) -> Result<i64, StoreError> {
                 .into(),
         ));
     }
-    i64::try_from(flush_id)
-        .map_err(|_| StoreError::Invalid(format!("flush id {flush_id} does not fit an Int64")))
+    i64::try_from(flush_id).map_err(|_| {
+        StoreError::Invalid(format!("flush id {flush_id} does not fit an Int64").into())
+    })
 }

@@ -214,7 +214,7 @@ impl Sealer {
         Err(StoreError::Unavailable(format!(
             "{} day documents changed under each of {SEAL_ROUNDS} seals of hour {hour}; trying again later",
             pending.len()
-        )))
+        ).into()))
     }
 
     /// Documents of `tier` by id, with `projection`.
