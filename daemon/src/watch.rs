@@ -26,7 +26,8 @@ use tracing::{debug, warn};
 
 use crate::model::{SampleKind, SeriesId, Slot, MINUTE_S};
 use crate::query::{
-    Buckets, Point, QueryEngine, QueryError, Selection, SeriesRange, Step, StepSpec, Window,
+    Buckets, Point, QueryEngine, QueryError, Selection, SeriesBuckets, SeriesRange, Step, StepSpec,
+    Window,
 };
 
 /// `[watch]`: live subscriptions and how slow subscribers are treated.
@@ -227,6 +228,53 @@ pub struct WatchHub {
     next_id: std::sync::atomic::AtomicU64,
 }
 
+/// The first event of a subscription, and what its ticks start from.
+struct Snapshot {
+    series: Vec<SeriesRange>,
+    /// Per series, the current and the previous minute's slots, as
+    /// delivered: ticks compare against these.
+    sent: HashMap<SeriesId, Vec<(i64, Slot)>>,
+    kinds: HashMap<SeriesId, SampleKind>,
+}
+
+impl Snapshot {
+    /// Of the minute buckets read for a new subscription; `current` is the
+    /// current minute's start.
+    fn of(buckets: Vec<SeriesBuckets>, current: i64) -> Snapshot {
+        let mut sent = HashMap::new();
+        let mut kinds = HashMap::new();
+        let mut snapshot = Vec::with_capacity(buckets.len());
+        for b in buckets {
+            let counter = b.is_counter();
+            snapshot.push(SeriesRange {
+                source: b.series.source.to_string(),
+                metric: b.series.metric.to_string(),
+                labels: b.series.labels.to_map(),
+                kind: b.kind,
+                points: b
+                    .buckets
+                    .iter()
+                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
+                    .collect(),
+            });
+            if let Some(k) = b.kind {
+                kinds.insert(b.series.clone(), k);
+            }
+            let live: Vec<(i64, Slot)> = b
+                .buckets
+                .into_iter()
+                .filter(|(t, _)| *t >= current - MINUTE_S)
+                .collect();
+            sent.insert(b.series, live);
+        }
+        Snapshot {
+            series: snapshot,
+            sent,
+            kinds,
+        }
+    }
+}
+
 /// Ticks between catalog lookups of glob subscriptions (new series join).
 const RESOLVE_EVERY_TICKS: u64 = 10;
 
@@ -285,32 +333,11 @@ impl WatchHub {
             .reserve_points((series.len() as u64).saturating_mul(w.buckets().max(0) as u64))
             .await?;
         let buckets = self.engine.many_buckets(&series, &w).await?;
-        let mut sent = HashMap::new();
-        let mut kinds = HashMap::new();
-        let mut snapshot = Vec::with_capacity(buckets.len());
-        for b in buckets {
-            let counter = b.is_counter();
-            snapshot.push(SeriesRange {
-                source: b.series.source.to_string(),
-                metric: b.series.metric.to_string(),
-                labels: b.series.labels.to_map(),
-                kind: b.kind,
-                points: b
-                    .buckets
-                    .iter()
-                    .map(|(t, s)| Point::of(*t, s, MINUTE_S, counter, &[]))
-                    .collect(),
-            });
-            if let Some(k) = b.kind {
-                kinds.insert(b.series.clone(), k);
-            }
-            let live: Vec<(i64, Slot)> = b
-                .buckets
-                .into_iter()
-                .filter(|(t, _)| *t >= current - MINUTE_S)
-                .collect();
-            sent.insert(b.series, live);
-        }
+        let Snapshot {
+            series: snapshot,
+            sent,
+            kinds,
+        } = Snapshot::of(buckets, current);
         let (tx, rx) = mpsc::channel(self.cfg.buffer.max(1));
         // The queue is empty: the snapshot always fits.
         let _ = tx.try_send(WatchEvent {
