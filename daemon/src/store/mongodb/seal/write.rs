@@ -146,31 +146,7 @@ impl Sealer {
                 .fetch(Tier::Day, &day_ids, day_projection(index))
                 .await?;
             let hours = self.fetch(Tier::Hour, &pending, hour_projection()).await?;
-            let mut stmts = Vec::new();
-            let mut of_stmt = Vec::new();
-            for (id, hour_doc) in &hours {
-                let Some(day_id) = day_id_of(id) else {
-                    continue;
-                };
-                let day_doc = days.get(&day_id).map(|d| d.as_ref());
-                match seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds) {
-                    Ok(Some(stmt)) => {
-                        stmts.push(stmt);
-                        of_stmt.push(id.clone());
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        // One document someone rewrote must not hold up
-                        // the others: it stays as it is, and says so.
-                        metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
-                        tracing::error!(
-                            hour_document = %self.conn.wire.doc_name(Tier::Hour, id),
-                            error = %e,
-                            "cannot seal this hour into its day document"
-                        );
-                    }
-                }
-            }
+            let (stmts, of_stmt) = self.statements(&hours, &days, index, day_start, bounds);
             if stmts.is_empty() {
                 return Ok(());
             }
@@ -215,6 +191,45 @@ impl Sealer {
             "{} day documents changed under each of {SEAL_ROUNDS} seals of hour {hour}; trying again later",
             pending.len()
         ).into()))
+    }
+
+    /// The seal statements of `hours` into `days` (the day documents as
+    /// read), and the hour document each one is of. A day document whose
+    /// seal cannot be built is left out, and said so.
+    fn statements(
+        &self,
+        hours: &HashMap<String, RawDocumentBuf>,
+        days: &HashMap<String, RawDocumentBuf>,
+        index: usize,
+        day_start: i64,
+        bounds: EmptyBounds,
+    ) -> (Vec<RawDocumentBuf>, Vec<String>) {
+        let mut stmts = Vec::new();
+        let mut of_stmt = Vec::new();
+        for (id, hour_doc) in hours {
+            let Some(day_id) = day_id_of(id) else {
+                continue;
+            };
+            let day_doc = days.get(&day_id).map(|d| d.as_ref());
+            match seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds) {
+                Ok(Some(stmt)) => {
+                    stmts.push(stmt);
+                    of_stmt.push(id.clone());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // One document someone rewrote must not hold up
+                    // the others: it stays as it is, and says so.
+                    metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
+                    tracing::error!(
+                        hour_document = %self.conn.wire.doc_name(Tier::Hour, id),
+                        error = %e,
+                        "cannot seal this hour into its day document"
+                    );
+                }
+            }
+        }
+        (stmts, of_stmt)
     }
 
     /// Documents of `tier` by id, with `projection`.
@@ -379,21 +394,7 @@ pub(super) fn seal_statement(
     let day_values = sub(day_doc, "values")?;
     let block = sub(day_values, &index.to_string())?;
     let mut set = RawDocumentBuf::new();
-    // The hour document's running slot keeps no last sample (see
-    // `documents`): the block's is its newest minute's.
-    let mut last = Slot::EMPTY;
-    for m in 0..MINUTES {
-        let key = m.to_string();
-        let want = slot_at(hour_values, &key)?;
-        last.see(want.last_ms, want.last);
-        if !same(&want, &slot_at(block, &key)?) {
-            let path = format!("values.{index}.{m}");
-            match hour_values.map(|v| v.get(&key)).transpose()?.flatten() {
-                Some(raw) => set.append_ref(path, raw),
-                None => set.append(path, encode_slot(&want, bounds)?),
-            }
-        }
-    }
+    let last = set_minutes(&mut set, hour_values, block, index, bounds)?;
     let mut hour_total = slot_at(Some(hour_doc), "total")?;
     hour_total.see(last.last_ms, last.last);
     let block_total = slot_at(block, "total")?;
@@ -432,6 +433,46 @@ pub(super) fn seal_statement(
     if let Some(RawBsonRef::String(k)) = hour_doc.get("k")? {
         set.append("k", k);
     }
+    upsert(day_id, hour_doc, &day_total, set, day_start).map(Some)
+}
+
+/// Appends to `set` the minutes of the hour's block in the day document
+/// (`values.<index>`) that differ from the hour document's. Returns the
+/// hour's newest sample: the hour document's running slot keeps none (see
+/// `documents`), so the block's total takes it from its minutes.
+fn set_minutes(
+    set: &mut RawDocumentBuf,
+    hour_values: Option<&RawDocument>,
+    block: Option<&RawDocument>,
+    index: usize,
+    bounds: EmptyBounds,
+) -> Result<Slot, DecodeError> {
+    let mut last = Slot::EMPTY;
+    for m in 0..MINUTES {
+        let key = m.to_string();
+        let want = slot_at(hour_values, &key)?;
+        last.see(want.last_ms, want.last);
+        if !same(&want, &slot_at(block, &key)?) {
+            let path = format!("values.{index}.{m}");
+            match hour_values.map(|v| v.get(&key)).transpose()?.flatten() {
+                Some(raw) => set.append_ref(path, raw),
+                None => set.append(path, encode_slot(&want, bounds)?),
+            }
+        }
+    }
+    Ok(last)
+}
+
+/// The seal's statement: `$set` applied only while the day's running slot
+/// is still what was read (`day_total`), upserting the day document with
+/// the hour document's names where it does not exist.
+fn upsert(
+    day_id: &str,
+    hour_doc: &RawDocument,
+    day_total: &Slot,
+    set: RawDocumentBuf,
+    day_start: i64,
+) -> Result<RawDocumentBuf, DecodeError> {
     let mut q = RawDocumentBuf::new();
     q.append("_id", day_id);
     let n = i64::try_from(day_total.n).unwrap_or(i64::MAX);
@@ -453,7 +494,7 @@ pub(super) fn seal_statement(
     stmt.append("q", q);
     stmt.append("u", u);
     stmt.append("upsert", true);
-    Ok(Some(stmt))
+    Ok(stmt)
 }
 
 #[cfg(test)]
