@@ -348,40 +348,21 @@ impl Parts {
             ))
         });
         let (health, health_service) = tonic_health::server::health_reporter();
-        let grpc = tokio::spawn(grpc::serve(
-            grpc_listener,
-            security.auth().clone(),
-            (
-                IngestService::new(self.ingestor.clone()),
-                grpc::OtlpService::new(self.ingestor.clone(), config.otlp.clone()),
-            ),
-            grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
-            health.clone(),
+        let grpc = tokio::spawn(grpc::serve(grpc::GrpcServer {
+            listener: grpc_listener,
+            auth: security.auth().clone(),
+            ingest: IngestService::new(self.ingestor.clone()),
+            otlp: grpc::OtlpService::new(self.ingestor.clone(), config.otlp.clone()),
+            query: grpc::QueryService::new(self.engine.clone(), self.watch.clone()),
+            health: health.clone(),
             health_service,
-            grpc::Limits {
+            limits: grpc::Limits {
                 grpc: config.grpc.clone(),
                 max_message_bytes: config.ingest.max_message_bytes,
             },
-            shutdown.close.clone(),
-        ));
-        let state = http::HttpState {
-            query: self.engine.clone(),
-            pipeline: self.pipeline.clone(),
-            watch: self.watch.clone(),
-            store: self.store.clone(),
-            metrics: Some(metrics),
-            draining: shutdown.close.clone(),
-            auth: security.auth().clone(),
-            push: http::PushState {
-                ingest: self.ingestor.clone(),
-                otlp: config.otlp.clone(),
-                remote_write: config.remote_write.clone(),
-                influx: config.influx.clone(),
-            },
-            fleet: self.fleet.clone(),
-            ui: config.ui.clone(),
-            prometheus: config.prometheus.clone(),
-        };
+            shutdown: shutdown.close.clone(),
+        }));
+        let state = self.http_state(config, security, metrics, shutdown.close.clone());
         // HTTP outlives `close`: `/readyz` answers 503 while the final
         // flush drains, instead of refusing connections.
         let http = tokio::spawn(http::serve(
@@ -416,6 +397,35 @@ impl Parts {
                 stop,
             )),
             health_reporter: health,
+        }
+    }
+
+    /// What the HTTP listener serves: the query engine, pushes, the
+    /// dashboard; `draining` turns readiness 503 once the close begins.
+    fn http_state(
+        &self,
+        config: &Config,
+        security: &Security,
+        metrics: metrics_exporter_prometheus::PrometheusHandle,
+        draining: CancellationToken,
+    ) -> http::HttpState {
+        http::HttpState {
+            query: self.engine.clone(),
+            pipeline: self.pipeline.clone(),
+            watch: self.watch.clone(),
+            store: self.store.clone(),
+            metrics: Some(metrics),
+            draining,
+            auth: security.auth().clone(),
+            push: http::PushState {
+                ingest: self.ingestor.clone(),
+                otlp: config.otlp.clone(),
+                remote_write: config.remote_write.clone(),
+                influx: config.influx.clone(),
+            },
+            fleet: self.fleet.clone(),
+            ui: config.ui.clone(),
+            prometheus: config.prometheus.clone(),
         }
     }
 }

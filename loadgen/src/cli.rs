@@ -175,36 +175,7 @@ impl Cli {
     /// Checks the combination of flags and resolves the pace; `now_ms` is
     /// the wall clock, for `--start now-…` and the default start.
     pub fn pace(&self, now_ms: i64) -> Result<Pace, String> {
-        if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= 1000.0) {
-            return Err(format!(
-                "--rate {}: must be more than 0 and at most 1000 samples per series per second",
-                self.rate
-            ));
-        }
-        if self.batch == 0 || self.concurrency == 0 || self.stream_messages == 0 {
-            return Err("--batch, --concurrency and --stream-messages must be at least 1".into());
-        }
-        if self.verify_concurrency == 0 {
-            return Err("--verify-concurrency must be at least 1".into());
-        }
-        if self.span == 0 || self.span as usize > self.batch {
-            return Err(format!(
-                "--span {}: must be between 1 and --batch ({})",
-                self.span, self.batch
-            ));
-        }
-        if self.protocol != Protocol::Tally && self.mode == Mode::Stream {
-            return Err("--mode stream is tally.v1's PushStream; other protocols send one request per batch".into());
-        }
-        if self.protocol == Protocol::RemoteWrite && self.kinds.has_delta() {
-            return Err("--protocol remote-write: remote-write has no delta counters; give --kinds with delta=0 (e.g. gauge=2,cumulative=1)".into());
-        }
-        if self.protocol.gauges_only() && self.kinds.has_counters() {
-            return Err(format!("--protocol {}: it carries numbers the daemon keeps as gauges; give --kinds gauge=1", self.protocol.name()));
-        }
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err("--timeout and --connect-timeout must be more than zero".into());
-        }
+        self.check_sending()?;
         let start = |default_seconds: u64| -> Result<i64, String> {
             match &self.start {
                 Some(s) => parse_time(s, now_ms).map_err(|e| format!("--start {e}")),
@@ -259,6 +230,42 @@ impl Cli {
             return Err("--duration must be more than zero".into());
         }
         Ok(Pace::RealTime { duration })
+    }
+
+    /// The flags that shape what is sent, each within range and together
+    /// making sense for the protocol.
+    fn check_sending(&self) -> Result<(), String> {
+        if !(self.rate.is_finite() && self.rate > 0.0 && self.rate <= 1000.0) {
+            return Err(format!(
+                "--rate {}: must be more than 0 and at most 1000 samples per series per second",
+                self.rate
+            ));
+        }
+        if self.batch == 0 || self.concurrency == 0 || self.stream_messages == 0 {
+            return Err("--batch, --concurrency and --stream-messages must be at least 1".into());
+        }
+        if self.verify_concurrency == 0 {
+            return Err("--verify-concurrency must be at least 1".into());
+        }
+        if self.span == 0 || self.span as usize > self.batch {
+            return Err(format!(
+                "--span {}: must be between 1 and --batch ({})",
+                self.span, self.batch
+            ));
+        }
+        if self.protocol != Protocol::Tally && self.mode == Mode::Stream {
+            return Err("--mode stream is tally.v1's PushStream; other protocols send one request per batch".into());
+        }
+        if self.protocol == Protocol::RemoteWrite && self.kinds.has_delta() {
+            return Err("--protocol remote-write: remote-write has no delta counters; give --kinds with delta=0 (e.g. gauge=2,cumulative=1)".into());
+        }
+        if self.protocol.gauges_only() && self.kinds.has_counters() {
+            return Err(format!("--protocol {}: it carries numbers the daemon keeps as gauges; give --kinds gauge=1", self.protocol.name()));
+        }
+        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err("--timeout and --connect-timeout must be more than zero".into());
+        }
+        Ok(())
     }
 }
 

@@ -164,18 +164,7 @@ async fn send(
     target: &str,
     http: &str,
 ) -> anyhow::Result<ExitCode> {
-    if cli.verify {
-        check_verify_size(&fleet, &tl)?;
-    }
-    // Fail fast, before any load, on a wrong address or a dead daemon.
-    let endpoint = transport::endpoint(target, cli.connect_timeout)?;
-    if cli.protocol.uses_grpc() {
-        let ch = transport::connect(&endpoint, 3, cli.connect_timeout).await?;
-        transport::preflight(ch, target, cli.timeout).await?;
-    }
-    if cli.verify {
-        verify::preflight(http, cli.timeout).await?;
-    }
+    let endpoint = preflight(cli, &fleet, &tl, target, http).await?;
     let t0 = real_time.then(|| {
         // On a whole second, like agents on a 1 s timer.
         let now_ms = chrono::Utc::now().timestamp_millis();
@@ -188,16 +177,7 @@ async fn send(
     let planned = fleet.series() as u64 * tl.ticks;
     let live = Arc::new(Live::default());
     let cancel = CancellationToken::new();
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let (cancel, interrupted) = (cancel.clone(), interrupted.clone());
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, Ordering::Relaxed);
-                cancel.cancel();
-            }
-        });
-    }
+    let interrupted = cancel_on_ctrl_c(&cancel);
     let progress = Progress::start(live.clone(), planned, cli.quiet);
     let started = Instant::now();
     let handles: Vec<_> = WorkerSeries::partition(fleet.sources(), fleet.per_source(), workers)
@@ -243,13 +223,54 @@ async fn send(
     };
     let report = run.report(cli, &sent.tally, &sent.latency, verify, outcome, sent.fatal);
     print_report(cli, &report)?;
-    Ok(ExitCode::from(match outcome {
+    Ok(exit_code(outcome))
+}
+
+/// Fails fast, before any load, on a run too big to verify, a wrong
+/// address or a dead daemon. Returns the gRPC endpoint.
+async fn preflight(
+    cli: &Cli,
+    fleet: &Fleet,
+    tl: &Timeline,
+    target: &str,
+    http: &str,
+) -> anyhow::Result<tonic::transport::Endpoint> {
+    if cli.verify {
+        check_verify_size(fleet, tl)?;
+    }
+    let endpoint = transport::endpoint(target, cli.connect_timeout)?;
+    if cli.protocol.uses_grpc() {
+        let ch = transport::connect(&endpoint, 3, cli.connect_timeout).await?;
+        transport::preflight(ch, target, cli.timeout).await?;
+    }
+    if cli.verify {
+        verify::preflight(http, cli.timeout).await?;
+    }
+    Ok(endpoint)
+}
+
+/// Cancels `cancel` on Ctrl-C; the flag says whether that happened.
+fn cancel_on_ctrl_c(cancel: &CancellationToken) -> Arc<AtomicBool> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let (cancel, flag) = (cancel.clone(), interrupted.clone());
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            flag.store(true, Ordering::Relaxed);
+            cancel.cancel();
+        }
+    });
+    interrupted
+}
+
+/// The exit status of a run's outcome (see `--help`).
+fn exit_code(outcome: &str) -> ExitCode {
+    ExitCode::from(match outcome {
         "aborted" => EXIT_FAILED,
         "interrupted" => EXIT_INTERRUPTED,
         "verify_failed" => EXIT_VERIFY_FAILED,
         "ambiguous_failures" => EXIT_AMBIGUOUS,
         _ => 0,
-    }))
+    })
 }
 
 fn send_opts(

@@ -57,38 +57,10 @@ impl Config {
     ) -> Result<Config, ConfigError> {
         let leaves = default_leaves().map_err(|e| parse_error("", None, e))?;
 
-        let mut env_overrides = Vec::new();
-        let mut unknown = Vec::new();
-        let mut config_env = None;
-        for (name, raw) in env {
-            if !name.starts_with(ENV_PREFIX) {
-                continue;
-            }
-            if name == CONFIG_ENV {
-                config_env = Some(raw);
-                continue;
-            }
-            if ENV_ALLOW_LIST.contains(&name.as_str()) {
-                continue;
-            }
-            match leaves.iter().find(|(key, _)| env_name(key) == name) {
-                Some((key, default)) => env_overrides.push((key.clone(), env_value(default, raw))),
-                None => unknown.push(name),
-            }
-        }
-        if !unknown.is_empty() {
-            unknown.sort();
-            unknown.dedup();
-            let known: Vec<String> = leaves.iter().map(|(key, _)| env_name(key)).collect();
-            let unknown = unknown
-                .into_iter()
-                .map(|name| UnknownEnvVar {
-                    suggestion: closest(&name, &known),
-                    name,
-                })
-                .collect();
-            return Err(ConfigError::UnknownEnv(unknown));
-        }
+        let EnvSettings {
+            overrides: env_overrides,
+            config: config_env,
+        } = env_settings(&leaves, env)?;
 
         // An empty TALLYD_CONFIG is how shells "unset" it in a one-off
         // command, so treat it as absent rather than as a file named "".
@@ -149,6 +121,57 @@ pub fn env_var_names() -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+/// The settings the `TALLYD_*` variables of `env` give, and
+/// `TALLYD_CONFIG`'s value; a variable that names no setting (nor one of
+/// the allowed others) stops startup, with the closest name.
+fn env_settings(
+    leaves: &[(String, Value)],
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<EnvSettings, ConfigError> {
+    let mut env_overrides = Vec::new();
+    let mut unknown = Vec::new();
+    let mut config_env = None;
+    for (name, raw) in env {
+        if !name.starts_with(ENV_PREFIX) {
+            continue;
+        }
+        if name == CONFIG_ENV {
+            config_env = Some(raw);
+            continue;
+        }
+        if ENV_ALLOW_LIST.contains(&name.as_str()) {
+            continue;
+        }
+        match leaves.iter().find(|(key, _)| env_name(key) == name) {
+            Some((key, default)) => env_overrides.push((key.clone(), env_value(default, raw))),
+            None => unknown.push(name),
+        }
+    }
+    if !unknown.is_empty() {
+        unknown.sort();
+        unknown.dedup();
+        let known: Vec<String> = leaves.iter().map(|(key, _)| env_name(key)).collect();
+        let unknown = unknown
+            .into_iter()
+            .map(|name| UnknownEnvVar {
+                suggestion: closest(&name, &known),
+                name,
+            })
+            .collect();
+        return Err(ConfigError::UnknownEnv(unknown));
+    }
+    Ok(EnvSettings {
+        overrides: env_overrides,
+        config: config_env,
+    })
+}
+
+/// What the environment sets: settings, and the config file's path.
+struct EnvSettings {
+    overrides: Vec<(String, Value)>,
+    /// `TALLYD_CONFIG`.
+    config: Option<String>,
 }
 
 /// `flush.interval` -> `TALLYD_FLUSH_INTERVAL`.

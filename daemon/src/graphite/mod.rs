@@ -26,6 +26,23 @@
 //! (backpressure), a connection stops reading until its batch is taken, so
 //! the client is slowed by TCP rather than dropped.
 //!
+//! # Why not `listen`'s pool
+//!
+//! The gRPC and HTTP listeners share [`crate::listen`]: at the cap, a new
+//! connection takes the place of one that keeps the daemon waiting on its
+//! client, such as one idle between requests. That is safe there because
+//! an idle connection holds nothing unanswered, and the client of an
+//! evicted one learns it from its next call. A Graphite connection is idle
+//! between lines by design (collectd and Telegraf keep one open and write
+//! every interval), and the protocol has no acknowledgement: a client of an
+//! evicted connection cannot tell which lines it wrote before it saw the
+//! close, so eviction would drop lines silently. Refusing the new
+//! connection as soon as it is accepted loses nothing: the client has sent
+//! nothing on it yet, sees the close at once, and connects again later.
+//! Hence a plain count of open connections (a semaphore) rather than the
+//! pool; no TLS and no per-request deadlines, the pool's other parts, apply
+//! either.
+//!
 //! # Bad lines
 //!
 //! A malformed, over-long or source-less line is refused alone: it counts

@@ -32,33 +32,47 @@ pub use ingest::{IngestService, WirePush};
 pub use otlp::OtlpService;
 pub use query::QueryService;
 
-/// Serves gRPC on `listener` until `shutdown` is cancelled; in-progress
-/// calls finish first. Ingest and query calls need tokens when `auth` is
-/// on; health and reflection never do.
-#[allow(clippy::too_many_arguments)]
-pub async fn serve(
-    listener: Listener,
-    auth: Authenticator,
-    (ingest, otlp): (IngestService, OtlpService),
-    query: QueryService,
-    health: tonic_health::server::HealthReporter,
-    health_service: tonic_health::pb::health_server::HealthServer<
-        impl tonic_health::pb::health_server::Health,
-    >,
-    limits: Limits,
-    shutdown: tokio_util::sync::CancellationToken,
+/// What [`serve`] runs: the listener, the services behind it, the limits
+/// they keep, and when to stop.
+pub struct GrpcServer<H> {
+    pub listener: Listener,
+    /// Ingest and query calls need tokens when it is on; health and
+    /// reflection never do.
+    pub auth: Authenticator,
+    pub ingest: IngestService,
+    pub otlp: OtlpService,
+    pub query: QueryService,
+    /// Marks the ingest and query services serving once they are routed.
+    pub health: tonic_health::server::HealthReporter,
+    pub health_service: tonic_health::pb::health_server::HealthServer<H>,
+    pub limits: Limits,
+    /// Cancelled at shutdown: in-progress calls finish first.
+    pub shutdown: tokio_util::sync::CancellationToken,
+}
+
+/// Serves gRPC on `server.listener` until `server.shutdown` is cancelled;
+/// in-progress calls finish first.
+pub async fn serve<H: tonic_health::pb::health_server::Health>(
+    server: GrpcServer<H>,
 ) -> Result<(), GrpcError> {
+    let GrpcServer {
+        listener,
+        auth,
+        ingest,
+        otlp,
+        query,
+        health,
+        health_service,
+        limits,
+        shutdown,
+    } = server;
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(tally_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection()
-        .build_v1()
-        .map_err(|e| GrpcError::Reflection(e.to_string()))?;
-    let reflection_v1alpha = reflection()
-        .build_v1alpha()
-        .map_err(|e| GrpcError::Reflection(e.to_string()))?;
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
     let Limits {
         grpc: cfg,
         max_message_bytes,
@@ -129,5 +143,5 @@ pub struct Limits {
 #[derive(Debug, thiserror::Error)]
 pub enum GrpcError {
     #[error("building the reflection service: {0}")]
-    Reflection(String),
+    Reflection(#[from] tonic_reflection::server::Error),
 }

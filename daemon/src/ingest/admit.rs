@@ -95,7 +95,7 @@ pub enum IngestError {
     #[error("tallyd is shutting down; send to another instance or retry later")]
     ShuttingDown,
     #[error("nothing of this request was taken: {0}")]
-    Log(String),
+    Log(#[from] crate::wal::WalError),
     #[error("the store has failed and cannot keep new samples ({0}); nothing of this request was taken: send to another instance")]
     StoreFailed(String),
     #[error("no source of this request may be pushed with this token: {0}")]
@@ -319,7 +319,7 @@ impl Ingestor {
         if let Some(wal) = self.wal.get() {
             wal.append_request(now_ms, &p.refused_sources, req)
                 .await
-                .map_err(|e| IngestError::Log(e.to_string()))?;
+                .map_err(IngestError::Log)?;
         }
         let out = self.agg.ingest(&p.batches, now_ms);
         drop(open);

@@ -1,5 +1,7 @@
-//! The listening sockets both servers take, with the bounds every
-//! connection lives within whatever protocol it speaks:
+//! The listening sockets the gRPC and HTTP servers take, with the bounds
+//! every connection lives within whatever protocol it speaks (the Graphite
+//! listener counts its connections itself, and says why in
+//! [`crate::graphite`]):
 //!
 //! * a cap on open connections per listener, where a new connection takes
 //!   the place of one that keeps the daemon waiting on its client (`pool`);

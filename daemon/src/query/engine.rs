@@ -389,7 +389,7 @@ impl QueryEngine {
             Some(why) => why,
             None => match self.store.catalog_list(q).await {
                 Ok(found) => return Ok((found, false)),
-                Err(StoreError::Unavailable(why)) => why,
+                Err(StoreError::Unavailable(why)) => why.into(),
                 Err(e) => return Err(e.into()),
             },
         };

@@ -15,9 +15,12 @@ mod config;
 
 pub use config::RetentionConfig;
 pub mod embedded;
+mod error;
 pub mod mongodb;
 
 use std::time::Duration;
+
+pub use self::error::{Cause, StoreError};
 
 use crate::model::{
     validate_metric, validate_stored_source, DocKey, FlushBatch, Resolution, SampleKind, SeriesId,
@@ -211,16 +214,17 @@ pub(crate) fn check_catalog_entries(entries: &[CatalogEntry]) -> Result<(), Stor
     const MAX_S: i64 = i64::MAX / 1000;
     for e in entries {
         // Rollup series (`@<group>`) are catalogued too.
-        validate_stored_source(&e.series.source)
-            .map_err(|why| StoreError::Invalid(format!("source {:?} {why}", e.series.source)))?;
-        validate_metric(&e.series.metric)
-            .map_err(|why| StoreError::Invalid(format!("metric {:?} {why}", e.series.metric)))?;
+        validate_stored_source(&e.series.source).map_err(|why| {
+            StoreError::Invalid(format!("source {:?} {why}", e.series.source).into())
+        })?;
+        validate_metric(&e.series.metric).map_err(|why| {
+            StoreError::Invalid(format!("metric {:?} {why}", e.series.metric).into())
+        })?;
         for (what, t) in [("first_seen", e.first_seen), ("last_seen", e.last_seen)] {
             if !(-MAX_S..=MAX_S).contains(&t) {
-                return Err(StoreError::Invalid(format!(
-                    "{}: {what} {t} is out of range",
-                    e.series
-                )));
+                return Err(StoreError::Invalid(
+                    format!("{}: {what} {t} is out of range", e.series).into(),
+                ));
             }
         }
     }
@@ -257,47 +261,6 @@ pub(crate) fn observe<T>(
     if let Err(e) = result {
         metrics::counter!("tally_store_errors_total", "store" => store, "op" => op, "kind" => e.kind())
             .increment(1);
-    }
-}
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The store could not be reached or did not answer; worth retrying.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
-    /// The store answered, but the outcome is not known (e.g. the connection
-    /// dropped after the request was sent). Retrying is safe: applies are
-    /// idempotent per flush.
-    #[error("outcome unknown: {0}")]
-    Ambiguous(String),
-    /// Stored data is not what this version of Tally writes.
-    #[error("corrupt document {doc}: {reason}")]
-    Corrupt { doc: String, reason: String },
-    /// A request the store cannot serve.
-    #[error("invalid request: {0}")]
-    Invalid(String),
-    #[error("store I/O: {0}")]
-    Io(String),
-}
-
-impl StoreError {
-    /// Whether retrying the same call later may succeed.
-    pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Unavailable(_) | StoreError::Ambiguous(_) | StoreError::Io(_)
-        )
-    }
-
-    /// Short label for the `kind` label of error metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreError::Unavailable(_) => "unavailable",
-            StoreError::Ambiguous(_) => "ambiguous",
-            StoreError::Corrupt { .. } => "corrupt",
-            StoreError::Invalid(_) => "invalid",
-            StoreError::Io(_) => "io",
-        }
     }
 }
 

@@ -253,6 +253,16 @@ impl WatchHub {
         self.subscribers.lock().len()
     }
 
+    /// A subscription's window in seconds: `window_minutes`, or
+    /// `watch.window` for 0; a minute at least.
+    fn window_s(&self, window_minutes: u32) -> i64 {
+        match window_minutes {
+            0 => self.cfg.window.as_secs() as i64,
+            m => i64::from(m) * MINUTE_S,
+        }
+        .max(MINUTE_S)
+    }
+
     /// Subscribes to the selected series: the snapshot of the last
     /// `window_minutes` (0 = `watch.window`) is the first event.
     pub async fn subscribe(
@@ -269,11 +279,7 @@ impl WatchHub {
                 self.cfg.max_subscribers
             )));
         };
-        let window_s = match window_minutes {
-            0 => self.cfg.window.as_secs() as i64,
-            m => i64::from(m) * MINUTE_S,
-        }
-        .max(MINUTE_S);
+        let window_s = self.window_s(window_minutes);
         let series = self
             .engine
             .resolve(&selection, self.cfg.max_series, "watch.max_series")

@@ -17,18 +17,17 @@ use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use prost::Message as _;
 use tally_proto::v1 as pb;
-use tokio::time::Instant;
 use tonic::client::Grpc;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use super::{hint, unary, Worker, INITIAL_BACKOFF};
+use super::{unary, Request, Worker};
 use crate::batch::Plan;
 use crate::foreign_wire::{self, Scratch};
 use crate::protocol::Protocol;
 use crate::text_wire;
-use crate::transport::{classify, Backoff, Verdict};
+use crate::transport::{classify, Verdict};
 
 /// OTLP's gRPC method.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
@@ -105,36 +104,31 @@ impl Worker {
     ) -> Result<(), String> {
         let req = self.ws.build(&self.fleet, &self.tl, &plan);
         // Encoded once; a resend sends the same bytes.
-        let body = Bytes::from(encode(protocol, &req, scratch));
-        let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
-        let mut attempts = 0;
-        loop {
-            if attempts > 0 && self.cancel.is_cancelled() {
-                self.tally.unacknowledged += plan.samples();
-                return Ok(());
-            }
-            attempts += 1;
-            let started = Instant::now();
-            let (status, verdict) = match attempt(sink, protocol, &body, self.opts.timeout).await {
-                Ok(refused) => {
-                    self.record_latency(started.elapsed());
-                    self.record_ack();
-                    self.settle(&[plan], &response(&plan, refused));
-                    return Ok(());
-                }
-                Err(e) => e,
-            };
-            self.record_error(&status);
-            let outcome = match verdict {
-                Verdict::Retry => self.back_off(&mut backoff, attempts, &status).await,
-                Verdict::Ambiguous => return self.ambiguous(&[plan]),
-                Verdict::Fatal => Err(hint(&status)),
-            };
-            if outcome.is_err() {
-                self.tally.unacknowledged += plan.samples();
-            }
-            outcome?;
-        }
+        let mut request = ForeignRequest {
+            sink,
+            protocol,
+            body: Bytes::from(encode(protocol, &req, scratch)),
+            timeout: self.opts.timeout,
+            plan,
+        };
+        self.until_answered(plan, &mut request).await
+    }
+}
+
+/// One batch's request in a foreign protocol, its count-only answer read
+/// as a `PushResponse`.
+struct ForeignRequest<'a> {
+    sink: &'a mut Sink,
+    protocol: Protocol,
+    body: Bytes,
+    timeout: Duration,
+    plan: Plan,
+}
+
+impl Request for ForeignRequest<'_> {
+    async fn send(&mut self) -> Result<pb::PushResponse, (Status, Verdict)> {
+        let refused = attempt(self.sink, self.protocol, &self.body, self.timeout).await?;
+        Ok(response(&self.plan, refused))
     }
 }
 

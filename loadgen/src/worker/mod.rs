@@ -330,7 +330,24 @@ impl Worker {
         plan: Plan,
     ) -> Result<(), String> {
         // Encoded once; a resend sends the same bytes.
-        let msg = self.encode(&plan);
+        let mut push = UnaryPush {
+            grpc,
+            msg: self.encode(&plan),
+            timeout: self.opts.timeout,
+        };
+        self.until_answered(plan, &mut push).await
+    }
+
+    /// Sends `plan` by `request` until the daemon answers, refuses it for
+    /// good, or the run is cancelled: a certain refusal is sent again after
+    /// a backoff, as often as `--retries` allows. The one retry loop of
+    /// every request-per-batch protocol; streams have their own
+    /// (`stream`), since a stream's answer covers many batches.
+    async fn until_answered(
+        &mut self,
+        plan: Plan,
+        request: &mut impl Request,
+    ) -> Result<(), String> {
         let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
         let mut attempts = 0;
         loop {
@@ -341,22 +358,17 @@ impl Worker {
             }
             attempts += 1;
             let started = Instant::now();
-            let call = unary::<pb::PushResponse>(grpc, msg.clone(), wire::push_path());
-            let status = match tokio::time::timeout(self.opts.timeout, call).await {
-                Ok(Ok(resp)) => {
+            let (status, verdict) = match request.send().await {
+                Ok(resp) => {
                     self.record_latency(started.elapsed());
                     self.record_ack();
-                    self.settle(&[plan], &resp.into_inner());
+                    self.settle(&[plan], &resp);
                     return Ok(());
                 }
-                Ok(Err(status)) => status,
-                Err(_) => Status::deadline_exceeded(format!(
-                    "no answer within --timeout {:?}",
-                    self.opts.timeout
-                )),
+                Err(failed) => failed,
             };
             self.record_error(&status);
-            let outcome = match classify(&status) {
+            let outcome = match verdict {
                 Verdict::Retry => self.back_off(&mut backoff, attempts, &status).await,
                 Verdict::Ambiguous => return self.ambiguous(&[plan]),
                 Verdict::Fatal => Err(hint(&status)),
@@ -436,6 +448,36 @@ impl Worker {
         for (p, rej) in plans.iter().zip(&rejected) {
             expect.commit(&self.fleet, &self.tl, &self.ws, p, rej);
         }
+    }
+}
+
+/// One request of a batch, sent as many times as
+/// [`Worker::until_answered`] asks, the same bytes each time.
+trait Request {
+    /// Sends it once: the answer as a `PushResponse`, or why there is none
+    /// and what that means.
+    async fn send(&mut self) -> Result<pb::PushResponse, (Status, Verdict)>;
+}
+
+/// A unary `Push` of one pre-encoded message.
+struct UnaryPush<'a> {
+    grpc: &'a mut tonic::client::Grpc<Channel>,
+    msg: Bytes,
+    timeout: Duration,
+}
+
+impl Request for UnaryPush<'_> {
+    async fn send(&mut self) -> Result<pb::PushResponse, (Status, Verdict)> {
+        let call = unary::<pb::PushResponse>(self.grpc, self.msg.clone(), wire::push_path());
+        let status = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(resp)) => return Ok(resp.into_inner()),
+            Ok(Err(status)) => status,
+            Err(_) => {
+                Status::deadline_exceeded(format!("no answer within --timeout {:?}", self.timeout))
+            }
+        };
+        let verdict = classify(&status);
+        Err((status, verdict))
     }
 }
 

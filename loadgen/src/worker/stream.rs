@@ -107,19 +107,7 @@ impl Worker {
         ch: &Channel,
         resend: &mut VecDeque<Plan>,
     ) -> (Vec<Plan>, bool, Result<pb::PushResponse, Status>, Instant) {
-        let (mut tx, rx) = futures::channel::mpsc::channel::<Bytes>(STREAM_BUFFER);
-        let mut grpc = tonic::client::Grpc::new(ch.clone());
-        let mut call = tokio::spawn(async move {
-            grpc.ready().await.map_err(|e| {
-                Status::unknown(format!("Service was not ready: {}", describe_error(&e)))
-            })?;
-            grpc.client_streaming(
-                tonic::Request::new(rx),
-                wire::push_stream_path(),
-                PushCodec::default(),
-            )
-            .await
-        });
+        let (mut tx, mut call) = open_stream(ch);
         let opened = Instant::now();
         let realtime = self.opts.realtime_t0.is_some();
         let mut plans = Vec::new();
@@ -174,24 +162,7 @@ impl Worker {
             };
             return (plans, exhausted, result, closed_at);
         }
-        let joined = match early {
-            Some(r) => r,
-            None => match tokio::time::timeout(self.opts.timeout, &mut call).await {
-                Ok(r) => r,
-                Err(_) => {
-                    call.abort();
-                    Ok(Err(Status::deadline_exceeded(format!(
-                        "no stream summary within --timeout {:?} of closing it",
-                        self.opts.timeout
-                    ))))
-                }
-            },
-        };
-        let result = match joined {
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) => Err(status),
-            Err(e) => Err(Status::internal(format!("stream task failed: {e}"))),
-        };
+        let result = summary(early, call, self.opts.timeout).await;
         (plans, exhausted, result, closed_at)
     }
 
@@ -239,6 +210,54 @@ fn stream_progress(status: &Status) -> Option<(usize, Option<u64>)> {
         .and_then(|at| msg[at + 1..].split_whitespace().next())
         .and_then(|n| n.parse().ok());
     Some((index, accepted))
+}
+
+/// A `PushStream` call in progress, in its own task.
+type StreamCall = tokio::task::JoinHandle<Result<tonic::Response<pb::PushResponse>, Status>>;
+
+/// Opens a `PushStream` on `ch`: the sender of its messages, and the call.
+fn open_stream(ch: &Channel) -> (futures::channel::mpsc::Sender<Bytes>, StreamCall) {
+    let (tx, rx) = futures::channel::mpsc::channel::<Bytes>(STREAM_BUFFER);
+    let mut grpc = tonic::client::Grpc::new(ch.clone());
+    let call = tokio::spawn(async move {
+        grpc.ready().await.map_err(|e| {
+            Status::unknown(format!("Service was not ready: {}", describe_error(&e)))
+        })?;
+        grpc.client_streaming(
+            tonic::Request::new(rx),
+            wire::push_stream_path(),
+            PushCodec::default(),
+        )
+        .await
+    });
+    (tx, call)
+}
+
+/// The summary of a half-closed stream: what the call ended with while
+/// messages were still going out (`early`), or what it answers within
+/// `timeout` of the close.
+async fn summary(
+    early: Option<<StreamCall as std::future::Future>::Output>,
+    mut call: StreamCall,
+    timeout: std::time::Duration,
+) -> Result<pb::PushResponse, Status> {
+    let joined = match early {
+        Some(r) => r,
+        None => match tokio::time::timeout(timeout, &mut call).await {
+            Ok(r) => r,
+            Err(_) => {
+                call.abort();
+                Ok(Err(Status::deadline_exceeded(format!(
+                    "no stream summary within --timeout {timeout:?} of closing it"
+                ))))
+            }
+        },
+    };
+    match joined {
+        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        Ok(Err(status)) => Err(status),
+        Err(e) => Err(Status::internal(format!("stream task failed: {e}"))),
+    }
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ use super::layout::{
 };
 use super::pending::Pending;
 use crate::model::{EpochMinute, FlushBatch, SeriesMinutes, Slot};
-use crate::store::{CatalogEntry, SetAside, StoreError};
+use crate::store::{CatalogEntry, Cause, SetAside, StoreError};
 
 /// A write committed without `fsync`, kept until a durable commit covers it.
 #[derive(Debug, Clone)]
@@ -184,10 +184,8 @@ impl Db {
     /// Opens (creating if needed) `dir` and `dir/tally.redb`.
     pub(super) fn open(dir: &Path, config: EmbeddedConfig) -> Result<Db, StoreError> {
         std::fs::create_dir_all(dir).map_err(|e| {
-            StoreError::Io(format!(
-                "cannot create data directory {}: {e}",
-                dir.display()
-            ))
+            let message = format!("cannot create data directory {}: {e}", dir.display());
+            StoreError::Io(Cause::of(message, e))
         })?;
         let path = dir.join(FILE_NAME);
         // redb would quietly make a new database in an empty file: refuse,
@@ -213,7 +211,10 @@ impl Db {
         opener: Opener,
     ) -> Result<Db, StoreError> {
         let opened = open_checked(&opener, &path).map_err(|e| match e {
-            StoreError::Io(msg) => StoreError::Io(format!("cannot open {}: {msg}", path.display())),
+            StoreError::Io(cause) => {
+                let message = format!("cannot open {}: {cause}", path.display());
+                StoreError::Io(Cause::of(message, cause))
+            }
             other => other,
         })?;
         let Opened {
@@ -248,14 +249,17 @@ impl Db {
     /// transaction begun on it lives.
     pub(super) fn database(&self) -> Result<MappedRwLockReadGuard<'_, Database>, StoreError> {
         RwLockReadGuard::try_map(self.db.read(), Option::as_ref).map_err(|_| {
-            StoreError::Unavailable(format!(
-                "{} could not be reopened after an I/O error yet: {}",
-                self.path.display(),
-                self.io_failure
-                    .lock()
-                    .as_ref()
-                    .map_or_else(String::new, ToString::to_string)
-            ))
+            StoreError::Unavailable(
+                format!(
+                    "{} could not be reopened after an I/O error yet: {}",
+                    self.path.display(),
+                    self.io_failure
+                        .lock()
+                        .as_ref()
+                        .map_or_else(String::new, ToString::to_string)
+                )
+                .into(),
+            )
         })
     }
 

@@ -3,7 +3,7 @@
 //! (`db.rs`) and the value-level ones (the flush log, documents) alike.
 
 use super::layout::FILE_NAME;
-use crate::store::StoreError;
+use crate::store::{Cause, StoreError};
 
 /// Maps a redb error onto the store's error kinds.
 pub(super) fn db_err(e: impl Into<redb::Error>) -> StoreError {
@@ -19,13 +19,14 @@ pub(super) fn db_err(e: impl Into<redb::Error>) -> StoreError {
             doc: FILE_NAME.to_string(),
             reason: e.to_string(),
         },
-        redb::Error::DatabaseAlreadyOpen => StoreError::Unavailable(format!(
-            "{FILE_NAME} is already open (is another tallyd using the same --data-dir?)"
-        )),
-        e => StoreError::Io(e.to_string()),
+        redb::Error::DatabaseAlreadyOpen => StoreError::Unavailable(
+            format!("{FILE_NAME} is already open (is another tallyd using the same --data-dir?)")
+                .into(),
+        ),
+        e => StoreError::Io(Cause::of(e.to_string(), e)),
     }
 }
 
 pub(super) fn invalid(msg: String) -> StoreError {
-    StoreError::Invalid(msg)
+    StoreError::Invalid(msg.into())
 }

@@ -57,7 +57,7 @@ use super::layout::{
 use super::pending::Pending;
 use crate::labels::split_metric_key;
 use crate::model::{EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, Tier};
-use crate::store::StoreError;
+use crate::store::{Cause, StoreError};
 
 /// A chunk is written before an entry would take it past this many bytes.
 /// The storage engine gives a value a page of a power-of-two size, so a
@@ -190,7 +190,9 @@ fn pack(form: Form, plain: &[u8]) -> Result<Cow<'_, [u8]>, StoreError> {
     match form {
         Form::Checkpoint => zstd::bulk::compress(plain, CHUNK_LEVEL)
             .map(Cow::Owned)
-            .map_err(|e| StoreError::Io(format!("compressing a checkpoint chunk: {e}"))),
+            .map_err(|e| {
+                StoreError::Io(Cause::of(format!("compressing a checkpoint chunk: {e}"), e))
+            }),
         Form::Flush | Form::Legacy => Ok(Cow::Borrowed(plain)),
     }
 }

@@ -96,7 +96,7 @@ impl Db {
         hook.keep(since, &minutes, &e.to_string()).map_err(|why| {
             StoreError::Unavailable(format!(
                 "{series}: its document is damaged ({e}) and its pending minutes could not be kept as dead letters: {why}"
-            ))
+            ).into())
         })?;
         let txn = db.begin_write().map_err(db_err)?;
         forget_series(&txn, series)?;

@@ -170,11 +170,14 @@ impl EmbeddedStore {
 /// A store operation that panicked. `Db::note` latches it ("task failed"):
 /// the storage engine panics on some kinds of damage to the file.
 fn panicked(what: &str, e: &tokio::task::JoinError) -> StoreError {
-    StoreError::Io(format!(
-        "{what} task failed: {e}. A panic inside the storage engine usually means a damaged \
+    StoreError::Io(
+        format!(
+            "{what} task failed: {e}. A panic inside the storage engine usually means a damaged \
          store file: stop tallyd, move {} aside or restore it from a backup",
-        layout::FILE_NAME
-    ))
+            layout::FILE_NAME
+        )
+        .into(),
+    )
 }
 
 #[async_trait::async_trait]

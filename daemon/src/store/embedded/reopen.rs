@@ -102,7 +102,7 @@ fn check_free_space(path: &std::path::Path) -> Result<(), StoreError> {
             path.display(),
             free >> 10,
             REOPEN_MIN_FREE_BYTES >> 10
-        )));
+        ).into()));
     }
     Ok(())
 }

@@ -132,7 +132,7 @@ async fn run_until_done(conn: Weak<Conn>, page: usize) -> Option<FirstSeenPass> 
             let conn = conn.upgrade()?;
             let r = conn.first_seen_pass(page).await;
             if let Err(e) = &r {
-                conn.count_error(Op::FirstSeen, e);
+                conn.wire.count_error(Op::FirstSeen, e);
             }
             r
         };
@@ -149,7 +149,7 @@ async fn run_until_done(conn: Weak<Conn>, page: usize) -> Option<FirstSeenPass> 
 
 impl Conn {
     fn marker_id(&self) -> String {
-        format!("{MARKER_PREFIX}{}", self.series.name())
+        format!("{MARKER_PREFIX}{}", self.wire.series.name())
     }
 
     /// The pass, from the marker's page on; see the module documentation.
@@ -192,38 +192,42 @@ impl Conn {
 
     async fn read_marker(&self) -> Result<Option<Document>, StoreError> {
         let find = async {
-            self.writers
+            self.wire
+                .writers
                 .find_one(doc! { "_id": self.marker_id() })
                 .await
                 .map_err(|e| classify(&e, false))
         };
-        self.timed(
-            Op::FirstSeen,
-            64,
-            self.timeout,
-            "first_seen pass marker: ",
-            find,
-        )
-        .await
+        self.wire
+            .timed(
+                Op::FirstSeen,
+                64,
+                self.wire.timeout,
+                "first_seen pass marker: ",
+                find,
+            )
+            .await
     }
 
     async fn write_marker(&self, set: Document) -> Result<(), StoreError> {
         let write = async {
-            self.writers
+            self.wire
+                .writers
                 .update_one(doc! { "_id": self.marker_id() }, doc! { "$set": set })
                 .upsert(true)
                 .await
                 .map_err(|e| classify(&e, true))
         };
-        self.timed(
-            Op::FirstSeen,
-            128,
-            self.timeout,
-            "first_seen pass marker: ",
-            write,
-        )
-        .await
-        .map(|_| ())
+        self.wire
+            .timed(
+                Op::FirstSeen,
+                128,
+                self.wire.timeout,
+                "first_seen pass marker: ",
+                write,
+            )
+            .await
+            .map(|_| ())
     }
 
     /// The counters among the next `limit` catalog entries after `after`,
@@ -244,6 +248,7 @@ impl Conn {
         let projection = doc! { "kind": 1, "first_seen": 1, LAST_SEEN_FIELD: 1 };
         let read = async {
             let mut cursor = self
+                .wire
                 .series
                 .find(filter)
                 .projection(projection)
@@ -264,7 +269,14 @@ impl Conn {
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         let (counters, read, last) = self
-            .timed(Op::FirstSeen, 128, self.timeout, "catalog page: ", read)
+            .wire
+            .timed(
+                Op::FirstSeen,
+                128,
+                self.wire.timeout,
+                "catalog page: ",
+                read,
+            )
             .await?;
         pass.entries += read as u64;
         pass.counters += counters.len() as u64;
@@ -334,7 +346,7 @@ impl Conn {
     ) -> Result<HashMap<String, RawDocumentBuf>, StoreError> {
         let ids: Vec<&str> = ids.collect();
         let bytes = 64 + ids.iter().map(|id| id.len() + 12).sum::<usize>();
-        let coll = self.collection(tier);
+        let coll = self.wire.collection(tier);
         let read = async {
             let mut cursor = coll
                 .find(doc! { "_id": { "$in": &ids } })
@@ -350,14 +362,15 @@ impl Conn {
             Ok::<_, mongodb::error::Error>(out)
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
-        self.timed(
-            Op::FirstSeen,
-            bytes,
-            self.timeout,
-            "baseline minutes: ",
-            read,
-        )
-        .await
+        self.wire
+            .timed(
+                Op::FirstSeen,
+                bytes,
+                self.wire.timeout,
+                "baseline minutes: ",
+                read,
+            )
+            .await
     }
 
     /// The first minute after `c`'s `first_seen` with a sample, up to its
@@ -378,7 +391,7 @@ impl Conn {
             Tier::Hour => SCAN_HOUR_DOCS,
             Tier::Day => SCAN_DAY_DOCS,
         };
-        let coll = self.collection(tier);
+        let coll = self.wire.collection(tier);
         let read = async {
             let cursor = coll
                 .find(doc! { "_id": { "$gte": from, "$lte": through } })
@@ -391,10 +404,11 @@ impl Conn {
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         let docs = self
+            .wire
             .timed(
                 Op::FirstSeen,
                 128,
-                self.timeout,
+                self.wire.timeout,
                 "a counter's minutes: ",
                 read,
             )
@@ -407,16 +421,18 @@ impl Conn {
         let filter = doc! { "_id": &c.id, "first_seen": c.stored_first };
         let update = doc! { "$set": { "first_seen": bson_date(to) } };
         let write = async {
-            self.series
+            self.wire
+                .series
                 .update_one(filter, update)
                 .await
                 .map_err(|e| classify(&e, true))
         };
         let r = self
+            .wire
             .timed(
                 Op::FirstSeen,
                 128,
-                self.timeout,
+                self.wire.timeout,
                 "moving a first_seen: ",
                 write,
             )

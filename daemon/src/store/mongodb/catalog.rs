@@ -56,8 +56,9 @@ impl Conn {
         let mut pending: Vec<usize> = (0..stmts.len()).collect();
         for _round in 0..2 {
             let send: Vec<&RawDocument> = pending.iter().map(|&i| stmts[i].as_ref()).collect();
-            let groups = [(self.series.name(), send)];
+            let groups = [(self.wire.series.name(), send)];
             let replies = self
+                .wire
                 .write_all(Op::CatalogUpsert, &groups, &mut Work::default())
                 .await?;
             pending = replies
@@ -69,10 +70,13 @@ impl Conn {
                 return Ok(());
             }
         }
-        Err(StoreError::Unavailable(format!(
-            "{} catalog upserts collided with concurrent inserts twice",
-            pending.len()
-        )))
+        Err(StoreError::Unavailable(
+            format!(
+                "{} catalog upserts collided with concurrent inserts twice",
+                pending.len()
+            )
+            .into(),
+        ))
     }
 
     pub(super) async fn catalog_list_inner(
@@ -104,6 +108,7 @@ impl Conn {
         let batch = q.limit.clamp(CATALOG_MIN_BATCH, CATALOG_MAX_BATCH) as u32;
         let list = async {
             let mut cursor = self
+                .wire
                 .series
                 .find(filter)
                 .projection(projection)
@@ -116,8 +121,8 @@ impl Conn {
                 let entry = decode_catalog(&raw).map_err(|e| StoreError::Corrupt {
                     doc: format!(
                         "{}.{}/{}",
-                        self.db.name(),
-                        self.series.name(),
+                        self.wire.db.name(),
+                        self.wire.series.name(),
                         raw.get_str("_id").unwrap_or("<no string _id>")
                     ),
                     reason: e.to_string(),
@@ -131,14 +136,15 @@ impl Conn {
             }
             Ok(out)
         };
-        self.timed(
-            Op::CatalogList,
-            bytes,
-            self.timeout,
-            "catalog listing: ",
-            list,
-        )
-        .await
+        self.wire
+            .timed(
+                Op::CatalogList,
+                bytes,
+                self.wire.timeout,
+                "catalog listing: ",
+                list,
+            )
+            .await
     }
 }
 

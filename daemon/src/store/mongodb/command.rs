@@ -1,23 +1,21 @@
-//! Commands and the one way they reach the server. Write commands are built
-//! byte by byte and cut to the server's size limits; every command, and
-//! every driver call, runs under the store's deadline and is counted, so
-//! the statistics and metrics cover all traffic.
+//! Write commands: built byte by byte, cut to the server's size limits,
+//! and sent over the wire (`wire.rs`) several at once, with the fallbacks
+//! for a server that stops an unordered command early or refuses one
+//! whole.
 
-use std::future::Future;
 use std::io::Write as _;
-use std::time::{Duration, Instant};
 
 use bson::raw::{RawDocument, RawDocumentBuf};
 use bson::spec::ElementType;
 use bson::Document;
 use futures::stream::{self, StreamExt};
 
-use super::errors::{all_or_worst, parse_write_reply, read_write_reply, Failure, WriteReply};
+use super::errors::{all_or_worst, parse_write_reply, read_write_reply, WriteReply};
 use super::features::Feature;
 use super::stats::Op;
-use super::Conn;
+use super::wire::Wire;
 use crate::model::Tier;
-use crate::store::StoreError;
+use crate::store::{Cause, StoreError};
 
 /// A command stays below this many bytes of BSON: well under the 16 MiB
 /// (+16 KiB) a server accepts, with room for the envelope.
@@ -81,8 +79,9 @@ impl WriteCommand {
         self.buf.push(0);
         let total = self.buf.len();
         put_len(&mut self.buf, 0, total)?;
-        RawDocumentBuf::from_bytes(self.buf)
-            .map_err(|e| StoreError::Invalid(format!("building a write command: {e}")))
+        RawDocumentBuf::from_bytes(self.buf).map_err(|e| {
+            StoreError::Invalid(Cause::of(format!("building a write command: {e}"), e))
+        })
     }
 }
 
@@ -93,7 +92,7 @@ fn push_cstring(buf: &mut Vec<u8>, s: &str) {
 
 fn put_len(buf: &mut [u8], at: usize, len: usize) -> Result<(), StoreError> {
     let len = i32::try_from(len)
-        .map_err(|_| StoreError::Invalid(format!("a write command of {len} bytes")))?;
+        .map_err(|_| StoreError::Invalid(format!("a write command of {len} bytes").into()))?;
     if let Some(dst) = buf.get_mut(at..at + 4) {
         dst.copy_from_slice(&len.to_le_bytes());
     }
@@ -135,7 +134,8 @@ pub(super) fn chunk_by_bytes(
 }
 
 pub(super) fn to_raw(d: &Document) -> Result<RawDocumentBuf, StoreError> {
-    RawDocumentBuf::from_document(d).map_err(|e| StoreError::Invalid(format!("BSON: {e}")))
+    RawDocumentBuf::from_document(d)
+        .map_err(|e| StoreError::Invalid(Cause::of(format!("BSON: {e}"), e)))
 }
 
 /// A command made of constants and names: it always converts, and if it did
@@ -168,84 +168,7 @@ pub(super) fn by_tier<T: Copy>(items: &[T], tier_of: impl Fn(T) -> Tier) -> Vec<
         .collect()
 }
 
-impl Conn {
-    /// Runs a command with the store's deadline, counting and timing it.
-    pub(super) async fn send(
-        &self,
-        op: Op,
-        cmd: RawDocumentBuf,
-        statements: usize,
-    ) -> Result<Document, Failure> {
-        let bytes = cmd.as_bytes().len();
-        let started = Instant::now();
-        let result = tokio::time::timeout(self.timeout, self.db.run_raw_command(cmd)).await;
-        self.record(op, statements, bytes, started);
-        match result {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(Failure::Driver(e)),
-            Err(_) => Err(Failure::Timeout(self.timeout)),
-        }
-    }
-
-    /// [`Self::send`] with the failure mapped; `write` says whether the
-    /// command may change data (so a lost reply is ambiguous).
-    pub(super) async fn command(
-        &self,
-        op: Op,
-        cmd: RawDocumentBuf,
-        statements: usize,
-        write: bool,
-    ) -> Result<Document, StoreError> {
-        self.send(op, cmd, statements)
-            .await
-            .map_err(|f| f.into_store(write))
-    }
-
-    /// Runs a driver call that changes nothing (a `find`, a ping) within
-    /// `limit`, counting and timing it as one round trip of `op` that sent
-    /// about `bytes`. Running out of time is `Unavailable`, with the message
-    /// `<what>no answer within <limit>`.
-    pub(super) async fn timed<T>(
-        &self,
-        op: Op,
-        bytes: usize,
-        limit: Duration,
-        what: &str,
-        call: impl Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        let started = Instant::now();
-        let result = tokio::time::timeout(limit, call).await;
-        self.record(op, 0, bytes, started);
-        let result = result.unwrap_or_else(|_| {
-            Err(StoreError::Unavailable(format!(
-                "{what}no answer within {limit:?}"
-            )))
-        });
-        self.note_reach(&result);
-        result
-    }
-
-    /// Keeps [`Store::outage`](crate::store::Store::outage) current: set by
-    /// an operation that could not reach the server, cleared by one that
-    /// did.
-    pub(super) fn note_reach<T>(&self, result: &Result<T, StoreError>) {
-        let mut outage = self.outage.lock();
-        match result {
-            Err(StoreError::Unavailable(why)) => {
-                if outage.is_none() {
-                    tracing::warn!(error = %why, "MongoDB unreachable: reads answer from memory, flagged partial, until it answers again");
-                }
-                *outage = Some(why.clone());
-            }
-            Err(_) => {}
-            Ok(_) => {
-                if outage.take().is_some() {
-                    tracing::info!("MongoDB reachable again");
-                }
-            }
-        }
-    }
-
+impl Wire {
     /// Sends write statements, grouped by collection, in commands of
     /// bounded size, several at once. Update statements are all upserts, so
     /// each one matches, inserts or fails, and a reply that accounts for
@@ -343,7 +266,7 @@ impl Conn {
             }
             Err(StoreError::Invalid(why)) if isolate => {
                 return Ok(WriteReply {
-                    refused: (0..chunk.len()).map(|i| (i, why.clone())).collect(),
+                    refused: (0..chunk.len()).map(|i| (i, why.to_string())).collect(),
                     ..WriteReply::default()
                 });
             }
@@ -387,7 +310,7 @@ impl Conn {
             let reply = match self.command(op, cmd, 1, true).await {
                 Ok(reply) => reply,
                 Err(StoreError::Invalid(why)) if isolate => {
-                    out.refused.push((i, why));
+                    out.refused.push((i, why.into()));
                     continue;
                 }
                 Err(e) => return Err(e),

@@ -11,7 +11,7 @@ use mongodb::options::{Acknowledgment, ClientOptions};
 use serde::{Deserialize, Serialize};
 
 use super::flush_ids::WRITERS_COLLECTION;
-use crate::store::StoreError;
+use crate::store::{Cause, StoreError};
 use crate::validate::Problems;
 
 /// MongoDB refuses larger write batches (`maxWriteBatchSize`, since 3.6).
@@ -144,9 +144,9 @@ impl MongoDbConfig {
             ("series_collection", &self.series_collection),
         ] {
             if name.is_empty() || name.contains('\0') || name.contains('$') {
-                return Err(StoreError::Invalid(format!(
-                    "mongodb.{what} {name:?} is not a usable name"
-                )));
+                return Err(StoreError::Invalid(
+                    format!("mongodb.{what} {name:?} is not a usable name").into(),
+                ));
             }
         }
         if self.hour_collection == self.day_collection {
@@ -157,10 +157,13 @@ impl MongoDbConfig {
         if [&self.hour_collection, &self.day_collection].contains(&&self.series_collection)
             || self.series_collection == WRITERS_COLLECTION
         {
-            return Err(StoreError::Invalid(format!(
-                "mongodb.series_collection must differ from mongodb.hour_collection, \
+            return Err(StoreError::Invalid(
+                format!(
+                    "mongodb.series_collection must differ from mongodb.hour_collection, \
                  mongodb.day_collection and {WRITERS_COLLECTION}"
-            )));
+                )
+                .into(),
+            ));
         }
         Ok(())
     }
@@ -171,14 +174,15 @@ impl MongoDbConfig {
     pub(super) async fn client_options(
         &self,
     ) -> Result<(ClientOptions, Option<RawDocumentBuf>), StoreError> {
-        let mut options = ClientOptions::parse(&self.uri)
-            .await
-            .map_err(|e| match &*e.kind {
-                ErrorKind::DnsResolve { .. } => {
-                    StoreError::Unavailable(format!("mongodb.uri: {e}"))
-                }
-                _ => StoreError::Invalid(format!("mongodb.uri: {e}")),
-            })?;
+        let mut options = ClientOptions::parse(&self.uri).await.map_err(|e| {
+            let dns = matches!(&*e.kind, ErrorKind::DnsResolve { .. });
+            let cause = Cause::of(format!("mongodb.uri: {e}"), e);
+            if dns {
+                StoreError::Unavailable(cause)
+            } else {
+                StoreError::Invalid(cause)
+            }
+        })?;
         // Explicit URI options win.
         options.server_selection_timeout.get_or_insert(self.timeout);
         options.connect_timeout.get_or_insert(self.timeout);
@@ -190,15 +194,15 @@ impl MongoDbConfig {
                 ))
             }
             Some(wc) => {
-                let d = bson::to_document(wc)
-                    .map_err(|e| StoreError::Invalid(format!("write concern: {e}")))?;
+                let d = bson::to_document(wc).map_err(|e| {
+                    StoreError::Invalid(Cause::of(format!("write concern: {e}"), e))
+                })?;
                 if d.is_empty() {
                     None
                 } else {
-                    Some(
-                        RawDocumentBuf::from_document(&d)
-                            .map_err(|e| StoreError::Invalid(format!("write concern: {e}")))?,
-                    )
+                    Some(RawDocumentBuf::from_document(&d).map_err(|e| {
+                        StoreError::Invalid(Cause::of(format!("write concern: {e}"), e))
+                    })?)
                 }
             }
             None => None,
@@ -213,10 +217,13 @@ impl MongoDbConfig {
 pub(super) fn check_retention(retention: (u64, u64)) -> Result<(), StoreError> {
     for (what, secs) in [("hour", retention.0), ("day", retention.1)] {
         if secs > i32::MAX as u64 {
-            return Err(StoreError::Invalid(format!(
-                "{what} retention of {secs} s is longer than a TTL index allows ({} s)",
-                i32::MAX
-            )));
+            return Err(StoreError::Invalid(
+                format!(
+                    "{what} retention of {secs} s is longer than a TTL index allows ({} s)",
+                    i32::MAX
+                )
+                .into(),
+            ));
         }
     }
     Ok(())

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bson::{Bson, Document};
 use mongodb::error::{Error as DriverError, ErrorKind, RETRYABLE_WRITE_ERROR};
 
-use crate::store::StoreError;
+use crate::store::{Cause, StoreError};
 
 const DUPLICATE_KEY: i32 = 11_000;
 
@@ -81,10 +81,13 @@ pub(super) fn parse_write_reply(
 ) -> Result<WriteReply, StoreError> {
     let out = read_write_reply(reply, statements)?;
     if let Some((index, first)) = out.refused.first() {
-        return Err(StoreError::Invalid(format!(
-            "the server refused {} statement(s); first: statement {index}: {first}",
-            out.refused.len()
-        )));
+        return Err(StoreError::Invalid(
+            format!(
+                "the server refused {} statement(s); first: statement {index}: {first}",
+                out.refused.len()
+            )
+            .into(),
+        ));
     }
     Ok(out)
 }
@@ -113,9 +116,9 @@ pub(super) fn read_write_reply(
     let mut transient: Option<String> = None;
     if let Some(errors) = reply.get("writeErrors") {
         let Bson::Array(errors) = errors else {
-            return Err(StoreError::Ambiguous(format!(
-                "unexpected writeErrors in reply: {errors}"
-            )));
+            return Err(StoreError::Ambiguous(
+                format!("unexpected writeErrors in reply: {errors}").into(),
+            ));
         };
         for e in errors {
             let (index, code, msg) = write_error(e, statements)?;
@@ -130,19 +133,22 @@ pub(super) fn read_write_reply(
     }
     if let Some(wce) = reply.get("writeConcernError") {
         // Applied on the primary, not (yet) acknowledged by the write concern.
-        return Err(StoreError::Ambiguous(format!("write concern error: {wce}")));
+        return Err(StoreError::Ambiguous(
+            format!("write concern error: {wce}").into(),
+        ));
     }
     if let Some(first) = transient {
-        return Err(StoreError::Unavailable(format!(
-            "statements failed transiently; first: {first}"
-        )));
+        return Err(StoreError::Unavailable(
+            format!("statements failed transiently; first: {first}").into(),
+        ));
     }
     Ok(out)
 }
 
 /// One entry of `writeErrors`: the statement's index, the code, the message.
 fn write_error(e: &Bson, statements: usize) -> Result<(usize, i32, String), StoreError> {
-    let unexpected = || StoreError::Ambiguous(format!("unexpected write error in reply: {e}"));
+    let unexpected =
+        || StoreError::Ambiguous(format!("unexpected write error in reply: {e}").into());
     let Bson::Document(e) = e else {
         return Err(unexpected());
     };
@@ -164,12 +170,14 @@ fn write_error(e: &Bson, statements: usize) -> Result<(usize, i32, String), Stor
 /// Maps a driver error onto the store's kinds. `sent_write` says whether the
 /// operation was a write that may have reached the server.
 pub(super) fn classify(e: &DriverError, sent_write: bool) -> StoreError {
-    let msg = e.to_string();
-    let maybe_applied = |msg: String| {
+    // The driver's error is kept whole: its labels and codes stay
+    // readable to whoever handles the `StoreError`.
+    let cause = || Cause::of(e.to_string(), e.clone());
+    let maybe_applied = |cause: Cause| {
         if sent_write {
-            StoreError::Ambiguous(msg)
+            StoreError::Ambiguous(cause)
         } else {
-            StoreError::Unavailable(msg)
+            StoreError::Unavailable(cause)
         }
     };
     match &*e.kind {
@@ -181,34 +189,34 @@ pub(super) fn classify(e: &DriverError, sent_write: bool) -> StoreError {
         | ErrorKind::Authentication { .. }
         | ErrorKind::IncompatibleServer { .. }
         | ErrorKind::InvalidTlsConfig { .. }
-        | ErrorKind::Shutdown => StoreError::Unavailable(msg),
+        | ErrorKind::Shutdown => StoreError::Unavailable(cause()),
         ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => {
             if e.contains_label("NoWritesPerformed") {
-                StoreError::Unavailable(msg)
+                StoreError::Unavailable(cause())
             } else {
-                maybe_applied(msg)
+                maybe_applied(cause())
             }
         }
         ErrorKind::Command(c) => {
             if NOTHING_DONE_CODES.contains(&c.code) {
-                StoreError::Unavailable(msg)
+                StoreError::Unavailable(cause())
             } else if TRANSIENT_CODES.contains(&c.code)
                 || ACCESS_CODES.contains(&c.code)
                 || e.contains_label(RETRYABLE_WRITE_ERROR)
                 || e.contains_label("RetryableError")
                 || e.contains_label("SystemOverloadedError")
             {
-                maybe_applied(msg)
+                maybe_applied(cause())
             } else {
-                StoreError::Invalid(msg)
+                StoreError::Invalid(cause())
             }
         }
-        ErrorKind::InvalidResponse { .. } | ErrorKind::Internal { .. } => maybe_applied(msg),
+        ErrorKind::InvalidResponse { .. } | ErrorKind::Internal { .. } => maybe_applied(cause()),
         ErrorKind::BsonDeserialization(_) => StoreError::Corrupt {
             doc: "reply".into(),
-            reason: msg,
+            reason: e.to_string(),
         },
-        _ => StoreError::Invalid(msg),
+        _ => StoreError::Invalid(cause()),
     }
 }
 
@@ -294,9 +302,9 @@ impl Failure {
             Failure::Timeout(limit) => {
                 let msg = format!("no answer within {limit:?}");
                 if write {
-                    StoreError::Ambiguous(msg)
+                    StoreError::Ambiguous(msg.into())
                 } else {
-                    StoreError::Unavailable(msg)
+                    StoreError::Unavailable(msg.into())
                 }
             }
         }

@@ -28,7 +28,7 @@ impl Conn {
         hour_retention_s: i64,
         day_retention_s: i64,
     ) -> Result<usize, StoreError> {
-        if self.features.probed() && !self.features.lacks(Feature::TtlIndex) {
+        if self.wire.features.probed() && !self.wire.features.lacks(Feature::TtlIndex) {
             return Ok(0);
         }
         // Not known yet: the first contact decides. While the server is
@@ -37,22 +37,22 @@ impl Conn {
             Err(e) if e.is_retryable() => return Ok(0),
             other => other?,
         }
-        if !self.features.lacks(Feature::TtlIndex) {
+        if !self.wire.features.lacks(Feature::TtlIndex) {
             return Ok(0);
         }
         let mut deleted = 0;
         for (coll, field, retention) in [
-            (self.hour.name(), PERIOD_FIELD, hour_retention_s),
-            (self.day.name(), PERIOD_FIELD, day_retention_s),
-            (self.series.name(), LAST_SEEN_FIELD, day_retention_s),
+            (self.wire.hour.name(), PERIOD_FIELD, hour_retention_s),
+            (self.wire.day.name(), PERIOD_FIELD, day_retention_s),
+            (self.wire.series.name(), LAST_SEEN_FIELD, day_retention_s),
         ] {
             let cutoff = bson_date(now_s.saturating_sub(retention));
             let mut cmd = WriteCommand::new("delete", coll, "deletes");
             cmd.push(&to_raw(
                 &doc! { "q": { field: { "$lt": cutoff } }, "limit": 0 },
             )?);
-            let cmd = cmd.finish(self.write_concern.as_deref())?;
-            let reply = self.command(Op::Expire, cmd, 1, true).await?;
+            let cmd = cmd.finish(self.wire.write_concern.as_deref())?;
+            let reply = self.wire.command(Op::Expire, cmd, 1, true).await?;
             deleted += usize::try_from(parse_write_reply(&reply, 1)?.n).unwrap_or(0);
         }
         Ok(deleted)

@@ -2,7 +2,7 @@
 //! restarted daemon continue above every watermark it wrote, even if the
 //! clock went back (see "Flush ids" in the module documentation).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bson::doc;
 use tracing::{debug, warn};
@@ -22,18 +22,39 @@ pub(super) const WRITERS_COLLECTION: &str = "tally_writers";
 /// minute.
 const ID_RESERVATION: u64 = 60_000_000;
 
+/// Who this store writes as: its id, the watermark path it filters on,
+/// and how far its flush ids are reserved.
+pub(super) struct Writer {
+    pub(super) id: String,
+    /// `w.<writer>`.
+    pub(super) watermark_path: String,
+    /// Flush ids up to here are covered by the reservation in
+    /// `tally_writers`.
+    pub(super) reserved: AtomicU64,
+}
+
+impl Writer {
+    pub(super) fn new(id: &str) -> Writer {
+        Writer {
+            id: id.to_string(),
+            watermark_path: format!("w.{id}"),
+            reserved: AtomicU64::new(0),
+        }
+    }
+}
+
 impl Conn {
     /// Records, ahead of the writes, that this writer may use flush ids up
     /// to `flush_id` + [`ID_RESERVATION`]; see the module documentation.
     pub(super) async fn reserve_ids(&self, flush_id: u64) -> Result<bool, StoreError> {
-        if flush_id <= self.reserved_id.load(Ordering::Acquire) {
+        if flush_id <= self.writer.reserved.load(Ordering::Acquire) {
             return Ok(false);
         }
         let next = flush_id.saturating_add(ID_RESERVATION).min(i64::MAX as u64);
         let update = doc! { "$max": { "next": next as i64 }, "$currentDate": { "updated": true } };
         self.update_writer(Op::ReserveIds, update).await?;
-        self.reserved_id.fetch_max(next, Ordering::AcqRel);
-        debug!(writer = %self.writer, next, "reserved flush ids");
+        self.writer.reserved.fetch_max(next, Ordering::AcqRel);
+        debug!(writer = %self.writer.id, next, "reserved flush ids");
         Ok(true)
     }
 
@@ -58,21 +79,24 @@ impl Conn {
     ) -> Result<(), StoreError> {
         let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
         let stmt = to_raw(&doc! {
-            "q": { "_id": self.writer.as_str() },
+            "q": { "_id": self.writer.id.as_str() },
             "u": update,
             "upsert": true,
         })?;
         cmd.push(&stmt);
-        let cmd = cmd.finish(self.write_concern.as_deref())?;
-        let reply = self.command(op, cmd, 0, true).await?;
+        let cmd = cmd.finish(self.wire.write_concern.as_deref())?;
+        let reply = self.wire.command(op, cmd, 0, true).await?;
         let reply = parse_write_reply(&reply, 1)?;
         if !reply.duplicates.is_empty() {
             // Two first upserts of the document raced; the next attempt
             // updates it.
-            return Err(StoreError::Unavailable(format!(
-                "{} raced with another update of this writer's document; retrying",
-                op.as_str()
-            )));
+            return Err(StoreError::Unavailable(
+                format!(
+                    "{} raced with another update of this writer's document; retrying",
+                    op.as_str()
+                )
+                .into(),
+            ));
         }
         Ok(())
     }
@@ -83,16 +107,16 @@ impl Conn {
     pub(super) async fn last_flush_id_at_start(&self) -> Result<u64, StoreError> {
         match self.last_flush_id_inner().await {
             Ok(id) => {
-                self.reserved_id.fetch_max(id, Ordering::AcqRel);
+                self.writer.reserved.fetch_max(id, Ordering::AcqRel);
                 Ok(id)
             }
             Err(e) if e.is_retryable() => {
-                self.count_error(Op::LastFlushId, &e);
+                self.wire.count_error(Op::LastFlushId, &e);
                 warn!(error = %e, "cannot read this writer's last flush id; continuing from the wall clock");
                 Ok(0)
             }
             Err(e) => {
-                self.count_error(Op::LastFlushId, &e);
+                self.wire.count_error(Op::LastFlushId, &e);
                 Err(e)
             }
         }
@@ -116,7 +140,11 @@ impl Conn {
         match doc.get("next").and_then(as_i64) {
             Some(n) if n >= 0 => Ok(n as u64),
             _ => Err(StoreError::Corrupt {
-                doc: format!("{}.{WRITERS_COLLECTION}/{}", self.db.name(), self.writer),
+                doc: format!(
+                    "{}.{WRITERS_COLLECTION}/{}",
+                    self.wire.db.name(),
+                    self.writer.id
+                ),
                 reason: format!("`next` is {:?}; expected a flush id", doc.get("next")),
             }),
         }
@@ -126,12 +154,15 @@ impl Conn {
     pub(super) async fn writer_doc(&self) -> Result<Option<bson::Document>, StoreError> {
         self.ready().await?;
         let find = async {
-            let filter = doc! { "_id": self.writer.as_str() };
-            self.writers
+            let filter = doc! { "_id": self.writer.id.as_str() };
+            self.wire
+                .writers
                 .find_one(filter)
                 .await
                 .map_err(|e| classify(&e, false))
         };
-        self.timed(Op::LastFlushId, 0, self.timeout, "", find).await
+        self.wire
+            .timed(Op::LastFlushId, 0, self.wire.timeout, "", find)
+            .await
     }
 }

@@ -40,16 +40,22 @@ pub(super) fn series_prefix(series: &SeriesId) -> String {
 /// The `_id` of one document; `Invalid` for names or periods that have none.
 pub(super) fn doc_id(series: &SeriesId, tier: Tier, start: i64) -> Result<String, StoreError> {
     if start.rem_euclid(tier.period_s()) != 0 {
-        return Err(StoreError::Invalid(format!(
-            "{series}: {} document start {start} is not on a period boundary",
-            tier.as_str()
-        )));
+        return Err(StoreError::Invalid(
+            format!(
+                "{series}: {} document start {start} is not on a period boundary",
+                tier.as_str()
+            )
+            .into(),
+        ));
     }
     let key = period_key(tier, start).ok_or_else(|| {
-        StoreError::Invalid(format!(
-            "{series}: {} document start {start} is outside the years 0000-9999",
-            tier.as_str()
-        ))
+        StoreError::Invalid(
+            format!(
+                "{series}: {} document start {start} is outside the years 0000-9999",
+                tier.as_str()
+            )
+            .into(),
+        )
     })?;
     Ok(format!("{}{key}", series_prefix(series)))
 }
@@ -59,9 +65,9 @@ pub(super) fn doc_id(series: &SeriesId, tier: Tier, start: i64) -> Result<String
 pub(super) fn check_series(series: &SeriesId) -> Result<(), StoreError> {
     // Rollup series (`@<group>`) come from the flush pipeline, not agents.
     validate_stored_source(&series.source)
-        .map_err(|e| StoreError::Invalid(format!("source {:?} {e}", series.source)))?;
+        .map_err(|e| StoreError::Invalid(format!("source {:?} {e}", series.source).into()))?;
     validate_metric(&series.metric)
-        .map_err(|e| StoreError::Invalid(format!("metric {:?} {e}", series.metric)))?;
+        .map_err(|e| StoreError::Invalid(format!("metric {:?} {e}", series.metric).into()))?;
     Ok(())
 }
 
@@ -74,9 +80,12 @@ pub(super) fn check_writer_id(writer_id: &str) -> Result<(), StoreError> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::Invalid(format!(
+        Err(StoreError::Invalid(
+            format!(
             "writer id {writer_id:?}: expected 1-{MAX_WRITER_ID_LEN} characters of [A-Za-z0-9_-]"
-        )))
+        )
+            .into(),
+        ))
     }
 }
 

@@ -227,22 +227,23 @@
 //!
 //! | file | what |
 //! | --- | --- |
-//! | `mod.rs` | [`MongoStore`], `connect`, the [`Store`] impl |
+//! | `mod.rs` | [`MongoStore`], `connect`, the [`Store`] impl; `Conn`, the collaborators below put together |
 //! | `config.rs` | [`MongoDbConfig`], its checks, driver options, [`redact_uri`] |
 //! | `ids.rs` | `_id` format, name and writer-id checks |
 //! | `documents.rs` | pre-allocated documents and their sizes |
 //! | `statements.rs` | the update statement of one document |
-//! | `command.rs` | building write commands, sending every command |
+//! | `wire.rs` | the wire: client, collections, command limits, deadlines, the outage on record |
+//! | `command.rs` | building write commands and sending them in bounded batches |
 //! | `errors.rs` | replies and driver errors as [`StoreError`] kinds |
 //! | `writes.rs` | `apply`: a flush's statements, update rounds |
 //! | `seal/` | the sealer: which hours are due, the seals themselves, the writers' records and the read lag, taking over a stopped writer's seals (its own table) |
-//! | `prealloc.rs` | pre-allocation and first-sighting inserts |
+//! | `prealloc.rs` | pre-allocation and first-sighting inserts, their templates and memory |
 //! | `known_docs.rs` | the first-sighting memory |
-//! | `flush_ids.rs` | flush-id reservations |
+//! | `flush_ids.rs` | this writer: its id, watermark path and flush-id reservations |
 //! | `reads.rs`, `decode.rs` | range reads, decoding stored documents |
 //! | `catalog.rs` | the series catalog |
 //! | `baselines.rs`, `baseline_scan.rs` | the one-time move of counters' `first_seen` off their baseline minute |
-//! | `indexes.rs` | first contact: feature probes, TTL indexes |
+//! | `indexes.rs` | the first contact and its state: feature probes, TTL indexes |
 //! | `features.rs` | what the server lacks, and the fallbacks |
 //! | `probes.rs` | trying each feature once, at the first contact |
 //! | `expire.rs` | retention deletes where the server has no TTL |
@@ -270,17 +271,16 @@ mod statements;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod wire;
 mod writes;
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bson::doc;
-use bson::raw::RawDocumentBuf;
-use bson::Document;
-use mongodb::{Client, Collection, Database};
+use mongodb::Client;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
@@ -290,21 +290,20 @@ pub use self::documents::{day_doc_bson_size, hour_doc_bson_size};
 pub use self::features::Feature;
 pub use self::stats::MongoStats;
 
-use self::config::{check_retention, MAX_WRITE_BATCH};
-use self::documents::{EmptyBounds, Templates};
+use self::config::check_retention;
 use self::errors::classify;
-use self::features::Features;
-use self::flush_ids::WRITERS_COLLECTION;
+use self::flush_ids::Writer;
 use self::ids::check_writer_id;
-use self::known_docs::{KnownDocs, KNOWN_DOCS_CAP};
-use self::prealloc::Sightings;
+use self::indexes::FirstContact;
+use self::prealloc::{Prealloc, Sightings};
 use self::seal::Sealer;
-use self::stats::{Counters, Op};
+use self::stats::Op;
+use self::wire::Wire;
 use super::{
-    observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store,
-    StoreError,
+    observe, ApplyStats, CatalogEntry, CatalogQuery, Cause, DocRead, PreallocStats, ReadQuery,
+    Store, StoreError,
 };
-use crate::model::{DocKey, FlushBatch, Tier};
+use crate::model::{DocKey, FlushBatch};
 
 /// The longest `close` seals for: the hours it leaves are on record.
 const CLOSE_SEAL_LIMIT: Duration = Duration::from_secs(30);
@@ -327,58 +326,28 @@ pub struct MongoStore {
     first_seen_pass: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-/// What every part of the store shares: the server, its collections, what
-/// it lacks, the limits of each command, and the counters.
+/// What every part of the store shares, as collaborators that each own
+/// their state: the wire to the server (`wire.rs`), the first contact
+/// (`indexes.rs`), this writer's identity and reservation
+/// (`flush_ids.rs`), and pre-allocation (`prealloc.rs`). The operations
+/// that need more than one of them are `Conn`'s.
 pub(super) struct Conn {
-    client: Client,
-    db: Database,
-    hour: Collection<RawDocumentBuf>,
-    day: Collection<RawDocumentBuf>,
-    series: Collection<RawDocumentBuf>,
-    writers: Collection<Document>,
-    writer: String,
-    /// `w.<writer>`.
-    watermark_path: String,
-    retention: (u64, u64),
-    statements_per_batch: usize,
-    /// `mongodb.max_statements_per_s`; 0 is no bound.
-    max_statements_per_s: u64,
-    max_concurrent: usize,
-    timeout: Duration,
-    /// The client's write concern: `run_command` does not add it by itself.
-    write_concern: Option<RawDocumentBuf>,
-    templates: Templates,
-    /// Pre-allocated documents for a server that refuses infinities.
-    finite_templates: Templates,
-    features: Features,
-    indexes_ready: AtomicBool,
-    /// Serialises index attempts; holds when the next one may run after a
-    /// failure retrying could not fix.
-    index_attempt: tokio::sync::Mutex<Option<Instant>>,
-    /// First contacts tried so far, for the probes' patience with
-    /// transient answers.
-    contacts: AtomicU64,
-    /// Flush ids up to here are covered by the reservation in
-    /// `tally_writers`.
-    reserved_id: AtomicU64,
-    known: Mutex<KnownDocs>,
-    hasher: ahash::RandomState,
-    counters: Counters,
-    /// Why the last operation could not reach the server, until one does:
-    /// see [`Store::outage`].
-    outage: Mutex<Option<String>>,
+    wire: Wire,
+    contact: FirstContact,
+    writer: Writer,
+    prealloc: Prealloc,
 }
 
 impl fmt::Debug for MongoStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The URI is left out: it may hold a password.
-        let c = &self.conn;
+        let w = &self.conn.wire;
         f.debug_struct("MongoStore")
-            .field("database", &c.db.name())
-            .field("hour_collection", &c.hour.name())
-            .field("day_collection", &c.day.name())
-            .field("series_collection", &c.series.name())
-            .field("writer", &c.writer)
+            .field("database", &w.db.name())
+            .field("hour_collection", &w.hour.name())
+            .field("day_collection", &w.day.name())
+            .field("series_collection", &w.series.name())
+            .field("writer", &self.conn.writer.id)
             .finish_non_exhaustive()
     }
 }
@@ -401,8 +370,7 @@ impl MongoStore {
         cfg.check_names()?;
         let (options, write_concern) = cfg.client_options().await?;
         let client = Client::with_options(options)
-            .map_err(|e| StoreError::Invalid(format!("mongodb client: {e}")))?;
-        let db = client.database(&cfg.database);
+            .map_err(|e| StoreError::Invalid(Cause::of(format!("mongodb client: {e}"), e)))?;
         info!(
             database = %cfg.database,
             hour_collection = %cfg.hour_collection,
@@ -412,31 +380,10 @@ impl MongoStore {
             "MongoDB store configured"
         );
         let conn = Arc::new(Conn {
-            hour: db.collection(&cfg.hour_collection),
-            day: db.collection(&cfg.day_collection),
-            series: db.collection(&cfg.series_collection),
-            writers: db.collection(WRITERS_COLLECTION),
-            db,
-            client,
-            writer: writer_id.to_string(),
-            watermark_path: format!("w.{writer_id}"),
-            retention,
-            statements_per_batch: cfg.statements_per_batch.clamp(1, MAX_WRITE_BATCH),
-            max_statements_per_s: cfg.max_statements_per_s,
-            max_concurrent: cfg.max_concurrent_batches.max(1),
-            timeout: cfg.timeout.max(Duration::from_millis(1)),
-            write_concern,
-            templates: Templates::new(EmptyBounds::Infinite),
-            finite_templates: Templates::new(EmptyBounds::Finite),
-            features: Features::default(),
-            indexes_ready: AtomicBool::new(false),
-            index_attempt: tokio::sync::Mutex::new(None),
-            contacts: AtomicU64::new(0),
-            reserved_id: AtomicU64::new(0),
-            known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
-            hasher: ahash::RandomState::new(),
-            counters: Counters::default(),
-            outage: Mutex::new(None),
+            wire: Wire::new(cfg, client, write_concern),
+            contact: FirstContact::new(retention),
+            writer: Writer::new(writer_id),
+            prealloc: Prealloc::new(),
         });
         let spread = cfg.seal_spread.min(config::MAX_SEAL_SPREAD);
         Ok(MongoStore {
@@ -449,39 +396,25 @@ impl MongoStore {
 
     /// The driver client, e.g. for tests and tools in the same process.
     pub fn client(&self) -> &Client {
-        &self.conn.client
+        &self.conn.wire.client
     }
 
     /// What the store has sent so far.
     pub fn stats(&self) -> MongoStats {
-        self.conn.stats()
+        self.conn.wire.stats()
     }
 
     /// The features this store found the server lacking, so far.
     pub fn missing_features(&self) -> Vec<Feature> {
-        self.conn.features.missing()
+        self.conn.wire.features.missing()
     }
 }
 
 impl Conn {
-    fn collection(&self, tier: Tier) -> &Collection<RawDocumentBuf> {
-        match tier {
-            Tier::Hour => &self.hour,
-            Tier::Day => &self.day,
-        }
-    }
-
-    /// The pre-allocated documents this server stores.
-    fn templates(&self) -> &Templates {
-        if self.features.lacks(Feature::Infinity) {
-            &self.finite_templates
-        } else {
-            &self.templates
-        }
-    }
-
-    fn doc_name(&self, tier: Tier, id: &str) -> String {
-        format!("{}.{}/{id}", self.db.name(), self.collection(tier).name())
+    /// The first contact, made before the first operation that reaches the
+    /// server; see `indexes.rs`.
+    async fn ready(&self) -> Result<(), StoreError> {
+        self.contact.ready(&self.wire).await
     }
 }
 
@@ -531,7 +464,7 @@ impl Store for MongoStore {
     /// A share of the seals that are due, a step of a takeover, and the
     /// day documents flushes saw first; see [`MongoStore`].
     async fn upkeep(&self) -> Result<Option<u64>, StoreError> {
-        if self.conn.outage.lock().is_some() {
+        if self.conn.wire.outage.lock().is_some() {
             // Reads answer from memory while an outage is on record; an idle
             // daemon, with no flush to find the server back, learns here
             // that it is over.
@@ -542,7 +475,7 @@ impl Store for MongoStore {
         let due = self.sightings.lock().take();
         if !due.is_empty() {
             if let Err((e, back)) = self.conn.insert_sighted(due).await {
-                self.conn.count_error(Op::Insert, &e);
+                self.conn.wire.count_error(Op::Insert, &e);
                 warn!(error = %e, documents = back.len(), "first-sighting inserts failed; retried later, and seals upsert what stays missing");
                 self.sightings.lock().failed(back);
             }
@@ -551,7 +484,7 @@ impl Store for MongoStore {
     }
 
     fn max_statements_per_s(&self) -> Option<f64> {
-        let max = self.conn.max_statements_per_s;
+        let max = self.conn.wire.max_statements_per_s;
         (max > 0).then_some(max as f64)
     }
 
@@ -562,6 +495,7 @@ impl Store for MongoStore {
     async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
         let stats = self.conn.preallocate_inner(docs).await?;
         self.conn
+            .wire
             .counters
             .preallocated_documents
             .fetch_add(stats.created as u64, Ordering::Relaxed);
@@ -571,7 +505,7 @@ impl Store for MongoStore {
     async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
         let r = self.conn.read_inner(query).await;
         if let Err(e) = &r {
-            self.conn.count_error(Op::Read, e);
+            self.conn.wire.count_error(Op::Read, e);
         }
         r
     }
@@ -616,11 +550,11 @@ impl Store for MongoStore {
     }
 
     fn outage(&self) -> Option<String> {
-        self.conn.outage.lock().clone()
+        self.conn.wire.outage.lock().clone()
     }
 
     async fn health(&self) -> Result<(), StoreError> {
-        let c = &self.conn;
+        let c = &self.conn.wire;
         let limit = c.timeout.min(HEALTH_TIMEOUT);
         let ping = async {
             let admin = c.client.database("admin");

@@ -14,10 +14,14 @@ use bson::doc;
 use bson::raw::RawDocument;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use mongodb::error::Error as DriverError;
+use parking_lot::Mutex;
 
 use super::command::{by_tier, chunk_by_bytes, Work};
+use super::documents::{EmptyBounds, Templates};
 use super::errors::{all_or_worst, classify};
+use super::features::{Feature, Features};
 use super::ids::{check_series, doc_id};
+use super::known_docs::{KnownDocs, KNOWN_DOCS_CAP};
 use super::stats::Op;
 use super::Conn;
 use crate::model::{DocKey, SeriesId, Tier};
@@ -95,7 +99,35 @@ pub(super) struct PlannedDoc<'a> {
     pub(super) origin: usize,
 }
 
-impl Conn {
+/// What pre-allocation keeps: the empty documents it inserts, and the
+/// bounded memory of documents known to exist.
+pub(super) struct Prealloc {
+    templates: Templates,
+    /// Pre-allocated documents for a server that refuses infinities.
+    finite_templates: Templates,
+    known: Mutex<KnownDocs>,
+    hasher: ahash::RandomState,
+}
+
+impl Prealloc {
+    pub(super) fn new() -> Prealloc {
+        Prealloc {
+            templates: Templates::new(EmptyBounds::Infinite),
+            finite_templates: Templates::new(EmptyBounds::Finite),
+            known: Mutex::new(KnownDocs::new(KNOWN_DOCS_CAP)),
+            hasher: ahash::RandomState::new(),
+        }
+    }
+
+    /// The pre-allocated documents this server stores.
+    pub(super) fn templates(&self, features: &Features) -> &Templates {
+        if features.lacks(Feature::Infinity) {
+            &self.finite_templates
+        } else {
+            &self.templates
+        }
+    }
+
     pub(super) fn planned<'a>(
         &self,
         tier: Tier,
@@ -128,7 +160,9 @@ impl Conn {
             known.insert(d.tier, d.start, d.hash);
         }
     }
+}
 
+impl Conn {
     pub(super) async fn preallocate_inner(
         &self,
         keys: &[DocKey],
@@ -143,9 +177,9 @@ impl Conn {
                 stats.already_present += 1;
                 continue;
             }
-            docs.push(self.planned(k.tier, k.period_start, id, &k.series));
+            docs.push(self.prealloc.planned(k.tier, k.period_start, id, &k.series));
         }
-        let unknown = self.unknown(&docs);
+        let unknown = self.prealloc.unknown(&docs);
         stats.already_present += docs.len() - unknown.len();
         if unknown.is_empty() {
             return Ok(stats);
@@ -167,7 +201,8 @@ impl Conn {
             Ok(stats) => stats.created,
             Err(e) => return Err((e, keys)),
         };
-        self.counters
+        self.wire
+            .counters
             .first_sighting_documents
             .fetch_add(created as u64, Ordering::Relaxed);
         Ok(())
@@ -187,12 +222,12 @@ impl Conn {
         let (present, missing): (Vec<&PlannedDoc<'_>>, Vec<&PlannedDoc<'_>>) = docs
             .iter()
             .partition(|d| existing.contains(&(d.tier, d.id.clone())));
-        self.remember(present.iter().copied());
+        self.prealloc.remember(present.iter().copied());
         if missing.is_empty() {
             return Ok((0, present.len()));
         }
         let (created, duplicates) = self.insert_empty(&missing, work).await?;
-        self.remember(missing.iter().copied());
+        self.prealloc.remember(missing.iter().copied());
         Ok((created, present.len() + duplicates))
     }
 
@@ -216,7 +251,7 @@ impl Conn {
             .map(|(tier, ids)| self.existing_ids(tier, ids))
             .collect();
         let found: Vec<Result<Vec<(Tier, String)>, StoreError>> = stream::iter(futures)
-            .buffer_unordered(self.max_concurrent)
+            .buffer_unordered(self.wire.max_concurrent)
             .collect()
             .await;
         Ok(all_or_worst(found)?.into_iter().flatten().collect())
@@ -231,7 +266,7 @@ impl Conn {
         // Approximately: each id is a string element of the `$in` array.
         let bytes = 64 + ids.iter().map(|id| id.len() + 12).sum::<usize>();
         let filter = doc! { "_id": { "$in": ids } };
-        let coll = self.collection(tier);
+        let coll = self.wire.collection(tier);
         let lookup = async {
             let mut cursor = coll
                 .find(filter)
@@ -247,14 +282,15 @@ impl Conn {
             Ok::<_, DriverError>(out)
         };
         let lookup = async { lookup.await.map_err(|e| classify(&e, false)) };
-        self.timed(
-            Op::Lookup,
-            bytes,
-            self.timeout,
-            "existence look-up: ",
-            lookup,
-        )
-        .await
+        self.wire
+            .timed(
+                Op::Lookup,
+                bytes,
+                self.wire.timeout,
+                "existence look-up: ",
+                lookup,
+            )
+            .await
     }
 
     /// Inserts the pre-allocated `missing` documents. Returns (created,
@@ -271,7 +307,11 @@ impl Conn {
         missing: &[&PlannedDoc<'_>],
         work: &mut Work,
     ) -> Result<(usize, usize), StoreError> {
-        let sizes = missing.iter().map(|d| self.templates().approx_len(d.tier));
+        let sizes = missing.iter().map(|d| {
+            self.prealloc
+                .templates(&self.wire.features)
+                .approx_len(d.tier)
+        });
         let (mut created, mut duplicates) = (0, 0);
         for (from, to) in chunk_by_bytes(sizes, usize::MAX, INSERT_PART_BYTES) {
             let (c, d) = self.insert_part(&missing[from..to], work).await?;
@@ -289,9 +329,11 @@ impl Conn {
         let built: Vec<(Tier, Vec<_>)> = by_tier(missing, |d| d.tier)
             .into_iter()
             .map(|(tier, docs)| {
-                let docs = docs
-                    .iter()
-                    .map(|d| self.templates().document(&d.id, d.series, d.tier, d.start));
+                let docs = docs.iter().map(|d| {
+                    self.prealloc
+                        .templates(&self.wire.features)
+                        .document(&d.id, d.series, d.tier, d.start)
+                });
                 (tier, docs.collect())
             })
             .collect();
@@ -299,10 +341,10 @@ impl Conn {
             .iter()
             .map(|(tier, docs)| {
                 let docs = docs.iter().map(|d| d.as_ref()).collect();
-                (self.collection(*tier).name(), docs)
+                (self.wire.collection(*tier).name(), docs)
             })
             .collect();
-        let replies = self.write_all(Op::Insert, &groups, work).await?;
+        let replies = self.wire.write_all(Op::Insert, &groups, work).await?;
         let duplicates: usize = replies.iter().map(|(_, r)| r.duplicates.len()).sum();
         let created: u64 = replies.iter().map(|(_, r)| r.n).sum();
         Ok((created as usize, duplicates))

@@ -20,8 +20,9 @@ use super::command::{raw_command, to_raw, WriteCommand};
 use super::errors::{not_implemented, parse_write_reply};
 use super::features::Feature;
 use super::flush_ids::WRITERS_COLLECTION;
+use super::indexes::FirstContact;
 use super::stats::Op;
-use super::Conn;
+use super::wire::Wire;
 use crate::store::StoreError;
 
 /// First contacts on which a transient answer to a probe is tried again
@@ -32,18 +33,18 @@ pub(super) const PROBE_PATIENCE: u64 = 3;
 /// writer ids cannot contain `~`, so it is nobody's reservation.
 const PROBE_ID: &str = "~features";
 
-impl Conn {
+impl FirstContact {
     /// Tries each feature once, on the small `tally_writers` collection:
     /// its own document there, a TTL index on a field no document has
     /// (which therefore never deletes anything), and a `collMod` that
     /// changes nothing. A refusal marks the feature missing; no answer
     /// fails the first contact, which is then tried again.
-    pub(super) async fn probe_features(&self) -> Result<(), StoreError> {
+    pub(super) async fn probe_features(&self, wire: &Wire) -> Result<(), StoreError> {
         let probe = |u: Document| doc! { "q": { "_id": PROBE_ID }, "u": u, "upsert": true };
         // The document the next two probes need; if it is refused, they
         // answer for themselves.
         if let Some(why) = self
-            .probe_update(vec![probe(doc! { "$set": { "probe": true } })])
+            .probe_update(wire, vec![probe(doc! { "$set": { "probe": true } })])
             .await?
         {
             tracing::warn!(refusal = %why, "the server refused the feature probes' document");
@@ -53,24 +54,24 @@ impl Conn {
             doc! { "q": { "_id": PROBE_ID, "absent": true }, "u": { "$set": { "probe": true } }, "upsert": true },
             probe(doc! { "$set": { "probe": true } }),
         ];
-        if let Some(why) = self.probe_update(unordered).await? {
-            self.features.mark_missing(Feature::UnorderedUpdates, &why);
+        if let Some(why) = self.probe_update(wire, unordered).await? {
+            wire.features.mark_missing(Feature::UnorderedUpdates, &why);
         }
         let infinities =
             doc! { "$set": { "infinity": f64::INFINITY, "negative_infinity": f64::NEG_INFINITY } };
-        if let Some(why) = self.probe_update(vec![probe(infinities)]).await? {
-            self.features.mark_missing(Feature::Infinity, &why);
+        if let Some(why) = self.probe_update(wire, vec![probe(infinities)]).await? {
+            wire.features.mark_missing(Feature::Infinity, &why);
         }
         let ttl = raw_command(&doc! {
             "createIndexes": WRITERS_COLLECTION,
             "indexes": [{ "key": { "ttl_probe": 1 }, "name": "ttl_probe_1", "expireAfterSeconds": i32::MAX }],
         });
-        if let Some(why) = self.probe_command(ttl).await? {
-            self.features.mark_missing(Feature::TtlIndex, &why);
+        if let Some(why) = self.probe_command(wire, ttl).await? {
+            wire.features.mark_missing(Feature::TtlIndex, &why);
         }
         let coll_mod = raw_command(&doc! { "collMod": WRITERS_COLLECTION });
-        if let Some(why) = self.probe_command(coll_mod).await? {
-            self.features.mark_missing(Feature::CollMod, &why);
+        if let Some(why) = self.probe_command(wire, coll_mod).await? {
+            wire.features.mark_missing(Feature::CollMod, &why);
         }
         Ok(())
     }
@@ -78,14 +79,18 @@ impl Conn {
     /// Sends upserts as one unordered `update`. `Some(refusal)` when the
     /// server refused one for good, or its reply does not account for every
     /// statement (each upsert either matches, inserts or fails).
-    async fn probe_update(&self, stmts: Vec<Document>) -> Result<Option<String>, StoreError> {
+    async fn probe_update(
+        &self,
+        wire: &Wire,
+        stmts: Vec<Document>,
+    ) -> Result<Option<String>, StoreError> {
         let n = stmts.len();
         let mut cmd = WriteCommand::new("update", WRITERS_COLLECTION, "updates");
         for s in &stmts {
             cmd.push(&to_raw(s)?);
         }
-        let cmd = cmd.finish(self.write_concern.as_deref())?;
-        let reply = match self.send(Op::Probe, cmd, 0).await {
+        let cmd = cmd.finish(wire.write_concern.as_deref())?;
+        let reply = match wire.send(Op::Probe, cmd, 0).await {
             Ok(reply) => reply,
             Err(f) => {
                 let answered = f.code().is_some();
@@ -114,8 +119,12 @@ impl Conn {
 
     /// Sends a command; `Some(refusal)` when the server refuses it, with
     /// whatever code.
-    async fn probe_command(&self, cmd: RawDocumentBuf) -> Result<Option<String>, StoreError> {
-        match self.send(Op::Probe, cmd, 0).await {
+    async fn probe_command(
+        &self,
+        wire: &Wire,
+        cmd: RawDocumentBuf,
+    ) -> Result<Option<String>, StoreError> {
+        match wire.send(Op::Probe, cmd, 0).await {
             Ok(_) => Ok(None),
             Err(f) => {
                 let answered = f.code().is_some();

@@ -83,9 +83,9 @@ impl Conn {
         let plan = ReadPlan {
             query: q,
             prefix: range.prefix,
-            writer: &self.writer,
+            writer: &self.writer.id,
         };
-        let coll = self.collection(q.tier);
+        let coll = self.wire.collection(q.tier);
         let read = async {
             let mut cursor = coll
                 .find(filter)
@@ -98,8 +98,8 @@ impl Conn {
             while let Some(raw) = cursor.try_next().await.map_err(|e| classify(&e, false))? {
                 let doc = plan.decode(&raw).map_err(|e| StoreError::Corrupt {
                     doc: match raw.get_str("_id") {
-                        Ok(id) => self.doc_name(q.tier, id),
-                        Err(_) => self.doc_name(q.tier, "<no string _id>"),
+                        Ok(id) => self.wire.doc_name(q.tier, id),
+                        Err(_) => self.wire.doc_name(q.tier, "<no string _id>"),
                     },
                     reason: e.to_string(),
                 })?;
@@ -107,7 +107,8 @@ impl Conn {
             }
             Ok(out)
         };
-        self.timed(Op::Read, bytes, self.timeout, "read: ", read)
+        self.wire
+            .timed(Op::Read, bytes, self.wire.timeout, "read: ", read)
             .await
     }
 
@@ -115,7 +116,7 @@ impl Conn {
     /// about 135 KB, its hour totals a small part of it.
     fn read_projection(&self, q: &ReadQuery) -> Document {
         let mut projection = doc! { "t": 1, "k": 1 };
-        projection.insert(self.watermark_path.as_str(), 1);
+        projection.insert(self.writer.watermark_path.as_str(), 1);
         match (q.tier, q.resolution) {
             (_, Resolution::Minute) => {
                 projection.insert("values", 1);

@@ -27,7 +27,7 @@ impl SlotOps {
             return Ok(());
         }
         let n = i64::try_from(slot.n).map_err(|_| {
-            StoreError::Invalid(format!("slot count {} does not fit an Int64", slot.n))
+            StoreError::Invalid(format!("slot count {} does not fit an Int64", slot.n).into())
         })?;
         self.inc.append(format!("{prefix}.n"), n);
         self.inc.append(format!("{prefix}.sum"), slot.sum);
@@ -104,10 +104,13 @@ pub(super) fn hour_ops(series: &SeriesId, h: &HourDocUpdate) -> Result<SlotOps, 
     let mut minutes = [None::<Slot>; MINUTES];
     for &(minute, ref slot) in &h.minutes {
         let cell = minutes.get_mut(usize::from(minute)).ok_or_else(|| {
-            StoreError::Invalid(format!(
-                "{series}: minute {minute} of hour {} is out of range",
-                h.hour_start
-            ))
+            StoreError::Invalid(
+                format!(
+                    "{series}: minute {minute} of hour {} is out of range",
+                    h.hour_start
+                )
+                .into(),
+            )
         })?;
         cell.get_or_insert(Slot::EMPTY).merge(slot);
     }

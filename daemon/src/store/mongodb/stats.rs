@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::Conn;
+use super::wire::Wire;
 use crate::store::StoreError;
 
 /// Cumulative work done by a [`super::MongoStore`], for benchmarks and tests.
@@ -100,7 +100,7 @@ impl Op {
     }
 }
 
-impl Conn {
+impl Wire {
     /// Counters of the work done so far.
     pub(super) fn stats(&self) -> MongoStats {
         let c = &self.counters;

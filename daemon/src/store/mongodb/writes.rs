@@ -32,7 +32,7 @@ impl Conn {
     ) -> Result<Option<(ApplyStats, Vec<DocKey>)>, StoreError> {
         let flush_id = batch.id.0;
         let ctx = StatementCtx {
-            watermark_path: &self.watermark_path,
+            watermark_path: &self.writer.watermark_path,
             flush_id: watermark_value(flush_id)?,
         };
         // Everything is built and checked before anything is sent, so a bad
@@ -62,6 +62,7 @@ impl Conn {
         refused.append(&mut stats.refused);
         stats.refused = refused;
         let unknown_days = self
+            .prealloc
             .unknown(&days)
             .into_iter()
             .map(|d| DocKey {
@@ -85,7 +86,7 @@ impl Conn {
         // Every document updated, upserted or refused as "already applied"
         // exists now; one refused for good may not.
         if refused.is_empty() {
-            self.remember(docs);
+            self.prealloc.remember(docs);
         }
         let refused: Vec<Refusal> = refused
             .into_iter()
@@ -144,7 +145,7 @@ impl Conn {
                     Ok((ops, id)) => {
                         plan.stmts
                             .push(ctx.statement(&id, series, su.kind, h.hour_start, ops));
-                        let mut doc = self.planned(Tier::Hour, h.hour_start, id, series);
+                        let mut doc = self.prealloc.planned(Tier::Hour, h.hour_start, id, series);
                         doc.origin = origin;
                         plan.docs.push(doc);
                     }
@@ -154,7 +155,7 @@ impl Conn {
             for d in &su.days {
                 if let Ok(id) = doc_id(series, Tier::Day, d.day_start) {
                     plan.days
-                        .push(self.planned(Tier::Day, d.day_start, id, series));
+                        .push(self.prealloc.planned(Tier::Day, d.day_start, id, series));
                 }
             }
         }
@@ -196,7 +197,8 @@ impl Conn {
             // Harmless (reads treat a missing slot as empty) but worth
             // knowing: pre-allocation is not keeping up, or documents were
             // removed behind the store's back.
-            self.counters
+            self.wire
+                .counters
                 .fallback_upserts
                 .fetch_add(upserted as u64, Ordering::Relaxed);
             metrics::counter!("tally_mongodb_fallback_upserts_total").increment(upserted as u64);
@@ -223,10 +225,10 @@ impl Conn {
             .iter()
             .map(|(tier, idx)| {
                 let stmts = idx.iter().map(|&i| stmts[i].as_ref()).collect();
-                (self.collection(*tier).name(), stmts)
+                (self.wire.collection(*tier).name(), stmts)
             })
             .collect();
-        let replies = self.write_isolating(Op::Update, &send, work).await?;
+        let replies = self.wire.write_isolating(Op::Update, &send, work).await?;
         let mut round = Round::default();
         for (group, reply) in replies {
             round.upserted += reply.upserted;
@@ -283,6 +285,7 @@ fn watermark_value(flush_id: u64) -> Result<i64, StoreError> {
                 .into(),
         ));
     }
-    i64::try_from(flush_id)
-        .map_err(|_| StoreError::Invalid(format!("flush id {flush_id} does not fit an Int64")))
+    i64::try_from(flush_id).map_err(|_| {
+        StoreError::Invalid(format!("flush id {flush_id} does not fit an Int64").into())
+    })
 }

@@ -96,7 +96,7 @@ fn store_on(dir: &tempfile::TempDir, full: &Arc<AtomicBool>, write_through: bool
             .create(true)
             .truncate(false)
             .open(&file_path)
-            .map_err(|e| StoreError::Io(e.to_string()))?;
+            .map_err(|e| StoreError::Io(e.to_string().into()))?;
         let backend = FullDisk {
             file: FileBackend::new(file).map_err(db_err)?,
             full: full.clone(),

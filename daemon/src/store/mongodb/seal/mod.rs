@@ -139,7 +139,7 @@ impl Sealer {
         self.conn
             .record_complete(complete)
             .await
-            .inspect_err(|e| self.conn.count_error(Op::Complete, e))
+            .inspect_err(|e| self.conn.wire.count_error(Op::Complete, e))
     }
 
     /// The newest flush complete in both tiers, given `applied`.

@@ -136,7 +136,7 @@ impl Sealer {
     pub(super) async fn upkeep(&self, now_us: u64) {
         self.refresh_lag(now_us).await;
         if let Err(e) = self.take_over_step(now_us).await {
-            self.conn.count_error(Op::Update, &e);
+            self.conn.wire.count_error(Op::Update, &e);
             warn!(error = %e, "sealing a stopped writer's hours failed; retried later");
         }
     }
@@ -158,13 +158,14 @@ impl Sealer {
             return;
         }
         self.lag_read_at.store(now_us, Ordering::Release);
-        let retention_us = self.conn.retention.0.saturating_mul(1_000_000);
+        let retention_us = self.conn.contact.retention.0.saturating_mul(1_000_000);
         let since = i64::try_from(now_us.saturating_sub(retention_us)).unwrap_or(0);
         let filter = doc! { "sealed": { "$exists": true }, "next": { "$gte": since } };
-        let me = self.conn.writer.clone();
+        let me = self.conn.writer.id.clone();
         let read = async {
             let mut cursor = self
                 .conn
+                .wire
                 .writers
                 .find(filter)
                 .projection(doc! { "sealed": 1 })
@@ -183,7 +184,14 @@ impl Sealer {
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         match self
             .conn
-            .timed(Op::Read, 64, self.conn.timeout, "writers' seals: ", read)
+            .wire
+            .timed(
+                Op::Read,
+                64,
+                self.conn.wire.timeout,
+                "writers' seals: ",
+                read,
+            )
             .await
         {
             Ok((oldest, mine)) => {
@@ -204,7 +212,7 @@ impl Sealer {
     /// at clock `now_us`: older hours have nothing left to seal from.
     pub(super) fn oldest_hour_kept(&self, now_us: u64) -> i64 {
         let now_s = i64::try_from(now_us / 1_000_000).unwrap_or(i64::MAX);
-        let retention = i64::try_from(self.conn.retention.0).unwrap_or(i64::MAX);
+        let retention = i64::try_from(self.conn.contact.retention.0).unwrap_or(i64::MAX);
         now_s.saturating_sub(retention)
     }
 

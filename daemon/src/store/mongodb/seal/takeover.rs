@@ -100,7 +100,7 @@ impl Sealer {
     async fn find_stale_writer(&self, now_us: u64) -> Result<Option<Takeover>, StoreError> {
         let before = i64::try_from(now_us.saturating_sub(STALE_US)).unwrap_or(0);
         let filter = doc! {
-            "_id": { "$ne": self.conn.writer.as_str() },
+            "_id": { "$ne": self.conn.writer.id.as_str() },
             "sealed": { "$exists": true },
             "next": { "$lt": before },
             "$or": [
@@ -109,7 +109,7 @@ impl Sealer {
             ],
         };
         let read = async {
-            let mut cursor = self.conn.writers.find(filter).await?;
+            let mut cursor = self.conn.wire.writers.find(filter).await?;
             let mut found: Option<(i64, String, i64, Option<bson::DateTime>)> = None;
             while let Some(d) = cursor.try_next().await? {
                 let (Ok(writer), Some(sealed), Some(next)) = (
@@ -131,7 +131,14 @@ impl Sealer {
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         let found = self
             .conn
-            .timed(Op::Read, 128, self.conn.timeout, "stale writers: ", read)
+            .wire
+            .timed(
+                Op::Read,
+                128,
+                self.conn.wire.timeout,
+                "stale writers: ",
+                read,
+            )
             .await?;
         let Some((sealed, writer, next, updated)) = found else {
             return Ok(None);
@@ -173,10 +180,11 @@ impl Sealer {
         };
         let page = async { page.await.map_err(|e| classify(&e, false)) };
         self.conn
+            .wire
             .timed(
                 Op::Read,
                 128,
-                self.conn.timeout,
+                self.conn.wire.timeout,
                 "a stopped writer's hours: ",
                 page,
             )
@@ -200,6 +208,7 @@ impl Sealer {
         let update = doc! { "$max": { "sealed": last_hour + HOUR_S } };
         let write = async {
             self.conn
+                .wire
                 .writers
                 .update_one(filter, update)
                 .await
@@ -207,10 +216,11 @@ impl Sealer {
         };
         let r = self
             .conn
+            .wire
             .timed(
                 Op::Complete,
                 128,
-                self.conn.timeout,
+                self.conn.wire.timeout,
                 "a stopped writer's record: ",
                 write,
             )

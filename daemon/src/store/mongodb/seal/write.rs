@@ -99,7 +99,7 @@ impl Sealer {
                 Some(load) => load,
                 None => {
                     let cursor = self
-                        .written_in(hour, &self.conn.watermark_path, LOAD_PAGE)
+                        .written_in(hour, &self.conn.writer.watermark_path, LOAD_PAGE)
                         .await?;
                     LoadCursor { hour, cursor }
                 }
@@ -110,10 +110,11 @@ impl Sealer {
         let page = async { page.await.map_err(|e| classify(&e, false)) };
         let (ids, rest) = self
             .conn
+            .wire
             .timed(
                 Op::Read,
                 128,
-                self.conn.timeout,
+                self.conn.wire.timeout,
                 "hour documents to seal: ",
                 page,
             )
@@ -131,7 +132,7 @@ impl Sealer {
     async fn seal_ids(&self, hour: i64, ids: &[String]) -> Result<(), StoreError> {
         let day_start = hour.div_euclid(DAY_S) * DAY_S;
         let index = usize::try_from((hour - day_start) / HOUR_S).unwrap_or(0);
-        let bounds = if self.conn.features.lacks(Feature::Infinity) {
+        let bounds = if self.conn.wire.features.lacks(Feature::Infinity) {
             EmptyBounds::Finite
         } else {
             EmptyBounds::Infinite
@@ -145,40 +146,17 @@ impl Sealer {
                 .fetch(Tier::Day, &day_ids, day_projection(index))
                 .await?;
             let hours = self.fetch(Tier::Hour, &pending, hour_projection()).await?;
-            let mut stmts = Vec::new();
-            let mut of_stmt = Vec::new();
-            for (id, hour_doc) in &hours {
-                let Some(day_id) = day_id_of(id) else {
-                    continue;
-                };
-                let day_doc = days.get(&day_id).map(|d| d.as_ref());
-                match seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds) {
-                    Ok(Some(stmt)) => {
-                        stmts.push(stmt);
-                        of_stmt.push(id.clone());
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        // One document someone rewrote must not hold up
-                        // the others: it stays as it is, and says so.
-                        metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
-                        tracing::error!(
-                            hour_document = %self.conn.doc_name(Tier::Hour, id),
-                            error = %e,
-                            "cannot seal this hour into its day document"
-                        );
-                    }
-                }
-            }
+            let (stmts, of_stmt) = self.statements(&hours, &days, index, day_start, bounds);
             if stmts.is_empty() {
                 return Ok(());
             }
             let send = [(
-                self.conn.day.name(),
+                self.conn.wire.day.name(),
                 stmts.iter().map(|s| s.as_ref()).collect(),
             )];
             let replies = match self
                 .conn
+                .wire
                 .write_all(Op::Update, &send, &mut Work::default())
                 .await
             {
@@ -212,7 +190,46 @@ impl Sealer {
         Err(StoreError::Unavailable(format!(
             "{} day documents changed under each of {SEAL_ROUNDS} seals of hour {hour}; trying again later",
             pending.len()
-        )))
+        ).into()))
+    }
+
+    /// The seal statements of `hours` into `days` (the day documents as
+    /// read), and the hour document each one is of. A day document whose
+    /// seal cannot be built is left out, and said so.
+    fn statements(
+        &self,
+        hours: &HashMap<String, RawDocumentBuf>,
+        days: &HashMap<String, RawDocumentBuf>,
+        index: usize,
+        day_start: i64,
+        bounds: EmptyBounds,
+    ) -> (Vec<RawDocumentBuf>, Vec<String>) {
+        let mut stmts = Vec::new();
+        let mut of_stmt = Vec::new();
+        for (id, hour_doc) in hours {
+            let Some(day_id) = day_id_of(id) else {
+                continue;
+            };
+            let day_doc = days.get(&day_id).map(|d| d.as_ref());
+            match seal_statement(&day_id, hour_doc, day_doc, index, day_start, bounds) {
+                Ok(Some(stmt)) => {
+                    stmts.push(stmt);
+                    of_stmt.push(id.clone());
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // One document someone rewrote must not hold up
+                    // the others: it stays as it is, and says so.
+                    metrics::counter!("tally_mongodb_seal_refused_total").increment(1);
+                    tracing::error!(
+                        hour_document = %self.conn.wire.doc_name(Tier::Hour, id),
+                        error = %e,
+                        "cannot seal this hour into its day document"
+                    );
+                }
+            }
+        }
+        (stmts, of_stmt)
     }
 
     /// Documents of `tier` by id, with `projection`.
@@ -227,7 +244,7 @@ impl Sealer {
         }
         let filter = doc! { "_id": { "$in": ids } };
         let bytes = bson_len(&filter) + bson_len(&projection);
-        let coll = self.conn.collection(tier);
+        let coll = self.conn.wire.collection(tier);
         let read = async {
             let mut cursor = coll
                 .find(filter)
@@ -244,7 +261,8 @@ impl Sealer {
         };
         let read = async { read.await.map_err(|e| classify(&e, false)) };
         self.conn
-            .timed(Op::Read, bytes, self.conn.timeout, "seal read: ", read)
+            .wire
+            .timed(Op::Read, bytes, self.conn.wire.timeout, "seal read: ", read)
             .await
     }
 }
@@ -260,6 +278,7 @@ impl Sealer {
     ) -> Result<mongodb::Cursor<RawDocumentBuf>, DriverError> {
         let filter = doc! { "t": bson_date(hour), watermark_path: { "$exists": true } };
         self.conn
+            .wire
             .hour
             .find(filter)
             .projection(doc! { "_id": 1 })
@@ -375,21 +394,7 @@ pub(super) fn seal_statement(
     let day_values = sub(day_doc, "values")?;
     let block = sub(day_values, &index.to_string())?;
     let mut set = RawDocumentBuf::new();
-    // The hour document's running slot keeps no last sample (see
-    // `documents`): the block's is its newest minute's.
-    let mut last = Slot::EMPTY;
-    for m in 0..MINUTES {
-        let key = m.to_string();
-        let want = slot_at(hour_values, &key)?;
-        last.see(want.last_ms, want.last);
-        if !same(&want, &slot_at(block, &key)?) {
-            let path = format!("values.{index}.{m}");
-            match hour_values.map(|v| v.get(&key)).transpose()?.flatten() {
-                Some(raw) => set.append_ref(path, raw),
-                None => set.append(path, encode_slot(&want, bounds)?),
-            }
-        }
-    }
+    let last = set_minutes(&mut set, hour_values, block, index, bounds)?;
     let mut hour_total = slot_at(Some(hour_doc), "total")?;
     hour_total.see(last.last_ms, last.last);
     let block_total = slot_at(block, "total")?;
@@ -428,6 +433,46 @@ pub(super) fn seal_statement(
     if let Some(RawBsonRef::String(k)) = hour_doc.get("k")? {
         set.append("k", k);
     }
+    upsert(day_id, hour_doc, &day_total, set, day_start).map(Some)
+}
+
+/// Appends to `set` the minutes of the hour's block in the day document
+/// (`values.<index>`) that differ from the hour document's. Returns the
+/// hour's newest sample: the hour document's running slot keeps none (see
+/// `documents`), so the block's total takes it from its minutes.
+fn set_minutes(
+    set: &mut RawDocumentBuf,
+    hour_values: Option<&RawDocument>,
+    block: Option<&RawDocument>,
+    index: usize,
+    bounds: EmptyBounds,
+) -> Result<Slot, DecodeError> {
+    let mut last = Slot::EMPTY;
+    for m in 0..MINUTES {
+        let key = m.to_string();
+        let want = slot_at(hour_values, &key)?;
+        last.see(want.last_ms, want.last);
+        if !same(&want, &slot_at(block, &key)?) {
+            let path = format!("values.{index}.{m}");
+            match hour_values.map(|v| v.get(&key)).transpose()?.flatten() {
+                Some(raw) => set.append_ref(path, raw),
+                None => set.append(path, encode_slot(&want, bounds)?),
+            }
+        }
+    }
+    Ok(last)
+}
+
+/// The seal's statement: `$set` applied only while the day's running slot
+/// is still what was read (`day_total`), upserting the day document with
+/// the hour document's names where it does not exist.
+fn upsert(
+    day_id: &str,
+    hour_doc: &RawDocument,
+    day_total: &Slot,
+    set: RawDocumentBuf,
+    day_start: i64,
+) -> Result<RawDocumentBuf, DecodeError> {
     let mut q = RawDocumentBuf::new();
     q.append("_id", day_id);
     let n = i64::try_from(day_total.n).unwrap_or(i64::MAX);
@@ -449,7 +494,7 @@ pub(super) fn seal_statement(
     stmt.append("q", q);
     stmt.append("u", u);
     stmt.append("upsert", true);
-    Ok(Some(stmt))
+    Ok(stmt)
 }
 
 #[cfg(test)]
