@@ -88,6 +88,31 @@ impl LastSample {
 }
 
 impl SeriesState {
+    /// Keeps the series' newest sample. A cumulative counter's is its
+    /// baseline, which NaN must not become; a refused increase still moves
+    /// it, or the next increase would count this one again.
+    #[inline]
+    fn note_last(&mut self, ts: i64, v: f64) {
+        if (self.kind != SampleKind::CumulativeCounter || !v.is_nan())
+            && ts >= self.last_sample.get().map_or(i64::MIN, |(t, _)| t)
+        {
+            self.last_sample.set(ts, v);
+        }
+    }
+
+    /// The pending slot of `minute`: the one at `at`, or a new one.
+    #[inline]
+    fn minute_slot(&mut self, minute: EpochMinute, at: Option<usize>) -> &mut Slot {
+        let i = match at {
+            Some(i) => i,
+            None => {
+                self.pending.push((minute, Slot::EMPTY));
+                self.pending.len() - 1
+            }
+        };
+        &mut self.pending[i].1
+    }
+
     fn new(
         b: &SeriesBatch<'_>,
         hash: u64,
@@ -214,15 +239,7 @@ impl Aggregator {
             },
         };
         if state.kind != kind {
-            let n = b.values.len() as u64;
-            let was = state.kind;
-            out.reject(cap, b, None, n, RejectReason::KindConflict, || {
-                format!(
-                    "series is a {} but this batch says {}",
-                    was.as_str(),
-                    kind.as_str()
-                )
-            });
+            reject_kind_conflict(cap, b, state.kind, kind, out);
             return 0;
         }
         state.arrived = state.arrived.max(window.arrived);
@@ -237,14 +254,7 @@ impl Aggregator {
             let Some(adds) = self.sample_value(state, b, sample, window, out) else {
                 continue;
             };
-            if state.kind != SampleKind::CumulativeCounter || !v.is_nan() {
-                // A cumulative counter's last sample is its baseline, which
-                // NaN must not become; a refused increase below still moves
-                // it, or the next increase would count this one again.
-                if ts >= state.last_sample.get().map_or(i64::MIN, |(t, _)| t) {
-                    state.last_sample.set(ts, v);
-                }
-            }
+            state.note_last(ts, v);
             let minute = minute_of_ms(ts);
             // Nearly always the newest minute, so search from the back.
             let at = state.pending.iter().rposition(|(m, _)| *m == minute);
@@ -259,20 +269,11 @@ impl Aggregator {
             if state.pending.is_empty() {
                 dirty.push(pos);
             }
-            let slot = match at {
-                Some(i) => &mut state.pending[i].1,
-                None => {
-                    created += 1;
-                    state.pending.push((minute, Slot::EMPTY));
-                    match state.pending.last_mut() {
-                        Some((_, slot)) => slot,
-                        None => continue,
-                    }
-                }
-            };
+            created += usize::from(at.is_none());
+            state.increased |= adds.is_some();
+            let slot = state.minute_slot(minute, at);
             if let Some(value) = adds {
                 slot.add_value(value);
-                state.increased = true;
             }
             // The minute's last sample is the value as sent: a cumulative
             // counter's raw count, NaN as NaN.
@@ -452,6 +453,25 @@ impl Aggregator {
             },
         }
     }
+}
+
+/// Refuses a group whose kind is not its series' kind.
+#[cold]
+fn reject_kind_conflict(
+    cap: usize,
+    b: &SeriesBatch<'_>,
+    was: SampleKind,
+    kind: SampleKind,
+    out: &mut IngestOutcome,
+) {
+    let n = b.values.len() as u64;
+    out.reject(cap, b, None, n, RejectReason::KindConflict, || {
+        format!(
+            "series is a {} but this batch says {}",
+            was.as_str(),
+            kind.as_str()
+        )
+    });
 }
 
 /// Refuses a finite sample whose increase or minute sum would leave
