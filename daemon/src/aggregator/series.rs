@@ -365,6 +365,42 @@ impl Aggregator {
         }
     }
 
+    /// Why a sample at `ts` is outside the time window, if it is, with
+    /// the rejection's detail (formatted only if it is reported).
+    #[inline]
+    fn out_of_window(
+        &self,
+        ts: i64,
+        (oldest_ms, newest_ms): (i64, i64),
+    ) -> Option<(RejectReason, Box<dyn Fn() -> String + '_>)> {
+        if ts < oldest_ms {
+            return Some((
+                RejectReason::TooOld,
+                Box::new(move || {
+                    format!(
+                        "timestamp {} is {}s older than the lateness window (ingest.lateness_window = {}s)",
+                        fmt_ms(ts),
+                        oldest_ms.saturating_sub(ts) / 1000,
+                        self.limits.lateness_ms / 1000
+                    )
+                }),
+            ));
+        }
+        if ts > newest_ms {
+            return Some((
+                RejectReason::TooFarAhead,
+                Box::new(move || {
+                    format!(
+                        "timestamp {} is more than ingest.max_future_skew = {}s ahead of the daemon's clock",
+                        fmt_ms(ts),
+                        self.limits.future_skew_ms / 1000
+                    )
+                }),
+            ));
+        }
+        None
+    }
+
     /// Checks one sample against the value rules and the time window and
     /// returns what it adds to its minute's aggregates: `Some(None)` when
     /// it is accepted as the minute's last sample only (NaN, or a cumulative
@@ -376,7 +412,7 @@ impl Aggregator {
         state: &mut SeriesState,
         b: &SeriesBatch<'_>,
         Sample { index, ts, v }: Sample,
-        (oldest_ms, newest_ms): (i64, i64),
+        window: (i64, i64),
         out: &mut IngestOutcome,
     ) -> Option<Option<f64>> {
         let cap = self.limits.max_rejections_reported;
@@ -389,24 +425,8 @@ impl Aggregator {
                 format!("value {v} is not a finite number")
             });
         }
-        if ts < oldest_ms {
-            return reject(RejectReason::TooOld, &|| {
-                format!(
-                    "timestamp {} is {}s older than the lateness window (ingest.lateness_window = {}s)",
-                    fmt_ms(ts),
-                    oldest_ms.saturating_sub(ts) / 1000,
-                    self.limits.lateness_ms / 1000
-                )
-            });
-        }
-        if ts > newest_ms {
-            return reject(RejectReason::TooFarAhead, &|| {
-                format!(
-                    "timestamp {} is more than ingest.max_future_skew = {}s ahead of the daemon's clock",
-                    fmt_ms(ts),
-                    self.limits.future_skew_ms / 1000
-                )
-            });
+        if let Some((reason, detail)) = self.out_of_window(ts, window) {
+            return reject(reason, &*detail);
         }
         if v.is_nan() {
             // Data, not an error: exporters send NaN (a summary quantile with
