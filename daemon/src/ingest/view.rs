@@ -382,16 +382,6 @@ impl<'a> PushView<'a> {
     }
 }
 
-impl crate::wal::EncodeRequest for PushView<'_> {
-    fn request_len(&self) -> usize {
-        self.encoded_len()
-    }
-
-    fn encode_to(&self, out: &mut Vec<u8>) {
-        self.encode(out)
-    }
-}
-
 #[cfg(test)]
 impl PushView<'_> {
     /// The view in the generated types, for tests to compare.

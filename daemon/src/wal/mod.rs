@@ -31,7 +31,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tally_proto::v1 as pb;
 use tokio::sync::oneshot;
 use tracing::info;
 
@@ -46,25 +45,6 @@ use segment::Open;
 use writer::Writer;
 
 use crate::ingest::view::PushView;
-
-/// A request that writes itself out as a `tally.v1.PushRequest` encoding:
-/// the record logs before the compact form held.
-pub trait EncodeRequest: Sync {
-    /// Bytes [`EncodeRequest::encode_to`] appends.
-    fn request_len(&self) -> usize;
-    fn encode_to(&self, out: &mut Vec<u8>);
-}
-
-impl EncodeRequest for pb::PushRequest {
-    fn request_len(&self) -> usize {
-        prost::Message::encoded_len(self)
-    }
-
-    fn encode_to(&self, out: &mut Vec<u8>) {
-        // Writing into a Vec cannot fail.
-        let _ = prost::Message::encode(self, out);
-    }
-}
 
 /// When an append counts as written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,9 +10,12 @@ use mongodb::error::ErrorKind;
 use mongodb::options::{Acknowledgment, ClientOptions};
 use serde::{Deserialize, Serialize};
 
-use super::flush_ids::WRITERS_COLLECTION;
 use crate::store::{Cause, StoreError};
 use crate::validate::Problems;
+
+/// Where each writer's flush-id reservation lives (one tiny document per
+/// writer, in [`MongoDbConfig::database`]).
+pub(super) const WRITERS_COLLECTION: &str = "tally_writers";
 
 /// MongoDB refuses larger write batches (`maxWriteBatchSize`, since 3.6).
 pub(super) const MAX_WRITE_BATCH: usize = 100_000;

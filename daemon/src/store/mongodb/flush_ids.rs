@@ -13,9 +13,7 @@ use super::stats::Op;
 use super::Conn;
 use crate::store::StoreError;
 
-/// Where each writer's flush-id reservation lives (one tiny document per
-/// writer, in [`super::MongoDbConfig::database`]).
-pub(super) const WRITERS_COLLECTION: &str = "tally_writers";
+pub(super) use super::config::WRITERS_COLLECTION;
 
 /// How far ahead of a flush id the store reserves ids: 60 s of the
 /// wall-clock microseconds flush ids are made of, so about one reservation a

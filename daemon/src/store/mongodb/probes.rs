@@ -17,9 +17,9 @@ use bson::raw::RawDocumentBuf;
 use bson::{doc, Document};
 
 use super::command::{raw_command, to_raw, WriteCommand};
+use super::config::WRITERS_COLLECTION;
 use super::errors::{not_implemented, parse_write_reply};
 use super::features::Feature;
-use super::flush_ids::WRITERS_COLLECTION;
 use super::indexes::FirstContact;
 use super::stats::Op;
 use super::wire::Wire;

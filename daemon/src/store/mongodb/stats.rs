@@ -1,12 +1,10 @@
 //! What the store did: the cumulative counters behind [`MongoStats`] (for
 //! benchmarks and tests) and the `tally_mongodb_*` metrics. Every round
-//! trip is recorded here, under the [`Op`] it served.
+//! trip the wire (`wire.rs`) sends is recorded here, under the [`Op`] it
+//! served.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-use super::wire::Wire;
-use crate::store::StoreError;
 
 /// Cumulative work done by a [`super::MongoStore`], for benchmarks and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -100,10 +98,10 @@ impl Op {
     }
 }
 
-impl Wire {
+impl Counters {
     /// Counters of the work done so far.
-    pub(super) fn stats(&self) -> MongoStats {
-        let c = &self.counters;
+    pub(super) fn snapshot(&self) -> MongoStats {
+        let c = self;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let update_statements = get(&c.update_statements);
         let insert_statements = get(&c.insert_statements);
@@ -139,7 +137,7 @@ impl Wire {
     /// Counts and times one command. `statements` and `bytes` are what it
     /// carried.
     pub(super) fn record(&self, op: Op, statements: usize, bytes: usize, started: Instant) {
-        let c = &self.counters;
+        let c = self;
         let statements = statements as u64;
         match op {
             Op::Update => {
@@ -179,15 +177,5 @@ impl Wire {
             metrics::histogram!("tally_mongodb_batch_statements", "op" => op)
                 .record(statements as f64);
         }
-    }
-
-    /// Errors of operations no caller counts (`apply` and `preallocate`
-    /// are counted by the flush pipeline and maintenance).
-    pub(super) fn count_error(&self, op: Op, e: &StoreError) {
-        if matches!(e, StoreError::Unavailable(_)) {
-            self.note_reach::<()>(&Err(e.clone()));
-        }
-        metrics::counter!("tally_store_errors_total", "store" => "mongodb", "op" => op.as_str(), "kind" => e.kind())
-            .increment(1);
     }
 }

@@ -13,11 +13,10 @@ use bson::Document;
 use mongodb::{Client, Collection, Database};
 use parking_lot::Mutex;
 
-use super::config::{MongoDbConfig, MAX_WRITE_BATCH};
+use super::config::{MongoDbConfig, MAX_WRITE_BATCH, WRITERS_COLLECTION};
 use super::errors::Failure;
 use super::features::Features;
-use super::flush_ids::WRITERS_COLLECTION;
-use super::stats::{Counters, Op};
+use super::stats::{Counters, MongoStats, Op};
 use crate::model::Tier;
 use crate::store::StoreError;
 
@@ -154,5 +153,28 @@ impl Wire {
                 }
             }
         }
+    }
+}
+
+impl Wire {
+    /// Counters of the work done so far.
+    pub(super) fn stats(&self) -> MongoStats {
+        self.counters.snapshot()
+    }
+
+    /// Counts and times one command. `statements` and `bytes` are what it
+    /// carried.
+    pub(super) fn record(&self, op: Op, statements: usize, bytes: usize, started: Instant) {
+        self.counters.record(op, statements, bytes, started)
+    }
+
+    /// Errors of operations no caller counts (`apply` and `preallocate`
+    /// are counted by the flush pipeline and maintenance).
+    pub(super) fn count_error(&self, op: Op, e: &StoreError) {
+        if matches!(e, StoreError::Unavailable(_)) {
+            self.note_reach::<()>(&Err(e.clone()));
+        }
+        metrics::counter!("tally_store_errors_total", "store" => "mongodb", "op" => op.as_str(), "kind" => e.kind())
+            .increment(1);
     }
 }
