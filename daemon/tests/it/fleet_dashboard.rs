@@ -169,10 +169,22 @@ fn window(
 
 /// The bounds of the latest sample before `t` within the 5-minute
 /// lookback: the newest minute with data that starts before `t`, whose last
-/// sample lies within its minimum and maximum.
+/// sample lies within its minimum and maximum, or the minute starting at
+/// `t` (see docs/promql.md, instant selectors).
 fn latest(minutes: &BTreeMap<i64, (f64, f64, f64, f64)>, t: i64) -> Option<(f64, f64)> {
-    let (start, m) = minutes.range(..t).next_back()?;
-    (start + 60 > t - 300).then_some((m.2, m.3))
+    let before = minutes
+        .range(..t)
+        .next_back()
+        .filter(|(start, _)| *start + 60 > t - 300)
+        .map(|(_, m)| (m.2, m.3));
+    // A minute starting at `t` answers when its last sample is at `t` (a
+    // run that ended right after a minute began): the native minutes give
+    // no sample times, so its bounds count too.
+    let at = minutes.get(&t).map(|m| (m.2, m.3));
+    before.map(|(lo, hi)| match at {
+        Some((a_lo, a_hi)) => (lo.min(a_lo), hi.max(a_hi)),
+        None => (lo, hi),
+    })
 }
 
 /// The expected result of one dashboard expression (as written in the
