@@ -11,7 +11,7 @@
 
 import { drawAxes, niceTicks } from './axes.js';
 import { clock, exact, num, stamp } from './format.js';
-import { bandOf, lowerBound, yOf } from './series.js';
+import { bandOf, lowerBound, runsOf, yOf } from './series.js';
 
 const COLORS = 10;
 /** Series listed in the readout: those nearest the pointer. */
@@ -239,17 +239,7 @@ export class Chart {
   /** One series: its band, then its line; a lone point is a dot. */
   drawSeries(ctx, { s, i, pts }, step) {
     const color = this.colors.series[i % COLORS];
-    const runs = [];
-    let run = [];
-    for (const p of pts) {
-      if (!Number.isFinite(yOf(s, p))) continue;
-      if (run.length && p.t - run[run.length - 1].t > step * 1.5) {
-        runs.push(run);
-        run = [];
-      }
-      run.push(p);
-    }
-    if (run.length) runs.push(run);
+    const runs = runsOf(s, pts, step);
     ctx.fillStyle = color;
     ctx.strokeStyle = color;
     ctx.lineWidth = 1.5;

@@ -13,7 +13,7 @@
 
 import { niceTicks } from './axes.js';
 import { num } from './format.js';
-import { bandOf, lowerBound, yOf } from './series.js';
+import { bandOf, lowerBound, runsOf, yOf } from './series.js';
 
 const MARGIN = { left: 46, right: 4, top: 6, bottom: 4 };
 
@@ -103,17 +103,7 @@ export function markDrawn(host, { drawn, count, lastT }) {
 
 /** One series: its band, then its line, broken where buckets are empty. */
 function line(ctx, { s, pts }, step, sx, sy, color) {
-  const runs = [];
-  let run = [];
-  for (const p of pts) {
-    if (!Number.isFinite(yOf(s, p))) continue;
-    if (run.length && p.t - run[run.length - 1].t > step * 1.5) {
-      runs.push(run);
-      run = [];
-    }
-    run.push(p);
-  }
-  if (run.length) runs.push(run);
+  const runs = runsOf(s, pts, step);
   ctx.fillStyle = color;
   ctx.strokeStyle = color;
   ctx.lineWidth = 1.25;

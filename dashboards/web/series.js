@@ -217,3 +217,22 @@ export function applyWatch(list, event, step, coveredFrom) {
   }
   return changed;
 }
+
+/**
+ * A series' drawable points split into runs: a gap of more than one and a
+ * half steps breaks the line, so a missing bucket is never bridged.
+ */
+export function runsOf(s, pts, step) {
+  const runs = [];
+  let run = [];
+  for (const p of pts) {
+    if (!Number.isFinite(yOf(s, p))) continue;
+    if (run.length && p.t - run[run.length - 1].t > step * 1.5) {
+      runs.push(run);
+      run = [];
+    }
+    run.push(p);
+  }
+  if (run.length) runs.push(run);
+  return runs;
+}

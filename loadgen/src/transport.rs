@@ -165,24 +165,18 @@ fn never_sent(status: &Status) -> bool {
 
 /// `CODE: message: cause: cause…` — the whole story in one line.
 pub fn describe(status: &Status) -> String {
-    let mut s = format!("{}: {}", code_name(status.code()), status.message());
-    let mut source = status.source();
-    while let Some(e) = source {
-        let text = e.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = e.source();
-    }
-    s
+    let s = format!("{}: {}", code_name(status.code()), status.message());
+    with_sources(s, status.source())
 }
 
 /// An error and its sources on one line, each source once (transport
 /// errors often repeat their cause in their own text).
 pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
+    with_sources(e.to_string(), e.source())
+}
+
+/// Appends each source's text to `s` unless `s` already says it.
+fn with_sources(mut s: String, mut source: Option<&(dyn std::error::Error + 'static)>) -> String {
     while let Some(e) = source {
         let text = e.to_string();
         if !s.contains(&text) {
