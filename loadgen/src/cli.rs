@@ -112,6 +112,16 @@ pub struct Cli {
     /// Messages per stream before it is closed and acknowledged (--mode stream).
     #[arg(long, default_value_t = 100)]
     pub stream_messages: usize,
+    /// With --max over OTLP, remote-write or line protocol: encode every
+    /// request before the clock starts, so the run times the server and the
+    /// wire, not this generator's encoders. Every body is held in memory.
+    #[arg(long)]
+    pub prerender: bool,
+    /// The path the HTTP protocols POST to instead of tallyd's
+    /// (`/v1/metrics`, `/api/v1/write`, `/api/v2/write?…`), to send the
+    /// same bytes to another server, e.g. `/opentelemetry/v1/metrics`.
+    #[arg(long)]
+    pub http_path: Option<String>,
 
     /// Time allowed per request (a unary call, or a stream's summary after it
     /// is closed).
@@ -262,6 +272,23 @@ impl Cli {
         if self.protocol.gauges_only() && self.kinds.has_counters() {
             return Err(format!("--protocol {}: it carries numbers the daemon keeps as gauges; give --kinds gauge=1", self.protocol.name()));
         }
+        if self.prerender
+            && (!self.max
+                || self.protocol.uses_grpc() && self.protocol != Protocol::OtlpGrpc
+                || self.protocol == Protocol::Graphite)
+        {
+            return Err(
+                "--prerender is for --max runs over OTLP, remote-write or line protocol".into(),
+            );
+        }
+        if let Some(path) = &self.http_path {
+            if !path.starts_with('/')
+                || self.protocol.uses_grpc()
+                || self.protocol == Protocol::Graphite
+            {
+                return Err(format!("--http-path {path}: a path starting with '/', for the HTTP protocols (otlp-http, remote-write, influx)"));
+            }
+        }
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err("--timeout and --connect-timeout must be more than zero".into());
         }
@@ -353,6 +380,16 @@ mod tests {
                 &["--protocol", "influx", "--kinds", "gauge=1,cumulative=1"][..],
                 "--kinds",
             ),
+            (
+                &["--prerender", "--protocol", "otlp-http"][..],
+                "--prerender",
+            ),
+            (&["--prerender", "--max"][..], "--prerender"),
+            (&["--max", "--http-path", "v1/metrics"][..], "--http-path"),
+            (
+                &["--max", "--protocol", "otlp-grpc", "--http-path", "/x"][..],
+                "--http-path",
+            ),
         ] {
             let err = cli(args).pace(now).unwrap_err();
             assert!(err.contains(needle), "{args:?}: {err}");
@@ -360,6 +397,22 @@ mod tests {
         assert!(Cli::try_parse_from(["x", "--verify-only", "--max"]).is_err());
         let err = Cli::try_parse_from(["x", "--labels", "cpu=2,source=3"]).unwrap_err();
         assert!(err.to_string().contains("reserved"), "{err}");
+    }
+
+    #[test]
+    fn prerender_and_http_path_fit_the_http_protocols() {
+        let args = [
+            "--max",
+            "--prerender",
+            "--protocol",
+            "otlp-http",
+            "--http-path",
+            "/opentelemetry/v1/metrics",
+        ];
+        assert!(cli(&args).pace(0).is_ok());
+        assert!(cli(&["--max", "--prerender", "--protocol", "otlp-grpc"])
+            .pace(0)
+            .is_ok());
     }
 
     #[test]

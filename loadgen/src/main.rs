@@ -173,13 +173,12 @@ async fn send(
     });
 
     let workers = cli.concurrency.min(fleet.sources());
-    let opts = Arc::new(send_opts(cli, endpoint, t0, http));
+    let opts = Arc::new(send_opts(cli, endpoint, t0, http, workers));
     let planned = fleet.series() as u64 * tl.ticks;
     let live = Arc::new(Live::default());
     let cancel = CancellationToken::new();
     let interrupted = cancel_on_ctrl_c(&cancel);
     let progress = Progress::start(live.clone(), planned, cli.quiet);
-    let started = Instant::now();
     let handles: Vec<_> = WorkerSeries::partition(fleet.sources(), fleet.per_source(), workers)
         .into_iter()
         .map(|ws| {
@@ -194,6 +193,15 @@ async fn send(
             tokio::spawn(w.run())
         })
         .collect();
+    if let Some(gate) = &opts.prerender {
+        // The clock starts once every body is encoded.
+        gate.wait().await;
+    }
+    let started = Instant::now();
+    let started_unix_s = match t0 {
+        Some(_) => tl.start_ms as f64 / 1000.0,
+        None => chrono::Utc::now().timestamp_millis() as f64 / 1000.0,
+    };
     let sent = collect(&fleet, handles).await?;
     // Real time counts from the scheduled start, not the wait for it.
     let elapsed = Instant::now().saturating_duration_since(t0.unwrap_or(started));
@@ -220,6 +228,7 @@ async fn send(
         concurrency: workers,
         planned,
         elapsed,
+        started_unix_s,
     };
     let report = run.report(cli, &sent.tally, &sent.latency, verify, outcome, sent.fatal);
     print_report(cli, &report)?;
@@ -278,6 +287,7 @@ fn send_opts(
     endpoint: tonic::transport::Endpoint,
     t0: Option<Instant>,
     http: &str,
+    workers: usize,
 ) -> SendOpts {
     SendOpts {
         endpoint,
@@ -294,6 +304,11 @@ fn send_opts(
         protocol: cli.protocol,
         http: http.to_owned(),
         graphite: cli.graphite.clone(),
+        http_path: cli.http_path.clone(),
+        // The workers and the run itself.
+        prerender: cli
+            .prerender
+            .then(|| Arc::new(tokio::sync::Barrier::new(workers + 1))),
     }
 }
 
@@ -363,6 +378,7 @@ struct Run<'a> {
     concurrency: usize,
     planned: u64,
     elapsed: Duration,
+    started_unix_s: f64,
 }
 
 impl Run<'_> {
@@ -401,6 +417,7 @@ impl Run<'_> {
                 retries: tally.retries,
             },
             elapsed_s: self.elapsed.as_secs_f64(),
+            send_started_unix_s: self.started_unix_s,
             samples_per_s,
             latency: Latency::from_histogram(latency, cli.mode),
             errors_by_status: tally.errors_by_code.clone(),
@@ -449,6 +466,7 @@ async fn verify_only(
         },
         requests: Requests::default(),
         elapsed_s: 0.0,
+        send_started_unix_s: 0.0,
         samples_per_s: 0.0,
         latency: Latency::default(),
         errors_by_status: BTreeMap::new(),

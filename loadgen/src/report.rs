@@ -127,6 +127,9 @@ pub struct Report {
     pub samples: Samples,
     pub requests: Requests,
     pub elapsed_s: f64,
+    /// When the send phase (`elapsed_s`) began, in Unix seconds: after
+    /// `--prerender`'s encoding, at the scheduled start in real time.
+    pub send_started_unix_s: f64,
     /// Accepted samples per second of the send phase.
     pub samples_per_s: f64,
     pub latency: Latency,

@@ -45,7 +45,7 @@ impl Sink {
     pub(super) fn new(
         protocol: Protocol,
         ch: Option<Channel>,
-        http: &str,
+        (http, http_path): (&str, Option<&str>),
         timeout: Duration,
     ) -> Result<Sink, String> {
         let path = match (protocol, ch) {
@@ -65,7 +65,7 @@ impl Sink {
             .map_err(|e| format!("building the HTTP client: {e}"))?;
         Ok(Sink::Http {
             client,
-            url: format!("{http}{path}"),
+            url: format!("{http}{}", http_path.unwrap_or(path)),
         })
     }
 }
@@ -86,13 +86,32 @@ type Attempt = Result<Refused, (Status, Verdict)>;
 impl Worker {
     pub(super) async fn run_foreign(&mut self, ch: Option<Channel>) -> Result<(), String> {
         let protocol = self.opts.protocol;
-        let mut sink = Sink::new(protocol, ch, &self.opts.http, self.opts.timeout)?;
+        let opts = self.opts.clone();
+        let http = (opts.http.as_str(), opts.http_path.as_deref());
+        let mut sink = Sink::new(protocol, ch, http, opts.timeout)?;
         let mut scratch = Buffers::default();
+        if opts.prerender.is_some() {
+            let mut bodies = Vec::new();
+            while let Some(plan) = self.next_plan().await {
+                bodies.push((plan, self.body(protocol, &plan, &mut scratch)));
+            }
+            self.pass_start_gate().await;
+            for (plan, body) in bodies {
+                self.send_foreign(&mut sink, protocol, plan, body).await?;
+            }
+            return Ok(());
+        }
         while let Some(plan) = self.next_plan().await {
-            self.send_foreign(&mut sink, protocol, plan, &mut scratch)
-                .await?;
+            let body = self.body(protocol, &plan, &mut scratch);
+            self.send_foreign(&mut sink, protocol, plan, body).await?;
         }
         Ok(())
+    }
+
+    /// A batch's request body, encoded once: a resend sends the same bytes.
+    fn body(&self, protocol: Protocol, plan: &Plan, scratch: &mut Buffers) -> Bytes {
+        let req = self.ws.build(&self.fleet, &self.tl, plan);
+        Bytes::from(encode(protocol, &req, scratch))
     }
 
     async fn send_foreign(
@@ -100,14 +119,12 @@ impl Worker {
         sink: &mut Sink,
         protocol: Protocol,
         plan: Plan,
-        scratch: &mut Buffers,
+        body: Bytes,
     ) -> Result<(), String> {
-        let req = self.ws.build(&self.fleet, &self.tl, &plan);
-        // Encoded once; a resend sends the same bytes.
         let mut request = ForeignRequest {
             sink,
             protocol,
-            body: Bytes::from(encode(protocol, &req, scratch)),
+            body,
             timeout: self.opts.timeout,
             plan,
         };

@@ -67,6 +67,11 @@ pub struct SendOpts {
     pub http: String,
     /// The Graphite listener's `host:port`.
     pub graphite: String,
+    /// The HTTP protocols' path when not tallyd's (`--http-path`).
+    pub http_path: Option<String>,
+    /// `--prerender`: passed by every worker once its bodies are encoded,
+    /// and by the run, which starts its clock then.
+    pub prerender: Option<Arc<tokio::sync::Barrier>>,
 }
 
 /// Messages buffered between a worker and its stream.
@@ -143,6 +148,8 @@ pub struct Worker {
     /// Failures in a row that were not followed by any acknowledgement.
     failures_in_a_row: u32,
     scratch: Scratch,
+    /// `--prerender`'s start, until this worker has passed it.
+    start_gate: Option<Arc<tokio::sync::Barrier>>,
 }
 
 impl Worker {
@@ -160,6 +167,7 @@ impl Worker {
         };
         let expect = opts.verify.then(|| Expectation::new(ws.len()));
         let scratch = Scratch::new(&fleet);
+        let start_gate = opts.prerender.clone();
         Worker {
             fleet,
             tl,
@@ -173,6 +181,7 @@ impl Worker {
             expect,
             failures_in_a_row: 0,
             scratch,
+            start_gate,
         }
     }
 
@@ -184,12 +193,21 @@ impl Worker {
                 Some(msg)
             }
         };
+        // A worker that failed before rendering still lets the run start.
+        self.pass_start_gate().await;
         WorkerOutcome {
             ws: self.ws,
             tally: self.tally,
             latency: self.latency,
             expect: self.expect,
             fatal,
+        }
+    }
+
+    /// Waits for every worker's `--prerender` (once; no-op without it).
+    async fn pass_start_gate(&mut self) {
+        if let Some(gate) = self.start_gate.take() {
+            gate.wait().await;
         }
     }
 
