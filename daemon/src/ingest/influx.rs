@@ -126,6 +126,8 @@ const QUOTED: usize = 120;
 /// Tags or fields of a line held without allocating while looking for
 /// duplicates.
 const SORTED_INLINE: usize = 32;
+/// Up to this many keys, duplicates are looked for pair by pair.
+const PAIRWISE: usize = 8;
 
 /// Reads a body, stamping lines without a timestamp with `now_ms`. Names,
 /// tags and values are borrowed from the body where it holds them as they
@@ -150,6 +152,8 @@ pub fn convert<'a>(
         refused_lines: 0,
         string_fields: 0,
         name: String::new(),
+        labels: Vec::new(),
+        names: Names::default(),
     };
     // A U+FFFD in a body that was UTF-8 is a character like any other;
     // in one that was not, it marks bytes that were replaced.
@@ -159,8 +163,10 @@ pub fn convert<'a>(
         Ok(text) => (text, false),
         Err(_) => (&*arena.alloc_str(&String::from_utf8_lossy(body)), true),
     };
+    let plain = !lossy && line::plain_body(text.as_bytes());
     let mut b = ViewBuilder::new(cap, budget);
-    for (i, raw) in lines(text).enumerate() {
+    let mut parsed = Line::default();
+    for (i, raw) in lines(text, plain).enumerate() {
         let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
         let text = raw.strip_suffix('\r').unwrap_or(raw);
         let outcome = if text.len() > cfg.max_line_bytes {
@@ -172,17 +178,18 @@ pub fn convert<'a>(
         } else if lossy && text.contains('\u{fffd}') {
             Err(Refusal::from("the line is not UTF-8 text".to_owned()))
         } else {
-            let read = match line::fast(text) {
-                Some(l) => Some(Ok(l)),
-                None => parse_lines(text)
+            let read = if line::fast(text, plain, &mut parsed) {
+                Some(Ok(()))
+            } else {
+                parse_lines(text)
                     .next()
-                    .map(|p| p.map(|p| line::of_reference(&p, |s| r.keep(s)))),
+                    .map(|p| p.map(|p| line::of_reference(&p, |s| r.keep(s), &mut parsed)))
             };
             match read {
                 // Blank, or a comment.
                 None => continue,
                 Some(Err(e)) => Err(Refusal::from(parse_error(text, &e))),
-                Some(Ok(line)) => r.line(&mut b, &line, number, precision, now_ms, cfg),
+                Some(Ok(())) => r.line(&mut b, &parsed, number, precision, now_ms, cfg),
             }
         };
         r.lines += 1;
@@ -222,15 +229,28 @@ struct Reading<'a> {
     string_fields: u64,
     /// Where a metric name is put together before it goes to the arena.
     name: String,
+    /// The line's labels, kept for its fields (room reused line to line).
+    labels: Vec<(&'a str, &'a str)>,
+    names: Names<'a>,
+}
+
+/// The metric names of the last line's fields: agents send line after line
+/// of one measurement with the same fields, whose names are then made once.
+#[derive(Default)]
+struct Names<'a> {
+    measurement: &'a str,
+    /// Field key and metric name, in the line's order.
+    fields: Vec<(&'a str, &'a str)>,
 }
 
 /// The body's lines. Only a quote (a string field may hold a newline) or
 /// a backslash (an escaped newline continues the line) make InfluxDB's
 /// rules for where a line ends differ from splitting at each newline; a
 /// body with neither, which is what most agents send, is split at its
-/// newlines without looking at every character.
-fn lines(body: &str) -> Box<dyn Iterator<Item = &str> + '_> {
-    if memchr::memchr2(b'"', b'\\', body.as_bytes()).is_some() {
+/// newlines without looking at every character. `plain`: the body is
+/// known to hold neither.
+fn lines(body: &str, plain: bool) -> Box<dyn Iterator<Item = &str> + '_> {
+    if !plain && memchr::memchr2(b'"', b'\\', body.as_bytes()).is_some() {
         Box::new(split_lines(body))
     } else {
         Box::new(body.split('\n'))
@@ -267,10 +287,10 @@ impl<'a> Reading<'a> {
         now_ms: i64,
         cfg: &InfluxConfig,
     ) -> Result<(), Refusal> {
-        if let Some(dup) = duplicate(line.tags.iter().map(|(k, _)| *k)) {
+        if let Some(dup) = duplicate(&line.tags) {
             return Err(format!("tag {dup:?} is given twice").into());
         }
-        if let Some(dup) = duplicate(line.fields.iter().map(|(k, _)| *k)) {
+        if let Some(dup) = duplicate(&line.fields) {
             return Err(format!("field {dup:?} is given twice").into());
         }
         let ts_ms = match line.timestamp {
@@ -288,31 +308,59 @@ impl<'a> Reading<'a> {
                 ),
             ));
         };
-        let labels: SmallVec<[(&'a str, &'a str); SORTED_INLINE]> = line
-            .tags
-            .iter()
-            .filter(|(k, _)| *k != cfg.source_tag)
-            .map(|&(k, v)| (self.label_name(k), v))
-            .collect();
-        for &(key, value) in &line.fields {
+        let mut labels = std::mem::take(&mut self.labels);
+        labels.clear();
+        labels.extend(
+            line.tags
+                .iter()
+                .filter(|(k, _)| *k != cfg.source_tag)
+                .map(|&(k, v)| (self.label_name(k), v)),
+        );
+        if self.names.measurement != line.measurement {
+            self.names.measurement = line.measurement;
+            self.names.fields.clear();
+        }
+        for (i, &(key, value)) in line.fields.iter().enumerate() {
             let Value::Number(v) = value else {
                 self.string_fields += 1;
                 continue;
             };
-            self.name.clear();
-            self.name.push_str(line.measurement);
-            self.name.push('_');
-            self.name.push_str(key);
-            let metric: &'a str = self.arena.alloc_str(&self.name);
+            let metric = self.metric(i, key);
             let mark = b.mark();
             for &(name, value) in &labels {
                 b.label(name, value);
             }
             b.sample(ts_ms, v);
-            b.end_series(mark, source, metric, pb::SampleKind::Gauge as i32)?;
+            let ended = b.end_series(mark, source, metric, pb::SampleKind::Gauge as i32);
+            if let Err(full) = ended {
+                self.labels = labels;
+                return Err(full.into());
+            }
             self.line_of.push(number);
         }
+        self.labels = labels;
         Ok(())
+    }
+
+    /// The metric name of the `i`th field, `key`, of a line of
+    /// `self.names.measurement`: the last line's when it had that field
+    /// there, else made in the arena.
+    fn metric(&mut self, i: usize, key: &'a str) -> &'a str {
+        if let Some(&(k, metric)) = self.names.fields.get(i) {
+            if k == key {
+                return metric;
+            }
+        }
+        self.name.clear();
+        self.name.push_str(self.names.measurement);
+        self.name.push('_');
+        self.name.push_str(key);
+        let metric: &'a str = self.arena.alloc_str(&self.name);
+        self.names.fields.truncate(i);
+        if self.names.fields.len() == i {
+            self.names.fields.push((key, metric));
+        }
+        metric
     }
 
     /// A tag's text for the view: borrowed from the body when it is there
@@ -368,11 +416,18 @@ impl InfluxRequest<'_> {
     }
 }
 
-/// A key that appears twice, if any: the keys sorted, then neighbours
-/// compared, which for a line's few dozen keys costs less than hashing
-/// them and allocates nothing.
-fn duplicate<'a>(keys: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let mut all: smallvec::SmallVec<[&str; SORTED_INLINE]> = keys.collect();
+/// A key that appears twice, if any. A few keys are compared pairwise;
+/// more are sorted, then neighbours compared, which for a line's few dozen
+/// keys costs less than hashing them and allocates nothing.
+fn duplicate<'a, T>(items: &[(&'a str, T)]) -> Option<&'a str> {
+    if items.len() <= PAIRWISE {
+        return items
+            .iter()
+            .enumerate()
+            .find(|(i, (k, _))| items[..*i].iter().any(|(j, _)| j == k))
+            .map(|(_, (k, _))| *k);
+    }
+    let mut all: SmallVec<[&str; SORTED_INLINE]> = items.iter().map(|(k, _)| *k).collect();
     all.sort_unstable();
     all.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
 }

@@ -285,14 +285,42 @@ fn refusals_find_their_line_through_the_grouping_by_host() {
     assert_eq!(count, 2);
 }
 
+#[test]
+fn metric_names_follow_each_line_when_fields_change_order_or_measurement() {
+    let body = "m,host=a x=1,y=2 1\nm,host=a y=3,x=4 2\nn,host=a x=5 3\nm,host=a s=\"t\",x=6 4\nm,host=a y=7 5\n";
+    let r = run(body, Precision::Seconds);
+    let req = &r.view.to_request();
+    let mut got: Vec<(String, f64)> = req.sources[0]
+        .series
+        .iter()
+        .flat_map(|s| s.values.iter().map(|v| (s.metric.clone(), *v)))
+        .collect();
+    got.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let want = [
+        ("m_x", 1.0),
+        ("m_y", 2.0),
+        ("m_y", 3.0),
+        ("m_x", 4.0),
+        ("n_x", 5.0),
+        ("m_x", 6.0),
+        ("m_y", 7.0),
+    ];
+    let want: Vec<(String, f64)> = want.iter().map(|(m, v)| (m.to_string(), *v)).collect();
+    assert_eq!(got, want);
+}
+
 proptest! {
     /// Splitting at newlines is InfluxDB's own rule for bodies without
     /// quotes or backslashes.
     #[test]
     fn plain_bodies_split_as_influxdb_splits_them(body in "[a-c,= \n0-9.\r#]{0,200}") {
-        let fast: Vec<&str> = lines(&body).collect();
         let theirs: Vec<&str> = split_lines(&body).collect();
-        prop_assert_eq!(fast, theirs);
+        let fast: Vec<&str> = lines(&body, false).collect();
+        prop_assert_eq!(&fast, &theirs);
+        if line::plain_body(body.as_bytes()) {
+            let known: Vec<&str> = lines(&body, true).collect();
+            prop_assert_eq!(known, theirs);
+        }
     }
 
     /// Any bytes: no panic, and every line is either kept or refused.
