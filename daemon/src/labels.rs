@@ -351,18 +351,20 @@ impl LabelArena {
         }
     }
 
-    /// Encodes one series' `pairs` (any order) and checks the whole key of
-    /// `source|metric{labels}` against [`MAX_SERIES_KEY_LEN`]. Returns the
-    /// series' index for [`LabelArena::get`].
-    pub fn push<'a, I>(&mut self, source: &str, metric: &str, pairs: I, max_labels: usize) -> usize
-    where
-        I: IntoIterator<Item = (&'a str, &'a str)>,
-    {
+    /// Encodes one series' `pairs` (any order; sorted in place) and checks
+    /// the whole key of `source|metric{labels}` against
+    /// [`MAX_SERIES_KEY_LEN`]. Returns the series' index for
+    /// [`LabelArena::get`]. The caller's `pairs` are reused series after
+    /// series: filled in place, never moved.
+    pub fn push(
+        &mut self,
+        source: &str,
+        metric: &str,
+        pairs: &mut Pairs<'_>,
+        max_labels: usize,
+    ) -> usize {
         let start = self.buf.len();
-        // On the stack for the usual handful of labels: no allocation per
-        // series on the ingest path.
-        let mut pairs: Pairs<'_> = pairs.into_iter().collect();
-        let span = match encode_into(&mut self.buf, &mut pairs, max_labels) {
+        let span = match encode_into(&mut self.buf, pairs, max_labels) {
             Ok(()) => {
                 let labels = self.buf.len() - start;
                 let len = source.len() + 1 + metric.len() + if labels > 0 { labels + 2 } else { 0 };

@@ -22,7 +22,7 @@ use super::IngestGate;
 use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
 use crate::auth::Grant;
 use crate::deadletter::Refusing;
-use crate::labels::LabelArena;
+use crate::labels::{LabelArena, Pairs};
 use crate::metadata::MetadataBook;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
@@ -446,14 +446,14 @@ pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
 /// arena when no series has labels).
 fn encode_labels(req: &PushView<'_>, max_labels: usize) -> LabelArena {
     let mut arena = LabelArena::with_capacity(req.series_len(), req.label_bytes());
+    // On the stack for the usual handful of labels, and reused: no
+    // allocation or copy of the list per series.
+    let mut pairs = Pairs::new();
     for src in req.sources() {
         for series in src.series() {
-            arena.push(
-                src.source(),
-                series.metric,
-                series.labels.iter().copied(),
-                max_labels,
-            );
+            pairs.clear();
+            pairs.extend(series.labels.iter().copied());
+            arena.push(src.source(), series.metric, &mut pairs, max_labels);
         }
     }
     arena
