@@ -71,19 +71,15 @@ impl LineError {
 /// Parses one line (without its newline; a trailing `\r` is allowed).
 pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
     let text = std::str::from_utf8(bytes).map_err(|_| LineError::NotUtf8)?;
-    let mut fields = text.split([' ', '\t', '\r']).filter(|f| !f.is_empty());
+    let mut fields = fields(text);
     let (Some(path), Some(value), ts, None) =
         (fields.next(), fields.next(), fields.next(), fields.next())
     else {
-        let n = text
-            .split([' ', '\t', '\r'])
-            .filter(|f| !f.is_empty())
-            .count();
-        return Err(LineError::Fields(n));
+        return Err(LineError::Fields(self::fields(text).count()));
     };
     let mut parts = path.split(';');
     let path = parts.next().unwrap_or_default();
-    if path.is_empty() || path.split('.').any(str::is_empty) {
+    if empty_component(path.as_bytes()) {
         return Err(LineError::Path);
     }
     let mut tags = SmallVec::new();
@@ -110,6 +106,44 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
         value,
         ts_ms,
     })
+}
+
+/// A line's fields: the runs between spaces, tabs and carriage returns.
+/// Read byte by byte: those separators are ASCII, so every run is text.
+fn fields(text: &str) -> impl Iterator<Item = &str> + '_ {
+    let b = text.as_bytes();
+    let blank = |c: u8| c == b' ' || c == b'\t' || c == b'\r';
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < b.len() && blank(b[at]) {
+            at += 1;
+        }
+        let start = at;
+        while at < b.len() && !blank(b[at]) {
+            at += 1;
+        }
+        (at > start).then(|| text.get(start..at)).flatten()
+    })
+}
+
+/// True when a dotted path is empty or has an empty component (`a..b`,
+/// `.a`, `a.`).
+fn empty_component(path: &[u8]) -> bool {
+    path.is_empty()
+        || path[0] == b'.'
+        || path[path.len() - 1] == b'.'
+        || path.windows(2).any(|w| w == b"..")
+}
+
+/// The byte range of a dotted path's `n`th component (1-based; the first
+/// for 0), None when it has fewer.
+fn component(path: &str, n: usize) -> Option<(usize, usize)> {
+    let mut dots = memchr::memchr_iter(b'.', path.as_bytes());
+    let mut start = 0;
+    for _ in 1..n {
+        start = dots.next()? + 1;
+    }
+    Some((start, dots.next().unwrap_or(path.len())))
 }
 
 /// `1700000000` or `1700000000.25` (Unix seconds) in milliseconds,
@@ -205,13 +239,14 @@ impl Batch {
     /// the line to the next one).
     pub fn push(&mut self, line: &Line<'_>, now_ms: i64) -> Result<(), PushError> {
         let n = self.source_component;
-        let parts = line.path.split('.');
-        let (Some(source), true) = (parts.clone().nth(n - 1), parts.clone().count() > 1) else {
+        let path = line.path;
+        let Some((s, e)) = component(path, n).filter(|_| path.contains('.')) else {
             return Err(PushError::Line(LineError::NoMetric {
-                path: clip(line.path),
+                path: clip(path),
                 component: n,
             }));
         };
+        let source = &path[s..e];
         let label_bytes: usize = line
             .tags
             .iter()
@@ -224,14 +259,16 @@ impl Batch {
         }
         self.bytes += bytes;
         let source = self.put(source);
+        // The path without the source's component and one dot.
         let start = self.text.len();
-        for (i, part) in parts.enumerate() {
-            if i + 1 != n {
-                if self.text.len() > start {
-                    self.text.push('.');
-                }
-                self.text.push_str(part);
+        if s > 0 {
+            self.text.push_str(&path[..s - 1]);
+        }
+        if e < path.len() {
+            if s > 0 {
+                self.text.push('.');
             }
+            self.text.push_str(&path[e + 1..]);
         }
         let metric = start..self.text.len();
         let first = self.labels.len();
@@ -386,6 +423,13 @@ mod tests {
             "collectd.load.load.shortterm"
         );
         assert_eq!(c.sources[0].series[0].timestamps_ms, [42]);
+        let mut last = Batch::new(3, 10, BUDGET);
+        last.push(&parse_line(b"a.b.host-9 1").unwrap(), 0).unwrap();
+        let too_short = parse_line(b"a.b 1").unwrap();
+        assert!(last.push(&too_short, 0).is_err());
+        let c = last.view().to_request();
+        assert_eq!(c.sources[0].source, "host-9");
+        assert_eq!(c.sources[0].series[0].metric, "a.b");
     }
 
     #[test]
@@ -408,6 +452,21 @@ mod tests {
         #[test]
         fn any_line_parses_or_is_refused(line in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse_line(&line);
+        }
+
+        /// The byte-level readings say what splitting the text says.
+        #[test]
+        fn fields_and_components_read_as_splitting_does(
+            text in "[a-c. \t\r]{0,24}",
+            n in 1usize..5,
+        ) {
+            let split: Vec<&str> = text.split([' ', '\t', '\r']).filter(|f| !f.is_empty()).collect();
+            prop_assert_eq!(fields(&text).collect::<Vec<_>>(), split);
+            let path = text.replace([' ', '\t', '\r'], "");
+            prop_assert_eq!(empty_component(path.as_bytes()), path.split('.').any(str::is_empty));
+            let parts: Vec<&str> = path.split('.').collect();
+            let want = parts.get(n - 1).copied();
+            prop_assert_eq!(component(&path, n).map(|(s, e)| &path[s..e]), want);
         }
 
         #[test]
