@@ -65,7 +65,8 @@ const AGREEMENT: f64 = 0.95;
 const AGREEMENT_AT_NOW: f64 = 0.85;
 /// The instants before now those are asked at, in milliseconds. Only now
 /// is held to [`AGREEMENT_AT_NOW`]: 3 s before it, a bare selector inside
-/// a minute whose last sample came later still answers the minute before
+/// a minute whose last sample came later answers the nearer of that
+/// sample and the minute before's last, not the sample at the instant
 /// (see docs/promql.md), so that share is reported, not yet required.
 const BEFORE_NOW_MS: [i64; 2] = [0, 3_000];
 /// Every query's answer must come within this.
