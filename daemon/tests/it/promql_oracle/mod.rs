@@ -33,14 +33,23 @@
 //! Skips, saying why, when Prometheus or the node exporter is missing
 //! (`scripts/setup-test-deps` installs both). `bench` is the same setup as
 //! a benchmark of `query_range` latency, run by `scripts/bench-promql`.
+//!
+//! `alerting` is the alerting oracle (issue #48): vmalert evaluates one
+//! rules file of node exporter alerts against Prometheus and against
+//! `tallyd`, fed the same scrapes of exporters the test serves
+//! (`exporter`), and each alert must fire and resolve on both within one
+//! evaluation interval.
 
+mod alerting;
 mod bench;
 mod compare;
 mod corpus;
 mod eval;
+mod exporter;
 mod live;
 mod remote_write;
 mod synthetic;
+mod vmalert;
 
 use std::path::Path;
 use std::time::Duration;
