@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use tally_testkit::client::now_ms;
+use tally_testkit::client::{http_client, now_ms};
 use tally_testkit::prometheus::{programs, start_prometheus, Server};
 use tally_testkit::Daemon;
 
@@ -45,6 +45,15 @@ const POLL: Duration = Duration::from_millis(250);
 /// Both vmalerts evaluate at the same phase (the same group in the same
 /// file), so their transitions are whole intervals apart plus this.
 const SEEN: Duration = Duration::from_secs(1);
+/// How long after the start both sides may take to answer
+/// [`READY_QUERIES`].
+const QUIET_WITHIN: Duration = Duration::from_secs(90);
+/// What both sides must answer before the test starts changing things.
+const READY_QUERIES: [&str; 3] = [
+    "node_textfile_mtime_seconds{job=\"node\",file=\"backup.prom\"}",
+    "node_filesystem_avail_bytes{mountpoint=\"/data\"}",
+    "up{job=\"flaky\"}",
+];
 /// Seconds after `B` by which every alert must have fired and resolved.
 const DEADLINE_S: f64 = 150.0;
 
@@ -82,6 +91,17 @@ fn prometheus_config(node: &str, flaky: &str, tally: &str) -> String {
 /// One side's alert transitions: (seconds after `B`, alert, firing).
 type Changes = Vec<(f64, String, bool)>;
 
+/// Whether the instant query `q` at now has a series in its answer.
+async fn answers(api: &str, q: &str) -> bool {
+    let Ok(r) = http_client().get(api).query(&[("query", q)]).send().await else {
+        return false;
+    };
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    body["data"]["result"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+}
+
 /// Records what changed between two polls.
 fn note(changes: &mut Changes, was: &BTreeSet<String>, now: &BTreeSet<String>, at: f64) {
     for a in now.difference(was) {
@@ -94,8 +114,7 @@ fn note(changes: &mut Changes, was: &BTreeSet<String>, now: &BTreeSet<String>, a
 
 /// Both sides' vmalerts and what the test drives.
 struct Rig {
-    /// Kept running until the rig is dropped.
-    _tally: Daemon,
+    tally: Daemon,
     prometheus: Server,
     node: Exporter,
     flaky: Option<Exporter>,
@@ -134,7 +153,7 @@ impl Rig {
         let on_tally =
             vmalert::start("vmalert-tally", vmalert, dir, &rules, &tally_api, INTERVAL).await;
         Rig {
-            _tally: tally,
+            tally,
             prometheus: prom,
             node,
             flaky: Some(flaky),
@@ -163,6 +182,29 @@ impl Rig {
                 _ => self.flaky = Some(Exporter::start(&self.flaky_address).await),
             }
             *done += 1;
+        }
+    }
+
+    /// Waits until both data sources answer the series the rules read,
+    /// at now: Prometheus once it has scraped, Tally once remote-write has
+    /// delivered and its name cache (15 s, docs/promql.md) knows the new
+    /// metrics. Until then `absent()` fires, as it should.
+    async fn wait_data(&self) {
+        let deadline = now_ms() + QUIET_WITHIN.as_millis() as i64;
+        let apis = [
+            format!("{}/api/v1/query", self.prometheus.url()),
+            format!("{}/prometheus/api/v1/query", self.tally.http_url()),
+        ];
+        for api in &apis {
+            for q in READY_QUERIES {
+                while !answers(api, q).await {
+                    assert!(
+                        now_ms() < deadline,
+                        "{api} did not answer {q} within {QUIET_WITHIN:?} of the start"
+                    );
+                    tokio::time::sleep(POLL).await;
+                }
+            }
         }
     }
 
@@ -272,9 +314,10 @@ async fn alerts_fire_and_resolve_as_on_prometheus() {
     };
     let dir = tempfile::tempdir().unwrap();
     let mut rig = Rig::start(&prometheus, &vmalert, dir.path()).await;
-    // At least 20 s of quiet data first: several evaluations in which
-    // nothing may fire.
-    let base = ((now_ms() + 20_000) / 60_000 + 1) * 60_000;
+    rig.wait_data().await;
+    // Then at least 15 s more: every alert resolved on both sides, and
+    // several evaluations in which nothing may fire.
+    let base = ((now_ms() + 15_000) / 60_000 + 1) * 60_000;
     let (on_p, on_t) = rig.run(base).await;
     let (text, failed) = report(&on_p, &on_t);
     eprintln!("{text}");
