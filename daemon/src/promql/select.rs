@@ -7,9 +7,20 @@
 //! `t` and no older than the lookback delta (5 minutes unless the request
 //! says otherwise). Tally keeps each minute's last sample, so that is the
 //! last sample of the newest non-empty minute whose last sample is at or
-//! before `t`: when `t` falls inside a past minute whose last sample came
-//! after `t`, the minute before answers. The minute in progress is in
-//! memory and counts, so a bare selector at "now" is fresh to the second.
+//! before `t`. When `t` falls inside a minute whose last sample came after
+//! `t`, the sample at `t` is not known: of the two known samples around
+//! it, the minute before's last and this minute's last, the nearer one in
+//! time answers (the earlier one on a tie). When there is none before `t`
+//! within the lookback (the series' first minute), the minute's start, the
+//! earliest the series can have begun, stands for it: the series is shown
+//! once `t` is nearer its first minute's last sample than that minute's
+//! start. Always taking the minute before would make an alert
+//! rule evaluated a few seconds behind now, as rule evaluators align their
+//! evaluation times, see a change up to a minute late; this way it sees it
+//! at most its lag behind now early, and a graph's mid-minute points are
+//! at most half the gap between two minutes' last samples off. The minute
+//! in progress is in memory and counts, so a bare selector at "now" is
+//! fresh to the second.
 //! When the sample that answers is a staleness marker, the series ended
 //! before `t` and answers nothing (as in Prometheus); range windows skip
 //! markers (see `RangeSeries::sample`), and a minute of nothing but a
@@ -369,23 +380,39 @@ pub async fn instant(
     Ok(out)
 }
 
-/// The newest sample at or before `t` and no older than `lookback_ms`;
-/// none when that is a staleness marker (the series ended before `t`).
+/// The sample a selector answers at `t`: the newest at or before `t` and
+/// no older than `lookback_ms`, or, when `t` is inside a minute (not on its
+/// first millisecond) whose last sample came later, that later sample if
+/// it is nearer `t` (see the module's opening comment); none when the
+/// answer is a staleness marker (the series ended).
 pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64, f64)> {
     let mut i = rs.t.partition_point(|&start| start <= t);
+    let mut later = None;
+    let mut earlier = None;
     while i > 0 {
         i -= 1;
         if rs.t[i] + rs.width_ms <= t - lookback_ms {
-            return None;
+            break;
         }
         if let Some((ts, v)) = rs.newest(i) {
             if ts <= t {
-                let fresh = ts >= t - lookback_ms && !is_stale_marker(v);
-                return fresh.then_some((ts, v));
+                earlier = (ts >= t - lookback_ms).then_some((ts, v));
+                break;
+            }
+            // Only `t`'s own minute can have its last sample after `t`.
+            if rs.t[i] < t && t < rs.t[i] + rs.width_ms {
+                later = Some(((ts, v), rs.t[i]));
             }
         }
     }
-    None
+    let answer = match (earlier, later) {
+        (Some(e), Some((l, _))) if l.0 - t < t - e.0 => Some(l),
+        // The series' first minute: its start is the earliest it can have
+        // begun, and stands for the sample before.
+        (None, Some((l, start))) if l.0 - t < t - start => Some(l),
+        (e, _) => e,
+    };
+    answer.filter(|(_, v)| !is_stale_marker(*v))
 }
 
 /// The widest slots (a day, an hour, a minute) that tile every window of
@@ -472,8 +499,25 @@ mod tests {
         );
         let lb = 300_000;
         assert_eq!(newest_sample(&rs, 700_000, lb), Some((680_000, 2.0)));
-        // Inside minute 11 but before its last sample: minute 10 answers.
-        assert_eq!(newest_sample(&rs, 670_000, lb), Some((650_000, 1.0)));
+        // Inside minute 11 but before its last sample: the nearer of
+        // minute 10's last (20 s before) and minute 11's (10 s after).
+        assert_eq!(newest_sample(&rs, 670_000, lb), Some((680_000, 2.0)));
+        assert_eq!(newest_sample(&rs, 664_999, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 665_000, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 665_001, lb), Some((680_000, 2.0)));
+        // On a minute's first millisecond only what is at or before it.
+        let rs2 = minutes(
+            &[(10, Some((650_000, 1.0))), (11, Some((660_500, 2.0)))],
+            PointKind::Gauge,
+        );
+        assert_eq!(newest_sample(&rs2, 660_000, lb), Some((650_000, 1.0)));
+        // Nothing before `t`: the minute's start stands for the sample
+        // before, so the series shows from half-way to its last sample.
+        let first = minutes(&[(11, Some((680_000, 2.0)))], PointKind::Gauge);
+        assert_eq!(newest_sample(&first, 665_000, lb), None);
+        assert_eq!(newest_sample(&first, 670_000, lb), None);
+        assert_eq!(newest_sample(&first, 671_000, lb), Some((680_000, 2.0)));
+        assert_eq!(newest_sample(&first, 660_000, lb), None);
         assert_eq!(newest_sample(&rs, 600_000, lb), None);
         // Beyond the lookback.
         assert_eq!(newest_sample(&rs, 680_000 + lb + 1, lb), None);
@@ -481,7 +525,8 @@ mod tests {
         // A minute without a last sample reads its average at its end.
         let old = minutes(&[(10, None)], PointKind::Gauge);
         assert_eq!(newest_sample(&old, 700_000, lb), Some((659_999, 7.0)));
-        assert_eq!(newest_sample(&old, 659_998, lb), None);
+        assert_eq!(newest_sample(&old, 659_998, lb), Some((659_999, 7.0)));
+        assert_eq!(newest_sample(&old, 620_000, lb), None);
         let counter = minutes(&[(10, None)], PointKind::Cumulative);
         assert_eq!(newest_sample(&counter, 700_000, lb), None);
     }
@@ -496,8 +541,9 @@ mod tests {
         ended.see(640_000, stale_marker());
         let mut rs = minutes(&[(10, Some((0, 0.0)))], PointKind::Gauge);
         rs.slots[0] = ended;
-        // Before the marker the minute before answers (the rule above);
-        // from its time on, nothing, however long the lookback.
+        // Before the marker, in its minute, nothing before it to answer
+        // (the rule above); from its time on, nothing, however long the
+        // lookback.
         assert_eq!(newest_sample(&rs, 639_999, lb), None);
         assert_eq!(newest_sample(&rs, 640_000, lb), None);
         assert_eq!(newest_sample(&rs, 700_000, lb), None);
@@ -516,9 +562,16 @@ mod tests {
             PointKind::Gauge,
         );
         rs.slots[1] = only;
-        assert_eq!(newest_sample(&rs, 664_999, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 660_000, lb), Some((650_000, 1.0)));
+        assert_eq!(newest_sample(&rs, 657_000, lb), Some((650_000, 1.0)));
+        // Inside the marker's minute, nearer the marker than the sample
+        // before: the series has ended.
+        assert_eq!(newest_sample(&rs, 664_999, lb), None);
         assert_eq!(newest_sample(&rs, 665_000, lb), None);
-        assert_eq!(newest_sample(&rs, 729_999, lb), None);
+        assert_eq!(newest_sample(&rs, 700_000, lb), None);
+        // Inside minute 12, nearer its sample than the marker.
+        assert_eq!(newest_sample(&rs, 721_000, lb), Some((730_000, 3.0)));
+        assert_eq!(newest_sample(&rs, 729_999, lb), Some((730_000, 3.0)));
         assert_eq!(newest_sample(&rs, 730_000, lb), Some((730_000, 3.0)));
         assert!(rs.slots[1].only_ends());
     }

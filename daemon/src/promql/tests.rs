@@ -190,9 +190,10 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     );
     let q = "load{instance=\"a\"}";
     assert_eq!(h.one(q, b + 2 * M).await, Some(4.0));
-    // Mid-minute in the past: the minute's last sample is later, so the
-    // minute before answers.
-    assert_eq!(h.one(q, b + M + 30_000).await, Some(2.0));
+    // Mid-minute in the past, the minute's last sample later: the nearer
+    // of it (20 s after) and the minute before's last (40 s before).
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
+    assert_eq!(h.one(q, b + M + 15_000).await, Some(2.0));
     assert_eq!(h.one(q, b + 5_000).await, None);
     assert_eq!(h.one(q, b + M + 50_000 + 300_000).await, Some(4.0));
     assert_eq!(h.one(q, b + M + 50_001 + 300_000).await, None);

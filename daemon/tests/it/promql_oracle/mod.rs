@@ -33,14 +33,23 @@
 //! Skips, saying why, when Prometheus or the node exporter is missing
 //! (`scripts/setup-test-deps` installs both). `bench` is the same setup as
 //! a benchmark of `query_range` latency, run by `scripts/bench-promql`.
+//!
+//! `alerting` is the alerting oracle (issue #48): vmalert evaluates one
+//! rules file of node exporter alerts against Prometheus and against
+//! `tallyd`, fed the same scrapes of exporters the test serves
+//! (`exporter`), and each alert must fire and resolve on both within one
+//! evaluation interval.
 
+mod alerting;
 mod bench;
 mod compare;
 mod corpus;
 mod eval;
+mod exporter;
 mod live;
 mod remote_write;
 mod synthetic;
+mod vmalert;
 
 use std::path::Path;
 use std::time::Duration;
@@ -65,7 +74,8 @@ const AGREEMENT: f64 = 0.95;
 const AGREEMENT_AT_NOW: f64 = 0.85;
 /// The instants before now those are asked at, in milliseconds. Only now
 /// is held to [`AGREEMENT_AT_NOW`]: 3 s before it, a bare selector inside
-/// a minute whose last sample came later still answers the minute before
+/// a minute whose last sample came later answers the nearer of that
+/// sample and the minute before's last, not the sample at the instant
 /// (see docs/promql.md), so that share is reported, not yet required.
 const BEFORE_NOW_MS: [i64; 2] = [0, 3_000];
 /// Every query's answer must come within this.
