@@ -151,7 +151,6 @@ pub fn convert<'a>(
         problems: Vec::new(),
         refused_lines: 0,
         string_fields: 0,
-        name: String::new(),
         labels: Vec::new(),
         names: Names::default(),
     };
@@ -227,8 +226,6 @@ struct Reading<'a> {
     problems: Vec<LineProblem>,
     refused_lines: u32,
     string_fields: u64,
-    /// Where a metric name is put together before it goes to the arena.
-    name: String,
     /// The line's labels, kept for its fields (room reused line to line).
     labels: Vec<(&'a str, &'a str)>,
     names: Names<'a>,
@@ -241,6 +238,38 @@ struct Names<'a> {
     measurement: &'a str,
     /// Field key and metric name, in the line's order.
     fields: Vec<(&'a str, &'a str)>,
+    /// Where a metric name is put together before it goes to the arena.
+    name: String,
+}
+
+impl<'a> Names<'a> {
+    /// Starts a line of `measurement`, forgetting the names of another.
+    fn start(&mut self, measurement: &'a str) {
+        if self.measurement != measurement {
+            self.measurement = measurement;
+            self.fields.clear();
+        }
+    }
+
+    /// The metric name of the line's `i`th field, `key`: the last line's
+    /// when it had that field there, else made in `arena`.
+    fn metric(&mut self, i: usize, key: &'a str, arena: &'a Bump) -> &'a str {
+        if let Some(&(k, metric)) = self.fields.get(i) {
+            if k == key {
+                return metric;
+            }
+        }
+        self.name.clear();
+        self.name.push_str(self.measurement);
+        self.name.push('_');
+        self.name.push_str(key);
+        let metric: &'a str = arena.alloc_str(&self.name);
+        self.fields.truncate(i);
+        if self.fields.len() == i {
+            self.fields.push((key, metric));
+        }
+        metric
+    }
 }
 
 /// The body's lines. Only a quote (a string field may hold a newline) or
@@ -308,59 +337,30 @@ impl<'a> Reading<'a> {
                 ),
             ));
         };
-        let mut labels = std::mem::take(&mut self.labels);
-        labels.clear();
-        labels.extend(
+        let arena = self.arena;
+        self.labels.clear();
+        self.labels.extend(
             line.tags
                 .iter()
                 .filter(|(k, _)| *k != cfg.source_tag)
-                .map(|&(k, v)| (self.label_name(k), v)),
+                .map(|&(k, v)| (label_name(arena, k), v)),
         );
-        if self.names.measurement != line.measurement {
-            self.names.measurement = line.measurement;
-            self.names.fields.clear();
-        }
+        self.names.start(line.measurement);
         for (i, &(key, value)) in line.fields.iter().enumerate() {
             let Value::Number(v) = value else {
                 self.string_fields += 1;
                 continue;
             };
-            let metric = self.metric(i, key);
+            let metric = self.names.metric(i, key, arena);
             let mark = b.mark();
-            for &(name, value) in &labels {
+            for &(name, value) in &self.labels {
                 b.label(name, value);
             }
             b.sample(ts_ms, v);
-            let ended = b.end_series(mark, source, metric, pb::SampleKind::Gauge as i32);
-            if let Err(full) = ended {
-                self.labels = labels;
-                return Err(full.into());
-            }
+            b.end_series(mark, source, metric, pb::SampleKind::Gauge as i32)?;
             self.line_of.push(number);
         }
-        self.labels = labels;
         Ok(())
-    }
-
-    /// The metric name of the `i`th field, `key`, of a line of
-    /// `self.names.measurement`: the last line's when it had that field
-    /// there, else made in the arena.
-    fn metric(&mut self, i: usize, key: &'a str) -> &'a str {
-        if let Some(&(k, metric)) = self.names.fields.get(i) {
-            if k == key {
-                return metric;
-            }
-        }
-        self.name.clear();
-        self.name.push_str(self.names.measurement);
-        self.name.push('_');
-        self.name.push_str(key);
-        let metric: &'a str = self.arena.alloc_str(&self.name);
-        self.names.fields.truncate(i);
-        if self.names.fields.len() == i {
-            self.names.fields.push((key, metric));
-        }
-        metric
     }
 
     /// A tag's text for the view: borrowed from the body when it is there
@@ -371,13 +371,14 @@ impl<'a> Reading<'a> {
             EscapedStr::CopiedValue(s) => self.arena.alloc_str(s),
         }
     }
+}
 
-    /// A tag key as a label name, borrowed when it already is one.
-    fn label_name(&self, key: &'a str) -> &'a str {
-        match label_name_from_key_cow(key) {
-            Cow::Borrowed(name) => name,
-            Cow::Owned(name) => self.arena.alloc_str(&name),
-        }
+/// A tag key as a label name, borrowed when it already is one, else made
+/// in `arena`.
+fn label_name<'a>(arena: &'a Bump, key: &'a str) -> &'a str {
+    match label_name_from_key_cow(key) {
+        Cow::Borrowed(name) => name,
+        Cow::Owned(name) => arena.alloc_str(&name),
     }
 }
 
