@@ -190,9 +190,9 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     );
     let q = "load{instance=\"a\"}";
     assert_eq!(h.one(q, b + 2 * M).await, Some(4.0));
-    // Mid-minute in the past: the minute's last sample is later, so the
-    // minute before answers.
-    assert_eq!(h.one(q, b + M + 30_000).await, Some(2.0));
+    // Mid-minute in the past, the minute's last sample later: the recent
+    // samples reach back there, so the newest sample at or before answers.
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(3.0));
     assert_eq!(h.one(q, b + 5_000).await, None);
     assert_eq!(h.one(q, b + M + 50_000 + 300_000).await, Some(4.0));
     assert_eq!(h.one(q, b + M + 50_001 + 300_000).await, None);
@@ -201,7 +201,10 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
         Some((b + M + 50_000) as f64 / 1000.0)
     );
     let v = h.vector(q, b + 2 * M).await;
-    assert_eq!(v[0].0, "__name__=load,instance=a");
+    assert_eq!(v[0].0, "__name__=load,instance=a"); // Once they no longer do, the minute before answers.
+    let later: Vec<(i64, f64)> = (1..=4).map(|k| (b + 2 * M + k * 1_000, 5.0)).collect();
+    h.push("a", "load", "", SampleKind::Gauge, &later);
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(2.0));
 }
 
 #[tokio::test]
