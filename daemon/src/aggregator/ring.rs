@@ -16,11 +16,14 @@ use crate::model::{RecentSample, RecentSamples, SampleKind};
 /// newest sample at or before the instant and the two or three after it;
 /// four do, in 64 bytes (one cache line more per series).
 pub(super) const RING: usize = 4;
+// One bit a sample in `counted` and `reset`.
+const _: () = assert!(RING <= 8);
 
-/// The newest [`RING`] samples in arrival order, oldest overwritten:
+/// The newest [`RING`] samples in time order, the oldest overwritten:
 /// times as offsets from `base`, so a sample takes 12 bytes. Every
 /// accepted sample at or after the oldest kept is here (a late sample
-/// older than that is not kept, and need not be).
+/// older than that is not kept, and need not be), except a sample at the
+/// oldest's very millisecond that was overwritten before it.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ring {
     base: i64,
