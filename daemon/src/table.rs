@@ -4,8 +4,8 @@
 //! minutes and the catalog writer's record.
 //!
 //! A hash table that holds its entries inline doubles its buckets as it
-//! grows, so between doublings up to half of them are empty; with 192-byte
-//! series entries that is up to 192 bytes of empty room per series (just
+//! grows, so between doublings up to half of them are empty; with 256-byte
+//! series entries that is up to 256 bytes of empty room per series (just
 //! past a million series, 2.1 buckets per entry). Here the hash index holds
 //! 4-byte positions, whose empty buckets cost little, and the entries sit in
 //! chunks allocated as they fill, reusing the positions of evicted series.
@@ -18,7 +18,7 @@ use hashbrown::{Equivalent as _, HashTable};
 
 use crate::model::{SeriesId, SeriesRef};
 
-/// Entries per chunk: 1,024 series entries make a 192 KiB chunk, small
+/// Entries per chunk: 1,024 series entries make a 256 KiB chunk, small
 /// beside a large fleet and allocated at most once per 1,024 new series.
 const CHUNK_BITS: u32 = 10;
 const CHUNK: usize = 1 << CHUNK_BITS;

@@ -9,11 +9,15 @@
 //! and turns cumulative counters into deltas per series, with reset
 //! detection. Buckets are additive, so samples may arrive in any order:
 //! late samples within the lateness window land in their own minute.
+//!
+//! Each series also keeps its newest few raw samples (`ring`), so a read at
+//! an instant inside a minute can take that minute's later samples out.
 
 mod config;
 mod names;
 mod outcome;
 mod prealloc;
+mod ring;
 pub use config::AggregatorConfig;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
@@ -37,7 +41,7 @@ use crate::model::{
 const SPARE_SLACK: usize = 4096;
 
 /// Series groups warmed and then folded together (see `Aggregator::warm`):
-/// their table entries, 192 bytes each, stay well inside a core's L2 cache.
+/// their table entries, 256 bytes each, stay well inside a core's L2 cache.
 const WARM_CHUNK: usize = 256;
 
 /// The `[ingest]` limits in the units the hot path compares against.
@@ -294,8 +298,8 @@ impl Aggregator {
             let shard = self.shards[run[0].0].shard.lock();
             for &(_, hash) in run {
                 if let Some(s) = shard.series.first_under(hash) {
-                    // One field on each of the entry's three cache lines.
-                    std::hint::black_box((s.hash, s.last_minute, s.kind));
+                    // One field on each of the entry's four cache lines.
+                    std::hint::black_box((s.hash, s.last_minute, s.kind, s.ring.touch()));
                 }
             }
         }
@@ -443,14 +447,28 @@ impl Aggregator {
         &self,
         key: SeriesRef<'_>,
     ) -> (Option<SampleKind>, Vec<(EpochMinute, Slot)>) {
+        let (kind, minutes, _) = self.pending_and_recent(key);
+        (kind, minutes)
+    }
+
+    /// [`Aggregator::pending_for`] and the series' newest raw samples,
+    /// taken together, so a read can rewind a minute by them.
+    pub fn pending_and_recent(
+        &self,
+        key: SeriesRef<'_>,
+    ) -> (
+        Option<SampleKind>,
+        Vec<(EpochMinute, Slot)>,
+        crate::model::RecentSamples,
+    ) {
         let hash = self.hasher.hash_one(key);
         let shard = self.shards[self.shard_of(hash)].shard.lock();
         match shard.series.find(hash, |s| s.hash == hash && s.is(key)) {
-            None => (None, Vec::new()),
+            None => (None, Vec::new(), Default::default()),
             Some((_, s)) => {
                 let mut minutes = s.pending.to_vec();
                 minutes.sort_unstable_by_key(|(m, _)| *m);
-                (Some(s.kind), minutes)
+                (Some(s.kind), minutes, s.ring.snapshot(s.kind))
             }
         }
     }

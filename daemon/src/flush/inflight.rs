@@ -89,6 +89,8 @@ pub(crate) struct Unflushed {
     /// later drained all of it, and batches apply in order), so a reader
     /// that meets such a document must not add `pending` again.
     pub cut_through: u64,
+    /// The series' newest raw samples, taken with `pending`.
+    pub recent: crate::model::RecentSamples,
 }
 
 /// The batches cut from the aggregator and not yet applied by the store,
@@ -210,9 +212,10 @@ impl Inflight {
                 u.inflight.push((b.id, sm.minutes.to_vec()));
             }
         }
-        let (kind, pending) = self.agg.pending_for(key);
+        let (kind, pending, recent) = self.agg.pending_and_recent(key);
         u.kind = kind.or(u.kind);
         u.pending = pending;
+        u.recent = recent;
         // Ids are taken under the same lock, in `cut`.
         u.cut_through = self.last_id.load(Ordering::SeqCst);
         u

@@ -7,22 +7,30 @@
 //! `t` and no older than the lookback delta (5 minutes unless the request
 //! says otherwise). Tally keeps each minute's last sample, so that is the
 //! last sample of the newest non-empty minute whose last sample is at or
-//! before `t`. When `t` falls inside a minute whose last sample came after
-//! `t`, the sample at `t` is not known: of the two known samples around
-//! it, the minute before's last and this minute's last, the nearer one in
-//! time answers (the earlier one on a tie). When there is none before `t`
-//! within the lookback (the series' first minute), the minute's start, the
-//! earliest the series can have begun, stands for it: the series is shown
-//! once `t` is nearer its first minute's last sample than that minute's
-//! start. Always taking the minute before would make an alert
-//! rule evaluated a few seconds behind now, as rule evaluators align their
-//! evaluation times, see a change up to a minute late; this way it sees it
-//! at most its lag behind now early, and a graph's mid-minute points are
-//! at most half the gap between two minutes' last samples off. The minute
-//! in progress is in memory and counts, so a bare selector at "now" is
-//! fresh to the second.
-//! When the sample that answers is a staleness marker, the series ended
-//! before `t` and answers nothing (as in Prometheus); range windows skip
+//! before `t`. The minute in progress is in memory and counts, so a bare
+//! selector at "now" is fresh to the second. When `t`'s own minute has
+//! its last sample after `t`, that sample is not the answer:
+//!
+//! - Where the series' recent raw samples (the aggregator's newest few,
+//!   in memory) reach back to `t`, the minute is rewound to `t` by them
+//!   (see [`newest_rewound`]): the answer is exactly Prometheus', the
+//!   newest sample at or before `t`. That is where rule evaluators ask, a
+//!   few seconds behind now, as they align their evaluation times.
+//! - Where they do not (an older `t`, a restart since, a read that
+//!   disagrees with them), the sample at `t` is not known: of the two known
+//!   samples around it, the minute before's last and this minute's last,
+//!   the nearer one in time answers (the earlier one on a tie), so
+//!   `timestamp` can be after `t`. When there is none before `t` within the
+//!   lookback (the series' first minute), the minute's start, the earliest
+//!   the series can have begun, stands for it: the series is shown once
+//!   `t` is nearer its first minute's last sample than that minute's
+//!   start. On a minute's first millisecond the minute before answers.
+//!   Always taking the minute before would show a change up to a minute
+//!   late; this way a graph's mid-minute points are at most half the gap
+//!   between two minutes' last samples off.
+//!
+//! When the sample that answers is a staleness marker, the series has
+//! ended and answers nothing (as in Prometheus); range windows skip
 //! markers (see `RangeSeries::sample`), and a minute of nothing but a
 //! marker is no point of any window.
 //!
@@ -34,9 +42,10 @@
 //! minute-aligned `t` those are exactly the samples in `[t - r', t)`. A
 //! `t` inside a minute, an instant query's or a range query's newest
 //! point, reads that minute too, as far as it has samples (the minute in
-//! progress is in memory), and the range functions read it over the time
-//! it covers (see `range_fns::windows`), so the newest point of a graph is
-//! fresh and never a partial minute that looks like a dip.
+//! progress is in memory), rewound to `t` where the recent samples reach
+//! back to it, and the range functions read it over the time it covers
+//! (see `range_fns::windows`), so the newest point of a graph is fresh and
+//! never a partial minute that looks like a dip.
 //! When `r'` and every evaluation time are whole hours (or days) and the
 //! function needs no per-minute samples, hour (or day) slots serve the
 //! windows: the same answer from a sixtieth of the slots.
@@ -54,7 +63,8 @@ pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
 use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
 use crate::model::{
-    is_stale_marker, validate_metric, validate_source, SampleKind, SeriesId, Slot, DAY_S, HOUR_S,
+    is_stale_marker, validate_metric, validate_source, RecentSamples, SampleKind, SeriesId, Slot,
+    DAY_S, HOUR_S,
 };
 use crate::query::{QueryEngine, Selection, Step, Window};
 use crate::rollup::Rollups;
@@ -275,8 +285,9 @@ pub async fn merged_slots_serve(
     }))
 }
 
-/// One series' read: its kind, if known, and its non-empty slots.
-pub type Read = (Option<SampleKind>, Vec<(i64, Slot)>);
+/// One series' read: its kind, if known, its non-empty slots, and its
+/// newest raw samples in memory (see [`rewind_at`]).
+pub type Read = (Option<SampleKind>, Vec<(i64, Slot)>, RecentSamples);
 
 /// Reads the slots of `selected` of width `granularity_s` starting in the
 /// ranges `spans` (Unix seconds, ascending, aligned), one read per series
@@ -289,7 +300,7 @@ pub async fn read(
 ) -> EvalResult<Vec<Read>> {
     let step = Step::fixed(granularity_s)?;
     let ids: Vec<SeriesId> = selected.iter().map(|s| s.id.clone()).collect();
-    let mut out: Vec<Read> = vec![(None, Vec::new()); ids.len()];
+    let mut out: Vec<Read> = vec![(None, Vec::new(), RecentSamples::default()); ids.len()];
     for &(from, to) in spans {
         if to <= from {
             continue;
@@ -304,6 +315,8 @@ pub async fn read(
         {
             out[i].0 = out[i].0.or(b.kind);
             out[i].1.extend(b.buckets);
+            // The newest snapshot: the last span's, taken last.
+            out[i].2 = b.recent;
         }
     }
     Ok(out)
@@ -350,7 +363,7 @@ pub async fn instant(
     );
     let data = read(ctx, selected, 60, &spans).await?;
     let mut out = Vec::new();
-    for (sel, (kind, buckets)) in selected.iter().zip(data) {
+    for (sel, (kind, buckets, recent)) in selected.iter().zip(data) {
         let rs = RangeSeries {
             labels: sel.labels.clone(),
             kind: point_kind(kind),
@@ -361,7 +374,7 @@ pub async fn instant(
         let values: Vec<Option<f64>> = read_at
             .iter()
             .map(|&t| {
-                newest_sample(&rs, t, lookback_ms).map(|(ts, v)| {
+                newest_rewound(&rs, &recent, kind, t, lookback_ms).map(|(ts, v)| {
                     if timestamps {
                         ts as f64 / 1000.0
                     } else {
@@ -380,32 +393,55 @@ pub async fn instant(
     Ok(out)
 }
 
-/// The sample a selector answers at `t`: the newest at or before `t` and
-/// no older than `lookback_ms`, or, when `t` is inside a minute (not on its
-/// first millisecond) whose last sample came later, that later sample if
-/// it is nearer `t` (see the module's opening comment); none when the
-/// answer is a staleness marker (the series ended).
+/// The sample a bare selector answers at `t` (see the module's opening
+/// comment): where the series' recent samples reach back to `t`, the
+/// newest at or before `t`, from `t`'s minute as it stood at `t` (see
+/// [`RecentSamples::rewind`]); elsewhere [`newest_sample`]. Every
+/// evaluation time alike, so a range query's points are the instant
+/// queries at its steps.
+fn newest_rewound(
+    rs: &RangeSeries,
+    recent: &RecentSamples,
+    kind: Option<SampleKind>,
+    t: i64,
+    lookback_ms: i64,
+) -> Option<(i64, f64)> {
+    let start = window_end(t);
+    let Ok(i) = rs.t.binary_search(&start) else {
+        // No sample in `t`'s minute: none after `t` to leave out.
+        return newest_sample(rs, t, lookback_ms);
+    };
+    let answer = match recent.rewind(&rs.slots[i], start, start + rs.width_ms, t) {
+        None => return newest_sample(rs, t, lookback_ms),
+        Some(slot) if slot.shows(kind) => {
+            slot.last_sample().filter(|&(ts, _)| ts >= t - lookback_ms)
+        }
+        // Nothing of the minute up to `t`: the minutes before answer.
+        Some(_) => newest_before(rs, i, t, lookback_ms),
+    };
+    answer.filter(|&(_, v)| !is_stale_marker(v))
+}
+
+/// The sample a selector answers at `t` without the recent samples: the
+/// newest at or before `t` and no older than `lookback_ms`, or, when `t`
+/// is inside a minute (not on its first millisecond) whose last sample
+/// came later, that later sample if it is nearer `t` (see the module's
+/// opening comment); none when the answer is a staleness marker (the
+/// series ended).
 pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64, f64)> {
     let mut i = rs.t.partition_point(|&start| start <= t);
+    // Only `t`'s own minute can have its last sample after `t`.
     let mut later = None;
-    let mut earlier = None;
-    while i > 0 {
-        i -= 1;
-        if rs.t[i] + rs.width_ms <= t - lookback_ms {
-            break;
-        }
-        if let Some((ts, v)) = rs.newest(i) {
-            if ts <= t {
-                earlier = (ts >= t - lookback_ms).then_some((ts, v));
-                break;
-            }
-            // Only `t`'s own minute can have its last sample after `t`.
-            if rs.t[i] < t && t < rs.t[i] + rs.width_ms {
-                later = Some(((ts, v), rs.t[i]));
-            }
+    if let Some(j) = i
+        .checked_sub(1)
+        .filter(|&j| rs.t[j] < t && t < rs.t[j] + rs.width_ms)
+    {
+        if let Some(l) = rs.newest(j).filter(|&(ts, _)| ts > t) {
+            later = Some((l, rs.t[j]));
+            i = j;
         }
     }
-    let answer = match (earlier, later) {
+    let answer = match (newest_before(rs, i, t, lookback_ms), later) {
         (Some(e), Some((l, _))) if l.0 - t < t - e.0 => Some(l),
         // The series' first minute: its start is the earliest it can have
         // begun, and stands for the sample before.
@@ -413,6 +449,42 @@ pub fn newest_sample(rs: &RangeSeries, t: i64, lookback_ms: i64) -> Option<(i64,
         (e, _) => e,
     };
     answer.filter(|(_, v)| !is_stale_marker(*v))
+}
+
+/// The newest sample at or before `t` and no older than `lookback_ms`
+/// among the slots before the `i`th, a staleness marker included.
+fn newest_before(rs: &RangeSeries, mut i: usize, t: i64, lookback_ms: i64) -> Option<(i64, f64)> {
+    while i > 0 {
+        i -= 1;
+        if rs.t[i] + rs.width_ms <= t - lookback_ms {
+            return None;
+        }
+        match rs.newest(i) {
+            Some((ts, v)) if ts <= t => return (ts >= t - lookback_ms).then_some((ts, v)),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Rewinds the minute slot `t` is inside of to what it held at `t`, where
+/// the series' newest raw samples make that exact (see
+/// [`RecentSamples::rewind`]): a range function's window at the newest
+/// evaluation time, inside the minute in progress or one just past, then
+/// holds no sample after it. Only that time reads its own minute (see
+/// `range_fns::windows`), so the earlier ones read what they did.
+fn rewind_at((kind, buckets, recent): &mut Read, t: i64) {
+    let start = window_end(t);
+    let Ok(i) = buckets.binary_search_by_key(&(start / 1000), |(s, _)| *s) else {
+        return;
+    };
+    match recent.rewind(&buckets[i].1, start, start + MINUTE_MS, t) {
+        Some(slot) if slot.shows(*kind) => buckets[i].1 = slot,
+        Some(_) => {
+            buckets.remove(i);
+        }
+        None => {}
+    }
 }
 
 /// The widest slots (a day, an hour, a minute) that tile every window of
@@ -450,7 +522,10 @@ pub async fn range(
         MERGE_GAP_SLOTS * granularity_s,
     );
     let mut data = read(ctx, selected, granularity_s, &spans).await?;
-    for (_, buckets) in &mut data {
+    if let Some(&t) = reads_ms.last().filter(|&&t| t != window_end(t)) {
+        data.iter_mut().for_each(|r| rewind_at(r, t));
+    }
+    for (_, buckets, _) in &mut data {
         // A minute of nothing but its series' end: range functions skip
         // markers, so it is no point of any window.
         buckets.retain(|(_, s)| !s.only_ends());
@@ -458,8 +533,8 @@ pub async fn range(
     Ok(selected
         .iter()
         .zip(data)
-        .filter(|(_, (_, b))| !b.is_empty())
-        .map(|(sel, (kind, buckets))| RangeSeries {
+        .filter(|(_, (_, b, _))| !b.is_empty())
+        .map(|(sel, (kind, buckets, _))| RangeSeries {
             labels: sel.labels.clone(),
             kind: point_kind(kind),
             width_ms: granularity_s * 1000,
@@ -574,6 +649,66 @@ mod tests {
         assert_eq!(newest_sample(&rs, 729_999, lb), Some((730_000, 3.0)));
         assert_eq!(newest_sample(&rs, 730_000, lb), Some((730_000, 3.0)));
         assert!(rs.slots[1].only_ends());
+    }
+
+    #[test]
+    fn an_instant_inside_a_minute_reads_it_rewound_to_that_instant() {
+        use crate::model::RecentSample;
+        // Minute 10 whole; minute 11 so far: samples at 11:01..11:04.
+        let mut minute = Slot::EMPTY;
+        for k in 1..=4 {
+            minute.add(660_000 + k * 1_000, k as f64);
+        }
+        let kept = [
+            (659_000, 9.0),
+            (661_000, 1.0),
+            (662_000, 2.0),
+            (663_000, 3.0),
+        ];
+        let mut read: Read = (
+            Some(SampleKind::Gauge),
+            vec![(600, Slot::at(659_000, 9.0)), (660, minute)],
+            RecentSamples::new(
+                kept.iter()
+                    .chain(&[(664_000, 4.0)])
+                    .map(|&(ts, v)| RecentSample {
+                        ts,
+                        v,
+                        added: Some(v),
+                    })
+                    .collect(),
+            ),
+        );
+        // The oldest kept sample is before the minute, which is kept
+        // whole: at 11:02.5 it holds 11:01 and 11:02.
+        rewind_at(&mut read, 662_500);
+        let rs = minutes(&[(10, None), (11, None)], PointKind::Gauge);
+        let rs = RangeSeries {
+            slots: read.1.iter().map(|(_, s)| *s).collect(),
+            ..rs
+        };
+        assert_eq!(newest_sample(&rs, 662_500, 300_000), Some((662_000, 2.0)));
+        assert_eq!((rs.slots[1].n, rs.slots[1].sum), (2, 3.0));
+        // Before the minute's first sample: the minute is gone.
+        let mut early = read.clone();
+        early.1[1].1 = minute;
+        rewind_at(&mut early, 660_500);
+        assert_eq!(early.1.len(), 1);
+        // The instant selector reads every time so, the minute unchanged.
+        let rs = minutes(&[(10, None), (11, None)], PointKind::Gauge);
+        let rs = RangeSeries {
+            slots: vec![Slot::at(659_000, 9.0), minute],
+            ..rs
+        };
+        let (kind, recent) = (Some(SampleKind::Gauge), &read.2);
+        let at = |t| newest_rewound(&rs, recent, kind, t, 300_000);
+        assert_eq!(at(662_500), Some((662_000, 2.0)));
+        assert_eq!(at(660_500), Some((659_000, 9.0)));
+        assert_eq!(at(670_000), Some((664_000, 4.0)));
+        // Before the oldest recent sample: the nearer-sample rule, here
+        // the series' first minute, its last sample nearer than its start.
+        assert_eq!(at(658_000), Some((659_000, 9.0)));
+        assert_eq!(at(629_000), None);
     }
 
     #[test]

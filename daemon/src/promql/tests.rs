@@ -190,10 +190,11 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     );
     let q = "load{instance=\"a\"}";
     assert_eq!(h.one(q, b + 2 * M).await, Some(4.0));
-    // Mid-minute in the past, the minute's last sample later: the nearer
-    // of it (20 s after) and the minute before's last (40 s before).
-    assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
-    assert_eq!(h.one(q, b + M + 15_000).await, Some(2.0));
+    // Mid-minute in the past, the minute's last sample later: the recent
+    // samples reach back there, so the newest sample at or before answers.
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(3.0));
+    assert_eq!(h.one(q, b + M + 15_000).await, Some(3.0));
+    assert_eq!(h.one(q, b + M + 5_000).await, Some(2.0));
     assert_eq!(h.one(q, b + 5_000).await, None);
     assert_eq!(h.one(q, b + M + 50_000 + 300_000).await, Some(4.0));
     assert_eq!(h.one(q, b + M + 50_001 + 300_000).await, None);
@@ -203,6 +204,12 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     );
     let v = h.vector(q, b + 2 * M).await;
     assert_eq!(v[0].0, "__name__=load,instance=a");
+    // Once they no longer reach back there, the nearer of the minute's
+    // last sample (20 s after) and the minute before's (40 s before).
+    let later: Vec<(i64, f64)> = (1..=4).map(|k| (b + 2 * M + k * 1_000, 5.0)).collect();
+    h.push("a", "load", "", SampleKind::Gauge, &later);
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
+    assert_eq!(h.one(q, b + M + 15_000).await, Some(2.0));
 }
 
 #[tokio::test]

@@ -36,6 +36,9 @@ pub struct SeriesBuckets {
     pub kind: Option<SampleKind>,
     /// Ascending bucket starts with their merged slots, none empty.
     pub buckets: Buckets,
+    /// The series' newest raw samples in memory, taken with the unflushed
+    /// slots (none after a restart until it is sent again).
+    pub recent: crate::model::RecentSamples,
 }
 
 impl SeriesBuckets {
@@ -336,6 +339,7 @@ impl QueryEngine {
             series: id.clone(),
             kind,
             buckets,
+            recent: unflushed.recent,
         })
     }
 

@@ -138,6 +138,7 @@ mod tests {
             ],
             pending: vec![(MINUTE + 2, Slot::of(4.0))],
             cut_through: 7,
+            recent: Default::default(),
         };
         // The store has applied batch 5, not 7.
         let docs = vec![doc(5, &[(MINUTE, 1.0)])];
@@ -156,6 +157,7 @@ mod tests {
             inflight: Vec::new(),
             pending: vec![(MINUTE, Slot::of(4.0))],
             cut_through: 7,
+            recent: Default::default(),
         };
         // Batch 8, cut after the snapshot, drained the pending slot and
         // landed before the store read.
@@ -202,6 +204,7 @@ mod tests {
             inflight: Vec::new(),
             pending: Vec::new(),
             cut_through: 3,
+            recent: Default::default(),
         };
         let (kind, buckets) =
             merge_unflushed(vec![stored.clone()], &none, Tier::Hour, None, &window());
@@ -213,6 +216,7 @@ mod tests {
             inflight: Vec::new(),
             pending: vec![(MINUTE + 5, baseline(MINUTE + 5, 7.0))],
             cut_through: 0,
+            recent: Default::default(),
         };
         let (_, buckets) = merge_unflushed(Vec::new(), &pending, Tier::Hour, None, &window());
         assert!(buckets.is_empty());
@@ -234,6 +238,7 @@ mod tests {
             inflight: vec![(FlushId(1), vec![(MINUTE - 1, Slot::of(1.0))])],
             pending: vec![(MINUTE + 60, Slot::of(2.0))],
             cut_through: 1,
+            recent: Default::default(),
         };
         let (_, buckets) = merge_unflushed(Vec::new(), &unflushed, Tier::Hour, None, &window());
         assert!(buckets.is_empty());
@@ -266,6 +271,7 @@ mod tests {
             )],
             pending: Vec::new(),
             cut_through: 6,
+            recent: Default::default(),
         };
         let w = Window {
             from: day_start,

@@ -23,8 +23,8 @@
 //! before now, the live feed still running: instants inside the minute in
 //! progress, as stat panels and alert rules ask them.
 //!
-//! Passes when at least [`AGREEMENT`] of the queries agree (and
-//! [`AGREEMENT_AT_NOW`] of those at now), no query that
+//! Passes when at least [`AGREEMENT`] of the queries agree (and the
+//! shares [`BEFORE_NOW`] gives of those at and before now), no query that
 //! Prometheus answers is an error on Tally, Prometheus' log holds no
 //! remote-write error, and both sides took the whole synthetic feed. The
 //! report (stderr, and the file `PROMQL_ORACLE_REPORT` names, if set)
@@ -68,18 +68,22 @@ use remote_write::Delivery;
 const AGREEMENT: f64 = 0.95;
 /// The share of the live corpus' instant queries that must agree at now,
 /// inside the minute in progress. The aim is 90 %; runs gave 84.7 % to
-/// 93.8 % (the `exact` class holds `*_over_time`, whose window here starts
-/// at the minute boundary, not at `t - r`, and gauges read a scrape apart
-/// from Prometheus' at a moving instant), so the floor held is 80 % until
-/// that gap is closed: still above the 72 % measured before the minute in
-/// progress was read.
+/// 93.8 % (the `exact` class holds `*_over_time` and the `rate` class
+/// `rate`, whose window here starts at the minute boundary, not at
+/// `t - r`, so how far they differ depends on how far into its minute now
+/// falls; and gauges read a scrape apart from Prometheus' at a moving
+/// instant), so the floor held is 80 % until that gap is closed: still
+/// above the 72 % measured before the minute in progress was read.
 const AGREEMENT_AT_NOW: f64 = 0.80;
-/// The instants before now those are asked at, in milliseconds. Only now
-/// is held to [`AGREEMENT_AT_NOW`]: 3 s before it, a bare selector inside
-/// a minute whose last sample came later answers the nearer of that
-/// sample and the minute before's last, not the sample at the instant
-/// (see docs/promql.md), so that share is reported, not yet required.
-const BEFORE_NOW_MS: [i64; 2] = [0, 3_000];
+/// The same share 3 s before now, where the minute also holds samples
+/// after the instant and the series' recent samples take them back out
+/// (see docs/promql.md): 56 % to 62 % agreed there before they were kept,
+/// 88.2 % to 92.4 % with them (four runs), the remaining gaps the same
+/// windows as at now.
+const AGREEMENT_BEFORE_NOW: f64 = 0.85;
+/// The instants before now the live corpus' instant queries are asked at
+/// (milliseconds), with the share of them that must agree there.
+const BEFORE_NOW: [(i64, f64); 2] = [(0, AGREEMENT_AT_NOW), (3_000, AGREEMENT_BEFORE_NOW)];
 /// Every query's answer must come within this.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -178,7 +182,7 @@ async fn promql_answers_agree_with_prometheus() {
     outcomes.extend(eval::run(&http, &synthetic.setting(), &corpus).await);
     // Live instants at now and 3 s before, the live feed still running.
     let mut before_now = Vec::new();
-    for back in BEFORE_NOW_MS {
+    for (back, _) in BEFORE_NOW {
         let mut o = eval::run(&http, &live.before_now(back), &corpus).await;
         o.retain(|o| o.evaluations > 0);
         before_now.push((back, o));
@@ -204,15 +208,15 @@ async fn promql_answers_agree_with_prometheus() {
         std::fs::write(&path, &report).unwrap();
     }
     check(&outcomes, &synthetic.delivery, &rw_errors, &receiver_errors);
-    for (back, o) in before_now.iter().filter(|(back, _)| *back == 0) {
+    for ((back, o), (_, floor)) in before_now.iter().zip(BEFORE_NOW) {
         let agreed = o.iter().filter(|o| o.agrees()).count();
         let share = agreed as f64 / o.len().max(1) as f64;
         assert!(
-            share >= AGREEMENT_AT_NOW,
+            share >= floor,
             "at now-{back}ms {agreed} of {} live instant queries agree ({:.1}% < {:.0}%; the report above lists them)",
             o.len(),
             100.0 * share,
-            100.0 * AGREEMENT_AT_NOW
+            100.0 * floor
         );
     }
 }
