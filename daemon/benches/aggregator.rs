@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::ingest::IngestConfig;
-use tally::model::{FlushBatch, FlushId, SampleKind};
+use tally::model::{FlushBatch, FlushId, SampleKind, SeriesRef};
 use tally::rollup::{RollupConfig, Rollups};
 use tally::store::embedded::EmbeddedStore;
 use tally::store::Store;
@@ -136,19 +136,30 @@ fn ingest(c: &mut Criterion) {
         let b = batches(&fleet, &data);
         let samples = (fleet.names.len() * per_series) as u64;
         g.throughput(Throughput::Elements(samples));
-        // A warm aggregator: every series known, as in steady state.
-        let agg = aggregator();
-        agg.ingest(&b, T0);
-        g.bench_function(format!("20k_series_x{per_series}_samples"), |bench| {
-            bench.iter(|| {
-                let out = agg.ingest(&b, T0);
-                assert_eq!(out.rejected, 0);
-                // Keep memory flat across iterations.
-                if agg.pending_slots() > 1_000_000 {
-                    agg.drain(None);
+        for read in [false, true] {
+            // A warm aggregator: every series known, as in steady state;
+            // with `read`, each series read once, so its recent samples
+            // are kept (as for the series dashboards and rules ask for).
+            let agg = aggregator();
+            agg.ingest(&b, T0);
+            if read {
+                for (s, m, _) in &fleet.names {
+                    agg.pending_for(SeriesRef::new(s, m));
                 }
-            })
-        });
+            }
+            let name = format!("20k_series_x{per_series}_samples");
+            let name = if read { format!("{name}_read") } else { name };
+            g.bench_function(name, |bench| {
+                bench.iter(|| {
+                    let out = agg.ingest(&b, T0);
+                    assert_eq!(out.rejected, 0);
+                    // Keep memory flat across iterations.
+                    if agg.pending_slots() > 1_000_000 {
+                        agg.drain(None);
+                    }
+                })
+            });
+        }
     }
     // W2's fleet in requests of 5,000 series, as the load generator sends
     // it: the series table (100,000 entries) outgrows the caches.

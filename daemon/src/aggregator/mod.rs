@@ -10,8 +10,9 @@
 //! detection. Buckets are additive, so samples may arrive in any order:
 //! late samples within the lateness window land in their own minute.
 //!
-//! Each series also keeps its newest few raw samples (`ring`), so a read at
-//! an instant inside a minute can take that minute's later samples out.
+//! Each series a read has asked for also keeps its newest few raw samples
+//! (`ring`), so a read at an instant inside a minute can take that minute's
+//! later samples out.
 
 mod config;
 mod names;
@@ -298,8 +299,12 @@ impl Aggregator {
             let shard = self.shards[run[0].0].shard.lock();
             for &(_, hash) in run {
                 if let Some(s) = shard.series.first_under(hash) {
-                    // One field on each of the entry's four cache lines.
-                    std::hint::black_box((s.hash, s.last_minute, s.kind, s.ring.touch()));
+                    // One field on each of the entry's cache lines that
+                    // the fold writes.
+                    std::hint::black_box((s.hash, s.last_minute, s.kind));
+                    if s.keeps_recent() {
+                        std::hint::black_box(s.ring.touch());
+                    }
                 }
             }
         }
@@ -452,7 +457,9 @@ impl Aggregator {
     }
 
     /// [`Aggregator::pending_for`] and the series' newest raw samples,
-    /// taken together, so a read can rewind a minute by them.
+    /// taken together, so a read can rewind a minute by them. The first
+    /// such read of a series starts keeping them (see `ring`), so it has
+    /// none, and the reads after it have those sent since.
     pub fn pending_and_recent(
         &self,
         key: SeriesRef<'_>,
@@ -462,10 +469,11 @@ impl Aggregator {
         crate::model::RecentSamples,
     ) {
         let hash = self.hasher.hash_one(key);
-        let shard = self.shards[self.shard_of(hash)].shard.lock();
-        match shard.series.find(hash, |s| s.hash == hash && s.is(key)) {
+        let mut shard = self.shards[self.shard_of(hash)].shard.lock();
+        match shard.series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
             None => (None, Vec::new(), Default::default()),
             Some((_, s)) => {
+                s.keep_recent();
                 let mut minutes = s.pending.to_vec();
                 minutes.sort_unstable_by_key(|(m, _)| *m);
                 (Some(s.kind), minutes, s.ring.snapshot(s.kind))

@@ -24,6 +24,8 @@ use crate::table::Table;
 // faster ingest at 20k series, where the series table outgrows the caches.
 // The fields after them fit two more lines, and the ring of recent samples
 // a fourth (256 bytes; a test holds it): every byte counts once per series.
+// Ingest touches the fourth only for series whose recent samples a read
+// asked for ([`RECENT`]).
 #[repr(C, align(64))]
 pub(super) struct SeriesState {
     pub(super) hash: u64,
@@ -52,11 +54,8 @@ pub(super) struct SeriesState {
     /// key is at most 2,048 bytes).
     labels_at: u16,
     pub(super) kind: SampleKind,
-    /// Whether a cumulative counter has counted an increase since it came
-    /// into memory: until then its last sample is only the baseline of the
-    /// next increase, which no read shows (a restored baseline too, as it
-    /// may be one). In the entry's padding byte.
-    pub(super) increased: bool,
+    /// [`INCREASED`] and [`RECENT`], in the entry's padding byte.
+    pub(super) marks: u8,
     /// The minute the series was last pushed (or its baseline restored):
     /// idleness is judged by it, never by the samples' own times, so a
     /// series pushed with old samples is not idle.
@@ -65,6 +64,16 @@ pub(super) struct SeriesState {
     /// (see [`Ring`]).
     pub(super) ring: Ring,
 }
+
+/// A mark: a cumulative counter has counted an increase since it came into
+/// memory. Until then its last sample is only the baseline of the next
+/// increase, which no read shows (a restored baseline too, as it may be
+/// one).
+const INCREASED: u8 = 1;
+/// A mark: a read has taken the series' recent samples, so they are kept
+/// from then on (see [`SeriesState::keep_recent`]). A series no read asks
+/// for pays nothing for them on ingest but the test of this bit.
+const RECENT: u8 = 2;
 
 /// A series' newest (timestamp, value), or none yet. An `Option` would
 /// take 8 more bytes per series; no accepted sample has the timestamp
@@ -147,7 +156,7 @@ impl SeriesState {
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
             prealloc: PreallocMarks::default(),
-            increased: false,
+            marks: 0,
             arrived: 0,
             ring: Ring::EMPTY,
         }
@@ -164,13 +173,33 @@ impl SeriesState {
     }
 
     /// The newest sample a read may show: none for a cumulative counter
-    /// that has only a baseline (see [`SeriesState::increased`]), or for a
+    /// that has only a baseline (see [`INCREASED`]), or for a
     /// series whose newest sample is a staleness marker (it ended).
     pub(super) fn shown_sample(&self) -> Option<(i64, f64)> {
         match self.kind {
-            SampleKind::CumulativeCounter if !self.increased => None,
+            SampleKind::CumulativeCounter if self.marks & INCREASED == 0 => None,
             _ => self.last_sample.get().filter(|&(_, v)| !is_stale_marker(v)),
         }
+    }
+
+    /// Whether the series' recent samples are kept (see [`RECENT`]).
+    #[inline]
+    pub(super) fn keeps_recent(&self) -> bool {
+        self.marks & RECENT != 0
+    }
+
+    /// Keeps the series' recent samples from now on, unless it already
+    /// does: those after every sample it has, as a late sample older than
+    /// those kept first would make the ring look complete when it is not.
+    /// The read that asks has none yet, and answers without them.
+    pub(super) fn keep_recent(&mut self) {
+        if self.keeps_recent() {
+            return;
+        }
+        let newest = self.pending.iter().filter_map(|(_, s)| s.last_sample());
+        let newest = newest.map(|(ts, _)| ts).chain(self.last_sample.get().map(|(ts, _)| ts));
+        self.ring.forget_through(newest.max().unwrap_or(i64::MIN));
+        self.marks |= RECENT;
     }
 
     #[inline]
@@ -250,13 +279,18 @@ impl Aggregator {
         state.arrived = state.arrived.max(window.arrived);
         let mut created = 0;
         let window = (window.oldest_ms, window.newest_ms);
+        // Only a request's last few samples are pushed to the series'
+        // recent ones (see `Ring::keep_from`), and none unless they are kept.
+        let keep_from = match state.keeps_recent() {
+            true => Ring::keep_from(b.timestamps_ms.len()),
+            false => usize::MAX,
+        };
         for (j, (&ts, &v)) in b.timestamps_ms.iter().zip(b.values).enumerate() {
             let sample = Sample {
                 index: j as u32,
                 ts,
                 v,
             };
-            let resets = out.counter_resets;
             let Some(adds) = self.sample_value(state, b, sample, window, out) else {
                 continue;
             };
@@ -270,7 +304,7 @@ impl Aggregator {
                     reject_overflow(cap, b, sample, value, out);
                     // A counter's baseline moved without a sample kept:
                     // the ring's increases would be taken from the wrong one.
-                    state.ring.clear();
+                    state.ring.forget_through(ts);
                     continue;
                 }
             }
@@ -279,7 +313,7 @@ impl Aggregator {
                 dirty.push(pos);
             }
             created += usize::from(at.is_none());
-            state.increased |= adds.is_some();
+            state.marks |= u8::from(adds.is_some()) * INCREASED;
             let slot = state.minute_slot(minute, at);
             if let Some(value) = adds {
                 slot.add_value(value);
@@ -287,9 +321,13 @@ impl Aggregator {
             // The minute's last sample is the value as sent: a cumulative
             // counter's raw count, NaN as NaN.
             slot.see(ts, v);
-            let reset = out.counter_resets != resets;
-            state.ring.push(ts, v, adds.is_some(), reset);
+            if j >= keep_from {
+                state.ring.push(ts, v, adds);
+            }
             out.accepted += 1;
+        }
+        if let Some(skipped) = b.timestamps_ms.get(..keep_from).filter(|s| !s.is_empty()) {
+            state.ring.forget_through(Ring::skipped(skipped, window.1));
         }
         if kind == SampleKind::CumulativeCounter
             && state.pending.is_empty()

@@ -660,3 +660,29 @@ fn a_staleness_marker_is_the_last_sample_and_in_no_aggregate() {
     assert_eq!((slot.n, slot.sum), (1, 5.0));
     assert_eq!(slot.last_sample(), Some((NOW, 15.0)));
 }
+
+#[test]
+fn recent_samples_are_kept_once_a_read_asks_for_them() {
+    let a = agg();
+    let key = SeriesRef::new("s", "g");
+    let push = |ts: &[i64], vs: &[f64]| {
+        let out = a.ingest(&[batch("s", "g", SampleKind::Gauge, ts, vs)], NOW + 5_000);
+        assert_eq!(out.accepted, ts.len() as u64);
+    };
+    let recent = || -> Vec<i64> {
+        let (_, _, r) = a.pending_and_recent(key);
+        r.samples().iter().map(|s| s.ts).collect()
+    };
+    push(&[NOW, NOW + 1_000], &[1.0, 2.0]);
+    // None before the first read, which starts keeping them.
+    assert_eq!(recent(), Vec::<i64>::new());
+    // A late sample older than what the series already had is not kept
+    // (the samples kept would look complete from it on).
+    push(&[NOW + 500], &[9.0]);
+    push(&[NOW + 2_000, NOW + 3_000], &[3.0, 4.0]);
+    assert_eq!(recent(), vec![NOW + 2_000, NOW + 3_000]);
+    // Of a request in time order, its last four.
+    let ts: Vec<i64> = (4..=10).map(|k| NOW + k * 100 + 3_000).collect();
+    push(&ts, &[5.0; 7]);
+    assert_eq!(recent(), ts[3..].to_vec());
+}

@@ -175,25 +175,21 @@ fn close(a: f64, b: f64) -> bool {
 async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     let h = Harness::new(QueryConfig::default());
     let b = base();
-    // A gauge sampled at :10 and :50 of two minutes.
-    h.push(
-        "a",
-        "load",
-        "",
-        SampleKind::Gauge,
-        &[
-            (b + 10_000, 1.0),
-            (b + 50_000, 2.0),
-            (b + M + 10_000, 3.0),
-            (b + M + 50_000, 4.0),
-        ],
-    );
+    // A gauge sampled at :10 and :50 of two minutes, read between them:
+    // the read starts keeping its recent samples.
     let q = "load{instance=\"a\"}";
+    let first = [(b + 10_000, 1.0), (b + 50_000, 2.0)];
+    h.push("a", "load", "", SampleKind::Gauge, &first);
+    assert_eq!(h.one(q, b + M).await, Some(2.0));
+    let second = [(b + M + 10_000, 3.0), (b + M + 50_000, 4.0)];
+    h.push("a", "load", "", SampleKind::Gauge, &second);
     assert_eq!(h.one(q, b + 2 * M).await, Some(4.0));
     // Mid-minute in the past, the minute's last sample later: the recent
     // samples reach back there, so the newest sample at or before answers.
     assert_eq!(h.one(q, b + M + 30_000).await, Some(3.0));
     assert_eq!(h.one(q, b + M + 15_000).await, Some(3.0));
+    // Before the oldest of them: the nearer of the minute's last sample
+    // (45 s after) and the minute before's (15 s before).
     assert_eq!(h.one(q, b + M + 5_000).await, Some(2.0));
     assert_eq!(h.one(q, b + 5_000).await, None);
     assert_eq!(h.one(q, b + M + 50_000 + 300_000).await, Some(4.0));
@@ -210,6 +206,12 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     h.push("a", "load", "", SampleKind::Gauge, &later);
     assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
     assert_eq!(h.one(q, b + M + 15_000).await, Some(2.0));
+    // A series no read asked for before keeps none: its first read has
+    // the nearer sample too.
+    h.push("c", "load", "", SampleKind::Gauge, &[first, second].concat());
+    let q = "load{instance=\"c\"}";
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
+    assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
 }
 
 #[tokio::test]
