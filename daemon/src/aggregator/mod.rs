@@ -299,12 +299,8 @@ impl Aggregator {
             let shard = self.shards[run[0].0].shard.lock();
             for &(_, hash) in run {
                 if let Some(s) = shard.series.first_under(hash) {
-                    // One field on each of the entry's cache lines that
-                    // the fold writes.
+                    // One field on each of the entry's three cache lines.
                     std::hint::black_box((s.hash, s.last_minute, s.kind));
-                    if s.keeps_recent() {
-                        std::hint::black_box(s.ring.touch());
-                    }
                 }
             }
         }
@@ -354,6 +350,7 @@ impl Aggregator {
                 series,
                 dirty,
                 rebased,
+                ..
             } = &mut *guard;
             let mut slots = 0;
             all.reserve_exact(dirty.len());
@@ -469,14 +466,15 @@ impl Aggregator {
         crate::model::RecentSamples,
     ) {
         let hash = self.hasher.hash_one(key);
-        let mut shard = self.shards[self.shard_of(hash)].shard.lock();
+        let mut guard = self.shards[self.shard_of(hash)].shard.lock();
+        let shard = &mut *guard;
         match shard.series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
             None => (None, Vec::new(), Default::default()),
-            Some((_, s)) => {
-                s.keep_recent();
+            Some((pos, s)) => {
+                let recent = s.keep_recent(pos, &mut shard.recent).snapshot(s.kind);
                 let mut minutes = s.pending.to_vec();
                 minutes.sort_unstable_by_key(|(m, _)| *m);
-                (Some(s.kind), minutes, s.ring.snapshot(s.kind))
+                (Some(s.kind), minutes, recent)
             }
         }
     }
@@ -514,7 +512,8 @@ impl Aggregator {
         let baseline_before = before(self.ingest.baseline_keep());
         let mut gone: Vec<Arc<crate::model::SeriesId>> = Vec::new();
         for cell in self.shards.iter() {
-            let mut s = cell.shard.lock();
+            let mut guard = cell.shard.lock();
+            let s = &mut *guard;
             s.series.retain(|st| {
                 // A cumulative counter's baseline alone makes no slot, but
                 // it is data: without it the next sample would be a new
@@ -526,6 +525,11 @@ impl Aggregator {
                 }
                 keep
             });
+            // An evicted series' position may be given to a new one.
+            if !s.recent.is_empty() {
+                let series = &s.series;
+                s.recent.retain(|&pos, _| series.get(pos).is_some());
+            }
         }
         self.series_count.fetch_sub(gone.len(), Ordering::Relaxed);
         self.forget_labelled(&gone);

@@ -3,13 +3,14 @@
 //! that instant back out (see `model::RecentSamples`).
 //!
 //! Kept only for series a read has asked for (the series' first read
-//! starts them, see `SeriesState::keep_recent`): ingest costs every other
-//! series nothing but the test of a bit, and the ring's cache line is not
-//! touched. Measured on `cargo bench --bench aggregator` before this rule,
-//! writing every series' ring cost 7 to 9 % more time per sample (one
-//! more line written per series, and the push itself); rule evaluators
-//! and dashboards ask for the same series again and again, so their
-//! second read on has the samples.
+//! starts them, see `SeriesState::keep_recent`), in a map beside the
+//! shard's table (`Shard::recent`): every other series pays no memory for
+//! them and its ingest nothing but the test of a bit. Measured before
+//! this rule, with a ring in every series' entry: `cargo bench --bench
+//! aggregator` took 7 to 9 % more time per sample (one more line written
+//! per series, and the push itself), and the aggregator 279 to 344 bytes
+//! per series. Rule evaluators and dashboards ask for the same series
+//! again and again, so their second read on has the samples.
 //!
 //! Written on the ingest hot path: an in-order sample is a few stores into
 //! fixed arrays, no allocation and no search; a late one within the
@@ -26,7 +27,7 @@ use crate::model::{RecentSample, RecentSamples, SampleKind};
 /// Samples kept per series. Measured: the differential test's instants
 /// 3 s before now, on 1 s scrapes delivered every half second, need the
 /// newest sample at or before the instant and the two or three after it;
-/// four do, in 64 bytes (one cache line more per series).
+/// four do, in 64 bytes.
 pub(super) const RING: usize = 4;
 // Indices wrap with a mask, and the length fits a byte.
 const _: () = assert!(RING.is_power_of_two() && RING < 256);
@@ -193,13 +194,6 @@ impl Ring {
             self.flags.swap(a, b);
             k -= 1;
         }
-    }
-
-    /// A byte on the ring's cache line (the entry's fourth), for warming
-    /// it before a fold.
-    #[inline]
-    pub(super) fn touch(&self) -> u8 {
-        self.len
     }
 
     /// The samples, oldest first.

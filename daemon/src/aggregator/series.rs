@@ -3,6 +3,7 @@
 //! reset detection, and the per-minute slots that wait for the next flush.
 //! This is the ingest hot path; the layout notes below are measured.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -22,10 +23,9 @@ use crate::table::Table;
 // `repr(C)` with cache-line alignment keeps `hash` and the inline key in
 // one line: a lookup's comparison touches a single line. Measured ~15%
 // faster ingest at 20k series, where the series table outgrows the caches.
-// The fields after them fit two more lines, and the ring of recent samples
-// a fourth (256 bytes; a test holds it): every byte counts once per series.
-// Ingest touches the fourth only for series whose recent samples a read
-// asked for ([`RECENT`]).
+// The fields after them fit two more lines (192 bytes; a test holds it):
+// every byte counts once per series. The recent samples of the series a
+// read asked for ([`RECENT`]) sit beside the table, in [`Shard::recent`].
 #[repr(C, align(64))]
 pub(super) struct SeriesState {
     pub(super) hash: u64,
@@ -60,9 +60,6 @@ pub(super) struct SeriesState {
     /// idleness is judged by it, never by the samples' own times, so a
     /// series pushed with old samples is not idle.
     pub(super) arrived: ArrivalMinute,
-    /// The newest raw samples, for reads at an instant inside a minute
-    /// (see [`Ring`]).
-    pub(super) ring: Ring,
 }
 
 /// A mark: a cumulative counter has counted an increase since it came into
@@ -158,7 +155,6 @@ impl SeriesState {
             prealloc: PreallocMarks::default(),
             marks: 0,
             arrived: 0,
-            ring: Ring::EMPTY,
         }
     }
 
@@ -188,18 +184,23 @@ impl SeriesState {
         self.marks & RECENT != 0
     }
 
-    /// Keeps the series' recent samples from now on, unless it already
-    /// does: those after every sample it has, as a late sample older than
-    /// those kept first would make the ring look complete when it is not.
-    /// The read that asks has none yet, and answers without them.
-    pub(super) fn keep_recent(&mut self) {
-        if self.keeps_recent() {
-            return;
+    /// Starts keeping the series' recent samples, in `recent` at the
+    /// series' position `pos`, unless it already does: those after every
+    /// sample it has, as a late sample older than those kept first would
+    /// make them look complete when they are not. The read that asks has
+    /// none yet, and answers without them.
+    pub(super) fn keep_recent<'r>(&mut self, pos: u32, recent: &'r mut RecentRings) -> &'r Ring {
+        if !self.keeps_recent() {
+            let newest = self.pending.iter().filter_map(|(_, s)| s.last_sample());
+            let newest = newest
+                .map(|(ts, _)| ts)
+                .chain(self.last_sample.get().map(|(ts, _)| ts));
+            let mut ring = Ring::EMPTY;
+            ring.forget_through(newest.max().unwrap_or(i64::MIN));
+            recent.insert(pos, ring);
+            self.marks |= RECENT;
         }
-        let newest = self.pending.iter().filter_map(|(_, s)| s.last_sample());
-        let newest = newest.map(|(ts, _)| ts).chain(self.last_sample.get().map(|(ts, _)| ts));
-        self.ring.forget_through(newest.max().unwrap_or(i64::MIN));
-        self.marks |= RECENT;
+        recent.entry(pos).or_default()
     }
 
     #[inline]
@@ -219,9 +220,18 @@ impl SeriesState {
     }
 }
 
+/// The recent samples of the series that keep them, by their position in
+/// the shard's table.
+pub(super) type RecentRings = HashMap<u32, Ring, ahash::RandomState>;
+
 #[derive(Default)]
 pub(super) struct Shard {
     pub(super) series: Table<SeriesState>,
+    /// The recent samples of the series a read asked for (see [`RECENT`]),
+    /// beside the table rather than in its entries: the series no read
+    /// asks for, nearly all of a large fleet, pay no memory for them and
+    /// their ingest touches no more lines. Removed with their series.
+    pub(super) recent: RecentRings,
     /// Positions of the series with pending minutes, so a drain visits only
     /// active series. A series with pending minutes is never evicted, so
     /// its position stays its own until the drain.
@@ -255,6 +265,7 @@ impl Aggregator {
         let Some(kind) = b.kind else { return 0 };
         let Shard {
             series,
+            recent,
             dirty,
             rebased,
         } = shard;
@@ -281,9 +292,13 @@ impl Aggregator {
         let window = (window.oldest_ms, window.newest_ms);
         // Only a request's last few samples are pushed to the series'
         // recent ones (see `Ring::keep_from`), and none unless they are kept.
-        let keep_from = match state.keeps_recent() {
-            true => Ring::keep_from(b.timestamps_ms.len()),
-            false => usize::MAX,
+        let mut ring = match state.keeps_recent() {
+            true => recent.get_mut(&pos),
+            false => None,
+        };
+        let keep_from = match ring {
+            Some(_) => Ring::keep_from(b.timestamps_ms.len()),
+            None => usize::MAX,
         };
         for (j, (&ts, &v)) in b.timestamps_ms.iter().zip(b.values).enumerate() {
             let sample = Sample {
@@ -304,7 +319,9 @@ impl Aggregator {
                     reject_overflow(cap, b, sample, value, out);
                     // A counter's baseline moved without a sample kept:
                     // the ring's increases would be taken from the wrong one.
-                    state.ring.forget_through(ts);
+                    if let Some(r) = ring.as_deref_mut() {
+                        r.forget_through(ts);
+                    }
                     continue;
                 }
             }
@@ -321,13 +338,15 @@ impl Aggregator {
             // The minute's last sample is the value as sent: a cumulative
             // counter's raw count, NaN as NaN.
             slot.see(ts, v);
-            if j >= keep_from {
-                state.ring.push(ts, v, adds);
+            if let Some(r) = ring.as_deref_mut().filter(|_| j >= keep_from) {
+                r.push(ts, v, adds);
             }
             out.accepted += 1;
         }
-        if let Some(skipped) = b.timestamps_ms.get(..keep_from).filter(|s| !s.is_empty()) {
-            state.ring.forget_through(Ring::skipped(skipped, window.1));
+        if let (Some(r), Some(skipped)) = (ring, b.timestamps_ms.get(..keep_from)) {
+            if !skipped.is_empty() {
+                r.forget_through(Ring::skipped(skipped, window.1));
+            }
         }
         if kind == SampleKind::CumulativeCounter
             && state.pending.is_empty()
@@ -591,9 +610,9 @@ fn fmt_ms(ts_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn a_series_entry_takes_four_cache_lines() {
-        assert_eq!(std::mem::size_of::<super::SeriesState>(), 256);
+    fn a_series_entry_takes_three_cache_lines() {
+        assert_eq!(std::mem::size_of::<super::SeriesState>(), 192);
         // The table keeps entries as options; the id's pointer is the niche.
-        assert_eq!(std::mem::size_of::<Option<super::SeriesState>>(), 256);
+        assert_eq!(std::mem::size_of::<Option<super::SeriesState>>(), 192);
     }
 }

@@ -208,7 +208,13 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     assert_eq!(h.one(q, b + M + 15_000).await, Some(2.0));
     // A series no read asked for before keeps none: its first read has
     // the nearer sample too.
-    h.push("c", "load", "", SampleKind::Gauge, &[first, second].concat());
+    h.push(
+        "c",
+        "load",
+        "",
+        SampleKind::Gauge,
+        &[first, second].concat(),
+    );
     let q = "load{instance=\"c\"}";
     assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
     assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
