@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use super::compact::Encoder;
@@ -134,13 +134,16 @@ impl Front {
     /// under the writer's lock, so that they are written in queue order
     /// whoever writes them.
     pub fn wait(&self, wait: Option<Duration>) {
-        let mut s = self.state.lock();
+        self.wait_locked(&mut self.state.lock(), wait);
+    }
+
+    fn wait_locked(&self, s: &mut MutexGuard<'_, State>, wait: Option<Duration>) {
         if s.cmds.is_empty() {
             match wait {
                 Some(w) => {
-                    self.queued.wait_for(&mut s, w);
+                    self.queued.wait_for(s, w);
                 }
-                None => self.queued.wait(&mut s),
+                None => self.queued.wait(s),
             }
         }
     }
@@ -175,14 +178,7 @@ impl Front {
     /// None) for one.
     pub fn next(&self, wait: Option<Duration>) -> Option<Cmd> {
         let mut s = self.state.lock();
-        if s.cmds.is_empty() {
-            match wait {
-                Some(w) => {
-                    self.queued.wait_for(&mut s, w);
-                }
-                None => self.queued.wait(&mut s),
-            }
-        }
+        self.wait_locked(&mut s, wait);
         s.cmds.pop_front()
     }
 

@@ -155,7 +155,9 @@ async fn an_append_behind_a_busy_writer_is_written_when_it_is_free() {
         let req = request(0, 0);
         appender.append_request(7, &[], &PushView::of(&req)).await
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The task runs on the runtime's workers while this thread holds the
+    // writer (blocking it, with no await while the lock is held).
+    std::thread::sleep(Duration::from_millis(100));
     assert!(!task.is_finished(), "acknowledged before it was written");
     drop(busy);
     tokio::time::timeout(Duration::from_secs(10), task)

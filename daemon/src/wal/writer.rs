@@ -132,16 +132,7 @@ impl Writer {
         let mut markers = std::mem::take(&mut self.carry);
         buf.extend_from_slice(&markers.frames);
         let closing = self.gather(first, &mut buf, &mut waiting, &mut markers);
-        let result = self.write_group(&buf);
-        buf.clear();
-        if result.is_err() {
-            // Requests queued behind the group may refer to series it
-            // defined: they are refused with it.
-            waiting.extend(self.front.take_back());
-        }
-        for w in waiting.drain(..) {
-            let _ = w.send(result.clone());
-        }
+        let result = self.write_and_answer(&mut buf, &mut waiting);
         if result.is_ok() || closing.is_some() {
             for w in markers.done.drain(..) {
                 let _ = w.send(result.clone());
@@ -179,17 +170,30 @@ impl Writer {
             buf.extend_from_slice(&frame);
             waiting.push(done);
         }
-        let result = self.write_group(&buf);
+        let result = self.write_and_answer(&mut buf, &mut waiting);
+        self.buf = buf;
+        self.waiting = waiting;
+        result.is_ok()
+    }
+
+    /// Writes the group in `buf` and answers every request in it; emptied
+    /// for the next group.
+    fn write_and_answer(
+        &mut self,
+        buf: &mut Vec<u8>,
+        waiting: &mut Vec<Done>,
+    ) -> Result<(), WalError> {
+        let result = self.write_group(buf);
         buf.clear();
         if result.is_err() {
+            // Requests queued behind the group may refer to series it
+            // defined: they are refused with it.
             waiting.extend(self.front.take_back());
         }
         for w in waiting.drain(..) {
             let _ = w.send(result.clone());
         }
-        self.buf = buf;
-        self.waiting = waiting;
-        result.is_ok()
+        result
     }
 
     /// Takes what is queued (and, with fsync, what arrives within the
