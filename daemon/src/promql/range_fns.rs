@@ -12,7 +12,9 @@
 //! exactly. A window that holds part of a minute (an evaluation time inside
 //! the minute in progress) is read over the time it covers, never as whole
 //! minutes: rates divide by it, counts, sums and increases are scaled from
-//! it to the range. `docs/promql.md` tabulates every function.
+//! it to the range; the share of its first minute before the range is
+//! taken out of the merged slots. `docs/promql.md` tabulates every
+//! function.
 
 use std::cell::OnceCell;
 
@@ -110,6 +112,12 @@ pub struct WindowAt {
     pub covered_ms: i64,
     /// Whether the window holds part of a minute: the minute `t` is in.
     pub partial: bool,
+    /// In a partial window, how much of its first slot lies before the
+    /// range: `t` less its minute's start, as the range `(t - r', t]`
+    /// starts that far into the first minute. That share of the first
+    /// slot's count, sum and increases is taken out (see [`Merged`]), so
+    /// the window stands for `r'` up to `t`, not for up to a minute more.
+    pub lead_ms: i64,
 }
 
 /// The windows of `rs` at the read times `reads` (ascending, one per
@@ -147,6 +155,7 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
             end_ms: end,
             covered_ms: range_ms,
             partial: false,
+            lead_ms: 0,
         };
     }
     let end = window_end(read_t);
@@ -165,6 +174,7 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
             end_ms: end,
             covered_ms: range_ms,
             partial: false,
+            lead_ms: 0,
         };
     };
     // The newest sample of `read_t`'s minute bounds what it covers (its
@@ -173,6 +183,12 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
     let newest = slot.last_sample().map_or(end + rs.width_ms, |(ts, _)| {
         ts.clamp(end, end + rs.width_ms)
     });
+    // Only a first slot that starts the range has a share before it (and
+    // not the minute in progress itself, a range of its own minute only).
+    let lead_ms = match rs.t.get(lo) == Some(&start) && lo < own {
+        true => (read_t - end).min(rs.width_ms),
+        false => 0,
+    };
     WindowAt {
         lo,
         hi: own + 1,
@@ -180,6 +196,7 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
         end_ms: newest.max(read_t),
         covered_ms: newest - start,
         partial: true,
+        lead_ms,
     }
 }
 
@@ -222,25 +239,30 @@ pub fn apply(
         // to the range (the same where the window is whole minutes).
         let range_s = w.covered_ms.max(1) as f64 / 1000.0;
         let scale = range_ms as f64 / w.covered_ms.max(1) as f64;
+        // The same for the merged slots, less the first slot's share
+        // before the range.
+        let covered_s = (w.covered_ms - w.lead_ms).max(1) as f64 / 1000.0;
         let p = |ps: Option<&[f64]>| ps.and_then(|v| v.get(i).copied()).unwrap_or(f64::NAN);
         // A window whose slots hold last samples only (NaN samples; a
         // cumulative counter's baseline never reaches here, see
         // `Slot::shows`) has no aggregates to merge: its samples answer, as
         // they would for Prometheus.
         let merged = match f.reads_merged_slots(rs.kind) && f != RangeFn::Last {
-            true => Some(view.merged(w)).filter(|m| m.n > 0),
+            true => Some(view.merged(w))
+                .filter(|m| m.n > 0)
+                .map(|m| Merged::new(m, rs, w)),
             false => None,
         };
         let v = match (f, merged) {
             (RangeFn::Present, _) => Some(1.0),
             (RangeFn::Last, _) if f.reads_merged_slots(rs.kind) => view.last(w),
-            (RangeFn::Count, Some(m)) => Some(m.n as f64 * per_sample_scale(w, range_ms, m.n)),
+            (RangeFn::Count, Some(m)) => Some(m.n * per_sample_scale(w, range_ms, m.n)),
             (RangeFn::Sum, Some(m)) => Some(m.sum * per_sample_scale(w, range_ms, m.n)),
-            (RangeFn::Increase, Some(m)) => Some(m.sum * scale),
+            (RangeFn::Increase, Some(m)) => Some(m.sum / covered_s * (range_ms as f64 / 1000.0)),
             (RangeFn::Avg, Some(m)) => m.avg(),
             (RangeFn::Min, Some(m)) => Some(m.min),
             (RangeFn::Max, Some(m)) => Some(m.max),
-            (RangeFn::Rate, Some(m)) => Some(m.sum / range_s),
+            (RangeFn::Rate, Some(m)) => Some(m.sum / covered_s),
             // A counter's window without increases: one sample at most,
             // no rate (Prometheus needs two).
             (RangeFn::Rate | RangeFn::Increase, None) if rs.kind.sums_increases() => None,
@@ -269,15 +291,50 @@ pub fn apply(
 }
 
 /// The scale from a window's samples to the range for counts and sums: in
-/// a window that holds part of a minute, `n` samples between its start and
-/// its newest sample stand for `n` sampling intervals, one more than the
-/// `n - 1` between them, so the time they cover is `covered · n/(n-1)`.
-fn per_sample_scale(w: &WindowAt, range_ms: i64, n: u64) -> f64 {
-    if !w.partial || n < 2 {
-        return range_ms as f64 / w.covered_ms.max(1) as f64;
+/// a window that holds part of a minute, `n` samples between the range's
+/// start and its newest sample stand for `n` sampling intervals, one more
+/// than the `n - 1` between them, so the time they cover is
+/// `covered · n/(n-1)`.
+fn per_sample_scale(w: &WindowAt, range_ms: i64, n: f64) -> f64 {
+    let covered = (w.covered_ms - w.lead_ms).max(1) as f64;
+    if !w.partial || n < 2.0 {
+        return range_ms as f64 / covered;
     }
-    let covered = w.covered_ms.max(1) as f64 * n as f64 / (n - 1) as f64;
-    range_ms as f64 / covered
+    range_ms as f64 / (covered * n / (n - 1.0))
+}
+
+/// A window's merged slots, less the share of its first slot that lies
+/// before the range (see [`WindowAt::lead_ms`]): the minute's samples are
+/// taken as spread evenly over it, the one thing its count and sums can
+/// say of when they came. The minimum and maximum cannot be shared out:
+/// they stay the first minute's whole.
+#[derive(Debug, Clone, Copy)]
+struct Merged {
+    n: f64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Merged {
+    fn new(m: Slot, rs: &RangeSeries, w: &WindowAt) -> Merged {
+        let mut out = Merged {
+            n: m.n as f64,
+            sum: m.sum,
+            min: m.min,
+            max: m.max,
+        };
+        if let Some(first) = rs.slots.get(w.lo).filter(|_| w.lead_ms > 0) {
+            let share = w.lead_ms as f64 / rs.width_ms.max(1) as f64;
+            out.n -= share * first.n as f64;
+            out.sum -= share * first.sum;
+        }
+        out
+    }
+
+    fn avg(&self) -> Option<f64> {
+        (self.n > 0.0).then(|| self.sum / self.n)
+    }
 }
 
 /// Prometheus' definition of `f` over `pts`.

@@ -39,13 +39,20 @@ fn windows_hold_the_slots_that_end_inside_them() {
     // 13 too, which has no sample.
     assert_eq!(at(RangeFn::Sum, &rs, 13 * M, 2 * M), Some(6.0));
     assert_eq!(at(RangeFn::Sum, &rs, 13 * M + 30_000, 2 * M), Some(6.0));
-    // At 12:59 the window holds minutes 10 and 11 and minute 12 up to its
-    // newest sample, at 12:00: three samples over the two minutes from
-    // 10:00, standing for three intervals, so scaled by 2/3.
+    // At 12:59.999 the window holds minutes 10 and 11 and minute 12 up to
+    // its newest sample, at 12:00, less the share of minute 10 before the
+    // range, (10:59.999, 12:59.999]: all of it but a millisecond, so the
+    // sum is nearly Prometheus' 2 + 4.
     let partial = window(&rs, 13 * M - 1, 2 * M);
     assert_eq!((partial.lo, partial.hi, partial.covered_ms), (0, 3, 2 * M));
+    assert_eq!(partial.lead_ms, M - 1);
     let sum = at(RangeFn::Sum, &rs, 13 * M - 1, 2 * M).unwrap();
-    assert!((sum - 7.0 * 2.0 / 3.0).abs() < 1e-12, "{sum}");
+    assert!((sum - 6.0).abs() < 1e-3, "{sum}");
+    // Half way into minute 12, half of minute 10 is before the range: 2.5
+    // samples summing to 6.5 over the 90 s from 10:30 to 12:00, standing
+    // for 2.5 intervals, scaled to the range: 6.5 · 120 / (90 · 2.5 / 1.5).
+    let sum = at(RangeFn::Sum, &rs, 12 * M + 30_000, 2 * M).unwrap();
+    assert!((sum - 6.5 * 120.0 / 150.0).abs() < 1e-9, "{sum}");
     assert_eq!(at(RangeFn::Last, &rs, 13 * M - 1, 2 * M), Some(4.0));
     assert_eq!(at(RangeFn::Count, &rs, 10 * M, M), None);
 }

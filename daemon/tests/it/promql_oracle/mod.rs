@@ -68,19 +68,23 @@ use remote_write::Delivery;
 const AGREEMENT: f64 = 0.95;
 /// The share of the live corpus' instant queries that must agree at now,
 /// inside the minute in progress. The aim is 90 %; runs gave 84.7 % to
-/// 93.8 % (the `exact` class holds `*_over_time` and the `rate` class
-/// `rate`, whose window here starts at the minute boundary, not at
-/// `t - r`, so how far they differ depends on how far into its minute now
-/// falls; and gauges read a scrape apart from Prometheus' at a moving
-/// instant), so the floor held is 80 % until that gap is closed: still
-/// above the 72 % measured before the minute in progress was read.
+/// 93.8 % with the window starting at its first minute's boundary, and
+/// 85.4 % and 89.6 % with that minute's share before the range taken out
+/// (see docs/promql.md). What still differs is what minutes cannot say:
+/// the samples' spread inside the window's first minute (a counter that
+/// changes its pace there), and `*_over_time` counts and sums scaled from
+/// the covered time, close to Prometheus' but not its exact count. The
+/// floor held is 80 % until that gap is closed: still above the 72 %
+/// measured before the minute in progress was read.
 const AGREEMENT_AT_NOW: f64 = 0.80;
 /// The same share 3 s before now, where the minute also holds samples
 /// after the instant and the series' recent samples take them back out
 /// (see docs/promql.md): 56 % to 62 % agreed there before they were kept,
-/// 88.2 % to 92.4 % with them (four runs), the remaining gaps the same
+/// 88.2 % to 92.4 % with them kept for every series (four runs), 86.8 %
+/// and 88.2 % with them kept from a series' first read on (the corpus'
+/// earlier queries are those reads); the remaining gaps are the same
 /// windows as at now.
-const AGREEMENT_BEFORE_NOW: f64 = 0.85;
+const AGREEMENT_BEFORE_NOW: f64 = 0.82;
 /// The instants before now the live corpus' instant queries are asked at
 /// (milliseconds), with the share of them that must agree there.
 const BEFORE_NOW: [(i64, f64); 2] = [(0, AGREEMENT_AT_NOW), (3_000, AGREEMENT_BEFORE_NOW)];
