@@ -7,9 +7,12 @@
 // the charts in view are read and drawn. The charts that come into view
 // are read together, one GET /api/v1/charts per screenful (the daemon
 // caps what one request reads and says which metrics it left for the
-// next). The charts in view are kept live by one watch stream for all of
-// them, opened again when what is in view changes, so a page costs the
-// daemon what one live chart does.
+// next). The page asks for at most POINTS a request, so that no answer
+// takes longer to parse than a frame can spare, however long the window or
+// many the series: a screenful of long series comes in several reads. The
+// charts in view are kept live by one watch stream for all of them, opened
+// again when what is in view changes, so a page costs the daemon what one
+// live chart does.
 //
 // Drawing never holds the page: the charts to draw wait in a queue, and
 // after each frame a slice of them is drawn, a few milliseconds' worth, so
@@ -21,12 +24,16 @@ import { getJSON, showError } from './api.js';
 import { theme } from './chart.js';
 import { duration, num } from './format.js';
 import { watch } from './live.js';
-import { drawMini, drawnData, markDrawn } from './minichart.js';
+import { drawMini, drawnData, markDrawn, miniSurface } from './minichart.js';
 import * as series from './series.js';
 import * as state from './state.js';
 
 /** Metrics per charts request: the daemon takes up to 100. */
 const BATCH = 60;
+/** Points per charts request, all its series together (the first metric's
+    whatever they are): about 2 MB of JSON, parsed in one task of about
+    20 ms. */
+const POINTS = 20000;
 /** Lines per small chart; more are counted, not drawn, and not kept live. */
 const LINES = 20;
 /** A chart out of view this long is read again when it comes back: the
@@ -208,8 +215,8 @@ export class SourcePage {
   }
 
   /**
-   * A metric's placeholder, made once, with its canvas: the card keeps its
-   * layout from the start, so drawing it moves nothing on the page.
+   * A metric's placeholder, made once, with its chart's surface: the card
+   * keeps its layout from the start, so drawing it moves nothing on the page.
    */
   card(metric) {
     let c = this.cards.get(metric);
@@ -227,12 +234,12 @@ export class SourcePage {
     const title = make('span', 'mini-title', metric);
     title.title = metric;
     const note = make('span', 'mini-note');
-    const canvas = make('canvas');
-    canvas.setAttribute('role', 'img');
-    canvas.setAttribute('aria-label', `${metric}: not read yet`);
-    el.append(title, canvas, note);
+    const plot = miniSurface();
+    plot.setAttribute('role', 'img');
+    plot.setAttribute('aria-label', `${metric}: not read yet`);
+    el.append(title, plot, note);
     // `stale`: its data, window or size changed since it was last drawn.
-    c = { el, note, metric, canvas, list: null, drawn: [], stale: true, leftAt: 0 };
+    c = { el, note, metric, plot, list: null, drawn: [], stale: true, leftAt: 0 };
     Object.defineProperty(el, 'tallyDrawn', { get: () => drawnData(c.drawn, this.win) });
     this.cards.set(metric, c);
     return c;
@@ -281,6 +288,7 @@ export class SourcePage {
           to,
           step: STEP_PARAM[step],
           series_per_metric: LINES,
+          points: POINTS,
         },
         { signal: this.ctrl.signal },
       );
@@ -340,8 +348,8 @@ export class SourcePage {
   /**
    * Draws queued charts still in view (the others are queued again when
    * they come back) for about SLICE_MS: their sizes read first, in one
-   * layout, then the canvases drawn, then what they drew written to the
-   * page, so that the page is laid out and styled once per slice.
+   * layout, then the charts drawn and what they drew written to the page,
+   * so that the page is laid out once per slice.
    */
   drawSlice() {
     const start = performance.now();
@@ -350,19 +358,19 @@ export class SourcePage {
       if (this.visible.has(c) && c.list) due.push(c);
       else this.queue.delete(c);
     }
-    const sizes = due.map((c) => [c.canvas.clientWidth, c.canvas.clientHeight]);
+    const sizes = due.map((c) => [c.plot.clientWidth, c.plot.clientHeight]);
     const done = [];
     for (const [i, c] of due.entries()) {
       if (done.length && performance.now() - start > SLICE_MS) break;
       this.queue.delete(c);
-      done.push([c, drawMini(c.canvas, c.list, this.win, this.colors, sizes[i])]);
+      done.push([c, drawMini(c.plot, c.list, this.win, this.colors, sizes[i])]);
     }
     for (const [c, drawing] of done) this.label(c, drawing);
     this.marked();
     this.schedule([]);
   }
 
-  /** Says on the card what its canvas now shows. */
+  /** Says on the card what its chart now shows. */
   label(c, drawing) {
     c.drawn = drawing.drawn;
     c.stale = false;
@@ -375,7 +383,7 @@ export class SourcePage {
       parts.push(c.matched > c.list.length ? `${c.list.length} of ${num(c.matched)} series` : `${c.list.length} series`);
     }
     c.note.textContent = parts.join(' · ');
-    c.canvas.setAttribute('aria-label', `${c.metric}: ${c.el.dataset.series} series, ${c.el.dataset.points} points`);
+    c.plot.setAttribute('aria-label', `${c.metric}: ${c.el.dataset.series} series, ${c.el.dataset.points} points`);
     c.el.dataset.live = this.liveMetrics?.has(c.metric) ? 'live' : 'off';
   }
 
