@@ -136,7 +136,9 @@ function line({ s, pts }, step, sx, sy, color) {
   const out = [];
   if (band) out.push(svgNode('path', { d: band, fill: color, 'fill-opacity': 0.15 }));
   if (path) out.push(svgNode('path', { d: path, stroke: color, 'stroke-width': 1.25, fill: 'none' }));
-  if (dots) out.push(svgNode('path', { d: dots, stroke: color, 'stroke-width': 4, 'stroke-linecap': 'round', fill: 'none' }));
+  if (dots) {
+    out.push(svgNode('path', { d: dots, stroke: color, 'stroke-width': 4, 'stroke-linecap': 'round', fill: 'none' }));
+  }
   return out;
 }
 

@@ -48,6 +48,10 @@ const STEP_PARAM = { 60: '1m', 3600: '1h', 86400: '1d' };
     a frame, so that a slice and the frame after it stay short tasks. */
 const SLICE_MS = 8;
 
+/** `fn` run when the page is idle (within 100 ms), or after a frame's time. */
+const idle = (fn) => (window.requestIdleCallback ? requestIdleCallback(fn, { timeout: 100 }) : setTimeout(fn, 16));
+const cancelIdle = (id) => (window.cancelIdleCallback ? cancelIdleCallback(id) : clearTimeout(id));
+
 function make(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -154,6 +158,7 @@ export class SourcePage {
     clearTimeout(this.streamTimer);
     cancelAnimationFrame(this.frame);
     clearTimeout(this.sliceTimer);
+    cancelIdle(this.fillTimer);
     this.queue.clear();
     if (this.live) this.live.stop();
     this.root.remove();
@@ -183,14 +188,23 @@ export class SourcePage {
     this.render();
   }
 
-  /** Placeholders of every metric the filter keeps, in their groups. */
+  /**
+   * Placeholders of every metric the filter keeps, in their groups: the
+   * groups at once, their cards about SLICE_MS' worth at a time, in page
+   * order, the first slice now and the others when the page is idle (so
+   * they wait for the charts in view to be read and drawn), so that a host
+   * of thousands of metrics is laid out without holding the page; the first
+   * slice holds several screenfuls. The page is `listed` once all are in.
+   */
   render() {
     if (!this.names) return;
     this.observer.disconnect();
     this.visible.clear();
+    cancelIdle(this.fillTimer);
     const keep = filterTest(this.filter.value);
     const shown = this.names.filter(keep);
     const groups = groupByPrefix(shown);
+    const todo = [];
     this.groups.replaceChildren(
       ...groups.map(([prefix, names]) => {
         const g = make('section', 'group');
@@ -198,20 +212,38 @@ export class SourcePage {
         const h = make('h3', '', `${prefix}_…`);
         h.append(make('span', 'count', ` ${names.length}`));
         const grid = make('div', 'minis');
-        grid.append(...names.map((n) => this.card(n).el));
+        for (const n of names) todo.push([grid, n]);
         g.append(h, grid);
         return g;
       }),
     );
-    for (const n of shown) this.observer.observe(this.cards.get(n).el);
     const d = this.root.dataset;
-    d.state = 'listed';
+    d.state = 'loading';
     d.metrics = String(this.names.length);
     d.shown = String(shown.length);
     this.summary.textContent = `${num(shown.length)} of ${num(this.names.length)} metrics · ${num(groups.length)} groups`;
     if (!this.names.length) {
       this.groups.replaceChildren(make('p', 'hint', `${this.opts.source} has no metrics: check the source's name.`));
     }
+    this.fill(todo, 0);
+  }
+
+  /** Puts `todo`'s cards, from `i` on, in their groups (see `render`). */
+  fill(todo, i) {
+    const start = performance.now();
+    for (let k = 0; i < todo.length; k++) {
+      // The clock read every 16 cards: a card takes some 50 µs.
+      if (k && k % 16 === 0 && performance.now() - start > SLICE_MS) break;
+      const [grid, metric] = todo[i++];
+      const { el } = this.card(metric);
+      grid.append(el);
+      this.observer.observe(el);
+    }
+    if (i < todo.length) {
+      this.fillTimer = idle(() => this.fill(todo, i));
+      return;
+    }
+    this.root.dataset.state = 'listed';
   }
 
   /**
