@@ -47,6 +47,10 @@ const STEP_PARAM = { 60: '1m', 3600: '1h', 86400: '1d' };
 /** Drawing per slice: at least one chart, then as many as fit. Well under
     a frame, so that a slice and the frame after it stay short tasks. */
 const SLICE_MS = 8;
+/** Placeholders put in place at once, whatever the time they take (about
+    50 µs each): the first screenfuls of a large screen, so that none of
+    the charts in view waits for a later slice, and a read of its own. */
+const FIRST_CARDS = 300;
 
 /** `fn` run when the page is idle (within 100 ms), or after a frame's time. */
 const idle = (fn) => (window.requestIdleCallback ? requestIdleCallback(fn, { timeout: 100 }) : setTimeout(fn, 16));
@@ -190,11 +194,11 @@ export class SourcePage {
 
   /**
    * Placeholders of every metric the filter keeps, in their groups: the
-   * groups at once, their cards about SLICE_MS' worth at a time, in page
-   * order, the first slice now and the others when the page is idle (so
+   * groups at once, their cards in page order, FIRST_CARDS of them now and
+   * the others about SLICE_MS' worth at a time when the page is idle (so
    * they wait for the charts in view to be read and drawn), so that a host
-   * of thousands of metrics is laid out without holding the page; the first
-   * slice holds several screenfuls. The page is `listed` once all are in.
+   * of thousands of metrics is laid out without holding the page. The page
+   * is `listed` once all are in.
    */
   render() {
     if (!this.names) return;
@@ -225,15 +229,18 @@ export class SourcePage {
     if (!this.names.length) {
       this.groups.replaceChildren(make('p', 'hint', `${this.opts.source} has no metrics: check the source's name.`));
     }
-    this.fill(todo, 0);
+    this.fill(todo, 0, FIRST_CARDS);
   }
 
-  /** Puts `todo`'s cards, from `i` on, in their groups (see `render`). */
-  fill(todo, i) {
+  /**
+   * Puts `todo`'s cards, from `i` on, in their groups: at least `least`,
+   * then until SLICE_MS have passed (see `render`).
+   */
+  fill(todo, i, least = 1) {
     const start = performance.now();
     for (let k = 0; i < todo.length; k++) {
       // The clock read every 16 cards: a card takes some 50 µs.
-      if (k && k % 16 === 0 && performance.now() - start > SLICE_MS) break;
+      if (k >= least && k % 16 === 0 && performance.now() - start > SLICE_MS) break;
       const [grid, metric] = todo[i++];
       const { el } = this.card(metric);
       grid.append(el);
