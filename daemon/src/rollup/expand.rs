@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use hashbrown::HashMap;
 
-use super::{Groups, RollupSeries, Rollups, PREALLOC_HASH};
+use super::{RollupSeries, Rollups, PREALLOC_HASH};
 use crate::aggregator::PreallocMarks;
 use crate::labels::Labels;
 use crate::model::{sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot};
@@ -77,32 +77,44 @@ impl Rollups {
     /// Every member's minutes merged into its groups' sums, in the order
     /// the batch first names each rollup series (so that, as members come
     /// in the batch, the first ones get the room `rollup.max_series` has).
+    ///
+    /// A member's sums are found by numbers this flush gives its source,
+    /// metric and groups, so only its labels are hashed and compared: the
+    /// names were read per member before, a third of the flush's cost at
+    /// 100,000 series.
     fn sum_members<'d>(
         &self,
         drained: &'d [SeriesMinutes],
         skipped: &mut u64,
     ) -> Vec<(Key<'d>, Sums)> {
         let mut sums: Vec<(Key<'d>, Sums)> = Vec::new();
-        let mut at: HashMap<Key<'d>, usize> = HashMap::new();
-        // A source's groups, asked once per source and flush.
-        let mut groups: HashMap<&'d str, Groups> = HashMap::new();
+        let mut at: HashMap<(u32, u32, &'d Labels), usize> = HashMap::new();
+        let mut sources = Numbered::default();
+        let mut metrics = Numbered::default();
+        // Each source's groups with their numbers, asked once per source
+        // and flush; none for a rollup series.
+        let mut of_source: Vec<Vec<(u32, Arc<str>)>> = Vec::new();
+        let mut group_numbers: HashMap<Arc<str>, u32> = HashMap::new();
         for member in drained {
-            let source = &*member.series.source;
-            if Rollups::is_rollup_source(source) {
+            let source = sources.number(&member.series.source);
+            if source as usize == of_source.len() {
+                of_source.push(self.numbered_groups(&member.series.source, &mut group_numbers));
+            }
+            let groups = &of_source[source as usize];
+            if groups.is_empty() {
                 continue;
             }
+            let metric = metrics.number(&member.series.metric);
             // Counters are stored as deltas whatever the agent sent.
             let kind = match member.kind {
                 SampleKind::Gauge => SampleKind::Gauge,
                 _ => SampleKind::DeltaCounter,
             };
-            let of_source = groups
-                .entry(source)
-                .or_insert_with(|| self.groups_of(source));
-            for group in of_source.iter() {
-                let key = (group.clone(), &*member.series.metric, &member.series.labels);
-                let i = *at.entry(key).or_insert_with_key(|key| {
-                    sums.push((key.clone(), Sums::default()));
+            for (number, group) in groups {
+                let key = (*number, metric, &member.series.labels);
+                let i = *at.entry(key).or_insert_with(|| {
+                    let named = (group.clone(), &*member.series.metric, &member.series.labels);
+                    sums.push((named, Sums::default()));
                     sums.len() - 1
                 });
                 let s = &mut sums[i].1;
@@ -122,6 +134,25 @@ impl Rollups {
             }
         }
         sums
+    }
+
+    /// `source`'s groups, each with its number in this flush; none for a
+    /// rollup series' own source.
+    fn numbered_groups(
+        &self,
+        source: &str,
+        numbers: &mut HashMap<Arc<str>, u32>,
+    ) -> Vec<(u32, Arc<str>)> {
+        if Rollups::is_rollup_source(source) {
+            return Vec::new();
+        }
+        self.groups_of(source)
+            .iter()
+            .map(|g| {
+                let next = numbers.len() as u32;
+                (*numbers.entry(g.clone()).or_insert(next), g.clone())
+            })
+            .collect()
     }
 
     /// The rollup series of `sums` that may be written: known ones of the
@@ -164,5 +195,50 @@ impl Rollups {
             });
         }
         out
+    }
+}
+
+/// Numbers for the names of one flush's members, found by the address of
+/// the name first: the aggregator keeps one shared copy of each source and
+/// metric name, so a member's name is read only when its copy is new to the
+/// flush. Equal names in different copies still get one number.
+#[derive(Default)]
+struct Numbered<'d> {
+    by_address: HashMap<*const u8, u32>,
+    by_name: HashMap<&'d str, u32>,
+}
+
+impl<'d> Numbered<'d> {
+    fn number(&mut self, name: &'d Arc<str>) -> u32 {
+        // The batch holds every copy for the whole flush, so an address
+        // cannot be reused for another name meanwhile.
+        let address = Arc::as_ptr(name) as *const u8;
+        if let Some(&n) = self.by_address.get(&address) {
+            return n;
+        }
+        let next = self.by_name.len() as u32;
+        let n = *self.by_name.entry(&**name).or_insert(next);
+        self.by_address.insert(address, n);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_has_one_number_whichever_copy_carries_it() {
+        let (a, a_again, b) = (
+            Arc::<str>::from("m"),
+            Arc::<str>::from("m"),
+            Arc::<str>::from("n"),
+        );
+        let mut numbers = Numbered::default();
+        assert_eq!(numbers.number(&a), 0);
+        assert_eq!(numbers.number(&b), 1);
+        assert_eq!(numbers.number(&a_again), 0);
+        assert_eq!(numbers.number(&a), 0);
+        assert_eq!(numbers.number(&b), 1);
     }
 }

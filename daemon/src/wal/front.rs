@@ -9,6 +9,14 @@
 //! by front doors that read other protocols and read back by the writer:
 //! an encode and a decode per sample for nothing.
 //!
+//! Who writes a queued record: with `wal.sync = "os"` usually its own
+//! appender, right after queuing it (see `writer::Writer::lead`); the
+//! writer thread is woken only for what an appender does not take (markers,
+//! a segment's roll, a failing disk, fsync's groups) or when another
+//! appender is writing at that moment. Handing every request to the thread
+//! cost two thread wake-ups per request, about a tenth of the daemon's CPU
+//! with agents sending small requests in real time.
+//!
 //! Whatever would make queued records disagree with the file is settled
 //! under the same lock: before a segment rolls, the writer takes every
 //! record encoded against its dictionary into that segment's last group
@@ -19,7 +27,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
 use super::compact::Encoder;
@@ -28,21 +36,21 @@ use super::segment;
 use super::WalError;
 use crate::ingest::view::PushView;
 
+/// Hears whether a command's record was written.
+pub(super) type Done = oneshot::Sender<Result<(), WalError>>;
+
 /// What the writer is asked to do, in log order.
 pub(super) enum Cmd {
     /// A request's record, encoded and framed; `done` hears when it is
     /// written (and synced).
-    Append {
-        frame: Vec<u8>,
-        done: oneshot::Sender<Result<(), WalError>>,
-    },
+    Append { frame: Vec<u8>, done: Done },
     /// A flush was cut: its marker, written in order with the appends;
     /// `done` hears when it is written, which may be in a later group than
     /// its own if that one fails.
     Marker {
         flush_id: u64,
         baselines: Vec<record::Baseline>,
-        done: oneshot::Sender<Result<(), WalError>>,
+        done: Done,
     },
     /// The store holds every flush up to this id durably.
     Durable(u64),
@@ -87,7 +95,8 @@ impl Front {
     }
 
     /// Encodes `req`'s record and queues it; the receiver hears when it is
-    /// written.
+    /// written. Nobody is woken: the caller writes it itself or calls
+    /// [`Front::wake`].
     pub fn append(
         &self,
         now_ms: i64,
@@ -105,9 +114,52 @@ impl Front {
         segment::seal_frame(&mut frame);
         let (done, wait) = oneshot::channel();
         s.cmds.push_back(Cmd::Append { frame, done });
-        drop(s);
-        self.queued.notify_one();
         Ok(wait)
+    }
+
+    /// Wakes the writer thread to take what is queued.
+    pub fn wake(&self) {
+        self.queued.notify_one();
+    }
+
+    /// Wakes the writer thread if anything is queued.
+    pub fn wake_if_queued(&self) {
+        if !self.state.lock().cmds.is_empty() {
+            self.queued.notify_one();
+        }
+    }
+
+    /// The writer thread's wait: until something is queued, or at most
+    /// `wait` (forever when None). Nothing is taken: commands come out only
+    /// under the writer's lock, so that they are written in queue order
+    /// whoever writes them.
+    pub fn wait(&self, wait: Option<Duration>) {
+        self.wait_locked(&mut self.state.lock(), wait);
+    }
+
+    fn wait_locked(&self, s: &mut MutexGuard<'_, State>, wait: Option<Duration>) {
+        if s.cmds.is_empty() {
+            match wait {
+                Some(w) => {
+                    self.queued.wait_for(s, w);
+                }
+                None => self.queued.wait(s),
+            }
+        }
+    }
+
+    /// The first queued command if it is a request's record of at most
+    /// `room` bytes.
+    pub fn try_next_append(&self, room: usize) -> Option<(Vec<u8>, Done)> {
+        let mut s = self.state.lock();
+        match s.cmds.front() {
+            Some(Cmd::Append { frame, .. }) if frame.len() <= room => {}
+            _ => return None,
+        }
+        match s.cmds.pop_front() {
+            Some(Cmd::Append { frame, done }) => Some((frame, done)),
+            _ => None,
+        }
     }
 
     /// Queues a command that is not a request.
@@ -122,18 +174,11 @@ impl Front {
         Ok(())
     }
 
-    /// The writer's wait: the first queued command, after at most `wait`
-    /// (forever when None).
+    /// The first queued command, waiting at most `wait` (forever when
+    /// None) for one.
     pub fn next(&self, wait: Option<Duration>) -> Option<Cmd> {
         let mut s = self.state.lock();
-        if s.cmds.is_empty() {
-            match wait {
-                Some(w) => {
-                    self.queued.wait_for(&mut s, w);
-                }
-                None => self.queued.wait(&mut s),
-            }
-        }
+        self.wait_locked(&mut s, wait);
         s.cmds.pop_front()
     }
 
@@ -155,7 +200,7 @@ impl Front {
     /// the dictionaries again, and the requests queued behind the group
     /// come out to be refused with it (their records may refer to series
     /// it defined). Markers and other commands stay queued, in order.
-    pub fn take_back(&self) -> Vec<oneshot::Sender<Result<(), WalError>>> {
+    pub fn take_back(&self) -> Vec<Done> {
         let mut s = self.state.lock();
         s.encoder.lost();
         let mut refused = Vec::new();

@@ -3,7 +3,8 @@
 //! acknowledged sample. See `record` for what it holds (requests in the
 //! compact form of `compact`, against the segment's dictionary `dict`),
 //! `front` for where requests are encoded and queued, `segment` for the
-//! files, `writer` for the group commit; replaying it at start is
+//! files, `writer` for the group commit (by the appender itself, or by the
+//! writer thread); replaying it at start is
 //! [`crate::recovery`]'s.
 //!
 //! Exactly once: a flush's marker sits in the log between the requests
@@ -79,9 +80,11 @@ impl MarkerReceipt {
     }
 }
 
-/// The running log: appends go to its writer thread.
+/// The running log: appends are queued in `front` and written under
+/// `pen`, by their appender or by the writer thread.
 pub struct Wal {
     front: Arc<Front>,
+    pen: Arc<parking_lot::Mutex<Writer>>,
     failing: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
@@ -132,14 +135,24 @@ impl Wal {
             failing: Arc::default(),
             front: front.clone(),
             ends_segment: false,
+            carry: Default::default(),
+            buf: Vec::with_capacity(1 << 20),
+            waiting: Vec::new(),
+            closed: false,
         };
         let failing = writer.failing.clone();
+        let pen = Arc::new(parking_lot::Mutex::new(writer));
+        let thread_pen = pen.clone();
         std::thread::Builder::new()
             .name("tally-wal".into())
-            .spawn(move || writer.run())
+            .spawn(move || Writer::run(thread_pen))
             .map_err(io)?;
         info!(dir = %dir.display(), segment = number, "write-ahead log open");
-        Ok(Wal { front, failing })
+        Ok(Wal {
+            front,
+            pen,
+            failing,
+        })
     }
 
     /// Runs `queue` until it takes its command, waiting while the queue is
@@ -177,7 +190,8 @@ impl Wal {
     }
 
     /// Appends a request, read as `req`, and returns once it is written
-    /// (or synced). It is encoded here, on the caller's thread.
+    /// (or synced). It is encoded here, on the caller's thread, and written
+    /// here too when the writer is free and `wal.sync = "os"`.
     pub async fn append_request(
         &self,
         now_ms: i64,
@@ -187,6 +201,14 @@ impl Wal {
         let wait = self
             .queued(|| self.front.append(now_ms, refused_sources, req))
             .await?;
+        // Busy means someone else is writing: the thread takes what is
+        // queued once it holds the pen, and an appender that led wakes it
+        // for anything left behind.
+        let led = self.pen.try_lock().map(|mut w| w.lead());
+        match led {
+            Some(true) => self.front.wake_if_queued(),
+            _ => self.front.wake(),
+        }
         wait.await.map_err(|_| WalError::Closed)?
     }
 

@@ -32,12 +32,26 @@ fn request(task: usize, i: usize) -> pb::PushRequest {
 /// Every request appended by concurrent tasks, while tiny segments roll
 /// and markers are cut, reads back from the recovered log, each task's in
 /// its order: each record lands in the segment whose dictionary encoded it.
+/// With `sync = "os"` appenders write their own records whenever the
+/// writer is free, and the thread writes the markers and rolls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_appends_across_rolls_read_back_exactly() {
+    appends_across_rolls_read_back_exactly(SyncMode::Os).await;
+}
+
+/// With fsync the thread writes every group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_synced_appends_across_rolls_read_back_exactly() {
+    appends_across_rolls_read_back_exactly(SyncMode::Fsync).await;
+}
+
+async fn appends_across_rolls_read_back_exactly(sync: SyncMode) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = WalConfig {
         segment_bytes: 2048,
         queue: 8,
+        sync,
+        fsync_interval: Duration::ZERO,
         ..WalConfig::default()
     };
     let wal = Arc::new(
@@ -117,4 +131,46 @@ async fn appends_after_close_are_refused() {
     let req = request(0, 0);
     let got = wal.append_request(0, &[], &PushView::of(&req)).await;
     assert!(matches!(got, Err(WalError::Closed)), "{got:?}");
+}
+
+/// An append queued while someone else holds the writer is not lost: the
+/// writer thread takes it once the writer is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_behind_a_busy_writer_is_written_when_it_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let wal = Arc::new(
+        Wal::start(
+            dir.path(),
+            WalConfig::default(),
+            &[],
+            Baselines::default(),
+            Duration::from_secs(3600),
+        )
+        .unwrap(),
+    );
+    let pen = wal.pen.clone();
+    let busy = pen.lock();
+    let appender = wal.clone();
+    let task = tokio::spawn(async move {
+        let req = request(0, 0);
+        appender.append_request(7, &[], &PushView::of(&req)).await
+    });
+    // The task runs on the runtime's workers while this thread holds the
+    // writer (blocking it, with no await while the lock is held).
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!task.is_finished(), "acknowledged before it was written");
+    drop(busy);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the writer thread takes the queued append")
+        .unwrap()
+        .unwrap();
+    wal.close().await;
+    let segments = recover(dir.path()).unwrap();
+    let requests = segments
+        .iter()
+        .flat_map(|s| s.records().unwrap())
+        .filter(|r| matches!(r, Ok(Record::Request { now_ms: 7, .. })))
+        .count();
+    assert_eq!(requests, 1);
 }

@@ -1,9 +1,19 @@
-//! The log's single writer: a thread that takes appends from the bounded
-//! queue of `front` (where appenders encoded them), writes every append
-//! waiting at that moment with one `write` (group commit), syncs them when
+//! The log's writer: it takes appends from the bounded queue of `front`
+//! (where appenders encoded them), writes every append waiting at that
+//! moment with one `write` (group commit), syncs them when
 //! `wal.sync = "fsync"`, and only then answers each appender. It also rolls
 //! segments (each new one opens with a checkpoint of the baselines) and
 //! deletes segments once the store holds everything in them.
+//!
+//! It sits behind a lock, and two parties hold it. Its thread does all of
+//! the above. With `wal.sync = "os"` an appender that finds it free takes
+//! it for the common case instead (`lead`): it writes the requests at the
+//! head of the queue (its own and any queued beside it) on its own thread
+//! and answers them, with no thread woken. A write to the page cache takes
+//! microseconds; where the kernel throttles writes, the appender waits as
+//! the writer thread would have, and its acknowledgement with it.
+//! Commands leave the queue only under the lock, so records reach the file
+//! in the order they were encoded, whoever writes them.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -14,7 +24,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{error, info, warn};
 
-use super::front::{Cmd, Front};
+use super::front::{Cmd, Done, Front};
 use super::record;
 use super::segment::{self, Open};
 use super::Baselines;
@@ -31,14 +41,12 @@ const RETRY: Duration = Duration::from_millis(200);
 /// Bytes a probe writes (and takes back) to see whether the disk has room.
 const PROBE_BYTES: usize = 64 * 1024;
 
-type Done = oneshot::Sender<Result<(), WalError>>;
-
 /// Markers not yet written because their group failed (a full disk). A
 /// flush's marker must reach the log before the store may hold the flush,
 /// so they are written first in the next group: the requests of the failed
 /// group were refused, so nothing taken comes between.
 #[derive(Default)]
-struct Carry {
+pub(super) struct Carry {
     frames: Vec<u8>,
     done: Vec<Done>,
 }
@@ -69,6 +77,14 @@ pub(super) struct Writer {
     /// the segment rolls once it is written, and only then, since records
     /// queued later start the dictionaries again.
     pub ends_segment: bool,
+    /// Markers of failed groups, written first in the next group.
+    pub carry: Carry,
+    /// The group being written, and who waits for it (kept for their
+    /// memory).
+    pub buf: Vec<u8>,
+    pub waiting: Vec<Done>,
+    /// The closing checkpoint is written: nothing more is.
+    pub closed: bool,
 }
 
 /// Tells appenders the writer is gone, however it stops.
@@ -81,46 +97,103 @@ impl Drop for Closing {
 }
 
 impl Writer {
-    pub fn run(mut self) {
-        let _closing = Closing(self.front.clone());
-        let mut buf = Vec::with_capacity(1 << 20);
-        let mut waiting: Vec<Done> = Vec::new();
-        let mut carry = Carry::default();
+    /// The writer thread: waits for commands and writes them, until the
+    /// log is closed.
+    pub fn run(pen: Arc<Mutex<Writer>>) {
+        let front = pen.lock().front.clone();
+        let _closing = Closing(front.clone());
         loop {
-            let quiet = carry.frames.is_empty() && self.failing.lock().is_none();
-            let first = self.front.next((!quiet).then_some(RETRY));
-            if first.is_none() && carry.frames.is_empty() {
-                if !quiet {
-                    self.probe();
-                }
-                continue;
-            }
-            buf.extend_from_slice(&carry.frames);
-            let mut markers = std::mem::take(&mut carry);
-            let closing = self.gather(first, &mut buf, &mut waiting, &mut markers);
-            let result = self.write_group(&buf);
-            buf.clear();
-            if result.is_err() {
-                // Requests queued behind the group may refer to series it
-                // defined: they are refused with it.
-                waiting.extend(self.front.take_back());
-            }
-            for w in waiting.drain(..) {
-                let _ = w.send(result.clone());
-            }
-            if result.is_ok() || closing.is_some() {
-                for w in markers.done.drain(..) {
-                    let _ = w.send(result.clone());
-                }
-            } else {
-                carry = markers;
-            }
-            if let Some(done) = closing {
-                self.close();
-                let _ = done.send(());
+            let quiet = pen.lock().quiet();
+            front.wait((!quiet).then_some(RETRY));
+            if pen.lock().round() {
                 return;
             }
         }
+    }
+
+    /// Nothing to retry: no failed markers waiting, no failing disk.
+    fn quiet(&self) -> bool {
+        self.carry.frames.is_empty() && self.failing.lock().is_none()
+    }
+
+    /// One group from the queue, or a probe of a failing disk when nothing
+    /// is queued. Returns whether the log was closed.
+    fn round(&mut self) -> bool {
+        let quiet = self.quiet();
+        let first = self.front.try_next();
+        if first.is_none() && self.carry.frames.is_empty() {
+            if !quiet {
+                self.probe();
+            }
+            return false;
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut waiting = std::mem::take(&mut self.waiting);
+        let mut markers = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(&markers.frames);
+        let closing = self.gather(first, &mut buf, &mut waiting, &mut markers);
+        let result = self.write_and_answer(&mut buf, &mut waiting);
+        if result.is_ok() || closing.is_some() {
+            for w in markers.done.drain(..) {
+                let _ = w.send(result.clone());
+            }
+            markers.frames.clear();
+        }
+        self.carry = markers;
+        self.buf = buf;
+        self.waiting = waiting;
+        let Some(done) = closing else {
+            return false;
+        };
+        self.close();
+        self.closed = true;
+        self.front.close();
+        let _ = done.send(());
+        true
+    }
+
+    /// An appender's turn (`wal.sync = "os"`): writes the requests' records
+    /// at the head of the queue as one group and answers them. Whatever it
+    /// leaves (a marker, a record that would end the segment, anything
+    /// while the disk is failing) is the thread's: returns false when the
+    /// thread is needed.
+    pub fn lead(&mut self) -> bool {
+        if self.cfg.sync != SyncMode::Os || self.closed || self.broken.is_some() || !self.quiet() {
+            return false;
+        }
+        // The segment rolls in the thread's group once it is full.
+        let room = (MAX_GROUP as u64).min(self.cfg.segment_bytes.saturating_sub(self.open.len + 1))
+            as usize;
+        let mut buf = std::mem::take(&mut self.buf);
+        let mut waiting = std::mem::take(&mut self.waiting);
+        while let Some((frame, done)) = self.front.try_next_append(room - buf.len()) {
+            buf.extend_from_slice(&frame);
+            waiting.push(done);
+        }
+        let result = self.write_and_answer(&mut buf, &mut waiting);
+        self.buf = buf;
+        self.waiting = waiting;
+        result.is_ok()
+    }
+
+    /// Writes the group in `buf` and answers every request in it; emptied
+    /// for the next group.
+    fn write_and_answer(
+        &mut self,
+        buf: &mut Vec<u8>,
+        waiting: &mut Vec<Done>,
+    ) -> Result<(), WalError> {
+        let result = self.write_group(buf);
+        buf.clear();
+        if result.is_err() {
+            // Requests queued behind the group may refer to series it
+            // defined: they are refused with it.
+            waiting.extend(self.front.take_back());
+        }
+        for w in waiting.drain(..) {
+            let _ = w.send(result.clone());
+        }
+        result
     }
 
     /// Takes what is queued (and, with fsync, what arrives within the
