@@ -1,42 +1,52 @@
-// A small chart on canvas for the source page: one metric's series as
-// lines (a gauge's mean inside its min–max band, a counter's rate, as the
-// full chart draws them), a value axis of three ticks, no legend and no
-// readout, so that a screenful of them draws in a few milliseconds.
+// A small chart for the source page: one metric's series as lines (a
+// gauge's mean inside its min–max band, a counter's rate, as the full chart
+// draws them), a value axis of three ticks, no legend and no readout.
+//
+// Drawn in SVG rather than on a canvas: the browser composites every canvas
+// as a layer of its own, in every frame, and a page of small canvases spent
+// most of its frames on them (more with each screenful read), while SVG is
+// painted with the page, and an unchanged chart costs a frame nothing.
 //
 // Like the full chart, it says what it drew: its element carries
 // `data-state`, `data-series`, `data-points` and `data-last-t`, and
 // `element.tallyDrawn` returns every plotted point as `[t, y]` or
 // `[t, y, min, max]`. Drawing and saying are two calls, so that a caller
-// drawing several charts writes the page once they are all drawn: setting
-// a canvas' font reads its element's style, which any write to the page
-// before it would have recomputed, once per chart.
+// drawing several charts measures them all before it writes to any.
 
 import { niceTicks } from './axes.js';
 import { num } from './format.js';
 import { bandOf, lowerBound, runsOf, yOf } from './series.js';
 
 const MARGIN = { left: 46, right: 4, top: 6, bottom: 4 };
+const NS = 'http://www.w3.org/2000/svg';
+
+/** An SVG element with `attrs`. */
+function svgNode(tag, attrs) {
+  const e = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+/** A small chart's drawing surface, to give `drawMini`. */
+export function miniSurface() {
+  return svgNode('svg', { class: 'mini-plot' });
+}
 
 /** The points of `s` inside `[from, to)`. */
 function inWindow(s, from, to) {
   return s.points.slice(lowerBound(s.points, from), lowerBound(s.points, to));
 }
 
+/** A coordinate to a tenth of a pixel, for short path data. */
+const px = (v) => Math.round(v * 10) / 10;
+
 /**
  * Draws `list` (chart series, see series.js) over `win` ({from, to, step})
- * on `canvas`, `[w, h]` CSS px as its caller measured it (measuring here
- * would lay the page out once per chart). Writes nothing else: returns
- * the drawing, for `markDrawn` and `drawnData`.
+ * on `surface` (from `miniSurface`), `[w, h]` CSS px as its caller measured
+ * it (measuring here would lay the page out once per chart). Writes
+ * nothing else: returns the drawing, for `markDrawn` and `drawnData`.
  */
-export function drawMini(canvas, list, win, colors, [w, h]) {
-  const dpr = devicePixelRatio || 1;
-  if (canvas.width !== Math.round(w * dpr) || canvas.height !== Math.round(h * dpr)) {
-    canvas.width = Math.round(w * dpr);
-    canvas.height = Math.round(h * dpr);
-  }
-  const ctx = canvas.getContext('2d');
-  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.clearRect(0, 0, w, h);
+export function drawMini(surface, list, win, colors, [w, h]) {
   const { from, to, step } = win;
   const drawn = list.map((s, i) => ({ s, i, pts: inWindow(s, from, to) }));
   let lo = Infinity;
@@ -67,28 +77,30 @@ export function drawMini(canvas, list, win, colors, [w, h]) {
     h: Math.max(10, h - MARGIN.top - MARGIN.bottom),
   };
   const y = niceTicks(lo, hi, 3);
-  const sx = (t) => box.x + ((t + step / 2 - from) / (to - from)) * box.w;
-  const sy = (v) => box.y + box.h - ((v - y.lo) / (y.hi - y.lo)) * box.h;
-  ctx.lineWidth = 1;
-  ctx.strokeStyle = colors.grid;
-  ctx.fillStyle = colors.muted;
-  ctx.font = '10px system-ui, sans-serif';
-  ctx.textAlign = 'right';
-  ctx.textBaseline = 'middle';
-  ctx.beginPath();
+  const yAt = (v) => box.y + box.h - ((v - y.lo) / (y.hi - y.lo)) * box.h;
+  const sx = (t) => px(box.x + ((t + step / 2 - from) / (to - from)) * box.w);
+  const sy = (v) => px(yAt(v));
+  const nodes = [];
+  let grid = '';
   for (const v of y.ticks) {
-    const py = Math.round(sy(v)) + 0.5;
-    ctx.moveTo(box.x, py);
-    ctx.lineTo(box.x + box.w, py);
-    ctx.fillText(num(v), box.x - 4, py);
+    const py = Math.round(yAt(v)) + 0.5;
+    grid += `M${box.x} ${py}H${box.x + box.w}`;
+    const label = svgNode('text', { x: box.x - 4, y: py, fill: colors.muted });
+    label.textContent = num(v);
+    nodes.push(label);
   }
-  ctx.stroke();
-  ctx.save();
-  ctx.beginPath();
-  ctx.rect(box.x, box.y - 2, box.w, box.h + 4);
-  ctx.clip();
-  for (const d of drawn) line(ctx, d, step, sx, sy, colors.series[d.i % colors.series.length]);
-  ctx.restore();
+  nodes.push(svgNode('path', { d: grid, stroke: colors.grid, 'stroke-width': 1, fill: 'none' }));
+  // The lines, clipped to the plot (a nested svg clips what it holds).
+  const plot = svgNode('svg', {
+    x: box.x,
+    y: box.y - 2,
+    width: box.w,
+    height: box.h + 4,
+    viewBox: `${box.x} ${box.y - 2} ${box.w} ${box.h + 4}`,
+  });
+  for (const d of drawn) plot.append(...line(d, step, sx, sy, colors.series[d.i % colors.series.length]));
+  nodes.push(plot);
+  surface.replaceChildren(...nodes);
   return { drawn, count, lastT };
 }
 
@@ -101,30 +113,33 @@ export function markDrawn(host, { drawn, count, lastT }) {
   ds.state = count ? 'drawn' : 'empty';
 }
 
-/** One series: its band, then its line, broken where buckets are empty. */
-function line(ctx, { s, pts }, step, sx, sy, color) {
-  const runs = runsOf(s, pts, step);
-  ctx.fillStyle = color;
-  ctx.strokeStyle = color;
-  ctx.lineWidth = 1.25;
-  for (const r of runs) {
-    if (r.length > 1 && bandOf(s, r[0])) {
-      ctx.globalAlpha = 0.15;
-      ctx.beginPath();
-      r.forEach((p, k) => ctx[k ? 'lineTo' : 'moveTo'](sx(p.t), sy(bandOf(s, p)[1])));
-      for (let k = r.length - 1; k >= 0; k--) ctx.lineTo(sx(r[k].t), sy(bandOf(s, r[k])[0]));
-      ctx.fill();
-      ctx.globalAlpha = 1;
-    }
-    ctx.beginPath();
+/**
+ * One series' paths: its band, its line, broken where buckets are empty,
+ * and a dot for a bucket alone between gaps.
+ */
+function line({ s, pts }, step, sx, sy, color) {
+  let band = '';
+  let path = '';
+  let dots = '';
+  for (const r of runsOf(s, pts, step)) {
     if (r.length === 1) {
-      ctx.arc(sx(r[0].t), sy(yOf(s, r[0])), 2, 0, 2 * Math.PI);
-      ctx.fill();
+      dots += `M${sx(r[0].t)} ${sy(yOf(s, r[0]))}h0`;
       continue;
     }
-    r.forEach((p, k) => ctx[k ? 'lineTo' : 'moveTo'](sx(p.t), sy(yOf(s, p))));
-    ctx.stroke();
+    if (bandOf(s, r[0])) {
+      band += r.map((p, k) => `${k ? 'L' : 'M'}${sx(p.t)} ${sy(bandOf(s, p)[1])}`).join('');
+      for (let k = r.length - 1; k >= 0; k--) band += `L${sx(r[k].t)} ${sy(bandOf(s, r[k])[0])}`;
+      band += 'Z';
+    }
+    path += r.map((p, k) => `${k ? 'L' : 'M'}${sx(p.t)} ${sy(yOf(s, p))}`).join('');
   }
+  const out = [];
+  if (band) out.push(svgNode('path', { d: band, fill: color, 'fill-opacity': 0.15 }));
+  if (path) out.push(svgNode('path', { d: path, stroke: color, 'stroke-width': 1.25, fill: 'none' }));
+  if (dots) {
+    out.push(svgNode('path', { d: dots, stroke: color, 'stroke-width': 4, 'stroke-linecap': 'round', fill: 'none' }));
+  }
+  return out;
 }
 
 /** What `tallyDrawn` returns for a drawing's series (as the full chart's). */

@@ -7,9 +7,12 @@
 // the charts in view are read and drawn. The charts that come into view
 // are read together, one GET /api/v1/charts per screenful (the daemon
 // caps what one request reads and says which metrics it left for the
-// next). The charts in view are kept live by one watch stream for all of
-// them, opened again when what is in view changes, so a page costs the
-// daemon what one live chart does.
+// next). The page asks for at most POINTS a request, so that no answer
+// takes longer to parse than a frame can spare, however long the window or
+// many the series: a screenful of long series comes in several reads. The
+// charts in view are kept live by one watch stream for all of them, opened
+// again when what is in view changes, so a page costs the daemon what one
+// live chart does.
 //
 // Drawing never holds the page: the charts to draw wait in a queue, and
 // after each frame a slice of them is drawn, a few milliseconds' worth, so
@@ -21,12 +24,16 @@ import { getJSON, showError } from './api.js';
 import { theme } from './chart.js';
 import { duration, num } from './format.js';
 import { watch } from './live.js';
-import { drawMini, drawnData, markDrawn } from './minichart.js';
+import { drawMini, drawnData, markDrawn, miniSurface } from './minichart.js';
 import * as series from './series.js';
 import * as state from './state.js';
 
 /** Metrics per charts request: the daemon takes up to 100. */
 const BATCH = 60;
+/** Points per charts request, all its series together (the first metric's
+    whatever they are): about 2 MB of JSON, parsed in one task of about
+    20 ms. */
+const POINTS = 20000;
 /** Lines per small chart; more are counted, not drawn, and not kept live. */
 const LINES = 20;
 /** A chart out of view this long is read again when it comes back: the
@@ -40,6 +47,14 @@ const STEP_PARAM = { 60: '1m', 3600: '1h', 86400: '1d' };
 /** Drawing per slice: at least one chart, then as many as fit. Well under
     a frame, so that a slice and the frame after it stay short tasks. */
 const SLICE_MS = 8;
+/** Placeholders put in place at once, whatever the time they take (about
+    50 µs each): the first screenfuls of a large screen, so that none of
+    the charts in view waits for a later slice, and a read of its own. */
+const FIRST_CARDS = 300;
+
+/** `fn` run when the page is idle (within 100 ms), or after a frame's time. */
+const idle = (fn) => (window.requestIdleCallback ? requestIdleCallback(fn, { timeout: 100 }) : setTimeout(fn, 16));
+const cancelIdle = (id) => (window.cancelIdleCallback ? cancelIdleCallback(id) : clearTimeout(id));
 
 function make(tag, cls, text) {
   const e = document.createElement(tag);
@@ -147,6 +162,7 @@ export class SourcePage {
     clearTimeout(this.streamTimer);
     cancelAnimationFrame(this.frame);
     clearTimeout(this.sliceTimer);
+    cancelIdle(this.fillTimer);
     this.queue.clear();
     if (this.live) this.live.stop();
     this.root.remove();
@@ -176,14 +192,23 @@ export class SourcePage {
     this.render();
   }
 
-  /** Placeholders of every metric the filter keeps, in their groups. */
+  /**
+   * Placeholders of every metric the filter keeps, in their groups: the
+   * groups at once, their cards in page order, FIRST_CARDS of them now and
+   * the others about SLICE_MS' worth at a time when the page is idle (so
+   * they wait for the charts in view to be read and drawn), so that a host
+   * of thousands of metrics is laid out without holding the page. The page
+   * is `listed` once all are in.
+   */
   render() {
     if (!this.names) return;
     this.observer.disconnect();
     this.visible.clear();
+    cancelIdle(this.fillTimer);
     const keep = filterTest(this.filter.value);
     const shown = this.names.filter(keep);
     const groups = groupByPrefix(shown);
+    const todo = [];
     this.groups.replaceChildren(
       ...groups.map(([prefix, names]) => {
         const g = make('section', 'group');
@@ -191,25 +216,46 @@ export class SourcePage {
         const h = make('h3', '', `${prefix}_…`);
         h.append(make('span', 'count', ` ${names.length}`));
         const grid = make('div', 'minis');
-        grid.append(...names.map((n) => this.card(n).el));
+        for (const n of names) todo.push([grid, n]);
         g.append(h, grid);
         return g;
       }),
     );
-    for (const n of shown) this.observer.observe(this.cards.get(n).el);
     const d = this.root.dataset;
-    d.state = 'listed';
+    d.state = 'loading';
     d.metrics = String(this.names.length);
     d.shown = String(shown.length);
     this.summary.textContent = `${num(shown.length)} of ${num(this.names.length)} metrics · ${num(groups.length)} groups`;
     if (!this.names.length) {
       this.groups.replaceChildren(make('p', 'hint', `${this.opts.source} has no metrics: check the source's name.`));
     }
+    this.fill(todo, 0, FIRST_CARDS);
   }
 
   /**
-   * A metric's placeholder, made once, with its canvas: the card keeps its
-   * layout from the start, so drawing it moves nothing on the page.
+   * Puts `todo`'s cards, from `i` on, in their groups: at least `least`,
+   * then until SLICE_MS have passed (see `render`).
+   */
+  fill(todo, i, least = 1) {
+    const start = performance.now();
+    for (let k = 0; i < todo.length; k++) {
+      // The clock read every 16 cards: a card takes some 50 µs.
+      if (k >= least && k % 16 === 0 && performance.now() - start > SLICE_MS) break;
+      const [grid, metric] = todo[i++];
+      const { el } = this.card(metric);
+      grid.append(el);
+      this.observer.observe(el);
+    }
+    if (i < todo.length) {
+      this.fillTimer = idle(() => this.fill(todo, i));
+      return;
+    }
+    this.root.dataset.state = 'listed';
+  }
+
+  /**
+   * A metric's placeholder, made once, with its chart's surface: the card
+   * keeps its layout from the start, so drawing it moves nothing on the page.
    */
   card(metric) {
     let c = this.cards.get(metric);
@@ -227,12 +273,12 @@ export class SourcePage {
     const title = make('span', 'mini-title', metric);
     title.title = metric;
     const note = make('span', 'mini-note');
-    const canvas = make('canvas');
-    canvas.setAttribute('role', 'img');
-    canvas.setAttribute('aria-label', `${metric}: not read yet`);
-    el.append(title, canvas, note);
+    const plot = miniSurface();
+    plot.setAttribute('role', 'img');
+    plot.setAttribute('aria-label', `${metric}: not read yet`);
+    el.append(title, plot, note);
     // `stale`: its data, window or size changed since it was last drawn.
-    c = { el, note, metric, canvas, list: null, drawn: [], stale: true, leftAt: 0 };
+    c = { el, note, metric, plot, list: null, drawn: [], stale: true, leftAt: 0 };
     Object.defineProperty(el, 'tallyDrawn', { get: () => drawnData(c.drawn, this.win) });
     this.cards.set(metric, c);
     return c;
@@ -281,6 +327,7 @@ export class SourcePage {
           to,
           step: STEP_PARAM[step],
           series_per_metric: LINES,
+          points: POINTS,
         },
         { signal: this.ctrl.signal },
       );
@@ -340,8 +387,8 @@ export class SourcePage {
   /**
    * Draws queued charts still in view (the others are queued again when
    * they come back) for about SLICE_MS: their sizes read first, in one
-   * layout, then the canvases drawn, then what they drew written to the
-   * page, so that the page is laid out and styled once per slice.
+   * layout, then the charts drawn and what they drew written to the page,
+   * so that the page is laid out once per slice.
    */
   drawSlice() {
     const start = performance.now();
@@ -350,19 +397,19 @@ export class SourcePage {
       if (this.visible.has(c) && c.list) due.push(c);
       else this.queue.delete(c);
     }
-    const sizes = due.map((c) => [c.canvas.clientWidth, c.canvas.clientHeight]);
+    const sizes = due.map((c) => [c.plot.clientWidth, c.plot.clientHeight]);
     const done = [];
     for (const [i, c] of due.entries()) {
       if (done.length && performance.now() - start > SLICE_MS) break;
       this.queue.delete(c);
-      done.push([c, drawMini(c.canvas, c.list, this.win, this.colors, sizes[i])]);
+      done.push([c, drawMini(c.plot, c.list, this.win, this.colors, sizes[i])]);
     }
     for (const [c, drawing] of done) this.label(c, drawing);
     this.marked();
     this.schedule([]);
   }
 
-  /** Says on the card what its canvas now shows. */
+  /** Says on the card what its chart now shows. */
   label(c, drawing) {
     c.drawn = drawing.drawn;
     c.stale = false;
@@ -375,7 +422,7 @@ export class SourcePage {
       parts.push(c.matched > c.list.length ? `${c.list.length} of ${num(c.matched)} series` : `${c.list.length} series`);
     }
     c.note.textContent = parts.join(' · ');
-    c.canvas.setAttribute('aria-label', `${c.metric}: ${c.el.dataset.series} series, ${c.el.dataset.points} points`);
+    c.plot.setAttribute('aria-label', `${c.metric}: ${c.el.dataset.series} series, ${c.el.dataset.points} points`);
     c.el.dataset.live = this.liveMetrics?.has(c.metric) ? 'live' : 'off';
   }
 

@@ -61,6 +61,7 @@ const KEYS: &[&str] = &[
     "max_points",
     "window",
     "series_per_metric",
+    "points",
     "query",
     "start",
     "end",

@@ -31,6 +31,7 @@ struct Params {
     to: Option<String>,
     step: Option<String>,
     series_per_metric: Option<usize>,
+    points: Option<usize>,
 }
 
 impl Params {
@@ -58,6 +59,7 @@ impl Params {
             to,
             step: StepSpec::parse(self.step.as_deref().unwrap_or("1m"), None)?,
             series_per_metric: self.series_per_metric.unwrap_or(DEFAULT_SERIES_PER_METRIC),
+            points: self.points,
         })
     }
 }

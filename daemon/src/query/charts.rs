@@ -9,7 +9,10 @@
 //! pass a bound; the answer then says `truncated` and lists the metrics it
 //! left `unread`, for another request. A first metric that alone passes the
 //! bounds is refused, naming them, since asking again could never read it.
-//! The read reserves its share of the read budget like any range read.
+//! A reader may ask for fewer points than the bound (`points`), so that no
+//! answer is more than it can take in at once: past the first metric, that
+//! leaves metrics unread the same way, and never refuses. The read reserves
+//! its share of the read budget like any range read.
 
 use super::engine::SeriesRange;
 use super::{Point, QueryEngine, QueryError, StepSpec, Window};
@@ -38,6 +41,9 @@ pub struct ChartsQuery {
     pub to: i64,
     pub step: StepSpec,
     pub series_per_metric: usize,
+    /// Points the reader wants the answer held to, all series together:
+    /// metrics past the first that would pass it are left unread.
+    pub points: Option<usize>,
 }
 
 /// One metric's chart: its first series (by labels) with their points.
@@ -69,6 +75,8 @@ pub struct ChartsResult {
 pub(super) struct Caps {
     pub(super) series: usize,
     pub(super) points: usize,
+    /// The points the reader asked for: a bound past the first metric only.
+    pub(super) wanted: usize,
 }
 
 /// How many of the metrics (each with `series` to read, in order) fit
@@ -87,6 +95,9 @@ pub(super) fn fitting(series: &[usize], buckets: i64, caps: Caps) -> Result<usiz
                     caps.series, caps.points
                 )));
             }
+            return Ok(i);
+        }
+        if i > 0 && n_points > caps.wanted {
             return Ok(i);
         }
     }
@@ -108,6 +119,9 @@ fn checked(q: &ChartsQuery) -> Result<Vec<String>, QueryError> {
             "series_per_metric must be 1 to {MAX_SERIES_PER_METRIC}, not {}",
             q.series_per_metric
         )));
+    }
+    if q.points == Some(0) {
+        return Err(QueryError::Invalid("points must be at least 1".into()));
     }
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::with_capacity(q.metrics.len());
@@ -137,6 +151,7 @@ impl QueryEngine {
         let caps = Caps {
             series: limit,
             points: MAX_CHART_POINTS.min(self.limits().max_total_points),
+            wanted: q.points.unwrap_or(usize::MAX),
         };
         let per_metric: Vec<usize> = found.iter().map(|(_, _, ids)| ids.len()).collect();
         let fit = fitting(&per_metric, w.buckets(), caps)?;
@@ -184,6 +199,7 @@ mod tests {
     const CAPS: Caps = Caps {
         series: 10,
         points: 1_000,
+        wanted: usize::MAX,
     };
 
     #[test]
@@ -196,6 +212,20 @@ mod tests {
         assert_eq!(fitting(&[], 60, CAPS).unwrap(), 0);
         // A metric without series costs nothing.
         assert_eq!(fitting(&[0, 0, 10], 100, CAPS).unwrap(), 3);
+    }
+
+    #[test]
+    fn the_points_asked_for_bound_all_but_the_first_metric() {
+        let wanted = Caps {
+            wanted: 300,
+            ..CAPS
+        };
+        // 2 × 60 + 3 × 60 = 300 points fit; the third metric's 240 do not.
+        assert_eq!(fitting(&[2, 3, 4], 60, wanted).unwrap(), 2);
+        // A first metric past them is read all the same, alone.
+        assert_eq!(fitting(&[4, 1], 100, wanted).unwrap(), 1);
+        // The bounds still refuse it.
+        assert!(fitting(&[2], 501, wanted).is_err());
     }
 
     #[test]
@@ -216,6 +246,7 @@ mod tests {
             to: 3600,
             step: StepSpec::parse("1m", None).unwrap(),
             series_per_metric: per_metric,
+            points: None,
         }
     }
 
@@ -231,6 +262,11 @@ mod tests {
         assert!(e.to_string().contains("another request"), "{e}");
         assert!(checked(&query(&["a"], 0)).is_err());
         assert!(checked(&query(&["a"], MAX_SERIES_PER_METRIC + 1)).is_err());
+        let no_points = ChartsQuery {
+            points: Some(0),
+            ..query(&["a"], 20)
+        };
+        assert!(checked(&no_points).is_err());
         assert!(checked(&query(&["bad name!"], 20)).is_err());
         let mut glob = query(&["a"], 20);
         glob.source = "web-*".into();

@@ -319,6 +319,26 @@ async fn charts_api_bounds(d: &Daemon) {
     );
     let unread: Vec<String> = serde_json::from_value(body["unread"].clone()).unwrap();
     assert_eq!(unread, names[12..].to_vec());
+    // Fewer points asked for: the metrics past them are left unread, but
+    // never the first, though its 20,160 points alone pass 20,000.
+    for (points, read) in [("50000", 2), ("20000", 1)] {
+        let (status, body) = get_json(
+            d,
+            "/api/v1/charts",
+            &[
+                ("source", SOURCE),
+                ("metric", &names.join(",")),
+                ("from", "now-7d"),
+                ("step", "1m"),
+                ("points", points),
+            ],
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let charts = body["charts"].as_array().unwrap();
+        assert_eq!(charts.len(), read, "points={points}");
+        assert_eq!(body["unread"].as_array().unwrap().len(), METRICS - read);
+    }
 }
 
 /// The page's metrics are Prometheus' `__name__` values for the instance.
