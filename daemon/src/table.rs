@@ -4,8 +4,8 @@
 //! minutes and the catalog writer's record.
 //!
 //! A hash table that holds its entries inline doubles its buckets as it
-//! grows, so between doublings up to half of them are empty; with 256-byte
-//! series entries that is up to 256 bytes of empty room per series (just
+//! grows, so between doublings up to half of them are empty; with 192-byte
+//! series entries that is up to 192 bytes of empty room per series (just
 //! past a million series, 2.1 buckets per entry). Here the hash index holds
 //! 4-byte positions, whose empty buckets cost little, and the entries sit in
 //! chunks allocated as they fill, reusing the positions of evicted series.

@@ -42,7 +42,7 @@ use crate::model::{
 const SPARE_SLACK: usize = 4096;
 
 /// Series groups warmed and then folded together (see `Aggregator::warm`):
-/// their table entries, 256 bytes each, stay well inside a core's L2 cache.
+/// their table entries, 192 bytes each, stay well inside a core's L2 cache.
 const WARM_CHUNK: usize = 256;
 
 /// The `[ingest]` limits in the units the hot path compares against.

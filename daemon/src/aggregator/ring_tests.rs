@@ -107,7 +107,7 @@ fn a_request_keeps_its_newest_samples() {
     // Forgotten through: the newest not pushed, short of the future limit.
     assert_eq!(Ring::skipped(&[1, 50, 3], 10), 3);
     assert_eq!(Ring::skipped(&[50], 10), i64::MIN);
-    let r = fold(&[ten.clone()]);
+    let r = fold(std::slice::from_ref(&ten));
     assert_eq!(times(&r), vec![7_000, 8_000, 9_000, 10_000]);
     // The same request again (a retry): the newest four by time.
     let r = fold(&[ten.clone(), ten]);
