@@ -525,10 +525,19 @@ impl Aggregator {
                 }
                 keep
             });
-            // An evicted series' position may be given to a new one.
+            // An evicted series' position may be given to a new one; a
+            // series no read asked for in the idle timeout (a one-off wide
+            // query) stops paying for its recent samples.
             if !s.recent.is_empty() {
-                let series = &s.series;
-                s.recent.retain(|&pos, _| series.get(pos).is_some());
+                let series = &mut s.series;
+                s.recent.retain(|&pos, r| match series.get_mut(pos) {
+                    None => false,
+                    Some(_) if r.read >= idle_before => true,
+                    Some(st) => {
+                        st.forget_recent();
+                        false
+                    }
+                });
             }
         }
         self.series_count.fetch_sub(gone.len(), Ordering::Relaxed);

@@ -188,8 +188,13 @@ impl SeriesState {
     /// series' position `pos`, unless it already does: those after every
     /// sample it has, as a late sample older than those kept first would
     /// make them look complete when they are not. The read that asks has
-    /// none yet, and answers without them.
+    /// none yet, and answers without them. The read is dated by the
+    /// minute the series was last pushed (the aggregator's clock is its
+    /// requests'): the samples of a series that no read asked for while it
+    /// was pushed for the idle timeout are let go (see
+    /// `Aggregator::evict_idle`).
     pub(super) fn keep_recent<'r>(&mut self, pos: u32, recent: &'r mut RecentRings) -> &'r Ring {
+        let now = self.arrived;
         if !self.keeps_recent() {
             let newest = self.pending.iter().filter_map(|(_, s)| s.last_sample());
             let newest = newest
@@ -197,10 +202,18 @@ impl SeriesState {
                 .chain(self.last_sample.get().map(|(ts, _)| ts));
             let mut ring = Ring::EMPTY;
             ring.forget_through(newest.max().unwrap_or(i64::MIN));
-            recent.insert(pos, ring);
+            recent.insert(pos, Recent { ring, read: now });
             self.marks |= RECENT;
         }
-        recent.entry(pos).or_default()
+        let r = recent.entry(pos).or_default();
+        r.read = r.read.max(now);
+        &r.ring
+    }
+
+    /// Stops keeping the series' recent samples (their entry in the
+    /// shard's map is dropped by the caller).
+    pub(super) fn forget_recent(&mut self) {
+        self.marks &= !RECENT;
     }
 
     #[inline]
@@ -222,7 +235,14 @@ impl SeriesState {
 
 /// The recent samples of the series that keep them, by their position in
 /// the shard's table.
-pub(super) type RecentRings = HashMap<u32, Ring, ahash::RandomState>;
+pub(super) type RecentRings = HashMap<u32, Recent, ahash::RandomState>;
+
+/// One series' recent samples and the minute a read last asked for them.
+#[derive(Debug, Default)]
+pub(super) struct Recent {
+    pub(super) ring: Ring,
+    pub(super) read: ArrivalMinute,
+}
 
 #[derive(Default)]
 pub(super) struct Shard {
@@ -230,7 +250,8 @@ pub(super) struct Shard {
     /// The recent samples of the series a read asked for (see [`RECENT`]),
     /// beside the table rather than in its entries: the series no read
     /// asks for, nearly all of a large fleet, pay no memory for them and
-    /// their ingest touches no more lines. Removed with their series.
+    /// their ingest touches no more lines. Removed with their series, or
+    /// when no read has asked for them in the idle timeout.
     pub(super) recent: RecentRings,
     /// Positions of the series with pending minutes, so a drain visits only
     /// active series. A series with pending minutes is never evicted, so
@@ -293,7 +314,7 @@ impl Aggregator {
         // Only a request's last few samples are pushed to the series'
         // recent ones (see `Ring::keep_from`), and none unless they are kept.
         let mut ring = match state.keeps_recent() {
-            true => recent.get_mut(&pos),
+            true => recent.get_mut(&pos).map(|r| &mut r.ring),
             false => None,
         };
         let keep_from = match ring {

@@ -686,3 +686,32 @@ fn recent_samples_are_kept_once_a_read_asks_for_them() {
     push(&ts, &[5.0; 7]);
     assert_eq!(recent(), ts[3..].to_vec());
 }
+
+#[test]
+fn recent_samples_no_read_asks_for_are_let_go() {
+    let a = agg();
+    let key = SeriesRef::new("s", "g");
+    let idle = IngestConfig::default().series_idle_timeout.as_millis() as i64;
+    let push = |at: i64| {
+        let out = a.ingest(&[batch("s", "g", SampleKind::Gauge, &[at], &[1.0])], at);
+        assert_eq!(out.accepted, 1);
+        a.drain(None);
+    };
+    let recent = || a.pending_and_recent(key).2.samples().len();
+    push(NOW);
+    assert_eq!(recent(), 0, "the first read starts keeping them");
+    push(NOW + 1_000);
+    assert_eq!(recent(), 1);
+    // Pushed on, read again within the idle timeout: kept.
+    push(NOW + idle);
+    assert_eq!(a.evict_idle(NOW + idle), 0);
+    assert_eq!(recent(), 2);
+    // Pushed on past the idle timeout with no read: let go, though the
+    // series stays, so the next read starts them afresh.
+    push(NOW + 3 * idle);
+    assert_eq!(a.evict_idle(NOW + 3 * idle), 0);
+    assert_eq!(a.series_count(), 1);
+    assert_eq!(recent(), 0);
+    push(NOW + 3 * idle + 1_000);
+    assert_eq!(recent(), 1);
+}
