@@ -195,17 +195,16 @@ impl SeriesState {
     /// `Aggregator::evict_idle`).
     pub(super) fn keep_recent<'r>(&mut self, pos: u32, recent: &'r mut RecentRings) -> &'r Ring {
         let now = self.arrived;
-        if !self.keeps_recent() {
+        let r = recent.entry(pos).or_insert_with(|| {
             let newest = self.pending.iter().filter_map(|(_, s)| s.last_sample());
             let newest = newest
                 .map(|(ts, _)| ts)
                 .chain(self.last_sample.get().map(|(ts, _)| ts));
             let mut ring = Ring::EMPTY;
             ring.forget_through(newest.max().unwrap_or(i64::MIN));
-            recent.insert(pos, Recent { ring, read: now });
-            self.marks |= RECENT;
-        }
-        let r = recent.entry(pos).or_default();
+            Recent { ring, read: now }
+        });
+        self.marks |= RECENT;
         r.read = r.read.max(now);
         &r.ring
     }
@@ -238,7 +237,7 @@ impl SeriesState {
 pub(super) type RecentRings = HashMap<u32, Recent, ahash::RandomState>;
 
 /// One series' recent samples and the minute a read last asked for them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Recent {
     pub(super) ring: Ring,
     pub(super) read: ArrivalMinute,
