@@ -79,7 +79,11 @@
 
 // Input and I/O must not reach a panic: production code answers with an
 // error instead. Tests may unwrap.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// A function over 80 lines of code (clippy.toml) is split: tests may be longer.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)
+)]
 
 pub mod aggregator;
 pub mod allocator;

@@ -5,7 +5,10 @@
 
 // Input and I/O must not reach a panic: production code answers with an
 // error instead. Tests may unwrap.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)
+)]
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -271,6 +271,25 @@ pub(super) struct ShardCell {
     pub(super) pending: AtomicUsize,
 }
 
+/// The series' recent samples when they are kept, and the index of the
+/// first of a request's `n` samples to push to them: only its last few are
+/// (see `Ring::keep_from`), and none unless they are kept.
+#[inline]
+fn recent_ring<'r>(
+    state: &SeriesState,
+    pos: u32,
+    recent: &'r mut RecentRings,
+    n: usize,
+) -> (Option<&'r mut Ring>, usize) {
+    match state.keeps_recent() {
+        true => match recent.get_mut(&pos) {
+            Some(r) => (Some(&mut r.ring), Ring::keep_from(n)),
+            None => (None, usize::MAX),
+        },
+        false => (None, usize::MAX),
+    }
+}
+
 impl Aggregator {
     /// Folds one series group into its shard; returns the new slots created.
     pub(super) fn fold_series(
@@ -310,16 +329,7 @@ impl Aggregator {
         state.arrived = state.arrived.max(window.arrived);
         let mut created = 0;
         let window = (window.oldest_ms, window.newest_ms);
-        // Only a request's last few samples are pushed to the series'
-        // recent ones (see `Ring::keep_from`), and none unless they are kept.
-        let mut ring = match state.keeps_recent() {
-            true => recent.get_mut(&pos).map(|r| &mut r.ring),
-            false => None,
-        };
-        let keep_from = match ring {
-            Some(_) => Ring::keep_from(b.timestamps_ms.len()),
-            None => usize::MAX,
-        };
+        let (mut ring, keep_from) = recent_ring(state, pos, recent, b.timestamps_ms.len());
         for (j, (&ts, &v)) in b.timestamps_ms.iter().zip(b.values).enumerate() {
             let sample = Sample {
                 index: j as u32,
@@ -364,9 +374,7 @@ impl Aggregator {
             out.accepted += 1;
         }
         if let (Some(r), Some(skipped)) = (ring, b.timestamps_ms.get(..keep_from)) {
-            if !skipped.is_empty() {
-                r.forget_through(Ring::skipped(skipped, window.1));
-            }
+            r.forget_through(Ring::skipped(skipped, window.1));
         }
         if kind == SampleKind::CumulativeCounter
             && state.pending.is_empty()
