@@ -1,7 +1,8 @@
 //! What one tracked series costs in memory, component by component: the
 //! aggregator's series table, a drained flush batch (what stays in flight
 //! until the store applies it), the catalog writer's record of what the
-//! store holds, and the group rollups' state.
+//! store holds, the group rollups' state, and what the aggregator keeps
+//! more for a series once a read asks for it.
 //!
 //! ```text
 //! cargo bench -p tallyd --bench memory
@@ -28,7 +29,7 @@ use tally::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use tally::catalog::CatalogWriter;
 use tally::ingest::IngestConfig;
 use tally::labels::Labels;
-use tally::model::SampleKind;
+use tally::model::{SampleKind, SeriesRef};
 use tally::rollup::{RollupConfig, Rollups};
 
 #[global_allocator]
@@ -131,6 +132,19 @@ fn main() {
     drop(expanded);
     let rollup_bytes = live() - before + batch;
 
+    // A read of every series: each starts keeping its recent samples and
+    // minute steps (what a series a dashboard or a rule reads costs more).
+    let before = live();
+    for (s, m, l) in &names {
+        let key = SeriesRef {
+            source: s,
+            metric: m,
+            labels: l,
+        };
+        std::hint::black_box(agg.pending_and_recent(key));
+    }
+    let read_bytes = live() - before;
+
     println!(
         "\nMemory per tracked series: {series} series ({}), one sample each; live heap bytes\n",
         if labelled {
@@ -156,6 +170,10 @@ fn main() {
     println!(
         "| group rollups (default groups; {rollup_series} rollup series kept) | {:.0} |",
         per(rollup_bytes)
+    );
+    println!(
+        "| aggregator, more once a read asked for the series (recent samples, minute steps) | {:.0} |",
+        per(read_bytes)
     );
     std::hint::black_box((&agg, &catalog, &rollups));
 }

@@ -23,6 +23,7 @@ pub use config::AggregatorConfig;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
 mod sources;
+mod steps;
 pub use sources::SourceActivity;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -715,3 +715,35 @@ fn recent_samples_no_read_asks_for_are_let_go() {
     push(NOW + 3 * idle + 1_000);
     assert_eq!(recent(), 1);
 }
+
+#[test]
+fn minute_steps_are_kept_from_the_minute_after_the_first_read() {
+    let a = agg();
+    let key = SeriesRef::new("s", "g");
+    let m = NOW - NOW.rem_euclid(60_000);
+    let push = |ts: &[i64], vs: &[f64]| {
+        let out = a.ingest(&[batch("s", "g", SampleKind::Gauge, ts, vs)], ts[0]);
+        assert_eq!(out.accepted, ts.len() as u64);
+    };
+    let steps = || a.pending_and_recent(key).2.steps().clone();
+    push(&[m + 1_000], &[1.0]);
+    assert!(steps().minutes().is_empty(), "the first read starts them");
+    // The rest of the first read's minute is not whole in them.
+    push(&[m + 2_000], &[1.0]);
+    // The next minute is: every sample of a request counts, not only the
+    // ring's last four.
+    let ts: Vec<i64> = (0..6).map(|k| m + 60_000 + k * 10_000 + 5_000).collect();
+    push(&ts, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let s = steps();
+    let starts: Vec<i64> = s.minutes().iter().map(|x| x.start_ms).collect();
+    assert_eq!(starts, vec![m + 60_000]);
+    let slot = a.pending_for(key).1.last().unwrap().1;
+    assert_eq!(
+        s.up_to(&slot, m + 60_000, m + 60_000 + 29_999),
+        Some((3.0, 6.0))
+    );
+    assert_eq!(
+        s.up_to(&slot, m + 60_000, m + 60_000 + 34_999),
+        Some((3.5, 8.0))
+    );
+}

@@ -22,6 +22,7 @@ mod names;
 mod recent;
 mod series;
 mod slot;
+mod steps;
 mod time;
 
 pub use batch::*;
@@ -29,4 +30,5 @@ pub use names::*;
 pub use recent::*;
 pub use series::*;
 pub use slot::*;
+pub use steps::*;
 pub use time::*;

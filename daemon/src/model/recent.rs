@@ -10,7 +10,7 @@
 //! a restart there are none until the series is sent again, and reads
 //! answer as they did without them.
 
-use super::{newer_sample, Slot};
+use super::{newer_sample, Slot, Steps};
 
 /// One recent sample: its time, its value as sent, and what it added to
 /// its minute's aggregates: `None` for nothing (a NaN, a staleness marker,
@@ -30,17 +30,32 @@ pub struct RecentSample {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RecentSamples {
     samples: Vec<RecentSample>,
+    /// The counts and sums of its newest minutes, in steps, kept beside
+    /// the samples.
+    steps: Steps,
 }
 
 impl RecentSamples {
     /// `samples` ascending by time.
     pub fn new(samples: Vec<RecentSample>) -> RecentSamples {
         debug_assert!(samples.windows(2).all(|w| w[0].ts <= w[1].ts));
-        RecentSamples { samples }
+        RecentSamples {
+            samples,
+            steps: Steps::default(),
+        }
+    }
+
+    /// The same, with the series' steps.
+    pub fn with_steps(self, steps: Steps) -> RecentSamples {
+        RecentSamples { steps, ..self }
     }
 
     pub fn samples(&self) -> &[RecentSample] {
         &self.samples
+    }
+
+    pub fn steps(&self) -> &Steps {
+        &self.steps
     }
 
     /// Whether the newest sample at or before `t` is among them.

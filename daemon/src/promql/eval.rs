@@ -425,6 +425,7 @@ fn samples_of(
         width_ms: 0,
         t: Vec::new(),
         slots: Vec::new(),
+        lead: None,
     };
     for (t, v) in times.iter().zip(values) {
         if let Some(v) = v {
@@ -448,6 +449,7 @@ fn in_window(arg: RangeArg, t: i64) -> Vec<RangeSeries> {
                 width_ms: 0,
                 t: Vec::new(),
                 slots: Vec::new(),
+                lead: None,
             };
             // The window may hold the minute `read_t` is inside of, whole:
             // no sample after `read_t` is shown.

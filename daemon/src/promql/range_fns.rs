@@ -303,11 +303,13 @@ fn per_sample_scale(w: &WindowAt, range_ms: i64, n: f64) -> f64 {
     range_ms as f64 / (covered * n / (n - 1.0))
 }
 
-/// A window's merged slots, less the share of its first slot that lies
-/// before the range (see [`WindowAt::lead_ms`]): the minute's samples are
-/// taken as spread evenly over it, the one thing its count and sums can
-/// say of when they came. The minimum and maximum cannot be shared out:
-/// they stay the first minute's whole.
+/// A window's merged slots, less the part of its first slot that lies
+/// before the range (see [`WindowAt::lead_ms`]): as the series' steps of
+/// ten seconds measured it where they hold that minute (`RangeSeries::lead`,
+/// the one step the range starts in shared out evenly), and otherwise
+/// with the minute's samples taken as spread evenly over it, the one thing
+/// its count and sums can say of when they came. The minimum and maximum
+/// cannot be shared out: they stay the first minute's whole.
 #[derive(Debug, Clone, Copy)]
 struct Merged {
     n: f64,
@@ -324,10 +326,22 @@ impl Merged {
             min: m.min,
             max: m.max,
         };
-        if let Some(first) = rs.slots.get(w.lo).filter(|_| w.lead_ms > 0) {
-            let share = w.lead_ms as f64 / rs.width_ms.max(1) as f64;
-            out.n -= share * first.n as f64;
-            out.sum -= share * first.sum;
+        let Some((&start, first)) = rs.t.get(w.lo).zip(rs.slots.get(w.lo)) else {
+            return out;
+        };
+        if w.lead_ms == 0 {
+            return out;
+        }
+        match rs.lead {
+            Some(l) if l.start_ms == start && l.cut_ms == start + w.lead_ms => {
+                out.n -= l.n;
+                out.sum -= l.sum;
+            }
+            _ => {
+                let share = w.lead_ms as f64 / rs.width_ms.max(1) as f64;
+                out.n -= share * first.n as f64;
+                out.sum -= share * first.sum;
+            }
         }
         out
     }

@@ -1,5 +1,5 @@
 use super::*;
-use crate::promql::value::{sample_slot, Labels};
+use crate::promql::value::{sample_slot, Labels, Lead};
 use proptest::prelude::*;
 
 const M: i64 = 60_000;
@@ -12,6 +12,7 @@ fn minutes(kind: PointKind, data: &[(i64, &[(i64, f64)])]) -> RangeSeries {
         width_ms: M,
         t: Vec::new(),
         slots: Vec::new(),
+        lead: None,
     };
     for (minute, samples) in data {
         let mut slot = Slot::EMPTY;
@@ -193,6 +194,7 @@ fn subquery_samples_are_exact() {
         width_ms: 0,
         t: Vec::new(),
         slots: Vec::new(),
+        lead: None,
     };
     for i in 0..=5 {
         rs.push_sample(i * M, i as f64);
@@ -278,4 +280,40 @@ proptest! {
         let rate = at(RangeFn::Rate, &rs, end, range_min * M).unwrap();
         prop_assert!((rate - want / (range_min * 60) as f64).abs() <= 1e-9 * want.max(1.0));
     }
+}
+
+/// A counter whose pace changed inside the window's first minute: the
+/// series' steps say how much of that minute came before the range, where
+/// the even spread would guess; a lead measured for another cut is not
+/// used.
+#[test]
+fn the_first_minute_is_cut_by_its_steps_where_they_hold_it() {
+    // Minute 10: 50 increases of 1 in its first 30 s, 10 in the rest;
+    // minutes 11 and 12 (in progress to 12:30): 1 a second.
+    let mut rs = minutes(
+        PointKind::Delta,
+        &[
+            (10, &[(0, 50.0), (59, 10.0)]),
+            (11, &[(59, 60.0)]),
+            (12, &[(30, 30.0)]),
+        ],
+    );
+    let t = 12 * M + 30_000;
+    let even = at(RangeFn::Increase, &rs, t, 2 * M).unwrap();
+    // (60 · 1/2 + 60 + 30) over 120 s, times 120 s.
+    assert!((even - 120.0).abs() < 1e-9, "{even}");
+    rs.lead = Some(Lead {
+        start_ms: 10 * M,
+        cut_ms: 10 * M + 30_000,
+        n: 1.0,
+        sum: 50.0,
+    });
+    let stepped = at(RangeFn::Increase, &rs, t, 2 * M).unwrap();
+    assert!((stepped - 100.0).abs() < 1e-9, "{stepped}");
+    // Measured for another instant: the even spread again.
+    rs.lead = Some(Lead {
+        cut_ms: 10 * M + 20_000,
+        ..rs.lead.unwrap()
+    });
+    assert_eq!(at(RangeFn::Increase, &rs, t, 2 * M), Some(even));
 }

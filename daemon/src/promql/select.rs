@@ -61,7 +61,7 @@ use super::names::{
 use super::plan::{Mods, SelectorSpec};
 pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
-use super::value::{bad, EvalResult, Labels, PointKind, RangeSeries, Series};
+use super::value::{bad, EvalResult, Labels, Lead, PointKind, RangeSeries, Series};
 use crate::model::{
     is_stale_marker, validate_metric, validate_source, RecentSamples, SampleKind, SeriesId, Slot,
     DAY_S, HOUR_S,
@@ -370,6 +370,7 @@ pub async fn instant(
             width_ms: MINUTE_MS,
             t: buckets.iter().map(|(t, _)| t * 1000).collect(),
             slots: buckets.into_iter().map(|(_, s)| s).collect(),
+            lead: None,
         };
         let values: Vec<Option<f64>> = read_at
             .iter()
@@ -522,7 +523,8 @@ pub async fn range(
         MERGE_GAP_SLOTS * granularity_s,
     );
     let mut data = read(ctx, selected, granularity_s, &spans).await?;
-    if let Some(&t) = reads_ms.last().filter(|&&t| t != window_end(t)) {
+    let last = reads_ms.last().copied().filter(|&t| t != window_end(t));
+    if let Some(t) = last {
         data.iter_mut().for_each(|r| rewind_at(r, t));
     }
     for (_, buckets, _) in &mut data {
@@ -534,14 +536,41 @@ pub async fn range(
         .iter()
         .zip(data)
         .filter(|(_, (_, b, _))| !b.is_empty())
-        .map(|(sel, (kind, buckets, _))| RangeSeries {
-            labels: sel.labels.clone(),
-            kind: point_kind(kind),
-            width_ms: granularity_s * 1000,
-            t: buckets.iter().map(|(t, _)| t * 1000).collect(),
-            slots: buckets.into_iter().map(|(_, s)| s).collect(),
+        .map(|(sel, r)| {
+            let lead = last.and_then(|t| lead_at(&r, t, range_ms));
+            let (kind, buckets, _) = r;
+            RangeSeries {
+                labels: sel.labels.clone(),
+                kind: point_kind(kind),
+                width_ms: granularity_s * 1000,
+                t: buckets.iter().map(|(t, _)| t * 1000).collect(),
+                slots: buckets.into_iter().map(|(_, s)| s).collect(),
+                lead,
+            }
         })
         .collect())
+}
+
+/// Where the window of a read at `t` inside a minute, `(t - range, t]`,
+/// starts inside a minute slot (the range a whole number of minutes):
+/// that minute's part before it, from the series' steps (see
+/// [`crate::model::Steps::up_to`]).
+fn lead_at((_, buckets, recent): &Read, t: i64, range_ms: i64) -> Option<Lead> {
+    if range_ms % MINUTE_MS != 0 {
+        return None;
+    }
+    let start = window_end(t) - range_ms;
+    let i = buckets
+        .binary_search_by_key(&(start / 1000), |(s, _)| *s)
+        .ok()?;
+    let cut = t - range_ms;
+    let (n, sum) = recent.steps().up_to(&buckets[i].1, start, cut)?;
+    Some(Lead {
+        start_ms: start,
+        cut_ms: cut,
+        n,
+        sum,
+    })
 }
 
 #[cfg(test)]
@@ -562,6 +591,7 @@ mod tests {
                     None => Slot::of(7.0),
                 })
                 .collect(),
+            lead: None,
         }
     }
 

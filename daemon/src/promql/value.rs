@@ -151,6 +151,20 @@ pub struct RangeSeries {
     pub width_ms: i64,
     pub t: Vec<i64>,
     pub slots: Vec<Slot>,
+    /// For the window of the last read, where it starts inside its first
+    /// slot: that slot's part before the window, as the series' steps
+    /// measured it (see `range_fns::WindowAt::lead_ms`).
+    pub lead: Option<Lead>,
+}
+
+/// The count and sum of the slot starting at `start_ms` at or before
+/// `cut_ms`, where a window `(cut_ms, t]` starts inside it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Lead {
+    pub start_ms: i64,
+    pub cut_ms: i64,
+    pub n: f64,
+    pub sum: f64,
 }
 
 impl RangeSeries {
@@ -277,6 +291,7 @@ mod tests {
             width_ms: 60_000,
             t: vec![60_000, 120_000],
             slots: vec![with_last, old],
+            lead: None,
         };
         assert_eq!(gauge.sample(0), Some((61_500, 2.0)));
         assert_eq!(gauge.sample(1), Some((179_999, 3.0)));

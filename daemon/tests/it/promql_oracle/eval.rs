@@ -255,6 +255,19 @@ pub(super) async fn run(
     out
 }
 
+/// Asks Tally alone, at now, every instant query of `setting`'s feed, the
+/// answers not compared: what a dashboard's stat panels or a rule
+/// evaluator ask while the data comes in.
+pub(super) async fn read_now(http: &reqwest::Client, setting: &Setting, corpus: &[Query]) {
+    let mine = corpus
+        .iter()
+        .filter(|q| q.feed == setting.feed && q.modes != Modes::Range && !q.class.refused);
+    for q in mine {
+        let eval = Eval::InstantMs(tally_testkit::client::now_ms());
+        let _ = ask(http, &setting.tally, &setting.text(q), eval).await;
+    }
+}
+
 /// The report: totals per feed and class, then every disagreeing query
 /// with both answers.
 pub(super) fn report(outcomes: &[Outcome]) -> String {

@@ -21,7 +21,10 @@
 //!
 //! The live corpus' instant queries are asked once more at now and at 3 s
 //! before now, the live feed still running: instants inside the minute in
-//! progress, as stat panels and alert rules ask them.
+//! progress, as stat panels and alert rules ask them. As those do, they
+//! have been asked before: of Tally, at now every [`REFRESH`] while the
+//! feed runs, so its series are read ones (the daemon keeps their recent
+//! samples and minute steps from a series' first read on).
 //!
 //! Passes when at least [`AGREEMENT`] of the queries agree (and the
 //! shares [`BEFORE_NOW`] gives of those at and before now), no query that
@@ -88,6 +91,11 @@ const AGREEMENT_BEFORE_NOW: f64 = 0.82;
 /// The instants before now the live corpus' instant queries are asked at
 /// (milliseconds), with the share of them that must agree there.
 const BEFORE_NOW: [(i64, f64); 2] = [(0, AGREEMENT_AT_NOW), (3_000, AGREEMENT_BEFORE_NOW)];
+/// How often the live feed's dashboard reads its instants while the feed
+/// runs, and how long after the feed starts it first does (the node
+/// exporter's series are in by then).
+const REFRESH: Duration = Duration::from_secs(30);
+const FIRST_SCRAPES: Duration = Duration::from_secs(5);
 /// Every query's answer must come within this.
 const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -177,11 +185,24 @@ async fn promql_answers_agree_with_prometheus() {
     let dir = tempfile::tempdir().unwrap();
     // The live feed's minutes run while the synthetic feed is sent.
     let live = Live::start(&prometheus, &node_exporter, dir.path()).await;
-    let synthetic = Synthetic::start(&prometheus, dir.path()).await;
-    live.wait_complete().await;
-
     let corpus = corpus::load();
     let http = query_client();
+    // Meanwhile a dashboard shows the live host: its stat panels read the
+    // instants every REFRESH, as a rule evaluator would.
+    let panels = {
+        let (http, setting, corpus) = (http.clone(), live.before_now(0), corpus.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(FIRST_SCRAPES).await;
+            loop {
+                eval::read_now(&http, &setting, &corpus).await;
+                tokio::time::sleep(REFRESH).await;
+            }
+        })
+    };
+    let synthetic = Synthetic::start(&prometheus, dir.path()).await;
+    live.wait_complete().await;
+    panels.abort();
+
     let mut outcomes = eval::run(&http, &live.setting(), &corpus).await;
     outcomes.extend(eval::run(&http, &synthetic.setting(), &corpus).await);
     // Live instants at now and 3 s before, the live feed still running.
