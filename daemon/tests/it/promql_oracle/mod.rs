@@ -70,24 +70,23 @@ use remote_write::Delivery;
 /// The share of corpus queries that must agree.
 const AGREEMENT: f64 = 0.95;
 /// The share of the live corpus' instant queries that must agree at now,
-/// inside the minute in progress. The aim is 90 %; runs gave 84.7 % to
-/// 93.8 % with the window starting at its first minute's boundary, and
-/// 85.4 % and 89.6 % with that minute's share before the range taken out
-/// (see docs/promql.md). What still differs is what minutes cannot say:
-/// the samples' spread inside the window's first minute (a counter that
-/// changes its pace there), and `*_over_time` counts and sums scaled from
-/// the covered time, close to Prometheus' but not its exact count. The
-/// floor held is 80 % until that gap is closed: still above the 72 %
-/// measured before the minute in progress was read.
-const AGREEMENT_AT_NOW: f64 = 0.80;
+/// inside the minute in progress. The aim is 90 %. With the window's first
+/// minute cut by the series' minute steps, and the series read while the
+/// feed runs as a dashboard reads them, three runs on a busy machine gave
+/// 92.4 %, 88.2 % and 92.4 % (85.4 % to 89.6 % with an even share, 72 %
+/// before the minute in progress was read). What still differs: samples
+/// Prometheus has scraped and not yet sent at `now` (the run at 88.2 %
+/// lost five bare selectors to that), `*_over_time` counts and sums
+/// scaled over the covered time, minima and maxima of the first minute
+/// whole, and bursty counters. The floor leaves room for a machine busier
+/// still, as the full suite makes it.
+const AGREEMENT_AT_NOW: f64 = 0.85;
 /// The same share 3 s before now, where the minute also holds samples
 /// after the instant and the series' recent samples take them back out
 /// (see docs/promql.md): 56 % to 62 % agreed there before they were kept,
-/// 88.2 % to 92.4 % with them kept for every series (four runs), 86.8 %
-/// and 88.2 % with them kept from a series' first read on (the corpus'
-/// earlier queries are those reads); the remaining gaps are the same
-/// windows as at now.
-const AGREEMENT_BEFORE_NOW: f64 = 0.82;
+/// 86.8 % to 92.4 % with them kept from a series' first read on, and
+/// 91.7 %, 95.1 % and 94.4 % with the minute steps too (the runs above).
+const AGREEMENT_BEFORE_NOW: f64 = 0.88;
 /// The instants before now the live corpus' instant queries are asked at
 /// (milliseconds), with the share of them that must agree there.
 const BEFORE_NOW: [(i64, f64); 2] = [(0, AGREEMENT_AT_NOW), (3_000, AGREEMENT_BEFORE_NOW)];
