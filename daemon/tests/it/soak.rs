@@ -88,7 +88,7 @@ fn soak(store: &[&str], sources: &str, python: Option<&Path>) -> String {
     assert!(output.contains("SIGKILLs: 2;"), "{output}");
     assert!(output.contains("soak: PASSED"), "{output}");
     assert!(
-        output.contains("RSS after warm-up") && output.contains("not checked"),
+        output.contains("RSS less pending minutes after warm-up") && output.contains("not checked"),
         "{output}"
     );
     println!("{output}");
