@@ -10,7 +10,7 @@
 //! recent samples and their place in the map, `cargo bench --bench
 //! memory`), none for the others.
 
-use crate::model::{StepMinute, Steps, STEPS, STEP_MS};
+use crate::model::{minute_of_ms, StepMinute, Steps, STEPS, STEP_MS};
 
 /// Minutes held: the minute in progress and the three before, so windows
 /// of up to three minutes, at an instant inside the minute in progress,
@@ -89,8 +89,9 @@ impl MinuteSteps {
     }
 }
 
+/// The start (ms) of the minute `ts` is in.
 fn minute_of(ts: i64) -> i64 {
-    ts.div_euclid(MINUTE_MS) * MINUTE_MS
+    minute_of_ms(ts) * MINUTE_MS
 }
 
 #[cfg(test)]

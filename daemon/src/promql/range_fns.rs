@@ -333,7 +333,7 @@ impl Merged {
             return out;
         }
         match rs.lead {
-            Some(l) if l.start_ms == start && l.cut_ms == start + w.lead_ms => {
+            Some(l) if l.cut_ms == start + w.lead_ms => {
                 out.n -= l.n;
                 out.sum -= l.sum;
             }

@@ -303,7 +303,6 @@ fn the_first_minute_is_cut_by_its_steps_where_they_hold_it() {
     // (60 · 1/2 + 60 + 30) over 120 s, times 120 s.
     assert!((even - 120.0).abs() < 1e-9, "{even}");
     rs.lead = Some(Lead {
-        start_ms: 10 * M,
         cut_ms: 10 * M + 30_000,
         n: 1.0,
         sum: 50.0,

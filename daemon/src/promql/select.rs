@@ -566,7 +566,6 @@ fn lead_at((_, buckets, recent): &Read, t: i64, range_ms: i64) -> Option<Lead> {
     let cut = t - range_ms;
     let (n, sum) = recent.steps().up_to(&buckets[i].1, start, cut)?;
     Some(Lead {
-        start_ms: start,
         cut_ms: cut,
         n,
         sum,

@@ -157,11 +157,10 @@ pub struct RangeSeries {
     pub lead: Option<Lead>,
 }
 
-/// The count and sum of the slot starting at `start_ms` at or before
-/// `cut_ms`, where a window `(cut_ms, t]` starts inside it.
+/// The count and sum at or before `cut_ms` of the minute slot `cut_ms`
+/// is inside of, where a window `(cut_ms, t]` starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Lead {
-    pub start_ms: i64,
     pub cut_ms: i64,
     pub n: f64,
     pub sum: f64,
