@@ -26,9 +26,10 @@ use crate::model::{RecentSample, RecentSamples, SampleKind};
 
 /// Samples kept per series. Measured: the differential test's instants
 /// 3 s before now, on 1 s scrapes delivered every half second, need the
-/// newest sample at or before the instant and the two or three after it;
-/// four do, in 64 bytes.
-pub(super) const RING: usize = 4;
+/// two newest samples at or before the instant (`irate`, `idelta`) and
+/// the two to four after it; eight do, in 120 bytes (four, in 64, gave
+/// the newest one only, and `irate` the last minute's rate).
+pub(super) const RING: usize = 8;
 // Indices wrap with a mask, and the length fits a byte.
 const _: () = assert!(RING.is_power_of_two() && RING < 256);
 

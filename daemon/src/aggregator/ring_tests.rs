@@ -15,22 +15,30 @@ fn gauge(r: &mut Ring, ts: i64) {
     r.push(ts, ts as f64, Some(ts as f64));
 }
 
+/// Milliseconds of the whole seconds `from..=to`.
+fn secs(from: i64, to: i64) -> Vec<i64> {
+    (from..=to).map(|k| k * 1_000).collect()
+}
+
 #[test]
 fn the_newest_samples_are_kept_in_time_order() {
     let mut r = Ring::EMPTY;
     assert!(times(&r).is_empty());
-    for k in 1..=6 {
-        gauge(&mut r, 1_000 * k);
+    let n = RING as i64 + 2;
+    for t in secs(1, n) {
+        gauge(&mut r, t);
     }
-    assert_eq!(times(&r), vec![3_000, 4_000, 5_000, 6_000]);
+    assert_eq!(times(&r), secs(3, n));
     // A late sample inside the span is placed; one older than all is not
     // kept (what is kept still holds every sample from its oldest on).
     gauge(&mut r, 4_500);
-    assert_eq!(times(&r), vec![4_000, 4_500, 5_000, 6_000]);
+    let mut want = secs(4, n);
+    want.insert(1, 4_500);
+    assert_eq!(times(&r), want);
     gauge(&mut r, 1_000);
-    assert_eq!(times(&r), vec![4_000, 4_500, 5_000, 6_000]);
+    assert_eq!(times(&r), want);
     // Further than the offsets reach from the oldest: the old ones go.
-    let far = 6_000 + i64::from(u32::MAX) + 1;
+    let far = n * 1_000 + i64::from(u32::MAX) + 1;
     gauge(&mut r, far);
     assert_eq!(times(&r), vec![far]);
 }
@@ -62,6 +70,9 @@ fn a_counters_increases_come_from_the_sample_before() {
     r.push(3_000, f64::NAN, None);
     r.push(4_000, 15.0, Some(3.0));
     r.push(5_000, 4.0, Some(4.0)); // a reset
+    for k in 0..RING - 4 {
+        r.push(6_000 + 1_000 * k as i64, 5.0 + k as f64, Some(1.0));
+    }
     let added: Vec<Option<f64>> = r
         .snapshot(SampleKind::CumulativeCounter)
         .samples()
@@ -71,7 +82,7 @@ fn a_counters_increases_come_from_the_sample_before() {
     // The oldest kept (12) lost its previous value: not known.
     assert!(added[0].is_some_and(f64::is_nan));
     assert_eq!(added[1], None);
-    assert_eq!(&added[2..], &[Some(3.0), Some(4.0)]);
+    assert_eq!(&added[2..4], &[Some(3.0), Some(4.0)]);
     let gauge = r.snapshot(SampleKind::Gauge);
     assert_eq!(gauge.samples()[3].added, Some(4.0));
 }
@@ -101,29 +112,40 @@ fn request(ts: &[i64]) -> Vec<(i64, bool)> {
 
 #[test]
 fn a_request_keeps_its_newest_samples() {
-    let ten = request(&(1..=10).map(|k| k * 1_000).collect::<Vec<_>>());
-    assert_eq!(Ring::keep_from(ten.len()), 6);
+    let n = RING as i64 + 6;
+    let many = request(&secs(1, n));
+    assert_eq!(Ring::keep_from(many.len()), 6);
     assert_eq!(Ring::keep_from(3), 0);
     // Forgotten through: the newest not pushed, short of the future limit.
     assert_eq!(Ring::skipped(&[1, 50, 3], 10), 3);
     assert_eq!(Ring::skipped(&[50], 10), i64::MIN);
-    let r = fold(std::slice::from_ref(&ten));
-    assert_eq!(times(&r), vec![7_000, 8_000, 9_000, 10_000]);
-    // The same request again (a retry): the newest four by time.
-    let r = fold(&[ten.clone(), ten]);
-    assert_eq!(times(&r), vec![9_000, 9_000, 10_000, 10_000]);
-    // Its last sample refused: the three before it, and of the ring's
+    let r = fold(std::slice::from_ref(&many));
+    assert_eq!(times(&r), secs(7, n));
+    // The same request again (a retry): the newest by time, each twice.
+    let r = fold(&[many.clone(), many]);
+    let twice: Vec<i64> = secs(n - RING as i64 / 2 + 1, n)
+        .into_iter()
+        .flat_map(|t| [t, t])
+        .collect();
+    assert_eq!(times(&r), twice);
+    // Its last sample refused: the ones before it, and of the ring's
     // samples only those after the newest one not pushed.
-    let mut five = request(&[5_000, 6_000, 7_000, 8_000, 9_000]);
-    five[4].1 = false;
-    let r = fold(&[request(&[1_000, 5_500]), five.clone()]);
-    assert_eq!(times(&r), vec![5_500, 6_000, 7_000, 8_000]);
-    five[0].0 = 2_000;
-    let r = fold(&[request(&[1_000, 5_500]), five]);
-    assert_eq!(times(&r), vec![5_500, 6_000, 7_000, 8_000]);
+    let last = 5 + RING as i64;
+    let mut tail = request(&secs(5, last));
+    tail[RING].1 = false;
+    let mut want = secs(6, last - 1);
+    want.insert(0, 5_500);
+    let r = fold(&[request(&[1_000, 5_500]), tail.clone()]);
+    assert_eq!(times(&r), want);
+    tail[0].0 = 2_000;
+    let r = fold(&[request(&[1_000, 5_500]), tail]);
+    assert_eq!(times(&r), want);
     // Out of time order: nothing at or before the newest not pushed.
-    let r = fold(&[request(&[9_000, 8_000, 7_000, 6_000, 5_000, 10_000])]);
-    assert_eq!(times(&r), vec![10_000]);
+    let mut back = secs(5, last);
+    back.reverse();
+    back.push(100_000);
+    let r = fold(&[request(&back)]);
+    assert_eq!(times(&r), vec![100_000]);
 }
 
 proptest! {

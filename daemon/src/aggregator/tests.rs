@@ -681,9 +681,9 @@ fn recent_samples_are_kept_once_a_read_asks_for_them() {
     push(&[NOW + 500], &[9.0]);
     push(&[NOW + 2_000, NOW + 3_000], &[3.0, 4.0]);
     assert_eq!(recent(), vec![NOW + 2_000, NOW + 3_000]);
-    // Of a request in time order, its last four.
-    let ts: Vec<i64> = (4..=10).map(|k| NOW + k * 100 + 3_000).collect();
-    push(&ts, &[5.0; 7]);
+    // Of a request in time order, its last eight.
+    let ts: Vec<i64> = (4..=14).map(|k| NOW + k * 100 + 3_000).collect();
+    push(&ts, &[5.0; 11]);
     assert_eq!(recent(), ts[3..].to_vec());
 }
 

@@ -10,7 +10,12 @@
 //! a restart there are none until the series is sent again, and reads
 //! answer as they did without them.
 
-use super::{newer_sample, Slot, Steps};
+use super::{newer_sample, Slot, Spacing, Steps};
+
+/// How far two samples' distance may be from their series' interval and
+/// still count as regular: Prometheus puts its scrapes' times on the
+/// interval to 2 ms (`--scrape.timestamp-tolerance`).
+pub const SPACING_SLACK_MS: i64 = 2;
 
 /// One recent sample: its time, its value as sent, and what it added to
 /// its minute's aggregates: `None` for nothing (a NaN, a staleness marker,
@@ -61,6 +66,32 @@ impl RecentSamples {
     /// Whether the newest sample at or before `t` is among them.
     pub fn cover(&self, t: i64) -> bool {
         self.samples.first().is_some_and(|s| s.ts <= t)
+    }
+
+    /// The two newest samples at or before `t`, in time order, where both
+    /// are here (and so are two that came one after the other): what
+    /// `irate` and `idelta` read at `t`.
+    pub fn last_two(&self, t: i64) -> Option<[&RecentSample; 2]> {
+        let i = self.samples.partition_point(|s| s.ts <= t);
+        let older = self.samples.get(i.checked_sub(2)?)?;
+        Some([older, self.samples.get(i - 1)?])
+    }
+
+    /// The interval the samples come at, where every two here are that far
+    /// apart (to [`SPACING_SLACK_MS`]) and there are at least three: a
+    /// scrape interval, which places the series' samples further back too.
+    pub fn spacing(&self) -> Option<Spacing> {
+        let (first, newest) = (self.samples.first()?, self.samples.last()?);
+        let gaps = self.samples.len().checked_sub(1).filter(|&g| g >= 2)? as i64;
+        let every_ms = (newest.ts - first.ts + gaps / 2) / gaps;
+        let regular = self
+            .samples
+            .windows(2)
+            .all(|w| (w[1].ts - w[0].ts - every_ms).abs() <= SPACING_SLACK_MS);
+        (regular && every_ms > 0).then_some(Spacing {
+            at_ms: newest.ts,
+            every_ms,
+        })
     }
 
     /// The slot of the minute `[start, end)` (a merged read of it, store

@@ -178,3 +178,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_two_newest_at_or_before_t() {
+    let recent = gauge(&[(M, 1.0), (M + 1_000, 2.0), (M + 2_000, 4.0)]);
+    let ts = |t| recent.last_two(t).map(|[a, b]| (a.ts, b.ts));
+    assert_eq!(ts(M + 1_500), Some((M, M + 1_000)));
+    assert_eq!(ts(M + 9_000), Some((M + 1_000, M + 2_000)));
+    assert_eq!(ts(M + 2_000), Some((M + 1_000, M + 2_000)));
+    // One only at or before `t`: the one before it is not here.
+    assert_eq!(ts(M + 999), None);
+}
+
+#[test]
+fn samples_at_one_interval_have_a_spacing() {
+    let at = |gaps: &[i64]| {
+        let mut t = M + 250;
+        let mut s = vec![(t, 1.0)];
+        for g in gaps {
+            t += g;
+            s.push((t, 1.0));
+        }
+        gauge(&s).spacing()
+    };
+    let every = |at_ms, every_ms| Some(Spacing { at_ms, every_ms });
+    assert_eq!(at(&[1_000, 1_000, 1_000]), every(M + 3_250, 1_000));
+    // Within the slack of Prometheus' alignment.
+    assert_eq!(at(&[15_001, 14_999]), every(M + 30_250, 15_000));
+    // Irregular (a missed scrape, a late one), or too few to tell.
+    assert_eq!(at(&[1_000, 2_000, 1_000]), None);
+    assert_eq!(at(&[1_000, 1_010]), None);
+    assert_eq!(at(&[1_000]), None);
+    assert_eq!(at(&[0, 0]), None);
+}

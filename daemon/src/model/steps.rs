@@ -56,6 +56,20 @@ impl Steps {
     /// minute, or hold another count than the slot's (a sample the steps
     /// did not see: before they were kept, or from another daemon).
     pub fn up_to(&self, slot: &Slot, start: i64, cut: i64) -> Option<(f64, f64)> {
+        self.up_to_spaced(slot, start, cut, None)
+    }
+
+    /// [`Steps::up_to`], and where the series' samples come at a regular
+    /// `spacing` that puts as many in the step `cut` falls in as it
+    /// counted, that step's share is theirs: its samples at or before
+    /// `cut` by count (exact), their sum as that share of the step's.
+    pub fn up_to_spaced(
+        &self,
+        slot: &Slot,
+        start: i64,
+        cut: i64,
+        spacing: Option<Spacing>,
+    ) -> Option<(f64, f64)> {
         let m = self.minutes.iter().find(|m| m.start_ms == start)?;
         let total: u64 = m.n.iter().map(|&n| u64::from(n)).sum();
         if total != slot.n || m.n.contains(&u16::MAX) || !(start..start + 60_000).contains(&cut) {
@@ -67,11 +81,41 @@ impl Steps {
         let mut n: f64 = m.n[..k].iter().map(|&n| f64::from(n)).sum();
         let mut sum: f64 = m.sum[..k].iter().sum();
         if let (Some(&sn), Some(&ss)) = (m.n.get(k), m.sum.get(k)) {
-            let share = (into % STEP_MS) as f64 / STEP_MS as f64;
+            let from = start + k as i64 * STEP_MS;
+            let by_time = (into % STEP_MS) as f64 / STEP_MS as f64;
+            let share = spacing
+                .and_then(|s| s.share(from, from + STEP_MS - 1, cut, sn))
+                .unwrap_or(by_time);
             n += share * f64::from(sn);
             sum += share * ss;
         }
         (!sum.is_nan()).then_some((n, sum))
+    }
+}
+
+/// Where a series' samples come: one at `at_ms`, and then every
+/// `every_ms` before and after it (a scrape interval; Prometheus aligns
+/// its scrapes' times to it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spacing {
+    pub at_ms: i64,
+    pub every_ms: i64,
+}
+
+impl Spacing {
+    /// How many of the spaced times lie in `[from, to]`.
+    fn count(&self, from: i64, to: i64) -> i64 {
+        let below = |x: i64| (x - self.at_ms).div_euclid(self.every_ms);
+        below(to) - below(from - 1)
+    }
+
+    /// The share of the `n` samples of the step `[from, to]` at or before
+    /// `cut`, where the spacing puts `n` there (else it says nothing).
+    fn share(&self, from: i64, to: i64, cut: i64, n: u16) -> Option<f64> {
+        if self.every_ms <= 0 || n == 0 || self.count(from, to) != i64::from(n) {
+            return None;
+        }
+        Some(self.count(from, cut) as f64 / f64::from(n))
     }
 }
 
@@ -117,5 +161,35 @@ mod tests {
         );
         let unknown = minute(60_000, [1; STEPS], [f64::NAN; STEPS]);
         assert_eq!(unknown.up_to(&slot_of(6), 60_000, 70_000), None);
+    }
+
+    #[test]
+    fn regular_samples_share_the_step_by_count() {
+        // Every second at .250: ten per step, 2.0 each.
+        let s = minute(60_000, [10; STEPS], [20.0; STEPS]);
+        let every = Spacing {
+            at_ms: 60_250,
+            every_ms: 1_000,
+        };
+        // 3.5 s into the third step: two steps whole, and of the third
+        // the 4 samples at 20.25 s to 23.25 s.
+        let cut = 60_000 + 23_499;
+        let (n, sum) = s
+            .up_to_spaced(&slot_of(60), 60_000, cut, Some(every))
+            .unwrap();
+        assert_eq!((n, sum), (24.0, 48.0));
+        // By time the share would have been 0.35 of the step.
+        assert_eq!(s.up_to(&slot_of(60), 60_000, cut).unwrap().0, 23.5);
+        // On a sample's millisecond: it is at or before the cut.
+        let (n, _) = s
+            .up_to_spaced(&slot_of(60), 60_000, 60_000 + 23_250, Some(every))
+            .unwrap();
+        assert_eq!(n, 24.0);
+        // A step the spacing does not explain (a scrape missed): by time.
+        let gap = minute(60_000, [10, 10, 9, 10, 10, 10], [20.0; STEPS]);
+        let (n, _) = gap
+            .up_to_spaced(&slot_of(59), 60_000, cut, Some(every))
+            .unwrap();
+        assert_eq!(n, 20.0 + 0.35 * 9.0);
     }
 }

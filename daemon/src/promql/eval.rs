@@ -426,6 +426,7 @@ fn samples_of(
         t: Vec::new(),
         slots: Vec::new(),
         lead: None,
+        tail: None,
     };
     for (t, v) in times.iter().zip(values) {
         if let Some(v) = v {
@@ -450,6 +451,7 @@ fn in_window(arg: RangeArg, t: i64) -> Vec<RangeSeries> {
                 t: Vec::new(),
                 slots: Vec::new(),
                 lead: None,
+                tail: None,
             };
             // The window may hold the minute `read_t` is inside of, whole:
             // no sample after `read_t` is shown.

@@ -118,6 +118,8 @@ pub struct WindowAt {
     /// slot's count, sum and increases is taken out (see [`Merged`]), so
     /// the window stands for `r'` up to `t`, not for up to a minute more.
     pub lead_ms: i64,
+    /// The instant read (before any offset, the evaluation time).
+    pub read_ms: i64,
 }
 
 /// The windows of `rs` at the read times `reads` (ascending, one per
@@ -156,6 +158,7 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
             covered_ms: range_ms,
             partial: false,
             lead_ms: 0,
+            read_ms: read_t,
         };
     }
     let end = window_end(read_t);
@@ -175,6 +178,7 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
             covered_ms: range_ms,
             partial: false,
             lead_ms: 0,
+            read_ms: read_t,
         };
     };
     // The newest sample of `read_t`'s minute bounds what it covers (its
@@ -197,6 +201,7 @@ fn window_with(rs: &RangeSeries, read_t: i64, range_ms: i64, own_minute: bool) -
         covered_ms: newest - start,
         partial: true,
         lead_ms,
+        read_ms: read_t,
     }
 }
 
@@ -247,6 +252,10 @@ pub fn apply(
         // cumulative counter's baseline never reaches here, see
         // `Slot::shows`) has no aggregates to merge: its samples answer, as
         // they would for Prometheus.
+        if let Some(v) = tail_value(f, rs, w, range_ms) {
+            out.push(Some(v));
+            continue;
+        }
         let merged = match f.reads_merged_slots(rs.kind) && f != RangeFn::Last {
             true => Some(view.merged(w))
                 .filter(|m| m.n > 0)
@@ -290,13 +299,34 @@ pub fn apply(
     Ok(out)
 }
 
-/// The scale from a window's samples to the range for counts and sums: in
-/// a window that holds part of a minute, `n` samples between the range's
-/// start and its newest sample stand for `n` sampling intervals, one more
-/// than the `n - 1` between them, so the time they cover is
-/// `covered · n/(n-1)`.
+/// `irate` or `idelta` at the last read, from the two newest samples at or
+/// before it where the series' recent samples hold them inside the range
+/// (`RangeSeries::tail`): Prometheus' own definition, on its own samples.
+fn tail_value(f: RangeFn, rs: &RangeSeries, w: &WindowAt, range_ms: i64) -> Option<f64> {
+    let per_second = match f {
+        RangeFn::Irate => true,
+        RangeFn::Idelta => false,
+        _ => return None,
+    };
+    let tail = rs
+        .tail
+        .filter(|t| t.at_ms == w.read_ms && t.older.0 >= w.read_ms - range_ms)?;
+    samples::instant_value(&[tail.older, tail.newer], per_second)
+}
+
+/// The scale from a window's samples to the range for counts and sums. A
+/// window that starts inside its first minute (`lead_ms`) is measured
+/// from the range's start to its newest sample, and no sample comes after
+/// that up to the instant read: counted, as Prometheus counts, not scaled.
+/// In a window that holds part of a minute otherwise, `n` samples between
+/// the range's start and its newest sample stand for `n` sampling
+/// intervals, one more than the `n - 1` between them, so the time they
+/// cover is `covered · n/(n-1)`.
 fn per_sample_scale(w: &WindowAt, range_ms: i64, n: f64) -> f64 {
     let covered = (w.covered_ms - w.lead_ms).max(1) as f64;
+    if w.partial && w.lead_ms > 0 {
+        return 1.0;
+    }
     if !w.partial || n < 2.0 {
         return range_ms as f64 / covered;
     }

@@ -13,6 +13,7 @@ fn minutes(kind: PointKind, data: &[(i64, &[(i64, f64)])]) -> RangeSeries {
         t: Vec::new(),
         slots: Vec::new(),
         lead: None,
+        tail: None,
     };
     for (minute, samples) in data {
         let mut slot = Slot::EMPTY;
@@ -50,10 +51,13 @@ fn windows_hold_the_slots_that_end_inside_them() {
     let sum = at(RangeFn::Sum, &rs, 13 * M - 1, 2 * M).unwrap();
     assert!((sum - 6.0).abs() < 1e-3, "{sum}");
     // Half way into minute 12, half of minute 10 is before the range: 2.5
-    // samples summing to 6.5 over the 90 s from 10:30 to 12:00, standing
-    // for 2.5 intervals, scaled to the range: 6.5 · 120 / (90 · 2.5 / 1.5).
+    // samples summing to 6.5 from 10:30 to 12:00, minute 10's sample
+    // shared out evenly. No sample comes after 12:00 up to 12:30, so the
+    // window is measured whole: counted, not scaled.
     let sum = at(RangeFn::Sum, &rs, 12 * M + 30_000, 2 * M).unwrap();
-    assert!((sum - 6.5 * 120.0 / 150.0).abs() < 1e-9, "{sum}");
+    assert!((sum - 6.5).abs() < 1e-9, "{sum}");
+    let n = at(RangeFn::Count, &rs, 12 * M + 30_000, 2 * M).unwrap();
+    assert!((n - 2.5).abs() < 1e-9, "{n}");
     assert_eq!(at(RangeFn::Last, &rs, 13 * M - 1, 2 * M), Some(4.0));
     assert_eq!(at(RangeFn::Count, &rs, 10 * M, M), None);
 }
@@ -195,6 +199,7 @@ fn subquery_samples_are_exact() {
         t: Vec::new(),
         slots: Vec::new(),
         lead: None,
+        tail: None,
     };
     for i in 0..=5 {
         rs.push_sample(i * M, i as f64);

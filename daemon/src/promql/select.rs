@@ -61,7 +61,7 @@ use super::names::{
 use super::plan::{Mods, SelectorSpec};
 pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
-use super::value::{bad, EvalResult, Labels, Lead, PointKind, RangeSeries, Series};
+use super::value::{bad, EvalResult, Labels, Lead, PointKind, RangeSeries, Series, Tail};
 use crate::model::{
     is_stale_marker, validate_metric, validate_source, RecentSamples, SampleKind, SeriesId, Slot,
     DAY_S, HOUR_S,
@@ -371,6 +371,7 @@ pub async fn instant(
             t: buckets.iter().map(|(t, _)| t * 1000).collect(),
             slots: buckets.into_iter().map(|(_, s)| s).collect(),
             lead: None,
+            tail: None,
         };
         let values: Vec<Option<f64>> = read_at
             .iter()
@@ -538,6 +539,7 @@ pub async fn range(
         .filter(|(_, (_, b, _))| !b.is_empty())
         .map(|(sel, r)| {
             let lead = last.and_then(|t| lead_at(&r, t, range_ms));
+            let tail = last.and_then(|t| tail_at(&r, t));
             let (kind, buckets, _) = r;
             RangeSeries {
                 labels: sel.labels.clone(),
@@ -546,6 +548,7 @@ pub async fn range(
                 t: buckets.iter().map(|(t, _)| t * 1000).collect(),
                 slots: buckets.into_iter().map(|(_, s)| s).collect(),
                 lead,
+                tail,
             }
         })
         .collect())
@@ -564,11 +567,42 @@ fn lead_at((_, buckets, recent): &Read, t: i64, range_ms: i64) -> Option<Lead> {
         .binary_search_by_key(&(start / 1000), |(s, _)| *s)
         .ok()?;
     let cut = t - range_ms;
-    let (n, sum) = recent.steps().up_to(&buckets[i].1, start, cut)?;
+    let (n, sum) = recent
+        .steps()
+        .up_to_spaced(&buckets[i].1, start, cut, recent.spacing())?;
     Some(Lead {
         cut_ms: cut,
         n,
         sum,
+    })
+}
+
+/// The two newest samples at or before `t` inside a minute, from the
+/// series' recent samples (see [`Tail`]): only a gauge's or a cumulative
+/// counter's (raw values), no staleness marker, and only where the slot
+/// of the newer one's minute, as read and rewound to `t`, ends with it
+/// (the samples and the slots tell of the same series' samples).
+fn tail_at((kind, buckets, recent): &Read, t: i64) -> Option<Tail> {
+    if !matches!(
+        kind,
+        Some(SampleKind::Gauge | SampleKind::CumulativeCounter)
+    ) {
+        return None;
+    }
+    let [older, newer] = recent.last_two(t)?;
+    if is_stale_marker(older.v) || is_stale_marker(newer.v) {
+        return None;
+    }
+    let minute = window_end(newer.ts) / 1000;
+    let i = buckets.binary_search_by_key(&minute, |(s, _)| *s).ok()?;
+    let ends_with_it = buckets[i]
+        .1
+        .last_sample()
+        .is_some_and(|(ts, _)| ts == newer.ts);
+    ends_with_it.then_some(Tail {
+        at_ms: t,
+        older: (older.ts, older.v),
+        newer: (newer.ts, newer.v),
     })
 }
 
@@ -591,6 +625,7 @@ mod tests {
                 })
                 .collect(),
             lead: None,
+            tail: None,
         }
     }
 

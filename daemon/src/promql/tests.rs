@@ -202,7 +202,7 @@ async fn bare_selectors_answer_the_newest_sample_within_the_lookback() {
     assert_eq!(v[0].0, "__name__=load,instance=a");
     // Once they no longer reach back there, the nearer of the minute's
     // last sample (20 s after) and the minute before's (40 s before).
-    let later: Vec<(i64, f64)> = (1..=4).map(|k| (b + 2 * M + k * 1_000, 5.0)).collect();
+    let later: Vec<(i64, f64)> = (1..=8).map(|k| (b + 2 * M + k * 1_000, 5.0)).collect();
     h.push("a", "load", "", SampleKind::Gauge, &later);
     assert_eq!(h.one(q, b + M + 30_000).await, Some(4.0));
     assert_eq!(h.one(q, b + M + 15_000).await, Some(2.0));
@@ -258,6 +258,44 @@ async fn counters_rate_from_their_increases_and_show_their_raw_values() {
         h.one("resets(reqs{instance=\"a\"}[10m])", t).await,
         Some(1.0)
     );
+}
+
+#[tokio::test]
+async fn inside_a_minute_the_newest_samples_answer_as_prometheus_does() {
+    let h = Harness::new(QueryConfig::default());
+    let b = base();
+    // A counter at an ever faster pace and a gauge, scraped every second
+    // at .250 (Prometheus' aligned times).
+    let at = |i: i64| b + 250 + i * 1_000;
+    let push = |from: i64, to: i64| {
+        let counter: Vec<(i64, f64)> = (from..to).map(|i| (at(i), (i * i) as f64)).collect();
+        let gauge: Vec<(i64, f64)> = (from..to).map(|i| (at(i), (i % 7) as f64)).collect();
+        h.push("a", "reqs", "", SampleKind::CumulativeCounter, &counter);
+        h.push("a", "load", "", SampleKind::Gauge, &gauge);
+    };
+    push(0, 60);
+    // A dashboard's first read starts the recent samples and the steps.
+    for q in ["reqs{instance=\"a\"}", "load{instance=\"a\"}"] {
+        assert!(h.one(q, b + M - 1).await.is_some());
+    }
+    push(60, 154);
+    // 30.5 s into minute 2, samples up to 33.25 s in.
+    let t = b + 2 * M + 30_500;
+    // irate from the last two samples (149 and 150), not minute 2's pace.
+    let irate = h.one("irate(reqs{instance=\"a\"}[1m])", t).await;
+    assert_eq!(irate, Some((150 * 150 - 149 * 149) as f64));
+    let idelta = h.one("idelta(load{instance=\"a\"}[1m])", t).await;
+    assert_eq!(idelta, Some((150 % 7 - 149 % 7) as f64));
+    // (t - 1m, t] holds samples 91 to 150: minute 1's part after the cut
+    // counted by its steps and the samples' spacing, nothing scaled.
+    let n = h.one("count_over_time(load{instance=\"a\"}[1m])", t).await;
+    assert_eq!(n, Some(60.0));
+    // Before the recent samples reach back: the last minute's rate.
+    let early = h
+        .one("irate(reqs{instance=\"a\"}[1m])", b + 2 * M + 20_500)
+        .await;
+    assert_ne!(early, Some((140 * 140 - 139 * 139) as f64));
+    assert!(early.is_some());
 }
 
 #[tokio::test]

@@ -155,6 +155,9 @@ pub struct RangeSeries {
     /// slot: that slot's part before the window, as the series' steps
     /// measured it (see `range_fns::WindowAt::lead_ms`).
     pub lead: Option<Lead>,
+    /// For the last read, the two newest samples at or before it, where
+    /// the series' recent samples hold them (see [`Tail`]).
+    pub tail: Option<Tail>,
 }
 
 /// The count and sum at or before `cut_ms` of the minute slot `cut_ms`
@@ -164,6 +167,16 @@ pub struct Lead {
     pub cut_ms: i64,
     pub n: f64,
     pub sum: f64,
+}
+
+/// The two newest samples at or before an instant `at_ms` inside a minute,
+/// from the series' recent samples: what `irate` and `idelta` read there,
+/// as Prometheus does, not the minute's rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tail {
+    pub at_ms: i64,
+    pub older: (i64, f64),
+    pub newer: (i64, f64),
 }
 
 impl RangeSeries {
@@ -291,6 +304,7 @@ mod tests {
             t: vec![60_000, 120_000],
             slots: vec![with_last, old],
             lead: None,
+            tail: None,
         };
         assert_eq!(gauge.sample(0), Some((61_500, 2.0)));
         assert_eq!(gauge.sample(1), Some((179_999, 3.0)));

@@ -27,6 +27,8 @@ pub(super) enum Eval {
     /// An instant query at this many milliseconds before the wall clock's
     /// now, read when the query is sent (the same instant to both sides):
     /// inside the minute in progress, as stat panels and alert rules ask.
+    /// Both sides are asked once the feed's Prometheus reports it has sent
+    /// Tally samples past that instant (see [`delivered`]).
     BeforeNow(i64),
     /// The same, resolved: Unix milliseconds.
     InstantMs(i64),
@@ -179,7 +181,11 @@ async fn evaluate(http: &reqwest::Client, setting: &Setting, q: &Query) -> Outco
     };
     for eval in setting.evals(q) {
         let eval = match eval {
-            Eval::BeforeNow(ms) => Eval::InstantMs(tally_testkit::client::now_ms() - ms),
+            Eval::BeforeNow(ms) => {
+                let t = tally_testkit::client::now_ms() - ms;
+                delivered(http, &setting.prometheus, t).await;
+                Eval::InstantMs(t)
+            }
             e => e,
         };
         out.evaluations += 1;
@@ -253,6 +259,47 @@ pub(super) async fn run(
         .await;
     out.sort_by_key(|o| o.query.line);
     out
+}
+
+/// How long an instant before now waits for its samples to be sent.
+const DELIVERY: Duration = Duration::from_secs(10);
+
+/// Waits until the Prometheus behind `prometheus` has sent Tally samples
+/// after `t_ms` (at most [`DELIVERY`]). A remote-write receiver cannot
+/// answer at `t` with samples its sender scraped before `t` and still
+/// holds in its queue (up to the batch deadline, more on a busy machine),
+/// while Prometheus answers from its own head: compared at once, the
+/// sender's queue would be measured, not the answer at `t`. So both sides
+/// are asked for `t` once it is past, as a rule evaluator that lags its
+/// data by a moment asks; `t` stays inside the minute in progress.
+async fn delivered(http: &reqwest::Client, prometheus: &Side, t_ms: i64) {
+    let deadline = Instant::now() + DELIVERY;
+    while Instant::now() < deadline {
+        if highest_sent(http, &prometheus.api)
+            .await
+            .is_some_and(|s| s * 1000.0 > t_ms as f64)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The newest sample time (Unix seconds) the Prometheus whose API is
+/// `api` has sent over remote-write, by its own metric.
+pub(super) async fn highest_sent(http: &reqwest::Client, api: &str) -> Option<f64> {
+    let r = http
+        .get(format!("{api}/query"))
+        .query(&[(
+            "query",
+            "min(prometheus_remote_storage_queue_highest_sent_timestamp_seconds)",
+        )])
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    let a = parse_answer(status, &r.text().await.ok()?).ok()?;
+    a.series.values().next()?.first().map(|p| p.1)
 }
 
 /// Asks Tally alone, at now, every instant query of `setting`'s feed, the

@@ -11,9 +11,8 @@ use tally_testkit::prometheus::{start_node_exporter, start_prometheus, Server};
 use tally_testkit::settle::flushes_so_far;
 use tally_testkit::Daemon;
 
-use super::compare::parse_answer;
 use super::corpus::Feed;
-use super::eval::{aligned, Setting, Side};
+use super::eval::{aligned, highest_sent, Setting, Side};
 use crate::tallyd;
 
 /// Whole minutes of data the queries look at.
@@ -100,22 +99,10 @@ impl Live {
         }
     }
 
-    /// The newest sample time Prometheus has sent to Tally, by its own
-    /// metric.
+    /// The newest sample time Prometheus has sent to Tally.
     async fn highest_sent(&self) -> Option<f64> {
-        let url = format!("{}/api/v1/query", self.prometheus.url());
-        let r = http_client()
-            .get(&url)
-            .query(&[(
-                "query",
-                "min(prometheus_remote_storage_queue_highest_sent_timestamp_seconds)",
-            )])
-            .send()
-            .await
-            .ok()?;
-        let status = r.status().as_u16();
-        let a = parse_answer(status, &r.text().await.ok()?).ok()?;
-        a.series.values().next()?.first().map(|p| p.1)
+        let api = format!("{}/api/v1", self.prometheus.url());
+        highest_sent(&http_client(), &api).await
     }
 
     /// Instant queries only, at `back_ms` before the wall clock's now as
