@@ -28,7 +28,10 @@ use crate::model::{RecentSample, RecentSamples, SampleKind};
 /// 3 s before now, on 1 s scrapes delivered every half second, need the
 /// two newest samples at or before the instant (`irate`, `idelta`) and
 /// the two to four after it; eight do, in 120 bytes (four, in 64, gave
-/// the newest one only, and `irate` the last minute's rate).
+/// the newest one only, and `irate` the last minute's rate). The cost is
+/// the read series' ingest: `ingest/20k_series_x1_samples_read` took 47 %
+/// more than unread series with eight, 27 % with four, on a machine whose
+/// 8 MiB cache the 20,000 series' state then outgrows.
 pub(super) const RING: usize = 8;
 // Indices wrap with a mask, and the length fits a byte.
 const _: () = assert!(RING.is_power_of_two() && RING < 256);
