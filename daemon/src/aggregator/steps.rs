@@ -111,8 +111,11 @@ mod tests {
         s.add(131_000, 3.0);
         let steps = s.snapshot();
         assert_eq!(steps.minutes().len(), 1);
-        assert_eq!(steps.up_to(&slot_of(2), 120_000, 129_999), Some((1.0, 2.0)));
-        assert_eq!(steps.up_to(&slot_of(1), 60_000, 70_000), None);
+        assert_eq!(
+            steps.up_to(&slot_of(2), 120_000, 129_999, None),
+            Some((1.0, 2.0))
+        );
+        assert_eq!(steps.up_to(&slot_of(1), 60_000, 70_000, None), None);
     }
 
     #[test]
@@ -133,7 +136,7 @@ mod tests {
         s.add(5 * MINUTE_MS + 59_999, 7.0);
         let (n, sum) = s
             .snapshot()
-            .up_to(&slot_of(2), 5 * MINUTE_MS, 5 * MINUTE_MS + 59_999)
+            .up_to(&slot_of(2), 5 * MINUTE_MS, 5 * MINUTE_MS + 59_999, None)
             .unwrap();
         assert_eq!((n, sum), (2.0, 12.0));
     }

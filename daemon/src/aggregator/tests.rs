@@ -739,11 +739,11 @@ fn minute_steps_are_kept_from_the_minute_after_the_first_read() {
     assert_eq!(starts, vec![m + 60_000]);
     let slot = a.pending_for(key).1.last().unwrap().1;
     assert_eq!(
-        s.up_to(&slot, m + 60_000, m + 60_000 + 29_999),
+        s.up_to(&slot, m + 60_000, m + 60_000 + 29_999, None),
         Some((3.0, 6.0))
     );
     assert_eq!(
-        s.up_to(&slot, m + 60_000, m + 60_000 + 34_999),
+        s.up_to(&slot, m + 60_000, m + 60_000 + 34_999, None),
         Some((3.5, 8.0))
     );
 }

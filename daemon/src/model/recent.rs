@@ -15,7 +15,7 @@ use super::{newer_sample, Slot, Spacing, Steps};
 /// How far two samples' distance may be from their series' interval and
 /// still count as regular: Prometheus puts its scrapes' times on the
 /// interval to 2 ms (`--scrape.timestamp-tolerance`).
-pub const SPACING_SLACK_MS: i64 = 2;
+const SPACING_SLACK_MS: i64 = 2;
 
 /// One recent sample: its time, its value as sent, and what it added to
 /// its minute's aggregates: `None` for nothing (a NaN, a staleness marker,

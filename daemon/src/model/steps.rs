@@ -55,15 +55,12 @@ impl Steps {
     /// were spread evenly over it. `None` where the steps do not hold the
     /// minute, or hold another count than the slot's (a sample the steps
     /// did not see: before they were kept, or from another daemon).
-    pub fn up_to(&self, slot: &Slot, start: i64, cut: i64) -> Option<(f64, f64)> {
-        self.up_to_spaced(slot, start, cut, None)
-    }
-
-    /// [`Steps::up_to`], and where the series' samples come at a regular
-    /// `spacing` that puts as many in the step `cut` falls in as it
-    /// counted, that step's share is theirs: its samples at or before
-    /// `cut` by count (exact), their sum as that share of the step's.
-    pub fn up_to_spaced(
+    ///
+    /// Where the series' samples come at a regular `spacing` that puts as
+    /// many in the step `cut` falls in as it counted, that step's share is
+    /// theirs instead: its samples at or before `cut` by count (exact),
+    /// their sum as that share of the step's.
+    pub fn up_to(
         &self,
         slot: &Slot,
         start: i64,
@@ -139,28 +136,35 @@ mod tests {
             [1.0, 2.0, 3.0, 0.0, 0.0, 40.0],
         );
         // 25 s in: two steps whole, half of the third.
-        let (n, sum) = s.up_to(&slot_of(40), 60_000, 60_000 + 24_999).unwrap();
+        let (n, sum) = s
+            .up_to(&slot_of(40), 60_000, 60_000 + 24_999, None)
+            .unwrap();
         assert_eq!(n, 25.0);
         assert_eq!(sum, 4.5);
         // On the last millisecond: all of it.
-        assert_eq!(s.up_to(&slot_of(40), 60_000, 119_999), Some((40.0, 46.0)));
+        assert_eq!(
+            s.up_to(&slot_of(40), 60_000, 119_999, None),
+            Some((40.0, 46.0))
+        );
         // The pace changed: the even spread would have said 40 · 25/60.
-        let (_, sum) = s.up_to(&slot_of(40), 60_000, 60_000 + 39_999).unwrap();
+        let (_, sum) = s
+            .up_to(&slot_of(40), 60_000, 60_000 + 39_999, None)
+            .unwrap();
         assert_eq!(sum, 6.0);
     }
 
     #[test]
     fn a_minute_not_seen_whole_is_not_used() {
         let s = minute(60_000, [10; STEPS], [1.0; STEPS]);
-        assert_eq!(s.up_to(&slot_of(61), 60_000, 70_000), None);
-        assert_eq!(s.up_to(&slot_of(60), 120_000, 130_000), None);
+        assert_eq!(s.up_to(&slot_of(61), 60_000, 70_000, None), None);
+        assert_eq!(s.up_to(&slot_of(60), 120_000, 130_000, None), None);
         let saturated = minute(60_000, [u16::MAX, 0, 0, 0, 0, 0], [1.0; STEPS]);
         assert_eq!(
-            saturated.up_to(&slot_of(u64::from(u16::MAX)), 60_000, 70_000),
+            saturated.up_to(&slot_of(u64::from(u16::MAX)), 60_000, 70_000, None),
             None
         );
         let unknown = minute(60_000, [1; STEPS], [f64::NAN; STEPS]);
-        assert_eq!(unknown.up_to(&slot_of(6), 60_000, 70_000), None);
+        assert_eq!(unknown.up_to(&slot_of(6), 60_000, 70_000, None), None);
     }
 
     #[test]
@@ -174,22 +178,18 @@ mod tests {
         // 3.5 s into the third step: two steps whole, and of the third
         // the 4 samples at 20.25 s to 23.25 s.
         let cut = 60_000 + 23_499;
-        let (n, sum) = s
-            .up_to_spaced(&slot_of(60), 60_000, cut, Some(every))
-            .unwrap();
+        let (n, sum) = s.up_to(&slot_of(60), 60_000, cut, Some(every)).unwrap();
         assert_eq!((n, sum), (24.0, 48.0));
         // By time the share would have been 0.35 of the step.
-        assert_eq!(s.up_to(&slot_of(60), 60_000, cut).unwrap().0, 23.5);
+        assert_eq!(s.up_to(&slot_of(60), 60_000, cut, None).unwrap().0, 23.5);
         // On a sample's millisecond: it is at or before the cut.
         let (n, _) = s
-            .up_to_spaced(&slot_of(60), 60_000, 60_000 + 23_250, Some(every))
+            .up_to(&slot_of(60), 60_000, 60_000 + 23_250, Some(every))
             .unwrap();
         assert_eq!(n, 24.0);
         // A step the spacing does not explain (a scrape missed): by time.
         let gap = minute(60_000, [10, 10, 9, 10, 10, 10], [20.0; STEPS]);
-        let (n, _) = gap
-            .up_to_spaced(&slot_of(59), 60_000, cut, Some(every))
-            .unwrap();
+        let (n, _) = gap.up_to(&slot_of(59), 60_000, cut, Some(every)).unwrap();
         assert_eq!(n, 20.0 + 0.35 * 9.0);
     }
 }

@@ -118,7 +118,7 @@ pub struct WindowAt {
     /// slot's count, sum and increases is taken out (see [`Merged`]), so
     /// the window stands for `r'` up to `t`, not for up to a minute more.
     pub lead_ms: i64,
-    /// The instant read (before any offset, the evaluation time).
+    /// The instant read: the evaluation time less any offset.
     pub read_ms: i64,
 }
 
@@ -248,14 +248,14 @@ pub fn apply(
         // before the range.
         let covered_s = (w.covered_ms - w.lead_ms).max(1) as f64 / 1000.0;
         let p = |ps: Option<&[f64]>| ps.and_then(|v| v.get(i).copied()).unwrap_or(f64::NAN);
-        // A window whose slots hold last samples only (NaN samples; a
-        // cumulative counter's baseline never reaches here, see
-        // `Slot::shows`) has no aggregates to merge: its samples answer, as
-        // they would for Prometheus.
         if let Some(v) = tail_value(f, rs, w, range_ms) {
             out.push(Some(v));
             continue;
         }
+        // A window whose slots hold last samples only (NaN samples; a
+        // cumulative counter's baseline never reaches here, see
+        // `Slot::shows`) has no aggregates to merge: its samples answer, as
+        // they would for Prometheus.
         let merged = match f.reads_merged_slots(rs.kind) && f != RangeFn::Last {
             true => Some(view.merged(w))
                 .filter(|m| m.n > 0)

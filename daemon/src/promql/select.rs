@@ -569,7 +569,7 @@ fn lead_at((_, buckets, recent): &Read, t: i64, range_ms: i64) -> Option<Lead> {
     let cut = t - range_ms;
     let (n, sum) = recent
         .steps()
-        .up_to_spaced(&buckets[i].1, start, cut, recent.spacing())?;
+        .up_to(&buckets[i].1, start, cut, recent.spacing())?;
     Some(Lead {
         cut_ms: cut,
         n,
