@@ -230,9 +230,14 @@ async fn recover(config: &Config, parts: &Parts) -> Result<Option<Arc<Wal>>> {
     let durable = tally::recovery::resume_flush_id(&segments, || parts.store.complete_flush_id())
         .await
         .context("reading where the store is complete, to replay the write-ahead log from there")?;
+    let held = tally::recovery::held_flush_id(&segments, durable, parts.store.as_ref()).await;
+    let at = tally::recovery::StoreAt {
+        complete: durable,
+        held,
+    };
     let replayed = tally::recovery::replay(
         &segments,
-        durable,
+        at,
         &parts.agg,
         &parts.ingestor,
         &parts.pipeline,

@@ -317,6 +317,15 @@ pub trait Store: Send + Sync + 'static {
         self.last_flush_id().await
     }
 
+    /// The highest flush id any document may hold as of a crash, at or
+    /// above [`Store::complete_flush_id`]. A flush of the write-ahead log
+    /// above it is in no document yet, so replay may merge such flushes
+    /// into one. Asked once at start, before replay; this default suits a
+    /// store whose last flush id bounds every watermark it wrote.
+    async fn highest_flush_held(&self) -> Result<u64, StoreError> {
+        self.last_flush_id().await
+    }
+
     /// The highest flush id a crash now would not lose, given that
     /// `applied` was just applied. A store whose acknowledged writes are
     /// durable (MongoDB, with its write concern) returns `applied`.

@@ -108,7 +108,7 @@ impl Db {
 
     /// The highest flush id that may already be in the store: applied in
     /// this process, or folded by an earlier one.
-    fn replay_bound(&self) -> u64 {
+    pub(super) fn replay_bound(&self) -> u64 {
         self.applied_flush_id
             .load(Ordering::Acquire)
             .max(self.max_fold_watermark.load(Ordering::Acquire))

@@ -211,6 +211,12 @@ impl Store for EmbeddedStore {
         self.blocking(|inner| inner.last_flush_id()).await
     }
 
+    async fn highest_flush_held(&self) -> Result<u64, StoreError> {
+        // Folds after the last checkpoint wrote flushes above it into
+        // documents.
+        Ok(self.inner.replay_bound())
+    }
+
     fn durable_through(&self, _applied: u64) -> u64 {
         self.inner.durable_flush_id()
     }

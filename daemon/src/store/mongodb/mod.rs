@@ -492,6 +492,13 @@ impl Store for MongoStore {
         self.conn.complete_flush_id_inner().await
     }
 
+    async fn highest_flush_held(&self) -> Result<u64, StoreError> {
+        // The reservation bounds every watermark this writer wrote. Unlike
+        // `last_flush_id`, an unreachable server is an error here, not 0:
+        // replay then merges nothing.
+        self.conn.last_flush_id_inner().await
+    }
+
     async fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
         let stats = self.conn.preallocate_inner(docs).await?;
         self.conn
