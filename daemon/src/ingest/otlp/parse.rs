@@ -402,6 +402,14 @@ impl<'a, 'c> Reader<'a, 'c> {
     fn shape(&mut self, m: &'a [u8], data: &Data) -> Result<Shape, ViewError> {
         let (mut temporality, mut monotonic, mut given) = (0i32, false, 0usize);
         let variant = data.variant;
+        if variant == Variant::Gauge && data.from == 0 {
+            // A gauge has no shape, and nothing came before it to check:
+            // the points' pass reads and checks the same fields.
+            return Ok(Shape {
+                temporality,
+                monotonic,
+            });
+        }
         fields(m, |buf, tag, wire_type| {
             let Some(v) = Variant::of(tag) else {
                 return skip(wire_type, tag, buf);
