@@ -18,10 +18,17 @@
 //! them: it folds on past their markers and cuts once, at the last marker
 //! of each [`MERGE_SPAN_US`] and at the log's last marker, with that
 //! marker's id. The store receives what a longer flush interval would have
-//! given it. A cut costs about as much as the fleet has series, whatever
-//! it holds: the soak's 53 one-second cuts of 100,000 series were about
-//! half of a 15 s replay. Flush ids grow along the log, so once one is
-//! above the bound every later one is too.
+//! given it, but for two things a cut decides from what it holds:
+//! - a group rollup takes the members its group has at the cut, so the
+//!   marker before a request that declares groups is always cut;
+//! - a minute's sum is checked against the largest a slot keeps over the
+//!   merged flushes together, so a sum that only the merge takes past
+//!   ±1e300 (samples near that bound) is refused at replay.
+//!
+//! A cut costs about as much as the fleet has series, whatever it holds:
+//! the soak's 53 one-second cuts of 100,000 series were about half of a
+//! 15 s replay. Flush ids grow along the log, so once one is above the
+//! bound every later one is too.
 //!
 //! A crash during replay is safe: the flushes replay applied are durable or
 //! not, and the next start begins from whichever.
@@ -90,23 +97,23 @@ fn resume_point(segments: &[RecoveredSegment], durable: u64) -> At {
 }
 
 /// The markers from `resume` on at which replay cuts a flush: each one at
-/// or below `held`; above it, the last of every [`MERGE_SPAN_US`] and the
-/// log's last.
+/// or below `held`; above it, the last of every [`MERGE_SPAN_US`], the
+/// log's last, and each one followed, before the next, by a request that
+/// declares rollup groups: a declaration may change a group's members,
+/// and each flush must be expanded into its groups with the members it
+/// had when it was cut.
 fn cut_points(segments: &[RecoveredSegment], resume: At, held: u64) -> HashSet<At> {
-    let markers: Vec<(At, u64)> = segments
-        .iter()
-        .enumerate()
-        .flat_map(|(si, seg)| {
-            seg.entries
-                .iter()
-                .enumerate()
-                .filter_map(move |(ri, e)| match e {
-                    Entry::Marker(id) => Some(((si, ri), *id)),
-                    _ => None,
-                })
-        })
-        .filter(|&(at, _)| at >= resume)
-        .collect();
+    let mut markers: Vec<(At, u64)> = Vec::new();
+    let mut declaring: Vec<At> = Vec::new();
+    for (si, seg) in segments.iter().enumerate() {
+        for (ri, e) in seg.entries.iter().enumerate() {
+            match e {
+                Entry::Marker(id) if (si, ri) >= resume => markers.push(((si, ri), *id)),
+                Entry::Declaring if (si, ri) >= resume => declaring.push((si, ri)),
+                _ => {}
+            }
+        }
+    }
     let mut cuts = HashSet::new();
     let mut since: Option<u64> = None;
     for (i, &(at, id)) in markers.iter().enumerate() {
@@ -115,10 +122,13 @@ fn cut_points(segments: &[RecoveredSegment], resume: At, held: u64) -> HashSet<A
             continue;
         }
         let first = *since.get_or_insert(id);
-        let next_too_far = markers
-            .get(i + 1)
-            .is_none_or(|&(_, next)| next.saturating_sub(first) > MERGE_SPAN_US);
-        if next_too_far {
+        let next = markers.get(i + 1);
+        let next_too_far = next.is_none_or(|&(_, n)| n.saturating_sub(first) > MERGE_SPAN_US);
+        // The first declaring request after this marker comes before the next.
+        let declared = declaring
+            .get(declaring.partition_point(|&d| d < at))
+            .is_some_and(|&d| next.is_none_or(|&(next_at, _)| d < next_at));
+        if next_too_far || declared {
             cuts.insert(at);
             since = None;
         }
@@ -363,6 +373,23 @@ mod tests {
             assert!(c - from <= 61 * S);
             from = *c;
         }
+    }
+
+    #[test]
+    fn the_flush_before_a_request_declaring_groups_is_cut_on_its_own() {
+        let mut log = flushes(&[S, 2 * S, 3 * S, 4 * S, 5 * S]);
+        // A request declaring groups after the marker of flush 3.
+        let at = log[0]
+            .entries
+            .iter()
+            .position(|e| *e == Entry::Marker(3 * S))
+            .unwrap();
+        log[0].entries.insert(at + 1, Entry::Declaring);
+        assert_eq!(cut_ids(&log, S, S), vec![3 * S, 5 * S]);
+        // After the log's last marker it changes nothing.
+        let mut log = flushes(&[S, 2 * S]);
+        log[0].entries.push(Entry::Declaring);
+        assert_eq!(cut_ids(&log, 0, 0), vec![2 * S]);
     }
 
     #[test]

@@ -24,6 +24,10 @@ use super::WalError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {
     Request,
+    /// A request some of whose sources declare rollup groups: replay does
+    /// not merge the flush before it with the flush it begins (see
+    /// `crate::recovery`).
+    Declaring,
     /// A flush's marker, with its id.
     Marker(u64),
     Checkpoint,
@@ -32,6 +36,11 @@ pub enum Entry {
 impl Entry {
     fn of(record: &Record) -> Entry {
         match record {
+            Record::Request { request, .. }
+                if request.sources.iter().any(|s| !s.groups.is_empty()) =>
+            {
+                Entry::Declaring
+            }
             Record::Request { .. } => Entry::Request,
             Record::Marker { flush_id, .. } => Entry::Marker(*flush_id),
             Record::Checkpoint { .. } => Entry::Checkpoint,
@@ -263,6 +272,25 @@ mod tests {
             &mut out,
         );
         out
+    }
+
+    #[test]
+    fn requests_that_declare_groups_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut declaring = request("b");
+        declaring.sources[0].groups = vec!["web".into()];
+        let mut enc = crate::wal::CompactEncoder::default();
+        let records = [
+            compact(&mut enc, 5, &request("a")),
+            compact(&mut enc, 5, &declaring),
+            encode_marker(3, &[]),
+        ];
+        write(&dir.path().join(segment::name(1)), &records, &[]);
+        let segments = recover(dir.path()).unwrap();
+        assert_eq!(
+            segments[0].entries,
+            [Entry::Request, Entry::Declaring, Entry::Marker(3)]
+        );
     }
 
     #[test]
