@@ -1,7 +1,8 @@
 //! Reading a `tally.v1.PushRequest` off the wire: prost's generated types
 //! (an owned string for every name, a vector for every series' numbers)
-//! against the borrowed view the ingest path reads. Run with `cargo bench
-//! -p tallyd --bench decode`; figures are in BENCHMARKS.md.
+//! against the borrowed view the ingest path reads; and a remote-write
+//! request of W1's shape read into that view. Run with `cargo bench -p
+//! tallyd --bench decode`; figures are in BENCHMARKS.md.
 
 // A benchmark that cannot set up panics: there is nothing to measure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,7 +11,11 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
+use tally::ingest::builder::Budget;
+use tally::ingest::remote_write::{Parse, RemoteWriteConfig};
 use tally::ingest::view::PushView;
+use tally::metadata::MetadataBook;
+use tally_proto::prometheus as rw;
 use tally_proto::v1 as pb;
 
 // The daemon's allocator: both sides allocate per request, prost also per
@@ -52,6 +57,34 @@ fn w2_message() -> Vec<u8> {
     pb::PushRequest { sources }.encode_to_vec()
 }
 
+/// One remote-write request as the peers kit's W1 sender renders it
+/// (decompressed): 5,000 series of one sample, labels `__name__="w1"`,
+/// `host` and `metric`, in name order.
+fn w1_remote_write() -> Vec<u8> {
+    let label = |name: &str, value: String| rw::Label {
+        name: name.into(),
+        value,
+    };
+    let timeseries = (0..5_000)
+        .map(|i| rw::TimeSeries {
+            labels: vec![
+                label("__name__", "w1".into()),
+                label("host", format!("host-{:04}", i / 20)),
+                label("metric", format!("metric_{:02}", i % 20)),
+            ],
+            samples: vec![rw::Sample {
+                value: i as f64 * 0.5,
+                timestamp: 1_795_305_600_000,
+            }],
+        })
+        .collect();
+    rw::WriteRequest {
+        timeseries,
+        metadata: vec![],
+    }
+    .encode_to_vec()
+}
+
 /// What admission reads of every series, so neither side's work is
 /// optimised away.
 fn touch_owned(req: &pb::PushRequest) -> usize {
@@ -82,6 +115,24 @@ fn decode(c: &mut Criterion) {
     });
     g.bench_function("w2_message_5000_series/borrowed_view", |b| {
         b.iter(|| touch(&PushView::decode(&bytes, usize::MAX).unwrap()))
+    });
+    let body = w1_remote_write();
+    let cfg = RemoteWriteConfig {
+        source_labels: vec!["host".into()],
+    };
+    let book = MetadataBook::new();
+    let parse = Parse {
+        cfg: &cfg,
+        book: &book,
+        cap: 10,
+        budget: Budget {
+            samples: usize::MAX,
+            bytes: usize::MAX,
+        },
+        known: &|_, _, _| None,
+    };
+    g.bench_function("w1_remote_write_5000_series/borrowed_view", |b| {
+        b.iter(|| touch(&parse.view(&body).unwrap().0))
     });
     g.finish();
 }

@@ -113,6 +113,11 @@ impl MetadataBook {
         self.families.read().get(family).cloned()
     }
 
+    /// The type of `family`, when it is described.
+    pub fn kind(&self, family: &str) -> Option<FamilyType> {
+        self.families.read().get(family).map(|f| f.kind)
+    }
+
     /// The family a series name belongs to and its description: the name
     /// itself, or for a histogram's or summary's `_bucket`, `_sum` and
     /// `_count` series the name without the suffix.

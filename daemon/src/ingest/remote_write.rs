@@ -32,6 +32,7 @@
 //! reads (`parse`), with no owned message on the way.
 
 mod config;
+mod fast;
 mod parse;
 
 use hashbrown::HashMap;
@@ -63,17 +64,16 @@ fn family_type_of(t: i32) -> FamilyType {
     }
 }
 
-/// A series' kind: its family's metadata when the request or the book has
-/// it, else its name; but where the two disagree, the kind of the series
-/// in memory (`known`) when there is one.
-fn series_kind(
+/// A series' kind, given what its family's metadata (the request's or
+/// the book's) says of it: that, else its name; but where the two
+/// disagree, the kind of the series in memory (`known`) when there is one.
+fn kind_given(
     name: &str,
-    types: &HashMap<&str, FamilyType>,
-    book: &MetadataBook,
+    by_metadata: Option<pb::SampleKind>,
     known: impl FnOnce() -> Option<pb::SampleKind>,
 ) -> pb::SampleKind {
     let by_name = kind_by_name(name);
-    match kind_by_metadata(name, types, book) {
+    match by_metadata {
         None => by_name,
         Some(said) if said == by_name => said,
         Some(said) => known().unwrap_or(said),
@@ -88,12 +88,7 @@ fn kind_by_metadata(
     book: &MetadataBook,
 ) -> Option<pb::SampleKind> {
     let counter = pb::SampleKind::CumulativeCounter;
-    let described = |family: &str| {
-        types
-            .get(family)
-            .copied()
-            .or_else(|| book.get(family).map(|f| f.kind))
-    };
+    let described = |family: &str| types.get(family).copied().or_else(|| book.kind(family));
     if let Some(t) = described(name) {
         return Some(match t {
             FamilyType::Counter => counter,
@@ -128,6 +123,16 @@ mod tests {
     use crate::aggregator::{IngestOutcome, RejectReason};
     use crate::ingest::builder::Budget;
     use crate::model::STALE_NAN_BITS as STALE_NAN;
+
+    /// The kind of a series named `name`, the way a parse decides it.
+    fn series_kind(
+        name: &str,
+        types: &HashMap<&str, FamilyType>,
+        book: &MetadataBook,
+        known: impl FnOnce() -> Option<pb::SampleKind>,
+    ) -> pb::SampleKind {
+        kind_given(name, kind_by_metadata(name, types, book), known)
+    }
 
     fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> rw::TimeSeries {
         rw::TimeSeries {

@@ -4,18 +4,20 @@
 //! request's metadata into the [`MetadataBook`]. No owned message is made
 //! on the way, neither Prometheus' nor `tally.v1`'s.
 //!
-//! The decoding is prost's primitives (keys, varints, doubles, skipping
-//! unknown fields, nested lengths) with the view's own string checks, so a
-//! body prost refuses is refused here with the same message; a test holds
-//! the parse to prost's decoding of the same bytes, read through the
-//! mapping of the parent module.
+//! A series in the layout every sender writes is read by the tight pass
+//! of the sibling `fast` module. Any other is decoded with prost's
+//! primitives (keys, varints, doubles, skipping unknown fields, nested
+//! lengths) and the view's own string checks, so a body prost refuses is
+//! refused here with the same message; a test holds the parse to prost's
+//! decoding of the same bytes, read through the mapping of the parent
+//! module.
 
 use hashbrown::HashMap;
 use prost::encoding::{
     check_wire_type, decode_key, double, int32, int64, skip_field, DecodeContext, WireType,
 };
 
-use super::{family_type_of, series_kind, KnownKind, RemoteWriteConfig};
+use super::{family_type_of, fast, kind_by_metadata, kind_given, KnownKind, RemoteWriteConfig};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::Budget;
 pub use crate::ingest::view::ParseError;
@@ -39,6 +41,10 @@ impl Parse<'_> {
     pub fn view<'a>(&self, bytes: &'a [u8]) -> Result<(PushView<'a>, IngestOutcome), ParseError> {
         let types = self.metadata(bytes)?;
         let mut b = ViewBuilder::new(self.cap, self.budget);
+        let mut said = Said {
+            types: &types,
+            by_name: HashMap::new(),
+        };
         let mut buf = bytes;
         while !buf.is_empty() {
             let (tag, wire_type) = decode_key(&mut buf)?;
@@ -46,7 +52,7 @@ impl Parse<'_> {
                 1 => {
                     check_wire_type(WireType::LengthDelimited, wire_type)
                         .map_err(|e| ViewError::Wire(e).at("WriteRequest", "timeseries"))?;
-                    self.series(&mut b, &mut buf, &types)?;
+                    self.series(&mut b, &mut buf, &mut said)?;
                 }
                 _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
             }
@@ -96,15 +102,17 @@ impl Parse<'_> {
         &self,
         b: &mut ViewBuilder<'a>,
         buf: &mut &'a [u8],
-        types: &HashMap<&'a str, FamilyType>,
+        said: &mut Said<'_, 'a>,
     ) -> Result<(), ParseError> {
         let mark = b.mark();
-        nested(buf, |buf, tag, wire_type| match tag {
-            1 => label(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "labels")),
-            2 => sample(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "samples")),
-            _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
-        })
-        .map_err(|e| e.at("WriteRequest", "timeseries"))?;
+        if !fast::series(b, buf) {
+            nested(buf, |buf, tag, wire_type| match tag {
+                1 => label(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "labels")),
+                2 => sample(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "samples")),
+                _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
+            })
+            .map_err(|e| e.at("WriteRequest", "timeseries"))?;
+        }
         let count = b.samples_since(mark) as u64;
         if count == 0 {
             b.drop_series(mark);
@@ -116,7 +124,11 @@ impl Parse<'_> {
         };
         b.retain_labels(mark, |n| n != "__name__" && n != id.source_label);
         let labels = b.labels_since(mark);
-        let kind = series_kind(id.name, types, self.book, || {
+        let by_metadata = *said
+            .by_name
+            .entry(id.name)
+            .or_insert_with(|| kind_by_metadata(id.name, said.types, self.book));
+        let kind = kind_given(id.name, by_metadata, || {
             (self.known)(id.source, id.name, &*labels)
         });
         b.end_series(mark, id.source, id.name, kind as i32)?;
@@ -160,6 +172,14 @@ impl Parse<'_> {
             name,
         })
     }
+}
+
+/// What the request's and the book's metadata say of each metric name seen
+/// so far in a request: a request repeats a few names over thousands of
+/// series, and each look into the book takes its lock.
+struct Said<'t, 'a> {
+    types: &'t HashMap<&'a str, FamilyType>,
+    by_name: HashMap<&'a str, Option<tally_proto::v1::SampleKind>>,
 }
 
 /// Who a series is: its source (and the label that named it) and metric.
@@ -223,7 +243,7 @@ mod tests {
             "[a-z]{1,2}",
         ]
         .prop_flat_map(|name| {
-            ("[a-z]{0,2}_?(total)?").prop_map(move |value| rw::Label {
+            ("[a-zé€]{0,2}_?(total)?").prop_map(move |value| rw::Label {
                 name: name.clone(),
                 value,
             })
