@@ -93,7 +93,7 @@ fn read_plain<'a>(line: &'a str, out: &mut Line<'a>) -> Option<()> {
         if !after.bytes().all(|c| c == b' ') {
             return None;
         }
-        Some(integer(text)?.parse().ok()?)
+        Some(int64(text)?)
     };
     Some(())
 }
@@ -116,11 +116,68 @@ fn integer(s: &str) -> Option<&str> {
     (!digits.is_empty() && digits.bytes().all(|c| c.is_ascii_digit())).then_some(s)
 }
 
+/// `-?[0-9]+` as an `i64`: digits read as they are checked, up to the
+/// eighteen that cannot overflow; longer ones through the standard parse.
+fn int64(s: &str) -> Option<i64> {
+    let (negative, digits) = match s.strip_prefix('-') {
+        Some(digits) => (true, digits),
+        None => (false, s),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return integer(s)?.parse().ok();
+    }
+    let mut v = 0i64;
+    for c in digits.bytes() {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(c - b'0');
+    }
+    Some(if negative { -v } else { v })
+}
+
+/// Powers of ten a double holds exactly.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// `-?D(.D)?` of at most fifteen digits in all, as the nearest double:
+/// the digits make an integer a double holds exactly, and so does the
+/// power of ten below them, so the one division is correctly rounded, as
+/// the standard parse is (which reads each number twice: once for its
+/// shape, once for its value). None for any other text.
+fn short_decimal(s: &str) -> Option<f64> {
+    let (negative, text) = match s.strip_prefix('-') {
+        Some(text) => (true, text),
+        None => (false, s),
+    };
+    let b = text.as_bytes();
+    let mut m = 0u64;
+    let mut point = None;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'0'..=b'9' => m = m.wrapping_mul(10).wrapping_add(u64::from(c - b'0')),
+            b'.' if point.is_none() && i > 0 && i + 1 < b.len() => point = Some(i),
+            _ => return None,
+        }
+    }
+    let decimals = point.map_or(0, |at| b.len() - at - 1);
+    let digits = b.len() - usize::from(point.is_some());
+    if digits == 0 || digits > 15 {
+        return None;
+    }
+    let v = m as f64 / POW10[decimals];
+    Some(if negative { -v } else { v })
+}
+
 /// A field value of the plain shapes: `1i`, `1u`, a float the reference
 /// reads (`1`, `-1.5`, `1.5e-3`, `2E6`) or a boolean.
 fn number(s: &str) -> Option<f64> {
+    if let Some(v) = short_decimal(s) {
+        return Some(v);
+    }
     if let Some(int) = s.strip_suffix('i') {
-        return integer(int)?.parse::<i64>().ok().map(|v| v as f64);
+        return int64(int).map(|v| v as f64);
     }
     if let Some(uint) = s.strip_suffix('u') {
         let digits = uint.bytes().all(|c| c.is_ascii_digit()) && !uint.is_empty();
@@ -232,6 +289,7 @@ mod tests {
         let word = "[a-z][a-z0-9_.-]{0,5}";
         let value = prop_oneof![
             "-?[0-9]{1,4}(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,2})?",
+            "-?[0-9]{1,9}\\.?[0-9]{0,9}",
             "-?[0-9]{1,20}i",
             "[0-9]{1,21}u",
             "(t|T|true|True|TRUE|f|F|false|False|FALSE|tru|yes)",
