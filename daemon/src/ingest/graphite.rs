@@ -23,6 +23,7 @@ use smallvec::SmallVec;
 use tally_proto::v1 as pb;
 
 use super::builder::Budget;
+use super::number::short_decimal;
 use super::view::{PushView, ViewBuilder};
 use crate::aggregator::RejectReason;
 use crate::labels::label_name_from_key_cow;
@@ -91,9 +92,8 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
             _ => return Err(LineError::Tag(clip(tag))),
         }
     }
-    let value = value
-        .parse::<f64>()
-        .ok()
+    let value = short_decimal(value)
+        .or_else(|| value.parse::<f64>().ok())
         .filter(|v| !v.is_infinite())
         .ok_or_else(|| LineError::Value(clip(value)))?;
     let ts_ms = match ts {

@@ -1,6 +1,7 @@
 //! Protocol-neutral ingest: the `[ingest]` limits (`config`), the shutdown
-//! gate (`gate`), the borrowed form every request is read in (`view`) and
-//! the admission every receiver shares (`admit`). The receivers themselves
+//! gate (`gate`), the borrowed form every request is read in (`view`),
+//! numbers as text protocols write them (`number`) and the admission
+//! every receiver shares (`admit`). The receivers themselves
 //! live with their listeners: `tally.v1` and OTLP/gRPC in [`crate::grpc`],
 //! OTLP/HTTP, Prometheus remote-write and InfluxDB line protocol in
 //! [`crate::http`], Graphite plaintext in [`crate::graphite`]. What each
@@ -14,6 +15,7 @@ pub mod config;
 mod gate;
 pub mod graphite;
 pub mod influx;
+mod number;
 pub mod otlp;
 pub mod remote_write;
 pub mod view;

@@ -13,6 +13,8 @@
 
 use influxdb_line_protocol::{FieldValue, ParsedLine};
 
+use crate::ingest::number::short_decimal;
+
 /// A field's value, as Tally reads it: a number, or a string it skips.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum Value {
@@ -133,40 +135,6 @@ fn int64(s: &str) -> Option<i64> {
         }
         v = v * 10 + i64::from(c - b'0');
     }
-    Some(if negative { -v } else { v })
-}
-
-/// Powers of ten a double holds exactly.
-const POW10: [f64; 16] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-];
-
-/// `-?D(.D)?` of at most fifteen digits in all, as the nearest double:
-/// the digits make an integer a double holds exactly, and so does the
-/// power of ten below them, so the one division is correctly rounded, as
-/// the standard parse is (which reads each number twice: once for its
-/// shape, once for its value). None for any other text.
-fn short_decimal(s: &str) -> Option<f64> {
-    let (negative, text) = match s.strip_prefix('-') {
-        Some(text) => (true, text),
-        None => (false, s),
-    };
-    let b = text.as_bytes();
-    let mut m = 0u64;
-    let mut point = None;
-    for (i, &c) in b.iter().enumerate() {
-        match c {
-            b'0'..=b'9' => m = m.wrapping_mul(10).wrapping_add(u64::from(c - b'0')),
-            b'.' if point.is_none() && i > 0 && i + 1 < b.len() => point = Some(i),
-            _ => return None,
-        }
-    }
-    let decimals = point.map_or(0, |at| b.len() - at - 1);
-    let digits = b.len() - usize::from(point.is_some());
-    if digits == 0 || digits > 15 {
-        return None;
-    }
-    let v = m as f64 / POW10[decimals];
     Some(if negative { -v } else { v })
 }
 

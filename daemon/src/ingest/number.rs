@@ -1,0 +1,95 @@
+//! Numbers as agents write them in text (`97.5`, `-3`, `0.25`), read in
+//! one pass. Line protocol and Graphite both carry every value as text;
+//! the standard parse reads a number in two (its shape, then its digits)
+//! and was a visible share of both paths.
+
+/// Powers of ten a double holds exactly.
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// `-?D(.D)?` of at most fifteen digits in all, as the nearest double:
+/// the digits make an integer a double holds exactly, and so does the
+/// power of ten below them, so the one division is correctly rounded, as
+/// the standard parse is (which reads each number twice: once for its
+/// shape, once for its value). None for any other text.
+pub(crate) fn short_decimal(s: &str) -> Option<f64> {
+    let (negative, text) = match s.strip_prefix('-') {
+        Some(text) => (true, text),
+        None => (false, s),
+    };
+    let b = text.as_bytes();
+    let mut m = 0u64;
+    let mut point = None;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'0'..=b'9' => m = m.wrapping_mul(10).wrapping_add(u64::from(c - b'0')),
+            b'.' if point.is_none() && i > 0 && i + 1 < b.len() => point = Some(i),
+            _ => return None,
+        }
+    }
+    let decimals = point.map_or(0, |at| b.len() - at - 1);
+    let digits = b.len() - usize::from(point.is_some());
+    if digits == 0 || digits > 15 {
+        return None;
+    }
+    let v = m as f64 / POW10[decimals];
+    Some(if negative { -v } else { v })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Wherever it answers, the answer is the standard parse's, bit
+        /// for bit; and it answers for every short plain decimal.
+        #[test]
+        fn reads_as_the_standard_parse(text in "-?[0-9]{0,9}\\.?[0-9]{0,9}") {
+            let ours = short_decimal(&text);
+            let theirs = text.parse::<f64>().ok();
+            if let Some(v) = ours {
+                prop_assert_eq!(Some(v.to_bits()), theirs.map(f64::to_bits), "{}", text);
+            }
+            let plain = plain_shape(&text);
+            prop_assert_eq!(ours.is_some(), plain, "{}", text);
+        }
+    }
+
+    /// `-?D(.D)?` with at most fifteen digits.
+    fn plain_shape(text: &str) -> bool {
+        let t = text.strip_prefix('-').unwrap_or(text);
+        let (int, frac) = match t.split_once('.') {
+            Some((i, f)) => (i, Some(f)),
+            None => (t, None),
+        };
+        let digits = |d: &str| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit());
+        digits(int) && frac.is_none_or(digits) && int.len() + frac.map_or(0, str::len) <= 15
+    }
+
+    #[test]
+    fn agents_values() {
+        for (text, v) in [("97.5", 97.5), ("-3", -3.0), ("0.1", 0.1), ("79.19", 79.19)] {
+            assert_eq!(short_decimal(text), Some(v));
+        }
+        assert_eq!(
+            short_decimal("-0").map(f64::to_bits),
+            Some((-0.0f64).to_bits())
+        );
+        for text in [
+            "",
+            "-",
+            ".5",
+            "5.",
+            "1e5",
+            "1.2.3",
+            "+1",
+            "NaN",
+            "1234567890123456",
+        ] {
+            assert_eq!(short_decimal(text), None, "{text}");
+        }
+    }
+}
