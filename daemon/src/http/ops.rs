@@ -34,6 +34,7 @@ pub(crate) fn router() -> Router<OpsState> {
 
 async fn metrics(State(s): State<OpsState>) -> Response {
     crate::telemetry::collect_process_metrics();
+    crate::allocator::publish_gauges();
     s.pipeline.publish_gauges();
     match &s.metrics {
         Some(h) => (
