@@ -8,9 +8,13 @@
 //! Why: the exact reader goes through prost's generic primitives, a
 //! closure and a `Result` per field and a UTF-8 check per string; W1's
 //! series (three labels, one sample) spent about 330 ns there. Here the
-//! labels' bytes take one UTF-8 check together: the framing between them
-//! is ASCII, which no multi-byte character can straddle, so when the
-//! whole run is UTF-8 each name and value cut from it at the framing is.
+//! labels' bytes take one UTF-8 check together. Each name and value is cut
+//! from that text between ASCII bytes (a key before it, the last byte of
+//! its length's varint, and a key or the end after it), and the cut is
+//! checked to fall on character boundaries, so each is UTF-8 when the run
+//! is. A length of 128 or more has a byte over 0x7f in its varint, which
+//! makes the run fail the check: such a series (a label over 127 bytes)
+//! takes the exact reader.
 
 use crate::ingest::view::ViewBuilder;
 
