@@ -108,8 +108,10 @@ impl MetadataBook {
         );
     }
 
-    /// What is known of `family`.
-    pub fn get(&self, family: &str) -> Option<Family> {
+    /// What is known of `family` (for tests: the daemon reads a family's
+    /// type with [`MetadataBook::kind`] and a series' with `of_series`).
+    #[cfg(test)]
+    pub(crate) fn get(&self, family: &str) -> Option<Family> {
         self.families.read().get(family).cloned()
     }
 
