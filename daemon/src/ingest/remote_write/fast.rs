@@ -13,8 +13,8 @@
 //! its length's varint, and a key or the end after it), and the cut is
 //! checked to fall on character boundaries, so each is UTF-8 when the run
 //! is. A length of 128 or more has a byte over 0x7f in its varint, which
-//! makes the run fail the check: such a series (a label over 127 bytes)
-//! takes the exact reader.
+//! makes the run fail the check; such a series (a long Kubernetes label,
+//! say) then has each name and value checked on its own, still here.
 
 use crate::ingest::view::ViewBuilder;
 
@@ -52,14 +52,12 @@ fn append<'a>(b: &mut ViewBuilder<'a>, ts: &'a [u8]) -> Option<()> {
         let (len, n) = varint(&ts[labels_end + 1..])?;
         labels_end = (labels_end + 1 + n).checked_add(usize::try_from(len).ok()?)?;
     }
-    let text = std::str::from_utf8(ts.get(..labels_end)?).ok()?;
-    let mut at = 0;
-    while at < labels_end {
-        let (len, n) = varint(&text.as_bytes()[at + 1..])?;
-        let start = at + 1 + n;
-        at = start + usize::try_from(len).ok()?;
-        let (name, value) = label(text, start, at)?;
-        b.label(name, value);
+    let run = ts.get(..labels_end)?;
+    match std::str::from_utf8(run) {
+        Ok(text) => labels(b, run, |start, end| text.get(start..end))?,
+        Err(_) => labels(b, run, |start, end| {
+            std::str::from_utf8(run.get(start..end)?).ok()
+        })?,
     }
     let mut rest = &ts[labels_end..];
     while let Some((&SAMPLES, after)) = rest.split_first() {
@@ -71,27 +69,57 @@ fn append<'a>(b: &mut ViewBuilder<'a>, ts: &'a [u8]) -> Option<()> {
     rest.is_empty().then_some(())
 }
 
-/// The `Label` in `text[start..end]`: a name, then a value unless it is
+/// The labels in `run`, appended to `b`; `cut` gives the text of
+/// `run[start..end]`, or None where it is not UTF-8.
+#[inline(always)]
+fn labels<'a>(
+    b: &mut ViewBuilder<'a>,
+    run: &'a [u8],
+    cut: impl Fn(usize, usize) -> Option<&'a str>,
+) -> Option<()> {
+    let mut at = 0;
+    while at < run.len() {
+        let (len, n) = varint(&run[at + 1..])?;
+        let start = at + 1 + n;
+        at = start + usize::try_from(len).ok()?;
+        let (name, value) = label(run, start, at, &cut)?;
+        b.label(name, value);
+    }
+    Some(())
+}
+
+/// The `Label` in `run[start..end]`: a name, then a value unless it is
 /// empty (an encoder leaves an empty string out).
-fn label(text: &str, start: usize, end: usize) -> Option<(&str, &str)> {
-    let (name, at) = string(text, start, LABEL_NAME)?;
+#[inline(always)]
+fn label<'a>(
+    run: &[u8],
+    start: usize,
+    end: usize,
+    cut: &impl Fn(usize, usize) -> Option<&'a str>,
+) -> Option<(&'a str, &'a str)> {
+    let (name, at) = string(run, start, LABEL_NAME, cut)?;
     if at == end {
         return Some((name, ""));
     }
-    let (value, at) = string(text, at, LABEL_VALUE)?;
+    let (value, at) = string(run, at, LABEL_VALUE, cut)?;
     (at == end).then_some((name, value))
 }
 
-/// The string field keyed `key` at `text[at..]`, and where it ends.
-fn string(text: &str, at: usize, key: u8) -> Option<(&str, usize)> {
-    let bytes = text.as_bytes();
-    if bytes.get(at) != Some(&key) {
+/// The string field keyed `key` at `run[at..]`, and where it ends.
+#[inline(always)]
+fn string<'a>(
+    run: &[u8],
+    at: usize,
+    key: u8,
+    cut: &impl Fn(usize, usize) -> Option<&'a str>,
+) -> Option<(&'a str, usize)> {
+    if run.get(at) != Some(&key) {
         return None;
     }
-    let (len, n) = varint(&bytes[at + 1..])?;
+    let (len, n) = varint(&run[at + 1..])?;
     let start = at + 1 + n;
     let end = start.checked_add(usize::try_from(len).ok()?)?;
-    Some((text.get(start..end)?, end))
+    Some((cut(start, end)?, end))
 }
 
 /// A `Sample`: its value (left out when zero) and its timestamp (left
@@ -146,6 +174,7 @@ fn long_varint(buf: &[u8]) -> Option<(u64, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::builder::Budget;
 
     #[test]
     fn varints_as_prost_reads_them() {
@@ -164,10 +193,64 @@ mod tests {
 
     #[test]
     fn a_label_without_its_value_has_an_empty_one() {
-        let text = "\n\x04host";
-        assert_eq!(label(text, 0, text.len()), Some(("host", "")));
+        let run = b"\n\x04host";
+        let cut = |s: usize, e: usize| std::str::from_utf8(run.get(s..e)?).ok();
+        assert_eq!(label(run, 0, run.len(), &cut), Some(("host", "")));
         // A value that runs past the label: not the usual layout.
-        let text = "\n\x04host\x12\x09a";
-        assert_eq!(label(text, 0, text.len()), None);
+        let run = b"\n\x04host\x12\x09a";
+        let cut = |s: usize, e: usize| std::str::from_utf8(run.get(s..e)?).ok();
+        assert_eq!(label(run, 0, run.len(), &cut), None);
+    }
+
+    /// A label over 127 bytes has a two-byte length, which fails the run's
+    /// one check; its strings are then checked one by one, still on this
+    /// path, and text that is not UTF-8 is still left for the exact reader.
+    #[test]
+    fn a_long_label_is_read_here_and_bad_text_is_not() {
+        use prost::Message as _;
+        use tally_proto::prometheus as rw;
+        let encode = |value: String| {
+            let ts = rw::TimeSeries {
+                labels: vec![
+                    rw::Label {
+                        name: "__name__".into(),
+                        value: "up".into(),
+                    },
+                    rw::Label {
+                        name: "pod".into(),
+                        value,
+                    },
+                ],
+                samples: vec![rw::Sample {
+                    value: 1.0,
+                    timestamp: 5,
+                }],
+            };
+            ts.encode_length_delimited_to_vec()
+        };
+        let budget = Budget {
+            samples: usize::MAX,
+            bytes: usize::MAX,
+        };
+        let long = "é".repeat(100);
+        let bytes = encode(long.clone());
+        let mut b = ViewBuilder::new(1, budget);
+        let mark = b.mark();
+        let mut buf = &bytes[..];
+        assert!(series(&mut b, &mut buf));
+        assert!(buf.is_empty());
+        assert_eq!(
+            b.labels_since(mark),
+            [("__name__", "up"), ("pod", long.as_str())]
+        );
+
+        // A byte that is not UTF-8, inside the long value.
+        let mut bytes = encode("a".repeat(200));
+        let at = bytes.len() - 20;
+        bytes[at] = 0xff;
+        let mut b = ViewBuilder::new(1, budget);
+        let mut buf = &bytes[..];
+        assert!(!series(&mut b, &mut buf));
+        assert_eq!(buf.len(), bytes.len());
     }
 }

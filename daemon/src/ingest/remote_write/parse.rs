@@ -243,10 +243,13 @@ mod tests {
             "[a-z]{1,2}",
         ]
         .prop_flat_map(|name| {
-            ("[a-zé€]{0,2}_?(total)?").prop_map(move |value| rw::Label {
-                name: name.clone(),
-                value,
-            })
+            // Some over 127 bytes: a length of two varint bytes.
+            prop_oneof![4 => "[a-zé€]{0,2}_?(total)?", 1 => "[a-z€]{100,140}"].prop_map(
+                move |value| rw::Label {
+                    name: name.clone(),
+                    value,
+                },
+            )
         });
         let value = prop_oneof![
             any::<f64>(),
