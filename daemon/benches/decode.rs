@@ -1,7 +1,7 @@
 //! Reading a `tally.v1.PushRequest` off the wire: prost's generated types
 //! (an owned string for every name, a vector for every series' numbers)
 //! against the borrowed view the ingest path reads; and a remote-write
-//! request of W1's shape read into that view. Run with `cargo bench -p
+//! request and a line-protocol body of W1's shape read into that view. Run with `cargo bench -p
 //! tallyd --bench decode`; figures are in BENCHMARKS.md.
 
 // A benchmark that cannot set up panics: there is nothing to measure.
@@ -12,6 +12,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
 use tally::ingest::builder::Budget;
+use tally::ingest::influx::{self, InfluxConfig, Precision};
 use tally::ingest::remote_write::{Parse, RemoteWriteConfig};
 use tally::ingest::view::PushView;
 use tally::metadata::MetadataBook;
@@ -85,6 +86,23 @@ fn w1_remote_write() -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// One line-protocol body as the peers kit's W1 sender renders it: 5,000
+/// lines of measurement `w1`, tags `host` and `metric`, one field `value`
+/// with two decimals, and a timestamp in seconds.
+fn w1_line_protocol() -> Vec<u8> {
+    let mut body = String::new();
+    for i in 0..5_000 {
+        body.push_str(&format!(
+            "w1,host=host-{:04},metric=cpu.m{:02} value={}.{:02} 1795305600\n",
+            i / 20,
+            i % 20,
+            i % 97,
+            i % 100
+        ));
+    }
+    body.into_bytes()
+}
+
 /// What admission reads of every series, so neither side's work is
 /// optimised away.
 fn touch_owned(req: &pb::PushRequest) -> usize {
@@ -133,6 +151,21 @@ fn decode(c: &mut Criterion) {
     };
     g.bench_function("w1_remote_write_5000_series/borrowed_view", |b| {
         b.iter(|| touch(&parse.view(&body).unwrap().0))
+    });
+    let body = w1_line_protocol();
+    let cfg = InfluxConfig::default();
+    let budget = Budget {
+        samples: usize::MAX,
+        bytes: usize::MAX,
+    };
+    g.bench_function("w1_line_protocol_5000_lines/borrowed_view", |b| {
+        b.iter(|| {
+            let arena = bumpalo::Bump::new();
+            let r =
+                influx::convert(&body, &arena, Precision::Seconds, 0, &cfg, 10, budget).unwrap();
+            assert_eq!(r.refused.rejected, 0);
+            touch(&r.view)
+        })
     });
     g.finish();
 }
