@@ -43,6 +43,7 @@ use line::{Line, Value};
 use tally_proto::v1 as pb;
 
 use super::builder::{Budget, Full};
+use super::text::same;
 use super::view::{PushView, ViewBuilder};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::labels::label_name_from_key_cow;
@@ -164,6 +165,10 @@ pub fn convert<'a>(
     };
     let plain = !lossy && line::plain_body(text.as_bytes());
     let mut b = ViewBuilder::new(cap, budget);
+    // A line of a measurement, a source tag, a field and its newline;
+    // what agents send has a tag or two besides the source.
+    b.reserve_for(text.len(), 24, 2);
+    r.line_of.reserve((text.len() / 24).min(budget.samples));
     let mut parsed = Line::default();
     for (i, raw) in lines(text, plain).enumerate() {
         let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
@@ -249,7 +254,7 @@ struct Names<'a> {
 impl<'a> Names<'a> {
     /// Starts a line of `measurement`, forgetting the names of another.
     fn start(&mut self, measurement: &'a str) {
-        if self.measurement != measurement {
+        if !same(self.measurement, measurement) {
             self.measurement = measurement;
             self.fields.clear();
         }
@@ -259,7 +264,7 @@ impl<'a> Names<'a> {
     /// the last line's when it had that tag there.
     fn label(&mut self, i: usize, key: &'a str, arena: &'a Bump) -> &'a str {
         if let Some(&(k, name)) = self.tags.get(i) {
-            if k == key {
+            if same(k, key) {
                 return name;
             }
         }
@@ -275,7 +280,7 @@ impl<'a> Names<'a> {
     /// when it had that field there, else made in `arena`.
     fn metric(&mut self, i: usize, key: &'a str, arena: &'a Bump) -> &'a str {
         if let Some(&(k, metric)) = self.fields.get(i) {
-            if k == key {
+            if same(k, key) {
                 return metric;
             }
         }
@@ -360,7 +365,7 @@ impl<'a> Reading<'a> {
             .tags
             .iter()
             .enumerate()
-            .find(|(_, (k, _))| *k == cfg.source_tag)
+            .find(|(_, (k, _))| same(k, &cfg.source_tag))
         else {
             return Err(Refusal::Line(
                 RejectReason::MissingSource,

@@ -20,6 +20,7 @@ use prost::encoding::{
 use super::{family_type_of, fast, kind_by_metadata, kind_given, KnownKind, RemoteWriteConfig};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::Budget;
+use crate::ingest::text::same;
 pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, nested, Mark, PushView, ViewBuilder, ViewError};
 use crate::metadata::{FamilyType, MetadataBook};
@@ -41,6 +42,9 @@ impl Parse<'_> {
     pub fn view<'a>(&self, bytes: &'a [u8]) -> Result<(PushView<'a>, IngestOutcome), ParseError> {
         let types = self.metadata(bytes)?;
         let mut b = ViewBuilder::new(self.cap, self.budget);
+        // A series of a name, a source and a sample is about 32 bytes;
+        // most senders' have a label or so besides.
+        b.reserve_for(bytes.len(), 32, 3);
         let mut said = Said {
             types: &types,
             by_name: HashMap::new(),
@@ -122,7 +126,7 @@ impl Parse<'_> {
             b.drop_series(mark);
             return Ok(());
         };
-        b.retain_labels(mark, |n| n != "__name__" && n != id.source_label);
+        b.retain_labels(mark, |n| n != "__name__" && !same(n, id.source_label));
         let labels = b.labels_since(mark);
         let by_metadata = *said
             .by_name
@@ -153,7 +157,7 @@ impl Parse<'_> {
         let source = self.cfg.source_labels.iter().find_map(|s| {
             labels
                 .iter()
-                .find(|l| l.0 == s.as_str() && !l.1.is_empty())
+                .find(|l| same(l.0, s) && !l.1.is_empty())
                 .copied()
         });
         let Some(source) = source else {

@@ -21,6 +21,7 @@ use hashbrown::HashMap;
 use super::{PushView, SeriesCols, SourceCols, ViewError};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::{Budget, Full};
+use crate::ingest::text::same;
 
 /// Why a protocol's body did not become a view.
 #[derive(Debug)]
@@ -103,6 +104,20 @@ impl<'a> ViewBuilder<'a> {
             samples: 0,
             bytes: 0,
         }
+    }
+
+    /// Makes room for the series a body of `bytes` holds, if each takes
+    /// at least `bytes_per_series` of it (within the budget's samples),
+    /// with `labels` labels each: grown one push at a time, the columns
+    /// were copied over and over, a twentieth of reading a line-protocol
+    /// body.
+    pub fn reserve_for(&mut self, bytes: usize, bytes_per_series: usize, labels: usize) {
+        let series = (bytes / bytes_per_series.max(1)).min(self.budget.samples);
+        self.view.series.reserve(series);
+        self.source_of.reserve(series);
+        self.view.labels.reserve(labels.saturating_mul(series));
+        self.view.timestamps_ms.reserve(series);
+        self.view.values.reserve(series);
     }
 
     /// Where the next series starts.
@@ -196,7 +211,10 @@ impl<'a> ViewBuilder<'a> {
     }
 
     fn source_index(&mut self, source: &'a str) -> u32 {
-        if let Some(at) = self.last.filter(|&at| self.names[at as usize] == source) {
+        if let Some(at) = self
+            .last
+            .filter(|&at| same(self.names[at as usize], source))
+        {
             return at;
         }
         let next = self.names.len() as u32;
