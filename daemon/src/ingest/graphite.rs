@@ -303,6 +303,7 @@ impl Batch {
             bytes: usize::MAX,
         };
         let mut b = ViewBuilder::new(self.cap, unbounded);
+        b.reserve(self.series.len(), self.labels.len());
         let text = self.text.as_str();
         for g in &self.series {
             let mark = b.mark();

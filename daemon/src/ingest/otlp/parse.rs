@@ -78,6 +78,9 @@ pub fn parse<'a>(
     budget: Budget,
 ) -> Result<OtlpView<'a>, ParseError> {
     let mut r = Reader::new(arena, cfg, cap, budget);
+    // A number point with a timestamp, a value and a couple of attributes
+    // is at least about 32 bytes.
+    r.b.reserve_for(bytes.len(), 32, 2);
     let read = fields(bytes, |buf, tag, wire_type| match tag {
         1 => {
             let rm = wire::body(wire_type, buf)?;

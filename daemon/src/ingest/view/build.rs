@@ -112,10 +112,19 @@ impl<'a> ViewBuilder<'a> {
     /// were copied over and over, a twentieth of reading a line-protocol
     /// body.
     pub fn reserve_for(&mut self, bytes: usize, bytes_per_series: usize, labels: usize) {
-        let series = (bytes / bytes_per_series.max(1)).min(self.budget.samples);
+        let series = bytes / bytes_per_series.max(1);
+        self.reserve(series, labels.saturating_mul(series));
+    }
+
+    /// Makes room for `series` series of one sample (at most the budget's
+    /// samples) and `labels` labels in all.
+    pub fn reserve(&mut self, series: usize, labels: usize) {
+        let series = series.min(self.budget.samples);
         self.view.series.reserve(series);
         self.source_of.reserve(series);
-        self.view.labels.reserve(labels.saturating_mul(series));
+        self.view
+            .labels
+            .reserve(labels.min(series.saturating_mul(8)));
         self.view.timestamps_ms.reserve(series);
         self.view.values.reserve(series);
     }
