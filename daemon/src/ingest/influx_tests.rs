@@ -62,6 +62,33 @@ fn fields_become_metrics_and_tags_labels() {
     assert_eq!(r.refused.rejected, 0);
 }
 
+/// Names are kept from the line before only while they are the same: a
+/// tag or field that changes at the same place, or a source tag that
+/// moves, is named afresh.
+#[test]
+fn names_kept_from_the_line_before_follow_each_line() {
+    let body = "m,host=a,x=1 v=1\n\
+                m,host=a,y=2 v=2\n\
+                m,y=3,host=a w=3\n\
+                m,z.z=4,host=a w=4\n";
+    let req = run(body, Precision::Seconds).view.to_request();
+    let series = &req.sources[0].series;
+    let got: Vec<(&str, Vec<(String, String)>)> = series
+        .iter()
+        .map(|s| (s.metric.as_str(), labels(s)))
+        .collect();
+    let label = |n: &str, v: &str| vec![(n.to_owned(), v.to_owned())];
+    assert_eq!(
+        got,
+        [
+            ("m_v", label("x", "1")),
+            ("m_v", label("y", "2")),
+            ("m_w", label("y", "3")),
+            ("m_w", label("z_z", "4")),
+        ]
+    );
+}
+
 #[test]
 fn precisions_and_the_time_of_arrival() {
     for (p, ts, ms) in [
