@@ -122,6 +122,10 @@ pub struct InfluxRequest<'a> {
     pub string_fields: u64,
 }
 
+/// About the fewest bytes a line agents send takes (a measurement, a
+/// source tag, a field and its newline), to reserve a body's room by; what
+/// they send has a tag or two besides the source.
+const LINE_BYTES: usize = 24;
 /// How much of a line is quoted in an answer.
 const QUOTED: usize = 120;
 /// Tags or fields of a line held without allocating while looking for
@@ -165,10 +169,9 @@ pub fn convert<'a>(
     };
     let plain = !lossy && line::plain_body(text.as_bytes());
     let mut b = ViewBuilder::new(cap, budget);
-    // A line of a measurement, a source tag, a field and its newline;
-    // what agents send has a tag or two besides the source.
-    b.reserve_for(text.len(), 24, 2);
-    r.line_of.reserve((text.len() / 24).min(budget.samples));
+    b.reserve_for(text.len(), LINE_BYTES, 2);
+    r.line_of
+        .reserve((text.len() / LINE_BYTES).min(budget.samples));
     let mut parsed = Line::default();
     for (i, raw) in lines(text, plain).enumerate() {
         let number = u32::try_from(i + 1).unwrap_or(u32::MAX);
@@ -263,38 +266,42 @@ impl<'a> Names<'a> {
     /// The label name of the line's `i`th tag other than its source, `key`:
     /// the last line's when it had that tag there.
     fn label(&mut self, i: usize, key: &'a str, arena: &'a Bump) -> &'a str {
-        if let Some(&(k, name)) = self.tags.get(i) {
-            if same(k, key) {
-                return name;
-            }
-        }
-        let name = label_name(arena, key);
-        self.tags.truncate(i);
-        if self.tags.len() == i {
-            self.tags.push((key, name));
-        }
-        name
+        remembered(&mut self.tags, i, key, || label_name(arena, key))
     }
 
     /// The metric name of the line's `i`th field, `key`: the last line's
     /// when it had that field there, else made in `arena`.
     fn metric(&mut self, i: usize, key: &'a str, arena: &'a Bump) -> &'a str {
-        if let Some(&(k, metric)) = self.fields.get(i) {
-            if same(k, key) {
-                return metric;
-            }
-        }
-        self.name.clear();
-        self.name.push_str(self.measurement);
-        self.name.push('_');
-        self.name.push_str(key);
-        let metric: &'a str = arena.alloc_str(&self.name);
-        self.fields.truncate(i);
-        if self.fields.len() == i {
-            self.fields.push((key, metric));
-        }
-        metric
+        let (measurement, name) = (self.measurement, &mut self.name);
+        remembered(&mut self.fields, i, key, || {
+            name.clear();
+            name.push_str(measurement);
+            name.push('_');
+            name.push_str(key);
+            arena.alloc_str(name)
+        })
     }
+}
+
+/// The name `memo` holds for `key` at its `i`th place, or the one `make`
+/// makes, then kept there (when the places before it are filled).
+fn remembered<'a>(
+    memo: &mut Vec<(&'a str, &'a str)>,
+    i: usize,
+    key: &'a str,
+    make: impl FnOnce() -> &'a str,
+) -> &'a str {
+    if let Some(&(k, name)) = memo.get(i) {
+        if same(k, key) {
+            return name;
+        }
+    }
+    let name = make();
+    memo.truncate(i);
+    if memo.len() == i {
+        memo.push((key, name));
+    }
+    name
 }
 
 /// The body's lines. Only a quote (a string field may hold a newline) or
