@@ -17,7 +17,7 @@ use tracing::{debug, warn};
 use super::GraphiteConfig;
 use crate::aggregator::RejectReason;
 use crate::auth::Grant;
-use crate::ingest::graphite::{parse_line, Batch, LineError, PushError};
+use crate::ingest::graphite::{parse_line, parse_text, Batch, LineError, PushError};
 use crate::ingest::{first_problems, IngestError, Ingestor, Protocol};
 
 /// Bytes read from the socket at a time.
@@ -144,38 +144,53 @@ impl<'c> Reader<'c> {
     }
 
     /// Takes the bytes of one read: every complete line, and the start of
-    /// the next one within `graphite.max_line_bytes`.
-    async fn take(&mut self, mut data: &[u8]) {
-        let max = self.ctx.cfg.max_line_bytes;
+    /// the next one within `graphite.max_line_bytes`. The complete lines
+    /// are checked as UTF-8 in one pass; only when that fails is each
+    /// checked on its own, to refuse just the lines that are not text.
+    async fn take(&mut self, data: &[u8]) {
         let now_ms = chrono::Utc::now().timestamp_millis();
-        while let Some(at) = memchr::memchr(b'\n', data) {
-            let piece = &data[..at];
-            data = &data[at + 1..];
-            if std::mem::take(&mut self.discarding) {
-                continue;
-            }
-            if self.partial.len() + piece.len() > max {
-                self.partial.clear();
-                self.too_long();
-            } else if self.partial.is_empty() {
-                self.line(piece, now_ms).await;
-            } else {
-                let mut line = std::mem::take(&mut self.partial);
-                line.extend_from_slice(piece);
-                self.line(&line, now_ms).await;
-                line.clear();
-                self.partial = line;
-            }
+        let whole = memchr::memrchr(b'\n', data).map_or(0, |at| at + 1);
+        let (lines, mut data) = data.split_at(whole);
+        let text = std::str::from_utf8(lines).ok();
+        let mut start = 0;
+        for at in memchr::memchr_iter(b'\n', lines) {
+            let line = match text {
+                Some(text) => Line::Text(text.get(start..at).unwrap_or_default()),
+                None => Line::Bytes(&lines[start..at]),
+            };
+            start = at + 1;
+            self.piece(line, now_ms).await;
         }
         if self.discarding {
             return;
         }
-        if self.partial.len() + data.len() > max {
+        if self.partial.len() + data.len() > self.ctx.cfg.max_line_bytes {
             self.partial.clear();
             self.discarding = true;
             self.too_long();
+            data = &[];
+        }
+        self.partial.extend_from_slice(data);
+    }
+
+    /// Takes a piece of a read that ends a line: the line, joined to the
+    /// start of it an earlier read left.
+    async fn piece(&mut self, piece: Line<'_>, now_ms: i64) {
+        if std::mem::take(&mut self.discarding) {
+            return;
+        }
+        let bytes = piece.bytes();
+        if self.partial.len() + bytes.len() > self.ctx.cfg.max_line_bytes {
+            self.partial.clear();
+            self.too_long();
+        } else if self.partial.is_empty() {
+            self.line(piece, now_ms).await;
         } else {
-            self.partial.extend_from_slice(data);
+            let mut line = std::mem::take(&mut self.partial);
+            line.extend_from_slice(bytes);
+            self.line(Line::Bytes(&line), now_ms).await;
+            line.clear();
+            self.partial = line;
         }
     }
 
@@ -185,36 +200,62 @@ impl<'c> Reader<'c> {
             return;
         }
         let line = std::mem::take(&mut self.partial);
-        self.line(&line, chrono::Utc::now().timestamp_millis())
+        self.line(Line::Bytes(&line), chrono::Utc::now().timestamp_millis())
             .await;
     }
 
-    /// Takes one complete line.
-    async fn line(&mut self, bytes: &[u8], now_ms: i64) {
-        if bytes.iter().all(u8::is_ascii_whitespace) {
-            return;
+    /// Takes one complete line, admitting the batch when it is due, or
+    /// first when it has no room for the line.
+    async fn line(&mut self, line: Line<'_>, now_ms: i64) {
+        let mut step = self.add(line, now_ms, true);
+        if step == Added::NoRoom {
+            self.admit().await;
+            step = self.add(line, now_ms, false);
         }
-        let parsed = match parse_line(bytes) {
+        if step == Added::Due {
+            self.admit().await;
+        }
+    }
+
+    /// [`Reader::line`] up to admission, which it leaves to the caller:
+    /// everything else a line takes is synchronous, and kept out of the
+    /// connection's future, each line cost a copy of that future's state.
+    /// A line the batch has no room for is refused as too large unless
+    /// `may_wait` (the batch is then admitted and the line added again).
+    fn add(&mut self, line: Line<'_>, now_ms: i64, may_wait: bool) -> Added {
+        let bytes = line.bytes();
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Added::Taken;
+        }
+        let parsed = match line {
+            Line::Text(text) => parse_text(text),
+            Line::Bytes(bytes) => parse_line(bytes),
+        };
+        let parsed = match parsed {
             Ok(l) => l,
-            Err(e) => return self.refuse(&e, bytes),
-        };
-        let pushed = match self.batch.push(&parsed, now_ms) {
-            Err(PushError::Full) => {
-                self.admit().await;
-                self.batch.push(&parsed, now_ms)
+            Err(e) => {
+                self.refuse(&e, bytes);
+                return Added::Taken;
             }
-            other => other,
         };
-        match pushed {
+        match self.batch.push(&parsed, now_ms) {
             Ok(()) => {}
-            Err(PushError::Line(e)) => return self.refuse(&e, bytes),
-            Err(PushError::Full) => return self.refuse(&LineError::TooLarge, bytes),
+            Err(PushError::Full) if may_wait => return Added::NoRoom,
+            Err(PushError::Line(e)) => {
+                self.refuse(&e, bytes);
+                return Added::Taken;
+            }
+            Err(PushError::Full) => {
+                self.refuse(&LineError::TooLarge, bytes);
+                return Added::Taken;
+            }
         }
         if self.batch_due.is_none() {
             self.batch_due = Some(Instant::now() + self.ctx.cfg.batch_delay);
         }
-        if self.batch.lines >= self.ctx.cfg.batch_lines {
-            self.admit().await;
+        match self.batch.lines >= self.ctx.cfg.batch_lines {
+            true => Added::Due,
+            false => Added::Taken,
         }
     }
 
@@ -281,6 +322,33 @@ impl<'c> Reader<'c> {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// What [`Reader::add`] did with a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Added {
+    /// Added or refused; the batch may wait.
+    Taken,
+    /// Added; the batch is due now.
+    Due,
+    /// Not added: the batch has no room for it.
+    NoRoom,
+}
+
+/// A line as a read holds it: known to be text, or not yet checked.
+#[derive(Clone, Copy)]
+enum Line<'a> {
+    Text(&'a str),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> Line<'a> {
+    fn bytes(self) -> &'a [u8] {
+        match self {
+            Line::Text(text) => text.as_bytes(),
+            Line::Bytes(bytes) => bytes,
         }
     }
 }

@@ -19,6 +19,11 @@ pub(crate) fn short_decimal(s: &str) -> Option<f64> {
         None => (false, s),
     };
     let b = text.as_bytes();
+    // Fifteen digits and a point at most: a longer number (a float printed
+    // in full is seventeen digits) goes to the standard parse unread.
+    if b.len() > 16 {
+        return None;
+    }
     let mut m = 0u64;
     let mut point = None;
     for (i, &c) in b.iter().enumerate() {

@@ -14,6 +14,7 @@
 use influxdb_line_protocol::{FieldValue, ParsedLine};
 
 use crate::ingest::number::short_decimal;
+use crate::ingest::text::find;
 
 /// A field's value, as Tally reads it: a number, or a string it skips.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -112,31 +113,6 @@ fn until(s: &str, at: Option<usize>) -> Option<(&str, &str)> {
 /// not the plain shape.
 fn key_end(s: &str) -> Option<usize> {
     find(s, [b'=', b' ', b','])
-}
-
-/// The first of `stops` in `s`, eight bytes at a time. A line's parts are
-/// a few bytes each: read byte by byte they were a third of its reading,
-/// and memchr's calls, made for longer haystacks, cost more still.
-#[inline]
-fn find(s: &str, stops: [u8; 3]) -> Option<usize> {
-    const ONES: u64 = u64::from_ne_bytes([1; 8]);
-    const HIGH: u64 = ONES << 7;
-    // Flags the bytes of `v` that are zero; the lowest flag is exact
-    // (a false one can only sit above a true one).
-    let zeros = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-    let [a, b, c] = stops.map(|stop| ONES * u64::from(stop));
-    let bytes = s.as_bytes();
-    let mut at = 0;
-    while let Some(word) = bytes.get(at..).and_then(|rest| rest.first_chunk::<8>()) {
-        let w = u64::from_le_bytes(*word);
-        let hits = zeros(w ^ a) | zeros(w ^ b) | zeros(w ^ c);
-        if hits != 0 {
-            return Some(at + hits.trailing_zeros() as usize / 8);
-        }
-        at += 8;
-    }
-    let tail = bytes.get(at..)?;
-    tail.iter().position(|x| stops.contains(x)).map(|i| at + i)
 }
 
 /// Skips one or more spaces.
@@ -330,17 +306,6 @@ mod tests {
                     return Err(TestCaseError::fail(format!("{line:?}: read here, refused by the reference")));
                 };
                 prop_assert!(same(&fast, &theirs), "{:?}: {:?} vs {:?}", line, fast, theirs);
-            }
-        }
-
-        /// The word-wide search finds what a byte-by-byte one finds, in
-        /// any text: bytes over 0x7f, and each stop's byte with its lowest
-        /// bit flipped (`<`, `-`, `!`), the one a borrow could flag.
-        #[test]
-        fn find_is_the_first_stop(s in "[a-c =,<!\u{80}-\u{ff}€-]{0,40}") {
-            for stops in [[b'=', b' ', b','], [b',', b' ', b' '], [b' '; 3]] {
-                let want = s.bytes().position(|c| stops.contains(&c));
-                prop_assert_eq!(find(&s, stops), want, "{:?} {:?}", s, stops);
             }
         }
 

@@ -85,6 +85,9 @@ async fn bad_lines_are_refused_alone_and_good_ones_kept() {
     send.extend(b"gr.load\n");
     send.extend(format!("gr.load;dc=eu 1 {ts}x\n").as_bytes());
     send.extend(format!("gr 1 {ts}\n").as_bytes());
+    // Not UTF-8: refused alone, the read's other lines still kept.
+    send.extend(b"gr.load;dc=\xff 3 ");
+    send.extend(format!("{ts}\n").as_bytes());
     send.extend(format!("gr.{} 1 {ts}\n", "x".repeat(2_000)).as_bytes());
     send.extend(format!("gr.load;dc=eu 2.5 {}\n", ts + 1).as_bytes());
     s.write_all(&send).await.unwrap();
@@ -124,8 +127,9 @@ async fn bad_lines_are_refused_alone_and_good_ones_kept() {
     })
     .await;
     let text = metrics_text(&d).await;
-    // inf, one field, a bad timestamp, the over-long and the never-ending line.
-    assert_eq!(rejected(&text, "invalid_point"), 5.0);
+    // inf, one field, a bad timestamp, not UTF-8, the over-long and the
+    // never-ending line.
+    assert_eq!(rejected(&text, "invalid_point"), 6.0);
     // "gr" leaves no component for the metric.
     assert_eq!(rejected(&text, "missing_source"), 1.0);
     assert!(
