@@ -1,6 +1,13 @@
 //! One Graphite connection: reading lines within the bounds, batching them
 //! and admitting each batch (see the parent module for when a line counts
 //! as kept).
+//!
+//! A batch is admitted on a task of its own while the connection reads
+//! the next one: over one connection, as collectd and carbon relays send,
+//! reading and admitting then take two cores instead of taking turns on
+//! one. At most one batch is being admitted at a time, and the next waits
+//! for it, so batches are admitted in the order they were read and a
+//! connection holds at most two.
 
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -10,6 +17,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -66,13 +74,13 @@ enum End {
 pub(super) async fn serve(
     mut stream: TcpStream,
     peer: SocketAddr,
-    ctx: &Ctx,
-    shutdown: &CancellationToken,
+    ctx: Arc<Ctx>,
+    shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let mut r = Reader::new(ctx, peer, shutdown);
-    let mut buf = vec![0u8; READ_BUF];
     let idle = ctx.cfg.idle_timeout;
+    let mut r = Reader::new(ctx, peer, shutdown.clone());
+    let mut buf = vec![0u8; READ_BUF];
     let mut idle_at = Instant::now() + idle;
     let end = loop {
         let due = r.batch_due;
@@ -103,6 +111,7 @@ pub(super) async fn serve(
         r.end_of_stream().await;
     }
     r.admit().await;
+    drop(r.settle().await);
     if end == End::Idle {
         debug!(%peer, "graphite: connection idle past graphite.idle_timeout; closed");
     }
@@ -117,11 +126,13 @@ async fn sleep_until(due: Option<Instant>) {
 }
 
 /// A connection's state between reads.
-struct Reader<'c> {
-    ctx: &'c Ctx,
+struct Reader {
+    ctx: Arc<Ctx>,
     peer: SocketAddr,
-    shutdown: &'c CancellationToken,
+    shutdown: CancellationToken,
     batch: Batch,
+    /// The batch before, being admitted; it comes back emptied.
+    in_flight: Option<JoinHandle<Batch>>,
     /// When the batch must be admitted; None while it is empty.
     batch_due: Option<Instant>,
     /// The start of a line whose newline has not arrived yet.
@@ -130,13 +141,14 @@ struct Reader<'c> {
     discarding: bool,
 }
 
-impl<'c> Reader<'c> {
-    fn new(ctx: &'c Ctx, peer: SocketAddr, shutdown: &'c CancellationToken) -> Reader<'c> {
+impl Reader {
+    fn new(ctx: Arc<Ctx>, peer: SocketAddr, shutdown: CancellationToken) -> Reader {
         Reader {
+            batch: ctx.batch(),
+            in_flight: None,
             ctx,
             peer,
             shutdown,
-            batch: ctx.batch(),
             batch_due: None,
             partial: Vec::new(),
             discarding: false,
@@ -276,54 +288,84 @@ impl<'c> Reader<'c> {
         );
     }
 
-    /// Admits the batch, waiting while the store is behind (the connection
-    /// is not read meanwhile). At shutdown, or when the store has failed,
+    /// Hands the batch to admission, once the batch before has been
+    /// admitted, and goes on with an empty one. While the store is behind,
+    /// a batch waits (with backoff), and so the connection is not read
+    /// past the batch after it. At shutdown, or when the store has failed,
     /// the batch's lines are not kept, and that is logged.
     async fn admit(&mut self) {
         self.batch_due = None;
-        let lines = self.batch.lines;
-        if lines > 0 {
-            self.send(lines).await;
+        if self.batch.lines == 0 {
+            return;
         }
-        self.batch.clear();
+        let spare = self.settle().await;
+        let full = std::mem::replace(&mut self.batch, spare);
+        let (ctx, shutdown, peer) = (self.ctx.clone(), self.shutdown.clone(), self.peer);
+        self.in_flight = Some(tokio::spawn(async move {
+            admit_batch(&ctx, peer, &shutdown, full).await
+        }));
     }
 
-    /// [`Reader::admit`]'s attempts at the batch of `lines` lines.
-    async fn send(&self, lines: usize) {
-        let view = self.batch.view();
-        let mut backoff = PUSHBACK_FIRST;
-        loop {
-            let result = self
-                .ctx
-                .ingest
-                .ingest_read(
-                    &view,
-                    &Grant::open(),
-                    Protocol::Graphite,
-                    Default::default(),
-                )
-                .await;
-            match result {
-                Ok(out) if out.rejected > 0 => {
-                    let problems = first_problems(&out);
-                    self.ctx.log.warn(self.peer, format_args!("{problems}"));
-                    return;
-                }
-                Ok(_) => return,
-                Err(IngestError::Pushback { .. }) if !self.shutdown.is_cancelled() => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.shutdown.cancelled() => {}
-                    }
-                    backoff = (backoff * 2).min(PUSHBACK_MAX);
-                }
+    /// Waits until no batch is being admitted, and returns the one that
+    /// was, emptied (or a new one).
+    async fn settle(&mut self) -> Batch {
+        match self.in_flight.take() {
+            Some(admitting) => match admitting.await {
+                Ok(batch) => batch,
                 Err(e) => {
-                    warn!(peer = %self.peer, "graphite: {lines} lines not kept: {e}");
-                    return;
+                    warn!(peer = %self.peer, "graphite: a batch's admission failed: {e}");
+                    self.ctx.batch()
                 }
+            },
+            None => self.ctx.batch(),
+        }
+    }
+}
+
+/// Admits `batch`, retrying while the store is behind, and returns it
+/// emptied.
+async fn admit_batch(
+    ctx: &Ctx,
+    peer: SocketAddr,
+    shutdown: &CancellationToken,
+    mut batch: Batch,
+) -> Batch {
+    let lines = batch.lines;
+    let view = batch.view();
+    let mut backoff = PUSHBACK_FIRST;
+    loop {
+        let result = ctx
+            .ingest
+            .ingest_read(
+                &view,
+                &Grant::open(),
+                Protocol::Graphite,
+                Default::default(),
+            )
+            .await;
+        match result {
+            Ok(out) if out.rejected > 0 => {
+                let problems = first_problems(&out);
+                ctx.log.warn(peer, format_args!("{problems}"));
+                break;
+            }
+            Ok(_) => break,
+            Err(IngestError::Pushback { .. }) if !shutdown.is_cancelled() => {
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = shutdown.cancelled() => {}
+                }
+                backoff = (backoff * 2).min(PUSHBACK_MAX);
+            }
+            Err(e) => {
+                warn!(%peer, "graphite: {lines} lines not kept: {e}");
+                break;
             }
         }
     }
+    drop(view);
+    batch.clear();
+    batch
 }
 
 /// What [`Reader::add`] did with a line.

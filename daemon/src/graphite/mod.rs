@@ -22,9 +22,11 @@
 //! once); `graphite.idle_timeout` without a byte closes a connection; a
 //! line longer than `graphite.max_line_bytes` is cut there and the rest of
 //! it discarded unread into memory, so a never-ending line costs a
-//! connection's bounded buffer and nothing more. While the store is behind
-//! (backpressure), a connection stops reading until its batch is taken, so
-//! the client is slowed by TCP rather than dropped.
+//! connection's bounded buffer and nothing more. A connection reads its
+//! next batch while the one before is admitted, and holds at most those
+//! two. While the store is behind (backpressure), a connection stops
+//! reading once its next batch is full too, so the client is slowed by
+//! TCP rather than dropped.
 //!
 //! # Why not `listen`'s pool
 //!
@@ -104,7 +106,7 @@ pub async fn serve(
         let ctx = ctx.clone();
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            conn::serve(stream, peer, &ctx, &shutdown).await;
+            conn::serve(stream, peer, ctx, shutdown).await;
             metrics::gauge!("tally_graphite_connections").decrement(1.0);
             drop(permit);
         });

@@ -187,3 +187,30 @@ async fn connections_and_idle_time_are_bounded() {
         Some(1.0)
     );
 }
+
+/// Over one connection, batches are admitted while the next is read: with
+/// ten lines a batch, a thousand lines written in many pieces are all kept
+/// by the time the daemon closes its side, none twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_batches_over_one_connection_are_all_kept() {
+    let d =
+        Daemon::start_async(with_graphite(tallyd()).env("TALLYD_GRAPHITE_BATCH_LINES", "10")).await;
+    let ts = now_ms() / 60_000 * 60 - 120;
+    let mut s = connect(&d).await;
+    let mut want = 0.0;
+    for piece in 0..50 {
+        let mut send = String::new();
+        for i in 0..20 {
+            let v = f64::from(piece * 20 + i);
+            want += v;
+            send.push_str(&format!("pipe.m;line={i} {v} {}\n", ts + i64::from(i)));
+        }
+        s.write_all(send.as_bytes()).await.unwrap();
+    }
+    close_and_wait(s).await;
+    let got = minutes(&d, "pipe", "m", ts - 60).await;
+    let (n, sum) = got
+        .iter()
+        .fold((0, 0.0), |(n, sum), (pn, ps)| (n + pn, sum + ps));
+    assert_eq!((n, sum), (1000, want), "{got:?}");
+}
