@@ -46,6 +46,13 @@ pub struct Cli {
     /// The Graphite plaintext listener (`host:port`), for --protocol graphite.
     #[arg(long, default_value = "127.0.0.1:2003")]
     pub graphite: String,
+    /// Graphite: close each connection after this many batches and open
+    /// another (0: one connection for the whole run). Only a connection
+    /// the daemon closed after the client's own close confirms its lines,
+    /// so shorter connections leave less ambiguous when a connection fails
+    /// (a crash loop's kills).
+    #[arg(long, default_value_t = 0)]
+    pub graphite_batches: usize,
 
     /// Sources (agents), named <prefix>000001, <prefix>000002, …
     #[arg(long, default_value_t = 100)]

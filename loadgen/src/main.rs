@@ -308,6 +308,7 @@ fn send_opts(
         protocol: cli.protocol,
         http: http.to_owned(),
         graphite: cli.graphite.clone(),
+        graphite_batches: cli.graphite_batches,
         http_path: cli.http_path.clone(),
         // The workers and the run itself.
         prerender: cli

@@ -78,6 +78,7 @@ pub(super) async fn serve(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
+    let abort_on_crash = abort_if_dropped(&stream);
     let idle = ctx.cfg.idle_timeout;
     let mut r = Reader::new(ctx, peer, shutdown.clone());
     let mut buf = vec![0u8; READ_BUF];
@@ -115,7 +116,36 @@ pub(super) async fn serve(
     if end == End::Idle {
         debug!(%peer, "graphite: connection idle past graphite.idle_timeout; closed");
     }
+    if r.lost {
+        // Some batch was not kept: the client must not take the close for
+        // a confirmation, so it gets a reset (the zero linger's close).
+        return;
+    }
+    if abort_on_crash {
+        // Everything read is kept: from here an orderly close is the
+        // truth.
+        let _ = socket2::SockRef::from(&stream).set_linger(None);
+    }
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, stream.shutdown()).await;
+}
+
+/// Makes the connection end in a reset, not an orderly close, if the
+/// process dies before [`serve`] is done with it: a zero linger time, which
+/// the kernel applies when it closes a killed process's sockets.
+///
+/// Why: an orderly close is the only confirmation Graphite has (the
+/// client half-closes, then waits for the daemon's close, which comes once
+/// every line read is admitted). Without this, a daemon killed after
+/// reading a client's last lines but before admitting them would still
+/// close in order (the kernel closes the socket of a killed process that
+/// way when nothing is left unread), and the client would take those lines
+/// as kept. With it, the client sees a reset and knows they may not be.
+/// A zero linger never blocks: the close it governs is an abort. True
+/// when it was set.
+fn abort_if_dropped(stream: &TcpStream) -> bool {
+    socket2::SockRef::from(stream)
+        .set_linger(Some(Duration::ZERO))
+        .is_ok()
 }
 
 async fn sleep_until(due: Option<Instant>) {
@@ -132,7 +162,10 @@ struct Reader {
     shutdown: CancellationToken,
     batch: Batch,
     /// The batch before, being admitted; it comes back emptied.
-    in_flight: Option<JoinHandle<Batch>>,
+    in_flight: Option<JoinHandle<(Batch, Kept)>>,
+    /// Some batch of this connection was not kept (shutdown, a failed
+    /// store): it then ends in a reset, not an orderly close.
+    lost: bool,
     /// When the batch must be admitted; None while it is empty.
     batch_due: Option<Instant>,
     /// The start of a line whose newline has not arrived yet.
@@ -146,6 +179,7 @@ impl Reader {
         Reader {
             batch: ctx.batch(),
             in_flight: None,
+            lost: false,
             ctx,
             peer,
             shutdown,
@@ -311,9 +345,13 @@ impl Reader {
     async fn settle(&mut self) -> Batch {
         match self.in_flight.take() {
             Some(admitting) => match admitting.await {
-                Ok(batch) => batch,
+                Ok((batch, kept)) => {
+                    self.lost |= kept == Kept::No;
+                    batch
+                }
                 Err(e) => {
                     warn!(peer = %self.peer, "graphite: a batch's admission failed: {e}");
+                    self.lost = true;
                     self.ctx.batch()
                 }
             },
@@ -322,15 +360,24 @@ impl Reader {
     }
 }
 
+/// Whether a batch's lines were kept (or refused one by one, as bad lines
+/// are), or not taken at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    Yes,
+    No,
+}
+
 /// Admits `batch`, retrying while the store is behind, and returns it
-/// emptied.
+/// emptied, with whether it was kept.
 async fn admit_batch(
     ctx: &Ctx,
     peer: SocketAddr,
     shutdown: &CancellationToken,
     mut batch: Batch,
-) -> Batch {
+) -> (Batch, Kept) {
     let lines = batch.lines;
+    let mut kept = Kept::Yes;
     let view = batch.view();
     let mut backoff = PUSHBACK_FIRST;
     loop {
@@ -359,13 +406,14 @@ async fn admit_batch(
             }
             Err(e) => {
                 warn!(%peer, "graphite: {lines} lines not kept: {e}");
+                kept = Kept::No;
                 break;
             }
         }
     }
     drop(view);
     batch.clear();
-    batch
+    (batch, kept)
 }
 
 /// What [`Reader::add`] did with a line.

@@ -28,7 +28,38 @@ const FLEET: &[&str] = &[
     "30",
 ];
 
-fn loadgen(d: &Daemon, sources: &str, seconds: &str) -> std::thread::JoinHandle<Run> {
+/// The load generator's flags for each agent protocol, with the kinds
+/// that protocol carries.
+const PROTOCOLS: &[&[&str]] = &[
+    &[
+        "--protocol",
+        "remote-write",
+        "--kinds",
+        "gauge=2,cumulative=2",
+        "--reset-every",
+        "30",
+    ],
+    &["--protocol", "otlp-grpc"],
+    &["--protocol", "otlp-http"],
+    &["--protocol", "influx", "--kinds", "gauge=1"],
+    // A connection's lines are confirmed only by its close: short
+    // connections leave little ambiguous at each kill.
+    &[
+        "--protocol",
+        "graphite",
+        "--kinds",
+        "gauge=1",
+        "--graphite-batches",
+        "5",
+    ],
+];
+
+fn loadgen(
+    d: &Daemon,
+    sources: &str,
+    seconds: &str,
+    fleet: &[&str],
+) -> std::thread::JoinHandle<Run> {
     let bin = Bin::Loadgen.beside(env!("CARGO_BIN_EXE_tallyd"));
     let start = format!("now-{}s", seconds.parse::<u64>().unwrap() + 60);
     let mut args: Vec<String> = [
@@ -66,7 +97,10 @@ fn loadgen(d: &Daemon, sources: &str, seconds: &str) -> std::thread::JoinHandle<
     .iter()
     .map(|s| s.to_string())
     .collect();
-    args.extend(FLEET.iter().map(|s| s.to_string()));
+    args.extend(fleet.iter().map(|s| s.to_string()));
+    if let Some(graphite) = d.graphite_addr() {
+        args.extend(["--graphite".to_owned(), graphite.to_string()]);
+    }
     std::thread::spawn(move || {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         process::run(Path::new(bin), &args, Duration::from_secs(600))
@@ -77,9 +111,15 @@ fn loadgen(d: &Daemon, sources: &str, seconds: &str) -> std::thread::JoinHandle<
 /// Each request carries 40 samples of one series (`--span 40`), so a
 /// request that fails ambiguously leaves only its own series out of the
 /// check. Returns the daemon, still running.
-fn crash_loop(opts: DaemonOpts, cycles: usize, sources: &str, seconds: &str) -> Daemon {
+fn crash_loop(
+    opts: DaemonOpts,
+    cycles: usize,
+    sources: &str,
+    seconds: &str,
+    fleet: &[&str],
+) -> Daemon {
     let mut d = Daemon::start(opts);
-    let run = loadgen(&d, sources, seconds);
+    let run = loadgen(&d, sources, seconds, fleet);
     let mut rng = rand::rng();
     for cycle in 0..cycles {
         std::thread::sleep(Duration::from_millis(rng.random_range(300..1200)));
@@ -117,7 +157,24 @@ fn sigkill_loses_no_acknowledged_sample_on_the_embedded_store() {
     let opts = tallyd()
         .flush_interval("100ms")
         .env("TALLYD_INGEST_LATENESS_WINDOW", "2h");
-    drop(crash_loop(opts, 6, "20", "3000"));
+    drop(crash_loop(opts, 6, "20", "3000", FLEET));
+}
+
+/// The same over every agent protocol, each in its own crash loop: what a
+/// front door acknowledged (for Graphite, what it read before closing the
+/// connection) survives a SIGKILL and the replay of the log after it.
+#[test]
+fn sigkill_loses_no_acknowledged_sample_over_any_protocol() {
+    for fleet in PROTOCOLS {
+        // Graphite's port must outlive each restart, as gRPC's and HTTP's
+        // do.
+        let graphite = format!("127.0.0.1:{}", tally_testkit::prometheus::free_port());
+        let opts = tallyd()
+            .flush_interval("100ms")
+            .env("TALLYD_INGEST_LATENESS_WINDOW", "2h")
+            .env("TALLYD_GRAPHITE_LISTEN", graphite);
+        drop(crash_loop(opts, 4, "20", "3000", fleet));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,7 +188,7 @@ async fn sigkill_loses_no_acknowledged_sample_on_the_mongodb_standin() {
         .mongodb(&target.uri, &target.database)
         .flush_interval("200ms")
         .env("TALLYD_INGEST_LATENESS_WINDOW", "2h");
-    let mut d = tokio::task::spawn_blocking(move || crash_loop(opts, 3, "4", "6000"))
+    let mut d = tokio::task::spawn_blocking(move || crash_loop(opts, 3, "4", "6000", FLEET))
         .await
         .unwrap();
     // A clean stop seals every hour from the record on; then every series

@@ -67,6 +67,8 @@ pub struct SendOpts {
     pub http: String,
     /// The Graphite listener's `host:port`.
     pub graphite: String,
+    /// Batches per Graphite connection (`--graphite-batches`; 0: no limit).
+    pub graphite_batches: usize,
     /// The HTTP protocols' path when not tallyd's (`--http-path`).
     pub http_path: Option<String>,
     /// `--prerender`: passed by every worker once its bodies are encoded,

@@ -1,14 +1,15 @@
-//! Sending a worker's batches as Graphite plaintext over one TCP
-//! connection.
+//! Sending a worker's batches as Graphite plaintext over TCP: one
+//! connection for the run, or a new one every `--graphite-batches`.
 //!
-//! Graphite answers nothing, so no batch is known taken until the end: the
-//! worker then shuts down its sending side and waits for the daemon to
-//! close the connection, which tallyd does only once it has admitted every
-//! line it read (its write-ahead log holds them). Every batch written on a
-//! connection that ended so counts as accepted; a connection that failed
-//! first leaves its batches ambiguous (out of verification), and the
-//! worker goes on over a new one. The latency recorded per batch is the
-//! time to hand it to the socket.
+//! Graphite answers nothing, so no batch is known taken until its
+//! connection ends: the worker then shuts down its sending side and waits
+//! for the daemon to close the connection, which tallyd does only once it
+//! has admitted every line it read (its write-ahead log holds them). Every
+//! batch written on a connection that ended so counts as accepted; a
+//! connection that failed first leaves its batches ambiguous (out of
+//! verification), and the worker goes on over a new one, connecting again
+//! with a backoff while the daemon refuses (as `--retries` allows). The
+//! latency recorded per batch is the time to hand it to the socket.
 
 use std::time::Duration;
 
@@ -18,9 +19,10 @@ use tokio::time::Instant;
 use tonic::Status;
 
 use super::foreign::{response, Refused};
-use super::Worker;
+use super::{Worker, INITIAL_BACKOFF};
 use crate::batch::Plan;
 use crate::text_wire;
+use crate::transport::Backoff;
 
 /// How long the daemon may take to admit what it read and close.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(120);
@@ -50,6 +52,12 @@ impl Worker {
                 Ok(Ok(())) => {
                     self.record_latency(started.elapsed());
                     c.written.push(plan);
+                    let per = self.opts.graphite_batches;
+                    if per > 0 && c.written.len() >= per {
+                        if let Some(c) = conn.take() {
+                            self.close_graphite(c).await?;
+                        }
+                    }
                 }
                 failed => {
                     let why = match failed {
@@ -72,7 +80,27 @@ impl Worker {
         Ok(())
     }
 
+    /// Connects, retrying with a backoff as often as `--retries` allows
+    /// (a daemon restarting refuses connections for a while).
     async fn connect_graphite(&mut self) -> Result<Conn, String> {
+        let mut backoff = Backoff::new(INITIAL_BACKOFF, self.opts.max_backoff);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let why = match self.try_connect_graphite().await {
+                Ok(c) => return Ok(c),
+                Err(why) => why,
+            };
+            if self.cancel.is_cancelled() {
+                return Err(why);
+            }
+            let status = Status::unavailable(why);
+            self.record_error(&status);
+            self.back_off(&mut backoff, attempts, &status).await?;
+        }
+    }
+
+    async fn try_connect_graphite(&self) -> Result<Conn, String> {
         let addr = &self.opts.graphite;
         let connect = tokio::time::timeout(self.opts.connect_timeout, TcpStream::connect(addr));
         match connect.await {

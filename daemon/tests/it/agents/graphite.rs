@@ -214,3 +214,28 @@ async fn many_batches_over_one_connection_are_all_kept() {
         .fold((0, 0.0), |(n, sum), (pn, ps)| (n + pn, sum + ps));
     assert_eq!((n, sum), (1000, want), "{got:?}");
 }
+
+/// A daemon killed before it has kept what it read ends the connection in
+/// a reset, never an orderly close: a client waiting for the close as its
+/// confirmation must not count lines the daemon never logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_daemon_resets_its_connections() {
+    let mut d = Daemon::start_async(with_graphite(tallyd())).await;
+    let ts = now_ms() / 1000 - 30;
+    let mut s = connect(&d).await;
+    // A whole line, and the start of one the daemon holds unread.
+    s.write_all(format!("kill.m 1 {ts}\nkill.m 2").as_bytes())
+        .await
+        .unwrap();
+    // Read by the daemon (nothing left in the kernel's buffer), not kept.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::task::block_in_place(|| d.crash());
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+        .await
+        .expect("the connection ends");
+    assert!(
+        matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "a reset, not an orderly close: {read:?}"
+    );
+}
