@@ -235,9 +235,15 @@ pub async fn replay(
     let mut out = Replayed::default();
     let mut seeded = false;
     for (si, seg) in segments.iter().enumerate() {
-        for (ri, record) in seg.records()?.enumerate() {
+        // Read with `next` so that each request read is handed back to be
+        // decoded into again (`recycle`).
+        let mut records = seg.records()?;
+        let mut ri = 0;
+        while let Some(record) = records.next() {
             let record = record?;
-            let after = (si, ri) >= resume;
+            let at = (si, ri);
+            ri += 1;
+            let after = at >= resume;
             if let Record::Checkpoint { baselines } = &record {
                 // Once folding has begun, a checkpoint repeats what the
                 // markers gave.
@@ -259,7 +265,7 @@ pub async fn replay(
                 } => {
                     merge(&mut out.baselines, baselines);
                     out.max_flush_id = out.max_flush_id.max(*flush_id);
-                    if after && cuts.contains(&(si, ri)) {
+                    if after && cuts.contains(&at) {
                         if !pipeline.replay_flush(*flush_id, give_up).await {
                             warn!(flush_id, "a replayed flush did not reach the store");
                         }
@@ -281,6 +287,9 @@ pub async fn replay(
                     refused_sources,
                     request,
                 } => ingest.replay_groups(request, *now_ms, refused_sources),
+            }
+            if let Record::Request { request, .. } = record {
+                records.recycle(request);
             }
         }
     }

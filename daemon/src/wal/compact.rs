@@ -464,24 +464,32 @@ fn count(r: &mut &[u8]) -> Result<usize, DecodeError> {
     Ok(n as usize)
 }
 
-/// A series' key as [`put_series_key`] wrote it, as generated types.
-fn read_series_key(r: &mut &[u8]) -> Result<pb::SeriesSamples, DecodeError> {
-    let metric = str(r)?.to_owned();
-    let kind = i32::try_from(unzigzag(varint(r)?))
+/// A series' key as [`put_series_key`] wrote it, into `out`'s metric,
+/// kind and labels.
+fn read_series_key(r: &mut &[u8], out: &mut pb::SeriesSamples) -> Result<(), DecodeError> {
+    set(&mut out.metric, str(r)?);
+    out.kind = i32::try_from(unzigzag(varint(r)?))
         .map_err(|_| DecodeError::Compact("kind out of range".into()))?;
     let n = count(r)?;
-    let mut labels = Vec::with_capacity(n);
-    for _ in 0..n {
-        let name = str(r)?.to_owned();
-        let value = str(r)?.to_owned();
-        labels.push(pb::Label { name, value });
+    reuse(&mut out.labels, n);
+    for label in &mut out.labels {
+        set(&mut label.name, str(r)?);
+        set(&mut label.value, str(r)?);
     }
-    Ok(pb::SeriesSamples {
-        metric,
-        kind,
-        labels,
-        ..Default::default()
-    })
+    Ok(())
+}
+
+/// `s` made `to`, in the room it has.
+fn set(s: &mut String, to: &str) {
+    s.clear();
+    s.push_str(to);
+}
+
+/// `v` made `n` long, keeping the items (and the room they hold) it has;
+/// each is overwritten whole by its reader.
+fn reuse<T: Default>(v: &mut Vec<T>, n: usize) {
+    v.truncate(n);
+    v.resize_with(n, T::default);
 }
 
 fn dict_full(what: &str) -> DecodeError {
@@ -527,7 +535,22 @@ impl Decoder {
     }
 
     /// Decodes a record (after its kind byte).
-    pub fn decode(&mut self, mut r: &[u8]) -> Result<Decoded, DecodeError> {
+    pub fn decode(&mut self, r: &[u8]) -> Result<Decoded, DecodeError> {
+        let mut request = pb::PushRequest::default();
+        let (now_ms, refused) = self.decode_into(r, &mut request)?;
+        Ok((now_ms, refused, request))
+    }
+
+    /// [`Decoder::decode`] into `out`, reusing its strings and vectors
+    /// (on an error, `out` holds a part of the record). Replay reads every
+    /// record of the log: a new request for each made about eight
+    /// allocations per series, freed a moment later, among the long-lived
+    /// ones the aggregator makes for the same series as it folds them.
+    pub fn decode_into(
+        &mut self,
+        mut r: &[u8],
+        out: &mut pb::PushRequest,
+    ) -> Result<(i64, Vec<u32>), DecodeError> {
         let r = &mut r;
         if byte(r)? & RESET != 0 {
             self.forget();
@@ -538,30 +561,33 @@ impl Decoder {
             .map(|_| u32::try_from(varint(r)?).map_err(|_| DecodeError::Short))
             .collect::<Result<_, _>>()?;
         let n = count(r)?;
-        let mut sources = Vec::with_capacity(n);
-        for _ in 0..n {
-            let (source, id) = self.read_source(r)?;
-            let groups = (0..count(r)?)
-                .map(|_| str(r).map(str::to_owned))
-                .collect::<Result<_, _>>()?;
+        reuse(&mut out.sources, n);
+        for src in &mut out.sources {
+            let id = self.read_source(r, &mut src.source)?;
             let n = count(r)?;
-            let mut series = Vec::with_capacity(n);
-            for _ in 0..n {
-                series.push(self.read_series(now_ms, id, r)?);
+            reuse(&mut src.groups, n);
+            for group in &mut src.groups {
+                set(group, str(r)?);
             }
-            sources.push(pb::SourceBatch {
-                source,
-                series,
-                groups,
-            });
+            let n = count(r)?;
+            reuse(&mut src.series, n);
+            for series in &mut src.series {
+                self.read_series(now_ms, id, r, series)?;
+            }
         }
         if !r.is_empty() {
             return Err(DecodeError::Compact("bytes after the last series".into()));
         }
-        Ok((now_ms, refused, pb::PushRequest { sources }))
+        Ok((now_ms, refused))
     }
 
-    fn read_source(&mut self, r: &mut &[u8]) -> Result<(String, Option<u32>), DecodeError> {
+    /// A source's reference, its name set into `name`; its number, if it
+    /// has one.
+    fn read_source(
+        &mut self,
+        r: &mut &[u8],
+        name: &mut String,
+    ) -> Result<Option<u32>, DecodeError> {
         let id = match varint(r)? {
             SOURCE_NEXT => self.last_source.wrapping_add(1),
             SOURCE_DEFINE => {
@@ -570,16 +596,22 @@ impl Decoder {
                     .insert(name.as_bytes(), ())
                     .ok_or_else(|| dict_full("sources"))?
             }
-            SOURCE_LITERAL => return Ok((str(r)?.to_owned(), None)),
+            SOURCE_LITERAL => {
+                set(name, str(r)?);
+                return Ok(None);
+            }
             code => u32::try_from(code - SOURCE_ID).map_err(|_| unknown("source", code))?,
         };
-        let name = self
+        let known = self
             .sources
             .key(id)
             .ok_or_else(|| unknown("source", id.into()))?;
-        let name = std::str::from_utf8(name).map_err(|_| DecodeError::Utf8)?;
+        set(
+            name,
+            std::str::from_utf8(known).map_err(|_| DecodeError::Utf8)?,
+        );
         self.last_source = id;
-        Ok((name.to_owned(), Some(id)))
+        Ok(Some(id))
     }
 
     fn read_series(
@@ -587,19 +619,23 @@ impl Decoder {
         now_ms: i64,
         source: Option<u32>,
         r: &mut &[u8],
-    ) -> Result<pb::SeriesSamples, DecodeError> {
+        out: &mut pb::SeriesSamples,
+    ) -> Result<(), DecodeError> {
         let head = byte(r)?;
         let mut fresh = SeriesState::new(now_ms);
-        let (mut out, state) = match head & OTHER_REF != 0 {
-            false => self.known_series(self.last_series.wrapping_add(1))?,
+        let state = match head & OTHER_REF != 0 {
+            false => self.known_series(self.last_series.wrapping_add(1), out)?,
             true => match varint(r)? {
-                SERIES_LITERAL => (read_series_key(r)?, &mut fresh),
+                SERIES_LITERAL => {
+                    read_series_key(r, out)?;
+                    &mut fresh
+                }
                 SERIES_DEFINE => {
                     let source = source.ok_or_else(|| {
                         DecodeError::Compact("a series numbered under an unnumbered source".into())
                     })?;
                     let before = *r;
-                    let series = read_series_key(r)?;
+                    read_series_key(r, out)?;
                     self.key.clear();
                     encode_varint(u64::from(source), &mut self.key);
                     self.key
@@ -610,44 +646,48 @@ impl Decoder {
                         .ok_or_else(|| dict_full("series"))?;
                     self.last_series = id;
                     let state = self.series.entry_mut(id).map(|(_, s)| s);
-                    (series, state.ok_or_else(|| unknown("series", id.into()))?)
+                    state.ok_or_else(|| unknown("series", id.into()))?
                 }
                 code => {
                     let id =
                         u32::try_from(code - SERIES_ID).map_err(|_| unknown("series", code))?;
-                    self.known_series(id)?
+                    self.known_series(id, out)?
                 }
             },
         };
+        out.timestamps_ms.clear();
+        out.values.clear();
+        out.start_times_ms.clear();
         if head & GENERAL == 0 {
             let ts = match head & OTHER_TS != 0 {
                 true => state.predicted_ts().wrapping_add(unzigzag(varint(r)?)),
                 false => state.predicted_ts(),
             };
             state.saw_ts(ts);
-            out.timestamps_ms = vec![ts];
-            out.values = vec![get_value(state, head & CODE, r)?];
+            out.timestamps_ms.push(ts);
+            out.values.push(get_value(state, head & CODE, r)?);
         } else {
-            read_general(state, &mut out, r)?;
+            read_general(state, out, r)?;
         }
-        Ok(out)
+        Ok(())
     }
 
-    /// Series `id`'s key as generated types, and its state; it becomes
-    /// the last series.
+    /// Series `id`'s key, read into `out`, and its state; it becomes the
+    /// last series.
     fn known_series(
         &mut self,
         id: u32,
-    ) -> Result<(pb::SeriesSamples, &mut SeriesState), DecodeError> {
+        out: &mut pb::SeriesSamples,
+    ) -> Result<&mut SeriesState, DecodeError> {
         let (key, state) = self
             .series
             .entry_mut(id)
             .ok_or_else(|| unknown("series", id.into()))?;
         let mut key = key;
         varint(&mut key)?;
-        let series = read_series_key(&mut key)?;
+        read_series_key(&mut key, out)?;
         self.last_series = id;
-        Ok((series, state))
+        Ok(state)
     }
 }
 
@@ -657,18 +697,18 @@ fn read_general(
     r: &mut &[u8],
 ) -> Result<(), DecodeError> {
     let (n_ts, n_values, n_starts) = (count(r)?, count(r)?, count(r)?);
-    out.timestamps_ms = Vec::with_capacity(n_ts);
+    out.timestamps_ms.reserve(n_ts);
     for _ in 0..n_ts {
         let ts = state.predicted_ts().wrapping_add(unzigzag(varint(r)?));
         state.saw_ts(ts);
         out.timestamps_ms.push(ts);
     }
-    out.values = Vec::with_capacity(n_values);
+    out.values.reserve(n_values);
     for _ in 0..n_values {
         let code = byte(r)?;
         out.values.push(get_value(state, code, r)?);
     }
-    out.start_times_ms = Vec::with_capacity(n_starts);
+    out.start_times_ms.reserve(n_starts);
     let mut prev = 0i64;
     for _ in 0..n_starts {
         prev = prev.wrapping_add(unzigzag(varint(r)?));

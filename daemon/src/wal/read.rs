@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 
 use tracing::warn;
 
+use tally_proto::v1 as pb;
+
 use super::record::{Record, SegmentDecoder};
 use super::segment::{self, Frames};
 use super::WalError;
@@ -75,6 +77,7 @@ impl RecoveredSegment {
         Ok(SegmentRecords {
             frames,
             decoder: SegmentDecoder::default(),
+            spare: pb::PushRequest::default(),
             left: self.entries.len(),
             path: self.path.clone(),
         })
@@ -85,6 +88,9 @@ impl RecoveredSegment {
 pub struct SegmentRecords {
     frames: Frames<BufReader<File>>,
     decoder: SegmentDecoder,
+    /// A request handed back by [`SegmentRecords::recycle`], decoded into
+    /// again.
+    spare: pb::PushRequest,
     left: usize,
     path: PathBuf,
 }
@@ -98,7 +104,10 @@ impl Iterator for SegmentRecords {
         }
         self.left -= 1;
         let read = match self.frames.next() {
-            Ok(Some(payload)) => self.decoder.decode(payload).map_err(|e| e.to_string()),
+            Ok(Some(payload)) => self
+                .decoder
+                .decode_reusing(payload, std::mem::take(&mut self.spare))
+                .map_err(|e| e.to_string()),
             // The first pass read and cut this file: only a change to it
             // since then gets here.
             Ok(None) => Err("a record read at start is gone".to_owned()),
@@ -111,6 +120,15 @@ impl Iterator for SegmentRecords {
             dir: self.path.display().to_string(),
             reason: format!("reading it again for replay: {reason}"),
         }))
+    }
+}
+
+impl SegmentRecords {
+    /// Hands back a request read from a record, once done with it: the
+    /// next is decoded into it, so that replaying a long log reuses one
+    /// request's memory rather than allocating each anew.
+    pub fn recycle(&mut self, request: pb::PushRequest) {
+        self.spare = request;
     }
 }
 
@@ -165,13 +183,19 @@ fn check(path: &Path) -> Result<(Vec<Entry>, u64), WalError> {
     let mut frames = Frames::open(path).map_err(|e| io_error(path, &e))?;
     let mut entries = Vec::new();
     let mut decoder = SegmentDecoder::default();
+    let mut spare = pb::PushRequest::default();
     loop {
         let before = frames.valid();
         let Some(payload) = frames.next().map_err(|e| io_error(path, &e))? else {
             return Ok((entries, frames.valid()));
         };
-        match decoder.decode(payload) {
-            Ok(r) => entries.push(Entry::of(&r)),
+        match decoder.decode_reusing(payload, std::mem::take(&mut spare)) {
+            Ok(r) => {
+                entries.push(Entry::of(&r));
+                if let Record::Request { request, .. } = r {
+                    spare = request;
+                }
+            }
             Err(e) => {
                 warn!(segment = %path.display(), error = %e, "write-ahead log: undecodable record");
                 return Ok((entries, before));

@@ -106,14 +106,21 @@ pub struct SegmentDecoder {
 }
 
 impl SegmentDecoder {
-    pub fn decode(&mut self, bytes: &[u8]) -> Result<Record, DecodeError> {
+    /// Decodes the segment's next record; a compact request is decoded
+    /// into `spare` (a request read before, its strings and vectors
+    /// reused).
+    pub fn decode_reusing(
+        &mut self,
+        bytes: &[u8],
+        mut spare: pb::PushRequest,
+    ) -> Result<Record, DecodeError> {
         match bytes.split_first() {
             Some((&COMPACT, rest)) => {
-                let (now_ms, refused_sources, request) = self.compact.decode(rest)?;
+                let (now_ms, refused_sources) = self.compact.decode_into(rest, &mut spare)?;
                 Ok(Record::Request {
                     now_ms,
                     refused_sources,
-                    request,
+                    request: spare,
                 })
             }
             _ => decode(bytes),
