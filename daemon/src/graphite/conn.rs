@@ -116,14 +116,17 @@ pub(super) async fn serve(
     if end == End::Idle {
         debug!(%peer, "graphite: connection idle past graphite.idle_timeout; closed");
     }
-    if r.lost {
-        // Some batch was not kept: the client must not take the close for
-        // a confirmation, so it gets a reset (the zero linger's close).
+    if r.lost || end != End::Eof {
+        // Not everything the client sent is known kept: a batch was not,
+        // or the connection ended before the client's own close (shutdown,
+        // the idle timeout, a read error), with lines perhaps still unread
+        // in the socket. The client must not take the close for a
+        // confirmation, so it gets a reset (the zero linger's close).
         return;
     }
     if abort_on_crash {
-        // Everything read is kept: from here an orderly close is the
-        // truth.
+        // Everything the client sent is read and kept: from here an
+        // orderly close is the truth.
         let _ = socket2::SockRef::from(&stream).set_linger(None);
     }
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, stream.shutdown()).await;

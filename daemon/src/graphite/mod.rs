@@ -12,10 +12,11 @@
 //! `graphite.batch_lines` lines, `graphite.batch_delay` after its first
 //! line was read, when the client closes its side of the connection, or
 //! when the daemon shuts down. The daemon closes its side of a connection
-//! in order only after admitting everything read from it, so a client that
-//! shuts down its sending side and waits for the end of the stream knows
-//! that every line it sent has been admitted (the load generator does
-//! this). Any other end, a crash included, is a reset (see
+//! in order only once the client has closed its own and everything it
+//! sent is admitted, so a client that shuts down its sending side and
+//! waits for the end of the stream knows that every line it sent has been
+//! admitted (the load generator does this). Any other end (shutdown, the
+//! idle timeout, a batch not kept, a crash) is a reset (see
 //! `conn::abort_if_dropped`).
 //!
 //! # Bounds

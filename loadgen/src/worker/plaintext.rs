@@ -43,7 +43,17 @@ impl Worker {
             text_wire::graphite(&req, &mut text);
             let c = match conn.as_mut() {
                 Some(c) => c,
-                None => conn.insert(self.connect_graphite().await?),
+                None => match self.connect_graphite().await {
+                    Ok(c) => conn.insert(c),
+                    Err(why) => {
+                        // Never sent: neither kept nor ambiguous.
+                        self.tally.unacknowledged += plan.samples();
+                        if self.cancel.is_cancelled() {
+                            break;
+                        }
+                        return Err(why);
+                    }
+                },
             };
             let started = Instant::now();
             let write =

@@ -227,7 +227,9 @@ async fn a_killed_daemon_resets_its_connections() {
     s.write_all(format!("kill.m 1 {ts}\nkill.m 2").as_bytes())
         .await
         .unwrap();
-    // Read by the daemon (nothing left in the kernel's buffer), not kept.
+    // Read by the daemon, nothing left in the kernel's buffer: the whole
+    // line is kept by now (its batch is due after 200 ms), the started
+    // one is not, and the connection is not done.
     tokio::time::sleep(Duration::from_millis(300)).await;
     tokio::task::block_in_place(|| d.crash());
     let mut buf = [0u8; 16];
