@@ -131,7 +131,7 @@ impl<T> Table<T> {
         eq: impl Fn(&T) -> bool,
         make: impl FnOnce() -> T,
         hash_of: impl Fn(&T) -> u64,
-    ) -> &mut T {
+    ) -> (u32, &mut T) {
         let chunks = &self.chunks;
         let found = self
             .index
@@ -142,8 +142,9 @@ impl<T> Table<T> {
             None => self.place(hash, hash_of),
         };
         // Found there, or an empty position just taken for `make()`.
-        self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)]
-            .get_or_insert_with(make)
+        let entry = self.chunks[(pos >> CHUNK_BITS) as usize][pos as usize & (CHUNK - 1)]
+            .get_or_insert_with(make);
+        (pos, entry)
     }
 
     /// An empty position, reused or new, indexed under `hash`.
@@ -249,12 +250,6 @@ impl<V> SeriesMap<V> {
         Some(v)
     }
 
-    pub(crate) fn get_mut(&mut self, series: &SeriesId) -> Option<&mut V> {
-        let hash = self.hasher.hash_one(series);
-        let (_, (_, v)) = self.table.find_mut(hash, |(s, _)| s.same(series))?;
-        Some(v)
-    }
-
     /// [`SeriesMap::get_mut`] by name, with nothing allocated.
     pub(crate) fn get_mut_by(&mut self, series: SeriesRef<'_>) -> Option<&mut V> {
         let hash = self.hasher.hash_one(series);
@@ -270,15 +265,41 @@ impl<V> SeriesMap<V> {
         series: &Arc<SeriesId>,
         make: impl FnOnce() -> V,
     ) -> &mut V {
+        self.entry(series, make).1
+    }
+
+    /// [`SeriesMap::get_or_insert_with`], with the entry's position.
+    ///
+    /// An entry found under another copy of the same id takes `series`'
+    /// copy: entries loaded from disk at startup name their series by
+    /// copies of their own, and the aggregator meets each series again
+    /// under its one shared id, so keeping the loaded copy would hold a
+    /// second copy of every series' names until the entry goes.
+    pub(crate) fn entry(
+        &mut self,
+        series: &Arc<SeriesId>,
+        make: impl FnOnce() -> V,
+    ) -> (u32, &mut V) {
         let SeriesMap { table, hasher } = self;
         let hash = hasher.hash_one(&**series);
-        let (_, v) = table.find_or_insert(
+        let (pos, (s, v)) = table.find_or_insert(
             hash,
             |(s, _)| s.same(series),
             || (series.clone(), make()),
             |(s, _)| hasher.hash_one(&**s),
         );
-        v
+        if !Arc::ptr_eq(s, series) {
+            *s = series.clone();
+        }
+        (pos, v)
+    }
+
+    /// The position of `series`' entry, if it has one.
+    pub(crate) fn position(&self, series: &SeriesId) -> Option<u32> {
+        let hash = self.hasher.hash_one(series);
+        self.table
+            .find(hash, |(s, _)| s.same(series))
+            .map(|(pos, _)| pos)
     }
 
     /// One past the highest position of an entry (see [`SeriesMap::at`]).
@@ -291,6 +312,11 @@ impl<V> SeriesMap<V> {
     /// done in parts, letting go of a lock between them.
     pub(crate) fn at(&self, pos: u32) -> Option<(&Arc<SeriesId>, &V)> {
         self.table.get(pos).map(|(s, v)| (s, v))
+    }
+
+    /// [`SeriesMap::at`], the value mutable.
+    pub(crate) fn at_mut(&mut self, pos: u32) -> Option<(&Arc<SeriesId>, &mut V)> {
+        self.table.get_mut(pos).map(|(s, v)| (&*s, v))
     }
 
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
@@ -383,12 +409,30 @@ mod tests {
     #[test]
     fn find_or_insert_makes_only_what_is_missing() {
         let mut t: Table<(u32, u32)> = Table::default();
-        *t.find_or_insert(h(1), |e| e.0 == 1, || (1, 10), |e| h(e.0)) = (1, 11);
-        let e = t.find_or_insert(h(1), |e| e.0 == 1, || (1, 99), |e| h(e.0));
-        assert_eq!(*e, (1, 11));
-        let e = t.find_or_insert(h(8), |e| e.0 == 8, || (8, 80), |e| h(e.0));
+        let (first, e) = t.find_or_insert(h(1), |e| e.0 == 1, || (1, 10), |e| h(e.0));
+        *e = (1, 11);
+        let (pos, e) = t.find_or_insert(h(1), |e| e.0 == 1, || (1, 99), |e| h(e.0));
+        assert_eq!((pos, *e), (first, (1, 11)));
+        let (pos, e) = t.find_or_insert(h(8), |e| e.0 == 8, || (8, 80), |e| h(e.0));
         assert_eq!(*e, (8, 80));
+        assert_ne!(pos, first);
         assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn an_entry_takes_the_copy_of_its_id_it_meets_last() {
+        let loaded = Arc::new(SeriesId::new("host-1", "cpu"));
+        let shared = Arc::new(SeriesId::new("host-1", "cpu"));
+        let mut m: SeriesMap<u32> = SeriesMap::default();
+        let (pos, v) = m.entry(&loaded, || 1);
+        *v += 1;
+        let (again, v) = m.entry(&shared, || 99);
+        assert_eq!((again, *v), (pos, 2), "the same entry, not a new one");
+        let (key, _) = m.at(pos).unwrap();
+        assert!(Arc::ptr_eq(key, &shared));
+        assert_eq!(Arc::strong_count(&loaded), 1, "the loaded copy is let go");
+        assert_eq!(m.position(&loaded), Some(pos));
+        assert_eq!(m.len(), 1);
     }
 
     #[test]

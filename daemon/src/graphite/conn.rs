@@ -266,9 +266,10 @@ impl Reader {
         }
     }
 
-    /// [`Reader::line`] up to admission, which it leaves to the caller:
-    /// everything else a line takes is synchronous, and kept out of the
-    /// connection's future, each line cost a copy of that future's state.
+    /// [`Reader::line`] up to admission, which it leaves to the caller.
+    /// Everything else a line takes is synchronous and kept out of the
+    /// connection's future: inside it, each line cost a copy of that
+    /// future's state.
     /// A line the batch has no room for is refused as too large unless
     /// `may_wait` (the batch is then admitted and the line added again).
     fn add(&mut self, line: Line<'_>, now_ms: i64, may_wait: bool) -> Added {

@@ -171,9 +171,13 @@ pub(crate) struct Pending {
     /// In the chunked table the aggregator uses too: at a million series a
     /// map holding these 56-byte entries inline had two buckets per entry.
     series: SeriesMap<SeriesPending>,
-    /// `(since, series)` of every entry not being folded, oldest first.
-    /// Flush ids only grow, so this is also ascending by `since`.
-    queue: VecDeque<(u64, Arc<SeriesId>)>,
+    /// `(since, position in series)` of every entry not being folded,
+    /// oldest first. Flush ids only grow, so this is also ascending by
+    /// `since`. By position rather than by id, so that an entry that takes
+    /// the aggregator's copy of its id (see [`SeriesMap::entry`]) lets go
+    /// of the copy it was loaded with: a position whose entry went, or
+    /// holds another run by now, is known by its `since` and skipped.
+    queue: VecDeque<(u64, u32)>,
     /// Minutes of room held, over every series: what their lists take.
     room: usize,
 }
@@ -219,8 +223,9 @@ impl Pending {
             queue,
             ..
         } = self;
-        table.get_or_insert_with(series, || {
-            queue.push_back((id, series.clone()));
+        let mut made = false;
+        let (pos, p) = table.entry(series, || {
+            made = true;
             SeriesPending {
                 kind,
                 watermark: id,
@@ -230,7 +235,11 @@ impl Pending {
                 phase: phase_of(series),
                 minutes: Vec::new(),
             }
-        })
+        });
+        if made {
+            queue.push_back((id, pos));
+        }
+        p
     }
 
     /// The watermark of `series`' pending run, if it has one: every flush
@@ -326,10 +335,10 @@ impl Pending {
     pub(crate) fn start_fold(&mut self, n: usize) -> Vec<Fold> {
         let mut folds = Vec::with_capacity(n.min(self.queue.len()));
         while folds.len() < n {
-            let Some((since, series)) = self.queue.pop_front() else {
+            let Some((since, pos)) = self.queue.pop_front() else {
                 break;
             };
-            let Some(p) = self.get_mut(&series) else {
+            let Some((series, p)) = self.series.at_mut(pos) else {
                 continue;
             };
             if p.since != since || p.folding {
@@ -340,7 +349,7 @@ impl Pending {
                 kind: p.kind,
                 watermark: p.watermark,
                 minutes: p.minutes.to_vec(),
-                series,
+                series: series.clone(),
             });
         }
         folds
@@ -362,11 +371,14 @@ impl Pending {
     /// The fold failed: its series go back to the front of the queue, in
     /// the order they were taken, which keeps the queue ascending.
     pub(crate) fn abort_fold(&mut self, folds: &[Fold]) {
-        let mut back: Vec<(u64, Arc<SeriesId>)> = Vec::with_capacity(folds.len());
+        let mut back: Vec<(u64, u32)> = Vec::with_capacity(folds.len());
         for f in folds {
-            if let Some(p) = self.get_mut(&f.series) {
+            let Some(pos) = self.series.position(&f.series) else {
+                continue;
+            };
+            if let Some((_, p)) = self.series.at_mut(pos) {
                 p.folding = false;
-                back.push((p.since, f.series.clone()));
+                back.push((p.since, pos));
             }
         }
         back.sort_unstable_by_key(|&(since, _)| since);
@@ -377,10 +389,6 @@ impl Pending {
 
     fn get(&self, series: &SeriesId) -> Option<&SeriesPending> {
         self.series.get(series)
-    }
-
-    fn get_mut(&mut self, series: &SeriesId) -> Option<&mut SeriesPending> {
-        self.series.get_mut(series)
     }
 
     fn remove(&mut self, series: &SeriesId) {
@@ -640,6 +648,52 @@ mod tests {
         p.end_fold(&again);
         assert_eq!((p.len(), p.oldest()), (0, None));
         assert!(p.view(&a).is_none());
+    }
+
+    /// Minutes loaded from the log at startup name their series by copies
+    /// of their own; once a flush brings the aggregator's shared id, only
+    /// that one is held, and the fold queue keeps the run's place.
+    #[test]
+    fn a_loaded_run_lets_go_of_its_copy_of_the_id_when_a_flush_brings_the_shared_one() {
+        let mut p = Pending::default();
+        let (loaded, other) = (id("a"), id("b"));
+        p.replace(
+            &loaded,
+            SampleKind::Gauge,
+            1,
+            1,
+            [(10, Slot::of(1.0))].into_iter(),
+        );
+        p.replace(
+            &other,
+            SampleKind::Gauge,
+            1,
+            1,
+            [(10, Slot::of(1.0))].into_iter(),
+        );
+        p.drop_series(&other);
+        let shared = id("a");
+        p.add(
+            &shared,
+            SampleKind::Gauge,
+            2,
+            [(11, Slot::of(1.0))].into_iter(),
+        );
+        assert_eq!(
+            Arc::strong_count(&loaded),
+            1,
+            "only the test holds the loaded copy"
+        );
+        // A series made after `b` went may take its position: `b`'s place
+        // in the queue must not fold it ahead of its own run.
+        let c = id("c");
+        p.add(&c, SampleKind::Gauge, 3, [(11, Slot::of(1.0))].into_iter());
+        assert_eq!(p.oldest(), Some(1));
+        let folds = p.start_fold(3);
+        let names: Vec<_> = folds.iter().map(|f| f.series.source.to_string()).collect();
+        assert_eq!(names, ["a", "c"]);
+        assert!(Arc::ptr_eq(&folds[0].series, &shared));
+        assert_eq!((folds[0].watermark, folds[0].minutes.len()), (2, 2));
     }
 
     #[test]
