@@ -250,7 +250,7 @@ impl<V> SeriesMap<V> {
         Some(v)
     }
 
-    /// [`SeriesMap::get_mut`] by name, with nothing allocated.
+    /// [`SeriesMap::get`] by name, the value mutable, with nothing allocated.
     pub(crate) fn get_mut_by(&mut self, series: SeriesRef<'_>) -> Option<&mut V> {
         let hash = self.hasher.hash_one(series);
         let (_, (_, v)) = self

@@ -175,8 +175,10 @@ pub(crate) struct Pending {
     /// oldest first. Flush ids only grow, so this is also ascending by
     /// `since`. By position rather than by id, so that an entry that takes
     /// the aggregator's copy of its id (see [`SeriesMap::entry`]) lets go
-    /// of the copy it was loaded with: a position whose entry went, or
-    /// holds another run by now, is known by its `since` and skipped.
+    /// of the copy it was loaded with. A place whose entry went, or whose
+    /// position holds a later run by now, is skipped by its `since`; a run
+    /// with the same `since` is that run's own place too, and folds once
+    /// (`folding`).
     queue: VecDeque<(u64, u32)>,
     /// Minutes of room held, over every series: what their lists take.
     room: usize,
@@ -438,8 +440,9 @@ impl Pending {
     }
 }
 
-/// A series' growth phase, from the address of its shared id: fixed while
-/// the series is pending, spread evenly over the seconds of a minute.
+/// A series' growth phase, from the address of the id its run was made
+/// with (taken once, when the run is made, and kept while the series is
+/// pending), spread evenly over the seconds of a minute.
 fn phase_of(series: &Arc<SeriesId>) -> u8 {
     let address = Arc::as_ptr(series) as usize as u64;
     let mixed = (address >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15);
