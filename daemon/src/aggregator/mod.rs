@@ -106,6 +106,12 @@ impl Aggregator {
         }
     }
 
+    /// How the aggregator hashes a series' [`SeriesRef`]: the hashes
+    /// [`Aggregator::drain_into`] hands out are this one's.
+    pub fn series_hasher(&self) -> ahash::RandomState {
+        self.hasher.clone()
+    }
+
     /// The `[ingest]` limits this aggregator enforces.
     pub fn limits(&self) -> &IngestConfig {
         &self.ingest
@@ -312,7 +318,7 @@ impl Aggregator {
     /// cumulative counter that changed since the last drain (for the
     /// write-ahead log's marker).
     pub fn drain(&self, baselines: Option<&mut Vec<Baseline>>) -> Vec<SeriesMinutes> {
-        self.drain_into(Vec::new(), baselines, 0)
+        self.drain_into(Vec::new(), baselines, 0, None)
     }
 
     /// [`Aggregator::drain`] into `spare`, an empty batch an earlier drain
@@ -327,11 +333,17 @@ impl Aggregator {
     /// series RSS then swung by its 8 MB every flush. `spare` is kept
     /// unless it is far larger than this drain needs (the fleet shrank),
     /// so that memory still goes back after a peak.
+    ///
+    /// With `hashes`, each drained series' hash (see
+    /// [`Aggregator::series_hasher`]) is pushed there in the batch's order:
+    /// the flush indexes its batch by them without hashing every series'
+    /// names again.
     pub fn drain_into(
         &self,
         spare: Vec<SeriesMinutes>,
         mut baselines: Option<&mut Vec<Baseline>>,
         room: usize,
+        mut hashes: Option<&mut Vec<u64>>,
     ) -> Vec<SeriesMinutes> {
         // Sized once from a first look at every shard: growing by doubling
         // would leave up to a whole batch's worth of room unused while it
@@ -375,6 +387,9 @@ impl Aggregator {
                 minutes.shrink_to_fit();
                 slots += minutes.len();
                 minutes.sort_unstable_by_key(|(m, _)| *m);
+                if let Some(h) = hashes.as_deref_mut() {
+                    h.push(st.hash);
+                }
                 all.push(SeriesMinutes {
                     series: id,
                     kind: st.kind,

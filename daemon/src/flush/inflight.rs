@@ -37,14 +37,24 @@ pub struct InflightBatch {
 }
 
 impl InflightBatch {
-    fn new(id: FlushId, series: Vec<SeriesMinutes>) -> InflightBatch {
-        let hasher = ahash::RandomState::new();
+    /// `known` holds the hashes, by `hasher`, of the first series of
+    /// `series` (those the aggregator drained; the rollups the flush added
+    /// follow them and are hashed here). Taken from the aggregator, which
+    /// keeps each series' hash, because hashing every series' names again
+    /// took a sixth of the cut, during which ingest waits.
+    fn new(
+        id: FlushId,
+        series: Vec<SeriesMinutes>,
+        known: &[u64],
+        hasher: ahash::RandomState,
+    ) -> InflightBatch {
         let mut index = hashbrown::HashTable::with_capacity(series.len());
-        for (i, s) in series.iter().enumerate() {
-            let hash = hasher.hash_one(s.series.series_ref());
-            index.insert_unique(hash, i as u32, |&j| {
-                hasher.hash_one(series[j as usize].series.series_ref())
-            });
+        let hash_of = |j: usize| match known.get(j) {
+            Some(&h) => h,
+            None => hasher.hash_one(series[j].series.series_ref()),
+        };
+        for i in 0..series.len() {
+            index.insert_unique(hash_of(i), i as u32, |&j| hash_of(j as usize));
         }
         InflightBatch {
             id,
@@ -103,6 +113,8 @@ pub struct Inflight {
     /// The emptied series list of the last batch the store applied, for
     /// the next cut to fill (see [`Aggregator::drain_into`]).
     spare: Mutex<Vec<SeriesMinutes>>,
+    /// The drained series' hashes of the last cut, its room kept likewise.
+    spare_hashes: Mutex<Vec<u64>>,
 }
 
 impl Inflight {
@@ -113,6 +125,7 @@ impl Inflight {
             batches: Mutex::new(VecDeque::new()),
             last_id: AtomicU64::new(last_applied),
             spare: Mutex::new(Vec::new()),
+            spare_hashes: Mutex::new(Vec::new()),
         }
     }
 
@@ -149,7 +162,12 @@ impl Inflight {
             return None;
         }
         let spare = std::mem::take(&mut *self.spare.lock());
-        let drained = expand(self.agg.drain_into(spare, cut.baselines, expand_room));
+        let mut hashes = std::mem::take(&mut *self.spare_hashes.lock());
+        hashes.clear();
+        let drained = self
+            .agg
+            .drain_into(spare, cut.baselines, expand_room, Some(&mut hashes));
+        let drained = expand(drained);
         if drained.is_empty() && cut.id.is_none() {
             return None;
         }
@@ -160,7 +178,17 @@ impl Inflight {
             }
             None => self.next_id(),
         };
-        let batch = Arc::new(InflightBatch::new(id, drained));
+        let batch = Arc::new(InflightBatch::new(
+            id,
+            drained,
+            &hashes,
+            self.agg.series_hasher(),
+        ));
+        // Kept for the next cut like `spare`, and let go the same way
+        // when the fleet has shrunk far below it.
+        if hashes.capacity() <= 2 * hashes.len() + 4096 {
+            *self.spare_hashes.lock() = hashes;
+        }
         batches.push_back(batch.clone());
         self.note(&batches);
         Some(batch)
