@@ -357,6 +357,9 @@ impl Aggregator {
             Vec::new()
         };
         all.reserve_exact(need);
+        if let Some(h) = hashes.as_deref_mut() {
+            h.reserve(need);
+        }
         for cell in self.shards.iter() {
             let mut guard = cell.shard.lock();
             let Shard {

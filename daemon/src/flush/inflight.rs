@@ -41,7 +41,7 @@ impl InflightBatch {
     /// `series` (those the aggregator drained; the rollups the flush added
     /// follow them and are hashed here). Taken from the aggregator, which
     /// keeps each series' hash, because hashing every series' names again
-    /// took a sixth of the cut, during which ingest waits.
+    /// took about a quarter of the cut, during which ingest waits.
     fn new(
         id: FlushId,
         series: Vec<SeriesMinutes>,
@@ -149,6 +149,8 @@ impl Inflight {
     /// `expand` runs on the drained series under the lock, so whatever it
     /// adds (the group rollups) is never seen apart from what it came from;
     /// the batch is drained with room for about `expand_room` series more.
+    /// It may only append: the drained series keep their places, where the
+    /// batch's index finds them by the aggregator's hashes.
     pub(super) fn cut(
         &self,
         max_batches: usize,
