@@ -335,9 +335,9 @@ impl Aggregator {
     /// so that memory still goes back after a peak.
     ///
     /// With `hashes`, each drained series' hash (see
-    /// [`Aggregator::series_hasher`]) is pushed there in the batch's order:
+    /// [`Aggregator::series_hasher`]) is put there in the batch's order:
     /// the flush indexes its batch by them without hashing every series'
-    /// names again.
+    /// names again. Its room is kept or given back as `spare`'s is.
     pub fn drain_into(
         &self,
         spare: Vec<SeriesMinutes>,
@@ -358,6 +358,10 @@ impl Aggregator {
         };
         all.reserve_exact(need);
         if let Some(h) = hashes.as_deref_mut() {
+            if h.capacity() > 2 * need + SPARE_SLACK {
+                *h = Vec::new();
+            }
+            h.clear();
             h.reserve(need);
         }
         for cell in self.shards.iter() {

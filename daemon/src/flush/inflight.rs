@@ -113,7 +113,8 @@ pub struct Inflight {
     /// The emptied series list of the last batch the store applied, for
     /// the next cut to fill (see [`Aggregator::drain_into`]).
     spare: Mutex<Vec<SeriesMinutes>>,
-    /// The drained series' hashes of the last cut, its room kept likewise.
+    /// The drained series' hashes of the last cut, for the next cut to
+    /// fill (`drain_into` gives its room back as it does `spare`'s).
     spare_hashes: Mutex<Vec<u64>>,
 }
 
@@ -165,7 +166,6 @@ impl Inflight {
         }
         let spare = std::mem::take(&mut *self.spare.lock());
         let mut hashes = std::mem::take(&mut *self.spare_hashes.lock());
-        hashes.clear();
         let drained = self
             .agg
             .drain_into(spare, cut.baselines, expand_room, Some(&mut hashes));
@@ -186,11 +186,7 @@ impl Inflight {
             &hashes,
             self.agg.series_hasher(),
         ));
-        // Kept for the next cut like `spare`, and let go the same way
-        // when the fleet has shrunk far below it.
-        if hashes.capacity() <= 2 * hashes.len() + 4096 {
-            *self.spare_hashes.lock() = hashes;
-        }
+        *self.spare_hashes.lock() = hashes;
         batches.push_back(batch.clone());
         self.note(&batches);
         Some(batch)
