@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 
 use crate::aggregator::Aggregator;
 use crate::model::{EpochMinute, FlushBatch, FlushId, SampleKind, SeriesMinutes, SeriesRef, Slot};
+use crate::wal::Baseline;
 
 /// A drained batch that the store has not confirmed yet.
 pub struct InflightBatch {
@@ -80,9 +81,9 @@ impl InflightBatch {
 
 /// How a batch is cut: with the baselines the write-ahead log's marker
 /// needs, and (replaying the log) with the id it had.
-#[derive(Default)]
-pub struct Cut<'a> {
-    pub baselines: Option<&'a mut Vec<crate::wal::Baseline>>,
+#[derive(Default, Clone, Copy)]
+pub struct Cut {
+    pub baselines: bool,
     pub id: Option<FlushId>,
 }
 
@@ -147,18 +148,23 @@ impl Inflight {
 
     /// Drains the aggregator into a new batch, unless `max_batches` are
     /// already in flight (backpressure) or there is nothing to flush.
+    /// `drained` is called with the batch's id and the baselines as soon as
+    /// the aggregator is drained: what must happen before ingest goes on
+    /// (the log's marker) happens there, and the rest of the cut (the
+    /// rollups and the batch's index) no longer holds ingest back.
     /// `expand` runs on the drained series under the lock, so whatever it
     /// adds (the group rollups) is never seen apart from what it came from;
     /// the batch is drained with room for about `expand_room` series more.
     /// It may only append: the drained series keep their places, where the
     /// batch's index finds them by the aggregator's hashes.
-    pub(super) fn cut(
+    pub(super) fn cut<R>(
         &self,
         max_batches: usize,
         expand: impl FnOnce(Vec<SeriesMinutes>) -> Vec<SeriesMinutes>,
         expand_room: usize,
-        cut: Cut<'_>,
-    ) -> Option<Arc<InflightBatch>> {
+        cut: Cut,
+        drained: impl FnOnce(FlushId, Vec<Baseline>) -> R,
+    ) -> Option<(Arc<InflightBatch>, R)> {
         let mut batches = self.batches.lock();
         if batches.len() >= max_batches {
             metrics::counter!("tally_flush_deferred_total").increment(1);
@@ -166,11 +172,16 @@ impl Inflight {
         }
         let spare = std::mem::take(&mut *self.spare.lock());
         let mut hashes = std::mem::take(&mut *self.spare_hashes.lock());
-        let drained = self
-            .agg
-            .drain_into(spare, cut.baselines, expand_room, Some(&mut hashes));
-        let drained = expand(drained);
-        if drained.is_empty() && cut.id.is_none() {
+        let mut baselines = Vec::new();
+        let series = self.agg.drain_into(
+            spare,
+            cut.baselines.then_some(&mut baselines),
+            expand_room,
+            Some(&mut hashes),
+        );
+        if series.is_empty() && cut.id.is_none() {
+            *self.spare.lock() = series;
+            *self.spare_hashes.lock() = hashes;
             return None;
         }
         let id = match cut.id {
@@ -180,16 +191,23 @@ impl Inflight {
             }
             None => self.next_id(),
         };
+        // Counted before ingest goes on: until the batch joins the others
+        // its slots are nowhere else, and the memory bound must see them.
+        let slots: usize = series.iter().map(|s| s.minutes.len()).sum();
+        let held: usize = batches.iter().map(|b| b.slot_count()).sum();
+        self.agg.set_inflight_slots(held + slots);
+        let r = drained(id, baselines);
+        let series = expand(series);
         let batch = Arc::new(InflightBatch::new(
             id,
-            drained,
+            series,
             &hashes,
             self.agg.series_hasher(),
         ));
         *self.spare_hashes.lock() = hashes;
         batches.push_back(batch.clone());
         self.note(&batches);
-        Some(batch)
+        Some((batch, r))
     }
 
     /// How long the oldest batch the store has not applied yet has waited

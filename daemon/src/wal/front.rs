@@ -182,6 +182,23 @@ impl Front {
         s.cmds.pop_front()
     }
 
+    /// Queues a flush's marker even past the queue's cap (`wal.queue`),
+    /// refusing it only once the log is closed. A marker is queued while
+    /// every request waits on the flush's barrier, so it must not wait for
+    /// room behind them. The queue stays bounded: each cut waits for its
+    /// marker to be written before the next, so at most one marker is
+    /// ever over the cap.
+    pub fn send_marker(&self, cmd: Cmd) -> Result<(), Refused> {
+        let mut s = self.state.lock();
+        if s.closed {
+            return Err(Refused::Closed);
+        }
+        s.cmds.push_back(cmd);
+        drop(s);
+        self.queued.notify_one();
+        Ok(())
+    }
+
     /// The next queued command, if there is one now.
     pub fn try_next(&self) -> Option<Cmd> {
         self.state.lock().cmds.pop_front()
@@ -230,5 +247,37 @@ impl State {
         } else {
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(flush_id: u64) -> Cmd {
+        Cmd::Marker {
+            flush_id,
+            baselines: Vec::new(),
+            done: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_marker_is_queued_past_a_full_queue_until_the_log_closes() {
+        let front = Front::new(1);
+        assert!(front.send(Cmd::Durable(1)).is_ok());
+        assert!(matches!(
+            front.send(Cmd::Durable(2)),
+            Err((_, Refused::Full))
+        ));
+        assert!(front.send_marker(marker(7)).is_ok());
+        assert!(matches!(front.try_next(), Some(Cmd::Durable(1))));
+        assert!(matches!(
+            front.try_next(),
+            Some(Cmd::Marker { flush_id: 7, .. })
+        ));
+        front.close();
+        assert!(matches!(front.send_marker(marker(8)), Err(Refused::Closed)));
+        assert!(front.try_next().is_none());
     }
 }

@@ -213,22 +213,23 @@ impl Wal {
     }
 
     /// Records that flush `flush_id` was cut here, with the baselines that
-    /// changed since the previous one. Returns once the marker is queued, in
-    /// order with the appends; the receipt says when it is written. The
-    /// flush must not reach the store before that: replay finds flushes by
-    /// their markers.
-    pub async fn marker(
+    /// changed since the previous one: queued at once, in order with the
+    /// appends, without waiting for room (see `Front::send_marker`); the
+    /// receipt says when it is written. The flush must not reach the store
+    /// before that: replay finds flushes by their markers.
+    pub fn marker(
         &self,
         flush_id: u64,
         baselines: Vec<Baseline>,
     ) -> Result<MarkerReceipt, WalError> {
         let (done, wait) = oneshot::channel();
-        self.send(Cmd::Marker {
-            flush_id,
-            baselines,
-            done,
-        })
-        .await?;
+        self.front
+            .send_marker(Cmd::Marker {
+                flush_id,
+                baselines,
+                done,
+            })
+            .map_err(|_| WalError::Closed)?;
         Ok(MarkerReceipt(wait))
     }
 
