@@ -124,7 +124,7 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Gauge, "tally_dead_letter_bytes", Unit::Bytes, "Bytes the dead-letter files take, of flush.dead_letters_max_bytes."),
     (Kind::Gauge, "tally_store_refusing", Unit::Count, "1 while the store refuses every document of a flush: the flush is held, tallyd is unready and ingest answers with retry signals."),
     (Kind::Histogram, "tally_flush_cut_seconds", Unit::Seconds, "Time to cut one flush batch: drain the aggregator, add the group rollups and index the batch for reads (which wait for it)."),
-    (Kind::Histogram, "tally_ingest_held_seconds", Unit::Seconds, "How long each flush's cut held ingest back, from the write-ahead log's barrier to its marker queued: every request waits meanwhile."),
+    (Kind::Histogram, "tally_ingest_held_seconds", Unit::Seconds, "How long each flush held new requests back: from asking for the write-ahead log's barrier (requests in progress finish first) until its marker is queued."),
     (Kind::Histogram, "tally_flush_duration_seconds", Unit::Seconds, "Time to apply one flush batch to the store, per attempt."),
     (Kind::Histogram, "tally_flush_series", Unit::Count, "Active series per applied flush."),
     (Kind::Counter, "tally_flush_documents_total", Unit::Count, "Documents updated by flushes."),

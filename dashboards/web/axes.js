@@ -5,7 +5,10 @@ import { clock, day, num } from './format.js';
 
 /** Round-number ticks covering [lo, hi], about `count` of them. */
 export function niceTicks(lo, hi, count) {
-  if (!(hi > lo)) {
+  // A range of a few units in the last place (the minute means of a
+  // constant gauge differ in their last bits) rounds to one tick, and a
+  // scale of zero height draws nothing but NaN: it is drawn as flat.
+  if (!(hi - lo > Math.max(Math.abs(lo), Math.abs(hi)) * 1e-9)) {
     const d = Math.abs(lo) * 0.1 || 1;
     lo = lo >= 0 && lo - d < 0 ? 0 : lo - d;
     hi += d;

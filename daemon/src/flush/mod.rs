@@ -235,13 +235,11 @@ impl Pipeline {
             baselines: true,
             id: None,
         };
-        let (batch, receipt) = off_worker(|| {
-            self.cut_with(cut, |id, baselines| {
-                let receipt = wal.marker(id.0, baselines);
-                drop(barrier);
-                metrics::histogram!("tally_ingest_held_seconds").record(started.elapsed());
-                receipt
-            })
+        let (batch, receipt) = self.cut_with(cut, |id, baselines| {
+            let receipt = wal.marker(id.0, baselines);
+            drop(barrier);
+            metrics::histogram!("tally_ingest_held_seconds").record(started.elapsed());
+            receipt
         })?;
         self.observe(&batch);
         // Waited for outside the barrier: while the disk is full the
@@ -446,17 +444,6 @@ impl Pipeline {
         // is a failed task); the batch will never be finished.
         self.unfinished.fetch_sub(1, Ordering::SeqCst);
         false
-    }
-}
-
-/// Runs `f`, which takes a while without yielding, off the runtime's
-/// worker on the multi-thread runtime: the requests the cut releases are
-/// woken on this thread, and kept on its worker's queue they waited for
-/// the rest of the cut all the same.
-fn off_worker<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
     }
 }
 

@@ -216,8 +216,10 @@ impl Wal {
     /// changed since the previous one: queued at once, in order with the
     /// appends, without waiting for room (see `Front::send_marker`); the
     /// receipt says when it is written. The flush must not reach the store
-    /// before that: replay finds flushes by their markers.
-    pub fn marker(
+    /// before that: replay finds flushes by their markers. Only the flush
+    /// pipeline's cut calls it, one cut at a time, which is what bounds
+    /// the markers over the queue's cap.
+    pub(crate) fn marker(
         &self,
         flush_id: u64,
         baselines: Vec<Baseline>,

@@ -41,10 +41,43 @@ async fn fleet_explore_and_daemon_views() {
     url_restores_the_view(&b).await;
     promql_error_in_words(&b, &d).await;
     daemon_view(&b).await;
+    ticks_of_a_nearly_flat_range(&b).await;
     if let Some(p) = &prom {
         new_minute_arrives_live(&b, &p.source).await;
     }
     b.close().await;
+}
+
+/// Value axes for ranges a few units in the last place wide (the minute
+/// means of a constant gauge): each of these once made a scale of zero
+/// height, whose chart drew NaN.
+async fn ticks_of_a_nearly_flat_range(b: &Browser) {
+    let bad: Value = b
+        .client
+        .execute_async(
+            r#"
+            const done = arguments[arguments.length - 1];
+            import('/ui/axes.js').then((axes) => {
+                const pairs = [
+                    [9.139275837793502, 9.139275837793503],
+                    [0.9754662433951511, 0.9754662433951512],
+                    [258896580825944.47, 258896580825944.5],
+                    [536131302856.9279, 536131302856.928],
+                    [0, 0],
+                ];
+                const bad = pairs.filter(([lo, hi]) => {
+                    const y = axes.niceTicks(lo, hi, 3);
+                    return !(y.hi > y.lo && y.lo <= lo && y.hi >= hi && y.ticks.length >= 2
+                        && y.ticks.every(Number.isFinite));
+                });
+                done(bad);
+            }, (e) => done(String(e)));
+            "#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(bad, json!([]), "ranges whose value axis has no height");
 }
 
 async fn fleet_lists_the_sources(b: &Browser, sources: &BTreeSet<String>) {
