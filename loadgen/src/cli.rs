@@ -164,6 +164,12 @@ pub struct Cli {
     /// error; it never counts as missing data.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub partial_patience: Duration,
+    /// How long a read that cannot reach the daemon, or that it answers
+    /// with a server error (busy, or restarting), is tried again before it
+    /// counts as a read error: a daemon restarted during verification is
+    /// read once it is back.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub read_patience: Duration,
     /// Mismatches listed in the report (all are counted).
     #[arg(long, default_value_t = 20)]
     pub max_mismatches: usize,

@@ -117,6 +117,11 @@ pub struct Inflight {
     /// The drained series' hashes of the last cut, for the next cut to
     /// fill (`drain_into` gives its room back as it does `spare`'s).
     spare_hashes: Mutex<Vec<u64>>,
+    /// Baselines drained by a cut that found no slot (a counter's baseline
+    /// moved by a sample that was then refused), for the next cut's
+    /// marker: until one logs them, the requests that set them stay in
+    /// the log, as no marker after them lets it go.
+    carried: Mutex<Vec<Baseline>>,
 }
 
 impl Inflight {
@@ -128,6 +133,7 @@ impl Inflight {
             last_id: AtomicU64::new(last_applied),
             spare: Mutex::new(Vec::new()),
             spare_hashes: Mutex::new(Vec::new()),
+            carried: Mutex::new(Vec::new()),
         }
     }
 
@@ -172,7 +178,9 @@ impl Inflight {
         }
         let spare = std::mem::take(&mut *self.spare.lock());
         let mut hashes = std::mem::take(&mut *self.spare_hashes.lock());
-        let mut baselines = Vec::new();
+        // Older first: replay seeds them in order, so a newer baseline of
+        // the same series drained now wins.
+        let mut baselines = std::mem::take(&mut *self.carried.lock());
         let series = self.agg.drain_into(
             spare,
             cut.baselines.then_some(&mut baselines),
@@ -182,6 +190,7 @@ impl Inflight {
         if series.is_empty() && cut.id.is_none() {
             *self.spare.lock() = series;
             *self.spare_hashes.lock() = hashes;
+            *self.carried.lock() = baselines;
             return None;
         }
         let id = match cut.id {

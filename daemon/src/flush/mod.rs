@@ -456,12 +456,22 @@ mod tests {
     use crate::store::embedded::EmbeddedStore;
 
     fn ingest(agg: &Aggregator, ts_ms: i64, v: f64) {
+        ingest_one(agg, "m", SampleKind::Gauge, ts_ms, v);
+    }
+
+    fn ingest_one(
+        agg: &Aggregator,
+        metric: &str,
+        kind: SampleKind,
+        ts_ms: i64,
+        v: f64,
+    ) -> crate::aggregator::IngestOutcome {
         agg.ingest(
             &[SeriesBatch {
                 labels: "",
                 source: "s",
-                metric: "m",
-                kind: Some(SampleKind::Gauge),
+                metric,
+                kind: Some(kind),
                 timestamps_ms: &[ts_ms],
                 values: &[v],
                 start_times_ms: &[],
@@ -469,7 +479,7 @@ mod tests {
                 series_index: 0,
             }],
             ts_ms,
-        );
+        )
     }
 
     /// An embedded store in a fresh directory (kept while the test runs)
@@ -482,6 +492,35 @@ mod tests {
             &IngestConfig::default(),
         ));
         (dir, store, agg)
+    }
+
+    /// A counter's baseline moved by a sample that was then refused (its
+    /// increase out of range) leaves no slot: the cut that drains it has
+    /// nothing to flush, and the next cut's marker must still log it.
+    #[test]
+    fn a_baseline_drained_without_a_slot_goes_in_the_next_marker() {
+        let (_dir, _store, agg) = embedded_and_aggregator();
+        let inflight = Inflight::new(agg.clone(), 0);
+        let counter =
+            |ts_ms: i64, v: f64| ingest_one(&agg, "c", SampleKind::CumulativeCounter, ts_ms, v);
+        let cut = || {
+            let how = Cut {
+                baselines: true,
+                id: None,
+            };
+            inflight.cut(8, |s| s, 0, how, |_, b| b).map(|(_, b)| b)
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        counter(now, 0.0);
+        let first = cut().expect("the first sample's minute");
+        assert_eq!(first.len(), 1);
+        let refused = counter(now + 1, 2e300);
+        assert_eq!((refused.accepted, refused.rejected), (0, 1));
+        assert!(cut().is_none(), "no slot to flush");
+        ingest(&agg, now + 2, 1.0);
+        let next = cut().expect("the gauge's minute");
+        let logged: Vec<(&str, f64)> = next.iter().map(|b| (&*b.series.metric, b.value)).collect();
+        assert_eq!(logged, [("c", 2e300)]);
     }
 
     #[tokio::test]

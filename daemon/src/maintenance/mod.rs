@@ -87,9 +87,17 @@ async fn preallocate(
     retries: &mut Retries,
     now: i64,
 ) {
+    // A window of zero never opens: the tier is not asked for at all.
+    let window = |tier: Tier, w: std::time::Duration| {
+        if store.preallocates(tier) {
+            w.as_secs() as i64
+        } else {
+            0
+        }
+    };
     let (hour_window, day_window) = (
-        cfg.hour_window.as_secs() as i64,
-        cfg.day_window.as_secs() as i64,
+        window(Tier::Hour, cfg.hour_window),
+        window(Tier::Day, cfg.day_window),
     );
     let limit = cfg.max_per_second as usize;
     let clock = Instant::now();
@@ -159,5 +167,69 @@ async fn expire(store: &dyn Store, now: i64, retention: &RetentionConfig) {
                 .increment(1);
             warn!(error = %e, "retention sweep failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregator::{AggregatorConfig, SeriesBatch};
+    use crate::ingest::IngestConfig;
+    use crate::model::Resolution;
+    use crate::model::{SampleKind, SeriesId, DAY_S};
+    use crate::rollup::RollupConfig;
+    use crate::store::embedded::EmbeddedStore;
+    use crate::store::ReadQuery;
+
+    /// One second before a midnight, when every series' moment in both
+    /// windows has come, the embedded store is asked for the next day's
+    /// summary only: an empty hour it would write twice for nothing.
+    #[tokio::test]
+    async fn the_embedded_store_is_asked_for_days_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = EmbeddedStore::open(dir.path()).unwrap();
+        let midnight = 1_780_012_800; // 2026-05-29T00:00:00Z
+        assert_eq!(midnight % DAY_S, 0);
+        let now = midnight - 1;
+        let agg = Aggregator::new(&AggregatorConfig { shards: 2 }, &IngestConfig::default());
+        let ts = [now * 1000];
+        let out = agg.ingest(
+            &[SeriesBatch {
+                source: "s",
+                metric: "m",
+                labels: "",
+                kind: Some(SampleKind::Gauge),
+                timestamps_ms: &ts,
+                values: &[1.0],
+                start_times_ms: &[],
+                source_index: 0,
+                series_index: 0,
+            }],
+            now * 1000,
+        );
+        assert_eq!(out.accepted, 1);
+        let rollups = Rollups::new(RollupConfig::default()).unwrap();
+        let cfg = PreallocConfig::default();
+        let mut retries = Retries::default();
+        preallocate(&agg, &rollups, &store, &cfg, &mut retries, now).await;
+
+        let read = |tier, resolution, from| ReadQuery {
+            series: SeriesId::new("s", "m"),
+            tier,
+            resolution,
+            from,
+            to: from + DAY_S,
+        };
+        let day = store
+            .read(&read(Tier::Day, Resolution::Day, midnight))
+            .await
+            .unwrap();
+        assert_eq!(day.len(), 1, "the next day's summary: {day:?}");
+        let hour = store
+            .read(&read(Tier::Hour, Resolution::Minute, midnight))
+            .await
+            .unwrap();
+        assert!(hour.is_empty(), "no empty hour document: {hour:?}");
+        assert!(store.preallocates(Tier::Day) && !store.preallocates(Tier::Hour));
     }
 }

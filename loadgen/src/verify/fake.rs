@@ -31,6 +31,9 @@ pub struct Fake {
     /// Reads still to answer `partial` (with the points it holds, as a
     /// daemon answering from memory would, here empty).
     pub partial_for: AtomicUsize,
+    /// Connections still to close unanswered, as a daemon killed
+    /// mid-read leaves them.
+    pub drop_for: AtomicUsize,
 }
 
 /// Serves `fake` on a loopback port until the runtime ends; returns the
@@ -54,6 +57,13 @@ async fn answer(mut conn: TcpStream, fake: Arc<Fake>) {
             Ok(0) | Err(_) => return,
             Ok(n) => req.extend_from_slice(&buf[..n]),
         }
+    }
+    let dropped = fake
+        .drop_for
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+        .is_ok();
+    if dropped {
+        return;
     }
     let text = String::from_utf8_lossy(&req);
     let path = text.split_whitespace().nth(1).unwrap_or("/");

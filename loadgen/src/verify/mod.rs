@@ -80,6 +80,9 @@ pub struct VerifyOpts {
     pub settle: Duration,
     /// How long a `partial` answer is read again (`read.rs`).
     pub partial_patience: Duration,
+    /// How long a read that fails to connect or gets a server error is
+    /// tried again (`read.rs`).
+    pub read_patience: Duration,
     /// Mismatch lines listed in the report; all are counted.
     pub max_listed: usize,
     /// Unix seconds; minutes whose start is in `[from, to)` are read.
@@ -387,6 +390,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             settle: Duration::ZERO,
             partial_patience: Duration::from_secs(2),
+            read_patience: Duration::from_secs(10),
             max_listed: 10,
             from_s: 0,
             to_s: 3600,
@@ -464,6 +468,36 @@ mod tests {
         );
         assert_eq!(report.read_errors, 8, "{report:?}");
         assert!(report.listed[0].contains("partial"), "{:?}", report.listed);
+    }
+
+    /// A daemon killed and restarted while it is read drops the reads in
+    /// progress: they are made again until it is back, for up to
+    /// `read_patience`, and only then count as read errors.
+    #[tokio::test]
+    async fn reads_the_daemon_drops_are_made_again_until_it_is_back() {
+        let (checks, stored) = labelled(2, 2, "cpu=2");
+        let fake = Arc::new(fake::Fake::default());
+        *fake.store.lock().unwrap() = stored;
+        // Four reads at once: one of them is dropped at least six times,
+        // more than a count of four attempts per read would outlast.
+        fake.drop_for.store(24, Ordering::Relaxed);
+        let opts = opts(fake::serve(fake.clone()).await);
+        let report = verify(checks.clone(), Vec::new(), &opts).await.unwrap();
+        assert!(report.passed, "{report:?}");
+        assert_eq!(report.read_errors, 0, "{report:?}");
+
+        fake.drop_for.store(usize::MAX, Ordering::Relaxed);
+        let opts = VerifyOpts {
+            read_patience: Duration::from_millis(300),
+            ..opts
+        };
+        let report = verify(checks, Vec::new(), &opts).await.unwrap();
+        assert!(!report.passed);
+        assert_eq!(
+            (report.missing_points, report.mismatches, report.read_errors),
+            (0, 0, 8),
+            "{report:?}"
+        );
     }
 
     #[tokio::test]

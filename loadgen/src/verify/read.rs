@@ -186,27 +186,36 @@ async fn read_chunk(
     to: i64,
 ) -> Result<RangeEnvelope, String> {
     let url = chunk_url(opts, of, from, to)?;
+    let started = std::time::Instant::now();
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    let mut attempt = 0;
+    // Tried again by time, not by count: a daemon killed and restarted
+    // (its log replayed) is away for a second or more, and a read made
+    // then is a read of the restarted daemon, not a failure.
+    let mut again = || {
+        let wait = backoff.next_delay();
+        (started.elapsed() + wait <= opts.read_patience).then_some(wait)
+    };
     loop {
-        attempt += 1;
-        let last = attempt >= 4;
         let resp = match client.get(url.clone()).send().await {
             Ok(resp) => resp,
-            Err(_) if !last => {
-                tokio::time::sleep(backoff.next_delay()).await;
-                continue;
-            }
-            Err(e) => return Err(error_chain(&e)),
+            Err(e) => match again() {
+                Some(wait) => {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                None => return Err(error_chain(&e)),
+            },
         };
         let status = resp.status();
         let bytes = match resp.bytes().await {
             Ok(b) => b,
-            Err(_) if !last => {
-                tokio::time::sleep(backoff.next_delay()).await;
-                continue;
-            }
-            Err(e) => return Err(error_chain(&e)),
+            Err(e) => match again() {
+                Some(wait) => {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+                None => return Err(error_chain(&e)),
+            },
         };
         if status.is_success() {
             let envelope: RangeEnvelope = serde_json::from_slice(&bytes)
@@ -214,9 +223,11 @@ async fn read_chunk(
             return Ok(envelope);
         }
         // 503 is the daemon's "store busy, try again".
-        if status.is_server_error() && !last {
-            tokio::time::sleep(backoff.next_delay()).await;
-            continue;
+        if status.is_server_error() {
+            if let Some(wait) = again() {
+                tokio::time::sleep(wait).await;
+                continue;
+            }
         }
         let why = serde_json::from_slice::<ErrorBody>(&bytes)
             .map(|b| b.error)
@@ -274,6 +285,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             settle: Duration::ZERO,
             partial_patience: Duration::from_secs(1),
+            read_patience: Duration::from_secs(1),
             max_listed: 1,
             from_s: 0,
             to_s: 60,
