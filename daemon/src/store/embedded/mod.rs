@@ -205,9 +205,9 @@ impl Store for EmbeddedStore {
     /// A day's summary only. Values are fixed-size, so nothing ever grows,
     /// and an absent hour document reads as an empty one (as an absent
     /// minute block does): an empty hour inserted ahead would only be
-    /// written twice, and each small insert copies its branch pages. At
-    /// 100,000 series that was about 1 GB written per hour, 10 KB per
-    /// 2,944-byte document, for nothing a reader can see.
+    /// written twice, each time as the whole page it lands in. At 100,000
+    /// series that was about 1 GB written per hour, 10 KB per 2,944-byte
+    /// document, for nothing a reader can see.
     fn preallocates(&self, tier: crate::model::Tier) -> bool {
         tier == crate::model::Tier::Day
     }
