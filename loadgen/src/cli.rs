@@ -164,10 +164,11 @@ pub struct Cli {
     /// error; it never counts as missing data.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub partial_patience: Duration,
-    /// How long a read that cannot reach the daemon, or that it answers
-    /// with a server error (busy, or restarting), is tried again before it
-    /// counts as a read error: a daemon restarted during verification is
-    /// read once it is back.
+    /// How long a read the daemon does not answer (refused or reset, as
+    /// while it restarts; or 502 to 504, such as its 503 while busy) is
+    /// tried again before it counts as a read error. Once one read has
+    /// waited this long in vain, no other waits; a timeout or another
+    /// server error is tried four times in all.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub read_patience: Duration,
     /// Mismatches listed in the report (all are counted).

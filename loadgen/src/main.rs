@@ -542,6 +542,7 @@ async fn run_verify(
         settle: cli.settle,
         partial_patience: cli.partial_patience,
         read_patience: cli.read_patience,
+        gone: Default::default(),
         max_listed: cli.max_mismatches,
         from_s: tl.start_ms.div_euclid(60_000) * 60 - VERIFY_MARGIN_S,
         to_s: (tl.end_ms() + 999).div_euclid(1000) + VERIFY_MARGIN_S,

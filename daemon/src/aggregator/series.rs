@@ -285,8 +285,10 @@ pub(super) struct Shard {
     /// active series. A series with pending minutes is never evicted, so
     /// its position stays its own until the drain.
     pub(super) dirty: Vec<u32>,
-    /// Cumulative counters whose baseline changed with no slot to show for
-    /// it (their first sample), so a drain that logs baselines sees them.
+    /// Cumulative counters that took samples and hold no slot since the
+    /// last drain (a sample whose increase was refused, after the baseline
+    /// moved to it; or a retry of samples already counted), so a drain
+    /// that logs baselines sees them.
     pub(super) rebased: Vec<u32>,
 }
 

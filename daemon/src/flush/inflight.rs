@@ -20,7 +20,9 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::aggregator::Aggregator;
-use crate::model::{EpochMinute, FlushBatch, FlushId, SampleKind, SeriesMinutes, SeriesRef, Slot};
+use crate::model::{
+    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, Slot,
+};
 use crate::wal::Baseline;
 
 /// A drained batch that the store has not confirmed yet.
@@ -120,8 +122,9 @@ pub struct Inflight {
     /// Baselines drained by a cut that found no slot (a counter's baseline
     /// moved by a sample that was then refused), for the next cut's
     /// marker: until one logs them, the requests that set them stay in
-    /// the log, as no marker after them lets it go.
-    carried: Mutex<Vec<Baseline>>,
+    /// the log, as no marker after them lets it go. The newest of each
+    /// series (a baseline only moves forward): bounded by the series.
+    carried: Mutex<hashbrown::HashMap<Arc<SeriesId>, Baseline>>,
 }
 
 impl Inflight {
@@ -133,7 +136,7 @@ impl Inflight {
             last_id: AtomicU64::new(last_applied),
             spare: Mutex::new(Vec::new()),
             spare_hashes: Mutex::new(Vec::new()),
-            carried: Mutex::new(Vec::new()),
+            carried: Mutex::new(hashbrown::HashMap::new()),
         }
     }
 
@@ -179,8 +182,12 @@ impl Inflight {
         let spare = std::mem::take(&mut *self.spare.lock());
         let mut hashes = std::mem::take(&mut *self.spare_hashes.lock());
         // Older first: replay seeds them in order, so a newer baseline of
-        // the same series drained now wins.
-        let mut baselines = std::mem::take(&mut *self.carried.lock());
+        // the same series drained now wins. A cut that logs no marker
+        // leaves them for one that does.
+        let mut baselines: Vec<Baseline> = match cut.baselines {
+            true => self.carried.lock().drain().map(|(_, b)| b).collect(),
+            false => Vec::new(),
+        };
         let series = self.agg.drain_into(
             spare,
             cut.baselines.then_some(&mut baselines),
@@ -190,7 +197,10 @@ impl Inflight {
         if series.is_empty() && cut.id.is_none() {
             *self.spare.lock() = series;
             *self.spare_hashes.lock() = hashes;
-            *self.carried.lock() = baselines;
+            let mut carried = self.carried.lock();
+            for b in baselines {
+                carried.insert(b.series.clone(), b);
+            }
             return None;
         }
         let id = match cut.id {

@@ -514,13 +514,16 @@ mod tests {
         counter(now, 0.0);
         let first = cut().expect("the first sample's minute");
         assert_eq!(first.len(), 1);
-        let refused = counter(now + 1, 2e300);
-        assert_eq!((refused.accepted, refused.rejected), (0, 1));
-        assert!(cut().is_none(), "no slot to flush");
-        ingest(&agg, now + 2, 1.0);
+        // Twice: the newest is carried, once.
+        for (ts, v) in [(now + 1, 2e300), (now + 2, 5e300)] {
+            let refused = counter(ts, v);
+            assert_eq!((refused.accepted, refused.rejected), (0, 1));
+            assert!(cut().is_none(), "no slot to flush");
+        }
+        ingest(&agg, now + 3, 1.0);
         let next = cut().expect("the gauge's minute");
         let logged: Vec<(&str, f64)> = next.iter().map(|b| (&*b.series.metric, b.value)).collect();
-        assert_eq!(logged, [("c", 2e300)]);
+        assert_eq!(logged, [("c", 5e300)]);
     }
 
     #[tokio::test]

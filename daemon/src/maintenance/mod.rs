@@ -175,17 +175,16 @@ mod tests {
     use super::*;
     use crate::aggregator::{AggregatorConfig, SeriesBatch};
     use crate::ingest::IngestConfig;
-    use crate::model::Resolution;
-    use crate::model::{SampleKind, SeriesId, DAY_S};
+    use crate::model::{Resolution, SampleKind, SeriesId, DAY_S};
     use crate::rollup::RollupConfig;
     use crate::store::embedded::EmbeddedStore;
     use crate::store::ReadQuery;
 
     /// One second before a midnight, when every series' moment in both
-    /// windows has come, the embedded store is asked for the next day's
-    /// summary only: an empty hour it would write twice for nothing.
+    /// windows has come, the embedded store is asked for nothing: an empty
+    /// document it would write twice for nothing.
     #[tokio::test]
-    async fn the_embedded_store_is_asked_for_days_only() {
+    async fn the_embedded_store_is_asked_for_no_documents_ahead() {
         let dir = tempfile::tempdir().unwrap();
         let store = EmbeddedStore::open(dir.path()).unwrap();
         let midnight = 1_780_012_800; // 2026-05-29T00:00:00Z
@@ -220,16 +219,17 @@ mod tests {
             from,
             to: from + DAY_S,
         };
-        let day = store
-            .read(&read(Tier::Day, Resolution::Day, midnight))
-            .await
-            .unwrap();
-        assert_eq!(day.len(), 1, "the next day's summary: {day:?}");
-        let hour = store
-            .read(&read(Tier::Hour, Resolution::Minute, midnight))
-            .await
-            .unwrap();
-        assert!(hour.is_empty(), "no empty hour document: {hour:?}");
-        assert!(store.preallocates(Tier::Day) && !store.preallocates(Tier::Hour));
+        for (tier, resolution) in [
+            (Tier::Day, Resolution::Day),
+            (Tier::Hour, Resolution::Minute),
+        ] {
+            let docs = store.read(&read(tier, resolution, midnight)).await.unwrap();
+            assert!(docs.is_empty(), "{tier:?}: {docs:?}");
+            assert!(!store.preallocates(tier));
+        }
+        // Due all along, and not asked for: the series' marks are as they
+        // were, so its next hour and day are still due.
+        let due = agg.due_preallocations(now, 600, 7200, 10);
+        assert_eq!(due.len(), 2, "{due:?}");
     }
 }

@@ -34,6 +34,10 @@ pub struct Fake {
     /// Connections still to close unanswered, as a daemon killed
     /// mid-read leaves them.
     pub drop_for: AtomicUsize,
+    /// Reads still to answer 503, as a busy daemon does.
+    pub busy_for: AtomicUsize,
+    /// Answer every read 400.
+    pub refuse: std::sync::atomic::AtomicBool,
 }
 
 /// Serves `fake` on a loopback port until the runtime ends; returns the
@@ -58,11 +62,11 @@ async fn answer(mut conn: TcpStream, fake: Arc<Fake>) {
             Ok(n) => req.extend_from_slice(&buf[..n]),
         }
     }
-    let dropped = fake
-        .drop_for
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok();
-    if dropped {
+    let take = |n: &AtomicUsize| {
+        n.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    };
+    if take(&fake.drop_for) {
         return;
     }
     let text = String::from_utf8_lossy(&req);
@@ -70,17 +74,19 @@ async fn answer(mut conn: TcpStream, fake: Arc<Fake>) {
     let url = reqwest::Url::parse(&format!("http://fake{path}")).unwrap();
     let q: BTreeMap<String, String> = url.query_pairs().into_owned().collect();
     fake.reads.fetch_add(1, Ordering::Relaxed);
-    let partial = fake
-        .partial_for
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok();
-    let body = if partial {
-        json!({"step": "1m", "series": [], "partial": "the store is unreachable"}).to_string()
+    let not_now = || r#"{"error": "not now"}"#.to_owned();
+    let (status, body) = if take(&fake.busy_for) {
+        ("503 Service Unavailable", not_now())
+    } else if fake.refuse.load(Ordering::Relaxed) {
+        ("400 Bad Request", not_now())
+    } else if take(&fake.partial_for) {
+        let partial = json!({"step": "1m", "series": [], "partial": "the store is unreachable"});
+        ("200 OK", partial.to_string())
     } else {
-        range(&fake.store.lock().unwrap(), &q).to_string()
+        ("200 OK", range(&fake.store.lock().unwrap(), &q).to_string())
     };
     let head = format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
     let _ = conn.write_all(head.as_bytes()).await;

@@ -18,6 +18,8 @@ mod read;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -80,9 +82,12 @@ pub struct VerifyOpts {
     pub settle: Duration,
     /// How long a `partial` answer is read again (`read.rs`).
     pub partial_patience: Duration,
-    /// How long a read that fails to connect or gets a server error is
-    /// tried again (`read.rs`).
+    /// How long a read the daemon does not answer (refused, reset, 502
+    /// to 504) is tried again (`read.rs`).
     pub read_patience: Duration,
+    /// Set once a read has waited its whole `read_patience` in vain: the
+    /// daemon is taken for gone, and no later read waits for it.
+    pub gone: Arc<AtomicBool>,
     /// Mismatch lines listed in the report; all are counted.
     pub max_listed: usize,
     /// Unix seconds; minutes whose start is in `[from, to)` are read.
@@ -391,6 +396,7 @@ mod tests {
             settle: Duration::ZERO,
             partial_patience: Duration::from_secs(2),
             read_patience: Duration::from_secs(10),
+            gone: Default::default(),
             max_listed: 10,
             from_s: 0,
             to_s: 3600,
@@ -471,33 +477,54 @@ mod tests {
     }
 
     /// A daemon killed and restarted while it is read drops the reads in
-    /// progress: they are made again until it is back, for up to
-    /// `read_patience`, and only then count as read errors.
+    /// progress, and a busy one answers 503: such reads are made again
+    /// until it answers, for up to `read_patience`, and only then count as
+    /// read errors; after one read has waited that long in vain, the others
+    /// do not wait. A 4xx is an answer: no read is made again for it.
     #[tokio::test]
-    async fn reads_the_daemon_drops_are_made_again_until_it_is_back() {
-        let (checks, stored) = labelled(2, 2, "cpu=2");
+    async fn reads_the_daemon_drops_or_is_busy_for_are_made_again_until_it_answers() {
+        // One source and metric: one read, of two series.
+        let (checks, stored) = labelled(1, 1, "cpu=2");
         let fake = Arc::new(fake::Fake::default());
         *fake.store.lock().unwrap() = stored;
-        // Four reads at once: one of them is dropped at least six times,
-        // more than a count of four attempts per read would outlast.
-        fake.drop_for.store(24, Ordering::Relaxed);
-        let opts = opts(fake::serve(fake.clone()).await);
-        let report = verify(checks.clone(), Vec::new(), &opts).await.unwrap();
+        let base = fake::serve(fake.clone()).await;
+        // Six failures: more than a count of four tries would outlast.
+        fake.drop_for.store(3, Ordering::Relaxed);
+        fake.busy_for.store(3, Ordering::Relaxed);
+        let report = verify(checks.clone(), Vec::new(), &opts(base.clone()))
+            .await
+            .unwrap();
         assert!(report.passed, "{report:?}");
         assert_eq!(report.read_errors, 0, "{report:?}");
 
         fake.drop_for.store(usize::MAX, Ordering::Relaxed);
-        let opts = VerifyOpts {
+        let impatient = VerifyOpts {
             read_patience: Duration::from_millis(300),
-            ..opts
+            ..opts(base.clone())
         };
-        let report = verify(checks, Vec::new(), &opts).await.unwrap();
+        let started = std::time::Instant::now();
+        let report = verify(checks.clone(), Vec::new(), &impatient)
+            .await
+            .unwrap();
         assert!(!report.passed);
         assert_eq!(
             (report.missing_points, report.mismatches, report.read_errors),
-            (0, 0, 8),
+            (0, 0, 2),
             "{report:?}"
         );
+        assert!(impatient.gone.load(Ordering::Relaxed));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        fake.drop_for.store(0, Ordering::Relaxed);
+        fake.refuse.store(true, Ordering::Relaxed);
+        let reads = fake.reads.load(Ordering::Relaxed);
+        let report = verify(checks, Vec::new(), &opts(base)).await.unwrap();
+        assert_eq!(report.read_errors, 2, "{report:?}");
+        assert_eq!(fake.reads.load(Ordering::Relaxed) - reads, 1, "one try");
     }
 
     #[tokio::test]

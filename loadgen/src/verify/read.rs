@@ -13,6 +13,7 @@
 //! missing label sets, each a mismatch.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -186,19 +187,11 @@ async fn read_chunk(
     to: i64,
 ) -> Result<RangeEnvelope, String> {
     let url = chunk_url(opts, of, from, to)?;
-    let started = std::time::Instant::now();
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
-    // Tried again by time, not by count: a daemon killed and restarted
-    // (its log replayed) is away for a second or more, and a read made
-    // then is a read of the restarted daemon, not a failure.
-    let mut again = || {
-        let wait = backoff.next_delay();
-        (started.elapsed() + wait <= opts.read_patience).then_some(wait)
-    };
+    let mut retry = Retry::new(opts);
     loop {
         let resp = match client.get(url.clone()).send().await {
             Ok(resp) => resp,
-            Err(e) => match again() {
+            Err(e) => match retry.after(Away::of(&e)) {
                 Some(wait) => {
                     tokio::time::sleep(wait).await;
                     continue;
@@ -209,7 +202,7 @@ async fn read_chunk(
         let status = resp.status();
         let bytes = match resp.bytes().await {
             Ok(b) => b,
-            Err(e) => match again() {
+            Err(e) => match retry.after(Away::of(&e)) {
                 Some(wait) => {
                     tokio::time::sleep(wait).await;
                     continue;
@@ -222,9 +215,14 @@ async fn read_chunk(
                 .map_err(|e| format!("unexpected answer from {url}: {e}"))?;
             return Ok(envelope);
         }
-        // 503 is the daemon's "store busy, try again".
+        // 503 is the daemon's "store busy, try again"; 502 and 504 a proxy's
+        // word that it is away.
         if status.is_server_error() {
-            if let Some(wait) = again() {
+            let away = match status.as_u16() {
+                502..=504 => Away::Yes,
+                _ => Away::Maybe,
+            };
+            if let Some(wait) = retry.after(away) {
                 tokio::time::sleep(wait).await;
                 continue;
             }
@@ -233,6 +231,65 @@ async fn read_chunk(
             .map(|b| b.error)
             .unwrap_or_else(|_| String::from_utf8_lossy(&bytes).into_owned());
         return Err(format!("HTTP {status}: {why}"));
+    }
+}
+
+/// Whether a failed read says the daemon is away for a while (refused,
+/// reset or busy: a restart, its log replayed, takes seconds), or may
+/// mean anything (a timeout, another server error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Away {
+    Yes,
+    Maybe,
+}
+
+impl Away {
+    fn of(e: &reqwest::Error) -> Away {
+        match e.is_timeout() {
+            true => Away::Maybe,
+            false => Away::Yes,
+        }
+    }
+}
+
+/// When a read is made again: while the daemon is away, with backoff for
+/// up to `read_patience`; otherwise at most [`MAYBE_TRIES`] times in all.
+/// A read that spends its whole patience marks the daemon gone
+/// (`VerifyOpts::gone`), and from then on no read waits for it: a daemon
+/// that never comes back costs one patience, not one per read.
+struct Retry<'a> {
+    opts: &'a VerifyOpts,
+    started: std::time::Instant,
+    backoff: Backoff,
+    tries: u32,
+}
+
+/// Tries of a read whose failure does not say the daemon is away.
+const MAYBE_TRIES: u32 = 4;
+
+impl<'a> Retry<'a> {
+    fn new(opts: &'a VerifyOpts) -> Retry<'a> {
+        Retry {
+            opts,
+            started: std::time::Instant::now(),
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(2)),
+            tries: 1,
+        }
+    }
+
+    /// How long to wait before trying again, or None to give up.
+    fn after(&mut self, away: Away) -> Option<Duration> {
+        let wait = self.backoff.next_delay();
+        self.tries += 1;
+        let gone = &self.opts.gone;
+        let patient = away == Away::Yes && !gone.load(Ordering::Relaxed);
+        if patient && self.started.elapsed() + wait <= self.opts.read_patience {
+            return Some(wait);
+        }
+        if patient {
+            gone.store(true, Ordering::Relaxed);
+        }
+        (self.tries <= MAYBE_TRIES).then_some(wait)
     }
 }
 
@@ -286,6 +343,7 @@ mod tests {
             settle: Duration::ZERO,
             partial_patience: Duration::from_secs(1),
             read_patience: Duration::from_secs(1),
+            gone: Default::default(),
             max_listed: 1,
             from_s: 0,
             to_s: 60,

@@ -202,14 +202,14 @@ impl Store for EmbeddedStore {
         self.blocking(move |inner| inner.preallocate(&docs)).await
     }
 
-    /// A day's summary only. Values are fixed-size, so nothing ever grows,
-    /// and an absent hour document reads as an empty one (as an absent
-    /// minute block does): an empty hour inserted ahead would only be
-    /// written twice, each time as the whole page it lands in. At 100,000
-    /// series that was about 1 GB written per hour, 10 KB per 2,944-byte
-    /// document, for nothing a reader can see.
-    fn preallocates(&self, tier: crate::model::Tier) -> bool {
-        tier == crate::model::Tier::Day
+    /// Never. Values are fixed-size, so nothing ever grows, and an absent
+    /// hour document, day summary or minute block reads as an empty one: a
+    /// document inserted empty ahead of its fold would only be written
+    /// twice, each time as the whole page it lands in. At 100,000 series
+    /// the empty hours were about 1 GB written per hour, 10 KB per
+    /// 2,944-byte document, for nothing a reader can see.
+    fn preallocates(&self, _tier: crate::model::Tier) -> bool {
+        false
     }
 
     async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {

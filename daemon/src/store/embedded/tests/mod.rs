@@ -9,6 +9,7 @@ mod corrupt;
 mod damaged;
 mod durability;
 mod fold;
+mod fold_cost;
 mod read;
 mod reopen;
 mod retention;

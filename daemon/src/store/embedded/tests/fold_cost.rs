@@ -1,0 +1,71 @@
+//! What a fold writes to the file, measured: an ignored run.
+
+use std::time::Instant;
+
+use super::*;
+use crate::model::{SampleKind, HOUR_S};
+use crate::store::Store;
+
+/// Bytes this process has handed to storage so far (`/proc/self/io`; the
+/// whole process, so run this test alone).
+fn written_bytes() -> u64 {
+    let io = std::fs::read_to_string("/proc/self/io").expect("/proc/self/io (Linux only)");
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes: "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("write_bytes in /proc/self/io")
+}
+
+/// Bytes written per folded series against how many series one fold
+/// transaction takes, on a file that already holds an hour of the
+/// fleet's documents. Run with
+/// `cargo test --release -p tallyd --lib store::embedded::tests::fold_cost -- --ignored --nocapture`
+/// (alone: it counts the process's writes; a tmpfs counts none).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn fold_bytes_per_series_by_transaction_size() {
+    const FLEET: usize = 100_000;
+    let t0 = ts(2026, 3, 14, 10, 0);
+    let fleet_batch = |id: u64, t: i64| {
+        batch(
+            id,
+            (0..FLEET)
+                .map(|i| {
+                    series(
+                        &format!("src-{:06}", i / 20),
+                        &format!("m_{:04}", i % 20),
+                        SampleKind::Gauge,
+                        &[(t, i as f64 + 0.5)],
+                    )
+                })
+                .collect(),
+        )
+    };
+    for per_txn in [333, 2_000, 10_000] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        // The hour before: its documents in the file.
+        store.apply(&fleet_batch(1, t0 - HOUR_S)).await.unwrap();
+        store.fold_all().unwrap();
+        for m in 0..5 {
+            store
+                .apply(&fleet_batch(2 + m as u64, t0 + 60 * m))
+                .await
+                .unwrap();
+        }
+        store.sync().unwrap();
+        let before = written_bytes();
+        let start = Instant::now();
+        for _ in 0..FLEET.div_ceil(per_txn) {
+            store.inner.fold_some(per_txn).unwrap();
+        }
+        store.sync().unwrap();
+        let bytes = written_bytes() - before;
+        println!(
+            "{per_txn:>6} series a fold: {:>7.0} bytes written per series, {:>5.1} s, file {:.0} MB",
+            bytes as f64 / FLEET as f64,
+            start.elapsed().as_secs_f64(),
+            std::fs::metadata(store.path()).map_or(0, |m| m.len()) as f64 / 1e6
+        );
+    }
+}
