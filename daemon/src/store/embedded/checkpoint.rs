@@ -45,7 +45,7 @@ use super::layout::{
     CHECKPOINT_LOG, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HOUR_DOCS,
     HOUR_DOC_LEN,
 };
-use super::pending::Pending;
+use super::pending::{Fold, Pending};
 use super::write::raise_last_flush_id;
 use crate::model::{EpochMinute, FlushBatch, SeriesId, Slot, Tier};
 use crate::store::{ApplyStats, StoreError};
@@ -195,34 +195,52 @@ impl Db {
             && (force
                 || now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire))
                     >= interval);
-        let n = self.fold_count(&self.pending.lock(), now_us);
+        let (n, by_hour) = self.fold_count(&self.pending.lock(), now_us);
         if n == 0 && !checkpoint {
             return Ok(());
         }
-        self.fold_txn(db, n, checkpoint.then_some((applied, now_us)), damaged)
+        // A fold to bring memory down takes whole runs.
+        let split_from = (by_hour
+            && super::split::allowed(self.config.hour_retention, self.config.fold_spread))
+        .then(|| (now_us / HOUR_US * 60) as EpochMinute);
+        self.fold_txn(
+            db,
+            n,
+            split_from,
+            checkpoint.then_some((applied, now_us)),
+            damaged,
+        )
     }
 
-    /// One durable transaction: a fold of the `n` series pending longest,
-    /// and with `checkpoint` (its flush id, and when it is) a checkpoint
-    /// too; then the logs trimmed to what is still pending. Under
-    /// `fold_lock`.
+    /// One durable transaction: a fold of the `n` series pending longest
+    /// (split at the hour from `split_from` where they may be, see
+    /// `split.rs`), and with `checkpoint` (its flush id, and when it is) a
+    /// checkpoint too; then the logs trimmed to what is still pending.
+    /// Under `fold_lock`.
     pub(super) fn fold_txn(
         &self,
         db: &Database,
         n: usize,
+        split_from: Option<EpochMinute>,
         checkpoint: Option<(u64, u64)>,
         damaged: &mut Option<Arc<SeriesId>>,
     ) -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(db_err)?;
         let (mut folds, oldest) = {
             let mut pending = self.pending.lock();
-            let folds = pending.start_fold(n);
-            (folds, pending.oldest())
+            let folds = pending.start_fold(n, split_from);
+            // What a split leaves pending is a run since its own flush.
+            let left = folds.iter().filter_map(|f| f.split.map(|s| s.since)).min();
+            let oldest = match (pending.oldest(), left) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (folds, oldest)
         };
         let written = (|| {
             super::fold::write_folds(&txn, &mut folds, damaged)?;
             if let Some((id, _)) = checkpoint {
-                self.write_checkpoint(&txn, id)?;
+                self.write_checkpoint(&txn, id, &folds)?;
                 raise_last_flush_id(&txn, id)?;
                 document_gauges(&txn)?;
             }
@@ -235,9 +253,13 @@ impl Db {
         let mut pending = self.pending.lock();
         match r {
             Ok(()) => {
+                // Before the fold's runs come back: what a split leaves
+                // pending was not in this checkpoint.
+                if checkpoint.is_some() {
+                    pending.logged();
+                }
                 pending.end_fold(&folds);
                 if let Some((_, now_us)) = checkpoint {
-                    pending.logged();
                     if let Ok(m) = std::fs::metadata(&self.path) {
                         use std::os::unix::fs::MetadataExt;
                         // What it takes on disk: redb grows its file ahead.
@@ -257,10 +279,29 @@ impl Db {
 
     /// Writes every series changed since the last checkpoint into the
     /// checkpoint log, as checkpoint `id`. The series being folded in the
-    /// same transaction are left out: their minutes go to the documents.
-    fn write_checkpoint(&self, txn: &WriteTransaction, id: u64) -> Result<(), StoreError> {
+    /// same transaction (`folds`) are left out, as their minutes go to the
+    /// documents, but for what a split leaves pending: all of it, as the
+    /// run it stays.
+    fn write_checkpoint(
+        &self,
+        txn: &WriteTransaction,
+        id: u64,
+        folds: &[Fold],
+    ) -> Result<(), StoreError> {
         let mut log = txn.open_table(CHECKPOINT_LOG).map_err(db_err)?;
         let mut writer = LogWriter::new(id, Form::Checkpoint);
+        for f in folds {
+            let left = &f.minutes[f.folded().len()..];
+            if !left.is_empty() {
+                writer.push(
+                    &mut log,
+                    &f.series,
+                    f.kind,
+                    f.watermark,
+                    left.iter().copied(),
+                )?;
+            }
+        }
         let mut from = Some(0);
         // No flush can change the pending minutes meanwhile (the caller
         // holds `fold_lock`), so positions stay put between the parts.
@@ -283,9 +324,10 @@ impl Db {
     /// How many series the fold at `now_us` takes: those whose run began
     /// before the current hour, spread over `fold_spread` once the grace
     /// after the hour has passed; or more, oldest first, to bring the
-    /// pending minutes back under nine tenths of `pending_max_bytes`.
-    /// Called under `fold_lock`.
-    fn fold_count(&self, pending: &Pending, now_us: u64) -> usize {
+    /// pending minutes back under nine tenths of `pending_max_bytes`. And
+    /// whether the hour alone asks for them (memory does not). Called
+    /// under `fold_lock`.
+    fn fold_count(&self, pending: &Pending, now_us: u64) -> (usize, bool) {
         let hour = now_us / HOUR_US * HOUR_US;
         let start = hour + FOLD_GRACE_US;
         let spread = u64::try_from(self.config.fold_spread.as_micros()).unwrap_or(u64::MAX);
@@ -317,7 +359,10 @@ impl Db {
         } else {
             0
         };
-        by_hour.max(by_memory).min(MAX_FOLDS_PER_TXN)
+        (
+            by_hour.max(by_memory).min(MAX_FOLDS_PER_TXN),
+            by_memory == 0,
+        )
     }
 }
 

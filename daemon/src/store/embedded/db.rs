@@ -221,8 +221,10 @@ impl Db {
             db,
             last_flush_id,
             max_fold_watermark,
-            pending,
+            mut pending,
         } = opened;
+        // Any flush up to here may be in the documents already.
+        pending.set_floor(last_flush_id.max(max_fold_watermark));
         Ok(Db {
             pending: Mutex::new(pending),
             fold_lock: Mutex::new(()),

@@ -506,8 +506,9 @@ pub(super) fn load_pending(db: &Database) -> Result<Pending, StoreError> {
 
 /// Documents' watermarks seen so far, by series key, then hour: the higher
 /// of the hour document's and its day's. Either one at or past a flush
-/// holds that flush's minutes of the hour (a fold writes both together);
-/// the day alone tells once the retention sweep has deleted the hour.
+/// holds that flush's minutes of the hour (a fold writes both together, the
+/// day one with a lower watermark when the fold is split: `split.rs`); the
+/// day alone tells once the retention sweep has deleted the hour.
 /// Looked up once per series and hour, with one key buffer: no allocation
 /// per lookup of a series met before.
 #[derive(Default)]

@@ -122,7 +122,7 @@ impl Db {
         // the commit too.
         let _turn = self.fold_lock.lock();
         let txn = db.begin_write().map_err(db_err)?;
-        let mut folds = self.pending.lock().start_fold(usize::MAX);
+        let mut folds = self.pending.lock().start_fold(usize::MAX, None);
         let written = write_through(&txn, batch, &mut folds, damaged).and_then(|stats| {
             // On an error above, dropping `txn` aborts it: nothing of the
             // batch is written.
@@ -165,7 +165,7 @@ impl Db {
         damaged: &mut Option<Arc<SeriesId>>,
     ) -> Result<(), StoreError> {
         let _turn = self.fold_lock.lock();
-        self.fold_txn(db, n, None, damaged)
+        self.fold_txn(db, n, None, None, damaged)
     }
 }
 
@@ -186,9 +186,20 @@ pub(super) fn write_folds(
     raise_fold_watermark(txn, folds)?;
     let mut tables = DocTables::open(txn)?;
     folds.sort_unstable_by(|a, b| a.series.cmp(&b.series));
-    for f in folds.iter() {
+    for f in folds.iter_mut() {
+        // A split's day watermark must be above the day document's, which
+        // `split.rs` shows it is; should a document say otherwise, the run
+        // folds whole, as that is right whatever the document holds.
+        if f.split.is_some() && tables.day_watermark(f)? >= f.day_watermark {
+            f.unsplit();
+        }
         let mut stats = ApplyStats::default();
-        let r = write_series(&mut tables, &f.update(), f.watermark, &mut stats);
+        let r = write_series(
+            &mut tables,
+            &f.update(),
+            (f.watermark, f.day_watermark),
+            &mut stats,
+        );
         if let Err(e @ StoreError::Corrupt { .. }) = &r {
             *damaged = Some(f.series.clone());
             return Err(e.clone());
@@ -231,7 +242,7 @@ fn write_through(
     let mut order: Vec<&SeriesMinutes> = batch.series.iter().collect();
     order.sort_unstable_by(|a, b| a.series.cmp(&b.series));
     for sm in order {
-        write_series(&mut tables, &sm.update(), id, &mut stats)?;
+        write_series(&mut tables, &sm.update(), (id, id), &mut stats)?;
     }
     drop(tables);
     raise_last_flush_id(txn, id)?;

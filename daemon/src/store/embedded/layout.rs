@@ -31,7 +31,9 @@
 //! [`FlushId`](crate::model::FlushId) applied to the document. `apply` skips
 //! a document whose watermark is already at or past the batch's id, which is
 //! what makes a replayed flush count once (see the exactly-once notes in
-//! [`crate::store`]).
+//! [`crate::store`]). A day summary written by a fold split at the hour
+//! holds a lower one: just below the first flush of the hour it does not
+//! hold yet (`split.rs`).
 //!
 //! # Tables
 //!

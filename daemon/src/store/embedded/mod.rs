@@ -16,7 +16,9 @@
 //! | `reopen.rs`    | reopening the file after an I/O error, redoing lost commits  |
 //! | `fold.rs`      | `apply` (flushes), write-through or checkpointed; folds      |
 //! | `checkpoint.rs`| the checkpointed write path: memory, checkpoints, folds      |
-//! | `pending.rs`   | flushed minutes not yet folded into documents, and reads     |
+//! | `pending.rs`   | flushed minutes not yet folded into documents                |
+//! | `split.rs`     | folding a run in two at the hour, and why that is sound      |
+//! | `view.rs`      | what a read adds to the documents from the pending minutes   |
 //! | `flush_log.rs` | the same minutes in the file, as checkpoints found them      |
 //! | `write.rs`     | merging into documents, and `preallocate`                    |
 //! | `read.rs`      | range reads of documents, `last_flush_id`, `health`          |
@@ -43,6 +45,8 @@ mod pending;
 mod read;
 mod reopen;
 mod retention;
+mod split;
+mod view;
 mod write;
 
 #[cfg(test)]

@@ -19,17 +19,20 @@
 //! series' pending minutes *before* it reads the documents, and the pending
 //! minutes leave this map only *after* the fold that wrote them landed:
 //! whichever side of that write the read lands on, it counts each minute
-//! once.
+//! once. A fold split at the hour writes day documents with a lower
+//! watermark, which a read recognises (`split.rs`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::model::{
-    EpochMinute, Resolution, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate, Slot,
-    Tier, MINUTE_S,
+    EpochMinute, SampleKind, SeriesId, SeriesMinutes, SeriesRef, SeriesUpdate, Slot,
 };
-use crate::store::{DocRead, ReadQuery, StoreError};
+use crate::store::StoreError;
 use crate::table::SeriesMap;
+
+use super::split::{self, hour_of, requeue, Split};
+pub(crate) use super::view::PendingView;
 
 type Minutes = Vec<(EpochMinute, Slot)>;
 
@@ -41,6 +44,10 @@ struct SeriesPending {
     watermark: u64,
     /// The flush that started this run: its place in the fold queue.
     since: u64,
+    /// The first flush that brought a minute of the hour the run's last
+    /// minute is in; 0 when not known (a run loaded from the log). Where a
+    /// fold may split the run (`split.rs`).
+    entered: u64,
     /// Taken by the fold in progress; dropped when that commits.
     folding: bool,
     /// The earliest minute changed since the last checkpoint logged this
@@ -64,9 +71,13 @@ impl SeriesPending {
         self.kind = kind;
         self.watermark = self.watermark.max(id);
         let before = self.minutes.capacity();
+        let last_hour = self.last_hour();
         for (m, slot) in minutes {
             self.dirty_from = self.dirty_from.min(m);
             merge_minute(&mut self.minutes, m, &slot);
+        }
+        if self.last_hour() != last_hour {
+            self.entered = id;
         }
         self.grow_ahead(id);
         self.minutes.capacity() - before
@@ -102,6 +113,7 @@ impl SeriesPending {
         self.kind = kind;
         self.watermark = self.watermark.max(watermark);
         let before = self.minutes.capacity();
+        let last_hour = self.last_hour();
         let list = &mut self.minutes;
         for (m, slot) in minutes {
             match list.binary_search_by_key(&m, |&(k, _)| k) {
@@ -112,7 +124,30 @@ impl SeriesPending {
                 }
             }
         }
+        // Which flush brought the hour is not in the log.
+        if self.last_hour() != last_hour {
+            self.entered = 0;
+        }
         self.minutes.capacity() - before
+    }
+
+    /// Where a fold would split this run, and the day watermark it would
+    /// write (see [`split::mark`]).
+    fn split_mark(&self, floor: u64) -> Option<(EpochMinute, u64)> {
+        split::mark(self.since, self.entered, floor, self.last_hour()?)
+    }
+
+    /// How a fold at `now` (the first minute of the hour now) splits this
+    /// run, if it does (see [`split::at`]).
+    fn split_at(&self, floor: u64, now: EpochMinute) -> Option<Split> {
+        let (at, _) = self.split_mark(floor)?;
+        let first = self.minutes.first()?.0;
+        split::at(at, self.entered, first, now)
+    }
+
+    /// The first minute of the hour the run's last minute is in.
+    fn last_hour(&self) -> Option<EpochMinute> {
+        self.minutes.last().map(|&(m, _)| hour_of(m))
     }
 
     /// The minutes a checkpoint must log: from the first one changed since
@@ -145,23 +180,45 @@ pub(crate) struct Logged<'a> {
 }
 
 /// What a fold writes for one series: its minutes, into its documents, with
-/// `watermark`.
+/// `watermark` (hour documents) and `day_watermark` (day documents).
 #[derive(Debug, Clone)]
 pub(crate) struct Fold {
     pub(crate) series: Arc<SeriesId>,
     pub(crate) kind: SampleKind,
     pub(crate) watermark: u64,
+    /// `watermark`, or for a fold split at the hour the flush before the
+    /// one that began what stays pending (`split.rs`).
+    pub(crate) day_watermark: u64,
+    /// For a fold split at the hour: where it leaves off, and the flush
+    /// that began the run that stays pending with the minutes from there.
+    pub(crate) split: Option<Split>,
+    /// The run's minutes, all of them: a split fold writes those before
+    /// its `split.at`.
     pub(crate) minutes: Minutes,
 }
 
 impl Fold {
+    /// The minutes the fold writes.
+    pub(crate) fn folded(&self) -> &[(EpochMinute, Slot)] {
+        match self.split {
+            Some(split) => &self.minutes[..self.minutes.partition_point(|&(m, _)| m < split.at)],
+            None => &self.minutes,
+        }
+    }
+
     /// The document updates of the fold.
     pub(crate) fn update(&self) -> SeriesUpdate {
         SeriesUpdate::from_minutes(&SeriesMinutes {
             series: self.series.clone(),
             kind: self.kind,
-            minutes: self.minutes.iter().copied().collect(),
+            minutes: self.folded().iter().copied().collect(),
         })
+    }
+
+    /// Writes the whole run after all (see `split.rs`).
+    pub(crate) fn unsplit(&mut self) {
+        self.split = None;
+        self.day_watermark = self.watermark;
     }
 }
 
@@ -172,8 +229,8 @@ pub(crate) struct Pending {
     /// map holding these 56-byte entries inline had two buckets per entry.
     series: SeriesMap<SeriesPending>,
     /// `(since, position in series)` of every entry not being folded,
-    /// oldest first. Flush ids only grow, so this is also ascending by
-    /// `since`. By position rather than by id, so that an entry that takes
+    /// oldest first: ascending by `since`, as flush ids only grow and the
+    /// runs a split fold leaves are merged in at their place. By position rather than by id, so that an entry that takes
     /// the aggregator's copy of its id (see [`SeriesMap::entry`]) lets go
     /// of the copy it was loaded with. A place whose entry went, or whose
     /// position holds a later run by now, is skipped by its `since`; a run
@@ -182,6 +239,10 @@ pub(crate) struct Pending {
     queue: VecDeque<(u64, u32)>,
     /// Minutes of room held, over every series: what their lists take.
     room: usize,
+    /// The highest flush that may be in the documents already when the
+    /// store was opened: a run that entered its hour at or below it is not
+    /// split (`split.rs`).
+    floor: u64,
 }
 
 impl Pending {
@@ -232,6 +293,7 @@ impl Pending {
                 kind,
                 watermark: id,
                 since: id,
+                entered: 0,
                 folding: false,
                 dirty_from: CLEAN,
                 phase: phase_of(series),
@@ -333,8 +395,11 @@ impl Pending {
     }
 
     /// Takes the `n` series pending longest for a fold. They stay readable
-    /// here until [`Pending::end_fold`].
-    pub(crate) fn start_fold(&mut self, n: usize) -> Vec<Fold> {
+    /// here until [`Pending::end_fold`]. With `split_from` (the first minute
+    /// of the hour now), a run that reaches it may be folded in two
+    /// (`split.rs`).
+    pub(crate) fn start_fold(&mut self, n: usize, split_from: Option<EpochMinute>) -> Vec<Fold> {
+        let floor = self.floor;
         let mut folds = Vec::with_capacity(n.min(self.queue.len()));
         while folds.len() < n {
             let Some((since, pos)) = self.queue.pop_front() else {
@@ -347,14 +412,23 @@ impl Pending {
                 continue;
             }
             p.folding = true;
+            let split = split_from.and_then(|now| p.split_at(floor, now));
             folds.push(Fold {
                 kind: p.kind,
                 watermark: p.watermark,
+                day_watermark: split.map_or(p.watermark, |s| s.since - 1),
+                split,
                 minutes: p.minutes.to_vec(),
                 series: series.clone(),
             });
         }
         folds
+    }
+
+    /// Sets the floor of splits: the highest flush that may be in the
+    /// documents already as the store opens.
+    pub(crate) fn set_floor(&mut self, floor: u64) {
+        self.floor = floor;
     }
 
     /// The oldest flush whose minutes are pending outside the fold in
@@ -363,11 +437,32 @@ impl Pending {
         self.queue.front().map(|&(since, _)| since)
     }
 
-    /// The fold committed: its series leave.
+    /// The fold committed: its series leave, but for what a split fold
+    /// leaves pending, which goes back into the queue as a run of its own.
     pub(crate) fn end_fold(&mut self, folds: &[Fold]) {
+        let mut back = Vec::new();
         for f in folds {
-            self.remove(&f.series);
+            let Some(split) = f.split else {
+                self.remove(&f.series);
+                continue;
+            };
+            let Some(pos) = self.series.position(&f.series) else {
+                continue;
+            };
+            if let Some((_, p)) = self.series.at_mut(pos) {
+                let at = p.minutes.partition_point(|&(m, _)| m < split.at);
+                // Room for one more, as a list grown minute by minute.
+                let mut rest = Vec::with_capacity(p.minutes.len() - at + 1);
+                rest.extend_from_slice(&p.minutes[at..]);
+                self.room -= p.minutes.capacity();
+                self.room += rest.capacity();
+                p.minutes = rest;
+                p.since = split.since;
+                p.folding = false;
+                back.push((split.since, pos));
+            }
         }
+        requeue(&mut self.queue, back);
     }
 
     /// The fold failed: its series go back to the front of the queue, in
@@ -435,6 +530,7 @@ impl Pending {
         self.get(series).map(|p| PendingView {
             kind: p.kind,
             watermark: p.watermark,
+            split: p.split_mark(self.floor),
             minutes: p.minutes.to_vec(),
         })
     }
@@ -473,74 +569,11 @@ fn merge_minute(minutes: &mut Minutes, m: EpochMinute, slot: &Slot) {
     minutes.insert(at, (m, *slot));
 }
 
-/// A snapshot of one series' pending minutes, taken for a read.
-#[derive(Debug)]
-pub(crate) struct PendingView {
-    kind: SampleKind,
-    watermark: u64,
-    minutes: Minutes,
-}
-
-impl PendingView {
-    /// Adds the pending minutes to `docs`, the stored documents of `q`
-    /// starting in `[lo, q.to)`, ascending: into each document whose stored
-    /// watermark is below the pending one, at `q`'s resolution, the slots in
-    /// `[q.from, q.to)`. A document not stored yet is created, as a read of
-    /// a stored one returns it even when none of its slots is in range. Afterwards every document counts as holding the
-    /// pending watermark: the series' flushes up to it are all in the
-    /// documents or in the pending minutes (see the module documentation).
-    pub(crate) fn merge_into(&self, q: &ReadQuery, lo: i64, docs: &mut Vec<DocRead>) {
-        for &(m, slot) in &self.minutes {
-            let start = q.tier.period_start(m);
-            if start < lo || start >= q.to {
-                continue;
-            }
-            let i = match docs.binary_search_by_key(&start, |d| d.period_start) {
-                Ok(i) => i,
-                Err(i) => {
-                    docs.insert(
-                        i,
-                        DocRead {
-                            period_start: start,
-                            kind: Some(self.kind),
-                            watermark: 0,
-                            slots: Vec::new(),
-                        },
-                    );
-                    i
-                }
-            };
-            let doc = &mut docs[i];
-            let t = bucket_start(q.resolution, m);
-            if doc.watermark >= self.watermark || t < q.from || t >= q.to {
-                continue;
-            }
-            match doc.slots.binary_search_by_key(&t, |&(k, _)| k) {
-                Ok(j) => doc.slots[j].1.merge(&slot),
-                Err(j) => doc.slots.insert(j, (t, slot)),
-            }
-        }
-        for doc in docs {
-            if doc.watermark < self.watermark {
-                doc.watermark = self.watermark;
-                doc.kind.get_or_insert(self.kind);
-            }
-        }
-    }
-}
-
-/// Where minute `m`'s slot lands at `resolution`, Unix seconds.
-fn bucket_start(resolution: Resolution, m: EpochMinute) -> i64 {
-    match resolution {
-        Resolution::Minute => m * MINUTE_S,
-        Resolution::Hour => Tier::Hour.period_start(m),
-        Resolution::Day => Tier::Day.period_start(m),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Resolution, Tier};
+    use crate::store::{DocRead, ReadQuery};
 
     fn id(s: &str) -> Arc<SeriesId> {
         Arc::new(SeriesId::new(s, "m"))
@@ -633,7 +666,7 @@ mod tests {
         p.add(&c, SampleKind::Gauge, 3, [(11, Slot::of(1.0))].into_iter());
         assert_eq!((p.len(), p.oldest()), (3, Some(1)));
 
-        let folds = p.start_fold(2);
+        let folds = p.start_fold(2, None);
         let names: Vec<_> = folds.iter().map(|f| f.series.source.to_string()).collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!((folds[0].watermark, folds[0].minutes.len()), (3, 2));
@@ -645,7 +678,7 @@ mod tests {
         reversed.reverse();
         p.abort_fold(&reversed);
         assert_eq!(p.oldest(), Some(1));
-        let again = p.start_fold(3);
+        let again = p.start_fold(3, None);
         let names: Vec<_> = again.iter().map(|f| f.series.source.to_string()).collect();
         assert_eq!(names, ["a", "b", "c"]);
         p.end_fold(&again);
@@ -692,7 +725,7 @@ mod tests {
         let c = id("c");
         p.add(&c, SampleKind::Gauge, 3, [(11, Slot::of(1.0))].into_iter());
         assert_eq!(p.oldest(), Some(1));
-        let folds = p.start_fold(3);
+        let folds = p.start_fold(3, None);
         let names: Vec<_> = folds.iter().map(|f| f.series.source.to_string()).collect();
         assert_eq!(names, ["a", "c"]);
         assert!(Arc::ptr_eq(&folds[0].series, &shared));

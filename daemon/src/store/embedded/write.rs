@@ -20,6 +20,7 @@ use super::layout::{
     MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HEADER_LEN,
     HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
 };
+use super::pending::Fold;
 use crate::model::{
     DayDocUpdate, DayHourUpdate, DocKey, HourDocUpdate, SeriesUpdate, Slot, Tier, DAY_S, HOUR_S,
 };
@@ -40,6 +41,22 @@ impl<'txn> DocTables<'txn> {
             hours: txn.open_table(HOUR_DOCS).map_err(db_err)?,
             summaries: txn.open_table(DAY_SUMMARY).map_err(db_err)?,
             blocks: txn.open_table(DAY_MINUTES).map_err(db_err)?,
+        })
+    }
+
+    /// The stored watermark of the day document of the first minute `f`
+    /// folds: 0 if there is none, or if it is damaged (the write that
+    /// follows says so).
+    pub(super) fn day_watermark(&self, f: &Fold) -> Result<u64, StoreError> {
+        let Some(&(m, _)) = f.folded().first() else {
+            return Ok(0);
+        };
+        let met = f.series.metric_key();
+        let key = (&*f.series.source, &*met, Tier::Day.period_start(m));
+        let value = self.summaries.get(key).map_err(db_err)?;
+        Ok(match value {
+            Some(v) if v.value().len() >= HEADER_LEN => header(v.value()).1,
+            _ => 0,
         })
     }
 }
@@ -107,27 +124,29 @@ fn count(stats: &mut ApplyStats, written: bool) {
     }
 }
 
-/// Merges `su` into its documents with watermark `id`, skipping each
-/// document that already holds `id`. Callers go in key order (redb compares
+/// Merges `su` into its documents with watermarks `(hour, day)` (the same
+/// but for a fold split at the hour, see `split.rs`), skipping each
+/// document that already holds its watermark. Callers go in key order (redb compares
 /// `&str` bytewise, as `SeriesId`'s `Ord` does): consecutive updates then
 /// land in the same or neighbouring B-tree pages, already cached and copied
 /// for the transaction.
 pub(super) fn write_series(
     tables: &mut DocTables<'_>,
     su: &SeriesUpdate,
-    id: u64,
+    (hour_id, day_id): (u64, u64),
     stats: &mut ApplyStats,
 ) -> Result<(), StoreError> {
     let met = su.series.metric_key();
-    let series = SeriesWrite {
+    let mut series = SeriesWrite {
         src: &su.series.source,
         met: &met,
         kind: su.kind.code(),
-        id,
+        id: hour_id,
     };
     for h in &su.hours {
         count(stats, series.hour(&mut tables.hours, h)?);
     }
+    series.id = day_id;
     for d in &su.days {
         count(stats, series.day(tables, d)?);
     }

@@ -48,16 +48,7 @@ fn make_batch(id: u64, parts: &[(usize, Vec<(usize, i32)>)]) -> FlushBatch {
             by_series[*s].push((t0() + 60 * OFFSETS[o], f64::from(v)));
         }
     }
-    let series = by_series
-        .iter()
-        .enumerate()
-        .filter(|(_, samples)| !samples.is_empty())
-        .map(|(i, samples)| {
-            let (src, met) = SERIES[i];
-            super::series(src, met, SampleKind::Gauge, samples)
-        })
-        .collect();
-    batch(id, series)
+    gauge_batch(id, &SERIES, &by_series)
 }
 
 /// A store writing through with `spread` 1, or checkpointing every

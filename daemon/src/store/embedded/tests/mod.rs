@@ -13,6 +13,7 @@ mod fold_cost;
 mod read;
 mod reopen;
 mod retention;
+mod split;
 mod upgrade;
 mod write;
 
@@ -146,6 +147,22 @@ pub(super) fn checkpointed(every: u64, max_bytes: usize) -> super::EmbeddedConfi
         pending_max_bytes: max_bytes,
         ..Default::default()
     }
+}
+
+/// Flush `id` of gauge samples: `by_series[i]` of series `names[i]`, but
+/// for series without any.
+pub(super) fn gauge_batch(
+    id: u64,
+    names: &[(&str, &str)],
+    by_series: &[Vec<(i64, f64)>],
+) -> FlushBatch {
+    let series = by_series
+        .iter()
+        .zip(names)
+        .filter(|(samples, _)| !samples.is_empty())
+        .map(|(samples, (src, met))| super::tests::series(src, met, SampleKind::Gauge, samples))
+        .collect();
+    batch(id, series)
 }
 
 /// Samples of db-01/op_counter on 2026-03-14: two at 10:05, one at 10:59,
