@@ -589,9 +589,8 @@ fn dead_letters_of(config: &Config) -> DeadLetters {
 async fn open_store(config: &Config, dead: &DeadLetters) -> Result<Arc<dyn Store>> {
     match config.store {
         StoreKind::Embedded => {
-            let embedded = config.embedded.clone().keeping_hours(config.retention.hour);
-            let store =
-                EmbeddedStore::open_with(&config.data_dir, embedded).with_context(|| {
+            let store = EmbeddedStore::open_with(&config.data_dir, config.embedded.clone())
+                .with_context(|| {
                     format!(
                         "opening the embedded store in {}",
                         config.data_dir.display()

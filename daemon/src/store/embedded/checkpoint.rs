@@ -200,9 +200,7 @@ impl Db {
             return Ok(());
         }
         // A fold to bring memory down takes whole runs.
-        let split_from = (by_hour
-            && super::split::allowed(self.config.hour_retention, self.config.fold_spread))
-        .then(|| (now_us / HOUR_US * 60) as EpochMinute);
+        let split_from = by_hour.then(|| (now_us / HOUR_US * 60) as EpochMinute);
         self.fold_txn(
             db,
             n,

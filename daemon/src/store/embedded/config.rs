@@ -44,12 +44,6 @@ pub struct EmbeddedConfig {
     /// written in one transaction. Not a setting, as above.
     #[serde(skip)]
     pub(crate) fold_spread: Duration,
-    /// How long hour documents are kept (`retention.hour`): folds are split
-    /// at the hour only when they outlive the log entries that rely on
-    /// them (`split.rs`). Not a setting: the daemon copies it from the
-    /// retention; zero, the default, folds every run whole.
-    #[serde(skip)]
-    pub(crate) hour_retention: Duration,
     /// Writes every flush straight into its documents, with no pending
     /// minutes and no checkpoints: what a flush does without the store's
     /// pending minutes, for tests that compare with it. Not a setting.
@@ -67,20 +61,12 @@ impl Default for EmbeddedConfig {
             checkpoint_interval: Duration::from_secs(60),
             pending_max_bytes: 256 << 20,
             fold_spread: Duration::from_secs(300),
-            hour_retention: Duration::ZERO,
             write_through: false,
         }
     }
 }
 
 impl EmbeddedConfig {
-    /// These settings, for a store whose hour documents are kept
-    /// `hour_retention`.
-    pub fn keeping_hours(mut self, hour_retention: Duration) -> Self {
-        self.hour_retention = hour_retention;
-        self
-    }
-
     pub(crate) fn check(&self, p: &mut crate::validate::Problems) {
         p.min_duration(
             self.checkpoint_interval,

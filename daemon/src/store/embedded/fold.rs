@@ -187,10 +187,11 @@ pub(super) fn write_folds(
     let mut tables = DocTables::open(txn)?;
     folds.sort_unstable_by(|a, b| a.series.cmp(&b.series));
     for f in folds.iter_mut() {
-        // A split's day watermark must be above the day document's, which
-        // `split.rs` shows it is; should a document say otherwise, the run
-        // folds whole, as that is right whatever the document holds.
-        if f.split.is_some() && tables.day_watermark(f)? >= f.day_watermark {
+        // A split's day watermark is at or above the day document's
+        // (`split.rs`): equal when this very split committed already, though
+        // its commit reported an error, and then the split is written again
+        // and skipped as such. A document above it holds the whole run.
+        if f.split.is_some() && tables.day_watermark(f)? > f.day_watermark {
             f.unsplit();
         }
         let mut stats = ApplyStats::default();

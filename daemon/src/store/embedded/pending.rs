@@ -347,6 +347,22 @@ impl Pending {
         Ok((positions.end < end).then_some(positions.end))
     }
 
+    /// The earliest first minute of the runs at positions `positions`, and
+    /// the first position after them (None past the last): with the lock
+    /// let go between parts, the earliest hour a run's log entries may
+    /// hold (see [`Db::sweep_expired`](super::db::Db)).
+    pub(crate) fn first_minute_in(
+        &self,
+        positions: std::ops::Range<u32>,
+    ) -> (Option<EpochMinute>, Option<u32>) {
+        let end = self.series.positions();
+        let first = (positions.start..positions.end.min(end))
+            .filter_map(|pos| self.series.at(pos))
+            .filter_map(|(_, p)| p.minutes.first().map(|&(m, _)| m))
+            .min();
+        (first, (positions.end < end).then_some(positions.end))
+    }
+
     /// A checkpoint committed: every series outside the fold is logged.
     pub(crate) fn logged(&mut self) {
         for p in self.series.values_mut() {

@@ -28,7 +28,7 @@ use super::errors::db_err;
 use super::layout::{
     CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG,
 };
-use crate::model::Tier;
+use crate::model::{EpochMinute, Tier, HOUR_S};
 use crate::store::StoreError;
 
 /// How long hour and day documents are kept.
@@ -106,7 +106,9 @@ impl Db {
         now_s: i64,
         retention: Retention,
     ) -> Result<usize, StoreError> {
-        let hour_cutoff = now_s.saturating_sub(retention.hour_s);
+        let hour_cutoff = now_s
+            .saturating_sub(retention.hour_s)
+            .min(self.hour_documents_relied_on());
         let day_cutoff = now_s.saturating_sub(retention.day_s);
         let db = self.database()?;
         let txn = db.begin_write().map_err(db_err)?;
@@ -133,6 +135,26 @@ impl Db {
             "embedded store: swept expired documents"
         );
         Ok(hours + days)
+    }
+
+    /// The start of the earliest hour whose document the log may still rely
+    /// on: an hour before the first minute of any pending run. A run a
+    /// split fold left pending (`split.rs`) keeps the checkpoints logged
+    /// before the split, whose minutes of the closed hour only that hour's
+    /// document says are stored; it is kept, whatever the retention, until
+    /// the run is folded. The runs are read in parts, as a checkpoint does.
+    fn hour_documents_relied_on(&self) -> i64 {
+        const PART: u32 = 4_096;
+        let mut earliest: Option<EpochMinute> = None;
+        let mut from = Some(0);
+        while let Some(start) = from {
+            let (first, next) = self.pending.lock().first_minute_in(start..start + PART);
+            earliest = earliest.into_iter().chain(first).min();
+            from = next;
+        }
+        earliest.map_or(i64::MAX, |m| {
+            Tier::Hour.period_start(m).saturating_sub(HOUR_S)
+        })
     }
 }
 

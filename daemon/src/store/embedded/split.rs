@@ -41,25 +41,26 @@
 //!
 //! Checkpoints logged before the split hold minutes of the closed hour
 //! too, and are kept while the run since `F1` is pending: until the next
-//! close's folds. Loading them after a crash leaves out the closed hour's
-//! minutes by its hour document's watermark, so that document must outlive
-//! them: splits are made only when hour documents are kept at least
-//! [`MIN_HOUR_RETENTION`] plus the fold spread, and only of runs whose
-//! minutes lie in the closed hour and the new one (a late minute of an
-//! older hour folds the run whole).
+//! close's folds, or longer if the daemon is down meanwhile. Loading them
+//! after a crash, and replaying flushes of the closed hour, leave those
+//! minutes out by the closed hour's document, whose watermark is `W`; the
+//! day document's `S` is below them. So the retention sweep keeps every
+//! hour document from an hour before the first minute of any pending run
+//! (`retention.rs`), whatever `retention.hour` says; once the run is folded
+//! its day document's watermark is at least `W`, and tells alone. Splits are
+//! made only of runs whose minutes lie in the closed hour and the new one (a
+//! late minute of an older hour folds the run whole).
+//!
+//! A fold whose commit reported an error may have landed (`reopen.rs`):
+//! tried again, the split finds its own `S` in the day document, and both
+//! of its writes are skipped as already made (`fold.rs`).
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use crate::model::EpochMinute;
 
 /// Minutes in an hour.
 const HOUR_MINUTES: EpochMinute = 60;
-
-/// The least hour retention, besides the fold spread, with which a fold is
-/// split: the closed hour's document must stay while checkpoints logged
-/// before the split do, about two hours after its start.
-pub(super) const MIN_HOUR_RETENTION: Duration = Duration::from_secs(3 * 3600);
 
 /// Where a fold splits a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,12 +100,6 @@ pub(super) fn at(
     now: EpochMinute,
 ) -> Option<Split> {
     (at >= now && first < at && first >= at - HOUR_MINUTES).then_some(Split { at, since: entered })
-}
-
-/// Whether a store that keeps hour documents `hour_retention` and spreads
-/// its folds over `fold_spread` may split them.
-pub(super) fn allowed(hour_retention: Duration, fold_spread: Duration) -> bool {
-    hour_retention >= MIN_HOUR_RETENTION.saturating_add(fold_spread)
 }
 
 /// Merges `back` (`(since, position)` of runs a split fold left) into the
@@ -151,15 +146,6 @@ mod tests {
         assert_eq!(at(600, 15, 600, 600), None, "nothing before the split");
         assert_eq!(at(540, 15, 545, 600), None, "the run ended last hour");
         assert_eq!(at(660, 15, 610, 600), Some(Split { at: 660, since: 15 }));
-    }
-
-    #[test]
-    fn splits_need_hour_documents_kept_past_the_checkpoints_before_them() {
-        let spread = Duration::from_secs(300);
-        assert!(allowed(Duration::from_secs(14 * 86_400), spread));
-        assert!(allowed(MIN_HOUR_RETENTION + spread, spread));
-        assert!(!allowed(MIN_HOUR_RETENTION, spread));
-        assert!(!allowed(Duration::ZERO, spread));
     }
 
     #[test]

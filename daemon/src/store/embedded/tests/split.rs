@@ -13,14 +13,14 @@ use proptest::prelude::*;
 use super::*;
 use crate::model::{FlushBatch, SampleKind, SeriesId, DAY_S};
 use crate::store::embedded::layout::{DAY_SUMMARY, HOUR_DOCS};
+use crate::store::embedded::retention::Retention;
 use crate::store::embedded::{EmbeddedConfig, EmbeddedStore};
 use crate::store::{DocRead, ReadQuery};
 
 const SERIES: [(&str, &str); 3] = [("a", "m"), ("a", "n"), ("b", "m")];
 
-/// A checkpointed store that splits its folds: hour documents kept two
-/// weeks, the close's folds spread over 30 s, a checkpoint every
-/// `checkpoint_s` seconds of flush ids.
+/// A checkpointed store, its close's folds spread over 30 s, a checkpoint
+/// every `checkpoint_s` seconds of flush ids.
 fn open_split(dir: &tempfile::TempDir, checkpoint_s: u64) -> EmbeddedStore {
     open_split_within(dir, checkpoint_s, 64 << 20)
 }
@@ -34,8 +34,7 @@ fn open_split_within(
     let config = EmbeddedConfig {
         fold_spread: Duration::from_secs(30),
         ..checkpointed(checkpoint_s * 1_000_000, max_bytes)
-    }
-    .keeping_hours(Duration::from_secs(14 * DAY_S as u64));
+    };
     EmbeddedStore::open_with(dir.path(), config).unwrap()
 }
 
@@ -177,14 +176,9 @@ proptest! {
     }
 }
 
-/// Flushes every 10 s from 10:58 to 11:04, one sample each per series: the
-/// close's folds write 10:00 and leave 11:00 pending, out of the file;
-/// reads count every sample once, after a crash too.
-#[test]
-fn the_close_folds_the_closed_hour_and_leaves_the_new_one_pending() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = open_split(&dir, 60);
-    let (ten, eleven) = (ts(2026, 3, 14, 10, 0), ts(2026, 3, 14, 11, 0));
+/// Flushes every 10 s from 10:58 to 11:03:50, one sample each per series:
+/// the close's folds are split by the end.
+fn across_the_close(store: &EmbeddedStore) -> Vec<Arc<FlushBatch>> {
     let mut sent = Vec::new();
     for k in 0..36 {
         let at = ts(2026, 3, 14, 10, 58) + 10 * k;
@@ -196,7 +190,52 @@ fn the_close_folds_the_closed_hour_and_leaves_the_new_one_pending() {
         store.inner.apply(&b).unwrap();
         sent.push(b);
     }
+    sent
+}
+
+/// The samples of a/m that each read of the day finds.
+fn counts(store: &EmbeddedStore) -> Vec<u64> {
     let day = ts(2026, 3, 14, 0, 0);
+    EVERY_READ
+        .iter()
+        .map(|&(tier, res)| {
+            let q = ReadQuery {
+                series: SeriesId::new("a", "m"),
+                tier,
+                resolution: res,
+                from: day,
+                to: day + DAY_S,
+            };
+            let docs = store.inner.read(&q).unwrap();
+            docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum()
+        })
+        .collect()
+}
+
+/// A crash: the store opened again, and every flush above its durable
+/// point replayed.
+fn crash(store: EmbeddedStore, dir: &tempfile::TempDir, sent: &[Arc<FlushBatch>]) -> EmbeddedStore {
+    let durable = store.durable_flush_id();
+    drop(store);
+    let store = open_split(dir, 60);
+    for b in sent.iter().filter(|b| b.id.0 > durable) {
+        store.inner.apply(b).unwrap();
+    }
+    store
+}
+
+/// The close's folds write 10:00 and leave 11:00 pending, out of the file;
+/// reads count every sample once, after a crash too.
+#[test]
+fn the_close_folds_the_closed_hour_and_leaves_the_new_one_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_split(&dir, 60);
+    let sent = across_the_close(&store);
+    let (ten, eleven, day) = (
+        ts(2026, 3, 14, 10, 0),
+        ts(2026, 3, 14, 11, 0),
+        ts(2026, 3, 14, 0, 0),
+    );
     for (src, met) in SERIES {
         assert!(raw_len(&store, HOUR_DOCS, (src, met, ten)).is_some());
         assert!(
@@ -209,30 +248,70 @@ fn the_close_folds_the_closed_hour_and_leaves_the_new_one_pending() {
             .collect();
         assert_eq!(hours, [10], "{src}/{met}: minute blocks");
     }
-    let count = |store: &EmbeddedStore| -> Vec<u64> {
-        let mut n = Vec::new();
-        for (tier, res) in EVERY_READ {
-            let q = ReadQuery {
-                series: SeriesId::new("a", "m"),
-                tier,
-                resolution: res,
-                from: day,
-                to: day + DAY_S,
-            };
-            let docs = store.inner.read(&q).unwrap();
-            n.push(docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum());
-        }
-        n
-    };
-    assert_eq!(count(&store), [36; 5]);
-    let durable = store.durable_flush_id();
-    drop(store);
-    store = open_split(&dir, 60);
-    for b in sent.iter().filter(|b| b.id.0 > durable) {
-        store.inner.apply(b).unwrap();
-    }
-    assert_eq!(count(&store), [36; 5], "after a crash");
+    assert_eq!(counts(&store), [36; 5]);
+    let store = crash(store, &dir, &sent);
+    assert_eq!(counts(&store), [36; 5], "after a crash");
     assert!(raw_len(&store, DAY_SUMMARY, ("a", "m", day)).is_some());
+}
+
+/// The closed hour's document outlives its retention while what a split
+/// left is pending: the checkpoints before the split rely on it after a
+/// crash. Folded, it goes.
+#[test]
+fn the_sweep_keeps_the_closed_hour_while_its_split_run_is_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_split(&dir, 60);
+    let sent = across_the_close(&store);
+    let ten = ts(2026, 3, 14, 10, 0);
+    let (later, hour) = (
+        ts(2026, 3, 15, 12, 0),
+        Retention {
+            hour_s: 3600,
+            day_s: 400 * DAY_S,
+        },
+    );
+    store.inner.sweep_expired(later, hour).unwrap();
+    assert!(raw_len(&store, HOUR_DOCS, ("a", "m", ten)).is_some());
+    let store = crash(store, &dir, &sent);
+    store.inner.sweep_expired(later, hour).unwrap();
+    let store = crash(store, &dir, &sent);
+    assert_eq!(counts(&store), [36, 36, 36, 36, 36], "after two crashes");
+    store.fold_all().unwrap();
+    store.inner.sweep_expired(later, hour).unwrap();
+    assert!(raw_len(&store, HOUR_DOCS, ("a", "m", ten)).is_none());
+    let store = crash(store, &dir, &sent);
+    // The hour tier has nothing left of that day; the day tier all of it.
+    assert_eq!(counts(&store)[2..], [36, 36, 36]);
+}
+
+/// A split fold written twice (its commit reported an error, yet landed,
+/// and the fold is tried again) writes its documents once.
+#[test]
+fn a_split_fold_tried_again_after_it_landed_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_split(&dir, 3600);
+    let t = |m: i64| ts(2026, 3, 14, 10, 59) + m * 20;
+    for k in 0..6 {
+        let b = batch(
+            id_at(t(k)),
+            vec![series("a", "m", SampleKind::Gauge, &[(t(k), 1.0)])],
+        );
+        store.inner.apply(&Arc::new(b)).unwrap();
+    }
+    let db = store.inner.database().unwrap();
+    let eleven = ts(2026, 3, 14, 11, 0) / 60;
+    let mut folds = store.inner.pending.lock().start_fold(1, Some(eleven));
+    assert!(folds[0].split.is_some(), "{folds:?}");
+    let again = folds.clone();
+    for f in [&mut folds, &mut again.clone()] {
+        let txn = db.begin_write().unwrap();
+        crate::store::embedded::fold::write_folds(&txn, f, &mut None).unwrap();
+        txn.commit().unwrap();
+    }
+    assert!(folds[0].split.is_some(), "still split");
+    store.inner.pending.lock().end_fold(&folds);
+    drop(db);
+    assert_eq!(counts(&store), [6; 5]);
 }
 
 /// One sample per flush into the flush's own minute, across the close:
