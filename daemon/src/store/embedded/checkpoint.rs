@@ -247,7 +247,14 @@ impl Db {
             trim_below(&txn, oldest.unwrap_or(u64::MAX))
         })();
         let flush_id = checkpoint.map(|(id, _)| id);
-        let r = written.and_then(|()| self.commit(txn, flush_id, true, None));
+        // A commit that fails may still have landed: the reopen after it
+        // finds out (`reopen.rs`).
+        let mut unsure = false;
+        let r = written.and_then(|()| {
+            let committed = self.commit(txn, flush_id, true, None);
+            unsure = committed.is_err();
+            committed
+        });
         let mut pending = self.pending.lock();
         match r {
             Ok(()) => {
@@ -270,7 +277,12 @@ impl Db {
                 }
                 super::fold::folded(&pending, folds.len());
             }
-            Err(_) => pending.abort_fold(&folds),
+            Err(_) => {
+                pending.abort_fold(&folds);
+                if unsure {
+                    *self.unsure_fold.lock() = folds;
+                }
+            }
         }
         r
     }

@@ -161,6 +161,10 @@ pub(super) struct Db {
     /// The I/O error after which redb refuses every operation until the
     /// file is reopened; cleared by a successful reopen.
     pub(super) io_failure: Mutex<Option<StoreError>>,
+    /// The fold whose commit failed, its series back in the pending
+    /// minutes: the reopen after the failure finds out whether it landed
+    /// all the same, and if so ends it (`reopen.rs`).
+    pub(super) unsure_fold: Mutex<Vec<super::pending::Fold>>,
     /// Flushed minutes not yet folded into their documents, loaded from
     /// the flush log at open (see `pending.rs`).
     pub(super) pending: Mutex<Pending>,
@@ -227,6 +231,7 @@ impl Db {
         pending.set_floor(last_flush_id.max(max_fold_watermark));
         Ok(Db {
             pending: Mutex::new(pending),
+            unsure_fold: Mutex::new(Vec::new()),
             fold_lock: Mutex::new(()),
             db: RwLock::new(Some(db)),
             opener,

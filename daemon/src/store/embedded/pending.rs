@@ -432,7 +432,7 @@ impl Pending {
             folds.push(Fold {
                 kind: p.kind,
                 watermark: p.watermark,
-                day_watermark: split.map_or(p.watermark, |s| s.since - 1),
+                day_watermark: split.map_or(p.watermark, |s| s.day_watermark(p.watermark)),
                 split,
                 minutes: p.minutes.to_vec(),
                 series: series.clone(),

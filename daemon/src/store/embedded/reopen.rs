@@ -5,7 +5,9 @@
 //! writes ([`Redo`]) until a durable commit covers them, and the first
 //! operation after an I/O error reopens the file and does them again, in
 //! order, before any other operation may touch it. Watermarks make a redone
-//! flush count once even where the file did keep it.
+//! flush count once even where the file did keep it. A fold (durable) whose
+//! commit failed is looked up instead: if it landed all the same, it is
+//! ended as a committed one would be, rather than folded again.
 //!
 //! While the file cannot be reopened (its file system has less than 1 MiB
 //! free, or the reopen fails), operations
@@ -16,9 +18,13 @@
 
 use std::sync::atomic::Ordering;
 
-use redb::Database;
+use redb::{Database, ReadableDatabase};
 
+use super::codec::header;
 use super::db::{open_checked, Db, Opened, Redo, SyncState};
+use super::errors::db_err;
+use super::layout::{HEADER_LEN, HOUR_DOCS};
+use crate::model::Tier;
 use crate::store::StoreError;
 
 impl Db {
@@ -49,6 +55,7 @@ impl Db {
         // has of them (folds and checkpoints commit durably) and the flushes
         // applied since. In write-through mode they are empty, and the redo
         // below writes the flushes the reopen lost.
+        self.settle_unsure_fold(&db)?;
         let redo = std::mem::take(&mut *self.redo.lock());
         if let Err(e) = self.redo_all(&db, &redo) {
             // Kept whole for the next attempt: what was redone is redone
@@ -66,6 +73,60 @@ impl Db {
             redone = redo.len(),
             last_flush_id,
             "embedded store reopened after an I/O error; the commits since its last durable one were made again"
+        );
+        Ok(())
+    }
+
+    /// Whether the fold whose commit failed landed all the same, told by
+    /// the hour document of its first folded minute: a fold writes it with
+    /// the run's watermark, which nothing before it reached. If it landed,
+    /// its series leave the pending minutes as after a commit (a split's
+    /// new run goes on); else they stay, to be folded again. Folded again
+    /// after landing, a run's documents would take its minutes twice
+    /// wherever the run had grown meanwhile (and a split's day document
+    /// in any case). Nothing is applied between the failure and this
+    /// reopen, so the runs are as the fold took them.
+    fn settle_unsure_fold(&self, db: &Database) -> Result<(), StoreError> {
+        let folds = std::mem::take(&mut *self.unsure_fold.lock());
+        let Some((f, &(m, _))) = folds
+            .iter()
+            .find_map(|f| f.folded().first().map(|first| (f, first)))
+        else {
+            return Ok(());
+        };
+        let met = f.series.metric_key();
+        let key = (&*f.series.source, &*met, Tier::Hour.period_start(m));
+        let stored = (|| {
+            let txn = db.begin_read().map_err(db_err)?;
+            let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
+            let value = hours.get(key).map_err(db_err)?;
+            Ok::<_, StoreError>(match value {
+                Some(v) if v.value().len() >= HEADER_LEN => header(v.value()).1,
+                _ => 0,
+            })
+        })();
+        let landed = match stored {
+            Ok(w) => w >= f.watermark,
+            Err(e) => {
+                // Asked again at the next reopen.
+                *self.unsure_fold.lock() = folds;
+                return Err(e);
+            }
+        };
+        if landed {
+            let mut pending = self.pending.lock();
+            pending.end_fold(&folds);
+            super::fold::folded(&pending, folds.len());
+        }
+        tracing::warn!(
+            series = folds.len(),
+            landed,
+            "a fold whose commit failed: {}",
+            if landed {
+                "it landed all the same; its series are folded"
+            } else {
+                "it did not land; its series are folded again"
+            }
         );
         Ok(())
     }

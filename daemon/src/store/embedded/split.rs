@@ -17,7 +17,8 @@
 //! does. A day document holds both hours when the new one is on the same
 //! day, and the minutes of the new hour are not in it: with `W` it would
 //! claim them. So it takes `S = F1 - 1` instead, where `F1` (`entered`) is
-//! the first flush that brought a minute of the new hour:
+//! the first flush that brought a minute of the new hour (at midnight the
+//! new hour has a day document of its own, and the closed day's takes `W`):
 //! - every flush that touched the minutes staying pending is above `S`, so
 //!   a read, a replayed flush and a loaded log entry all count those
 //!   minutes as not in the day document;
@@ -51,13 +52,14 @@
 //! made only of runs whose minutes lie in the closed hour and the new one (a
 //! late minute of an older hour folds the run whole).
 //!
-//! A fold whose commit reported an error may have landed (`reopen.rs`):
-//! tried again, the split finds its own `S` in the day document, and both
-//! of its writes are skipped as already made (`fold.rs`).
+//! A fold whose commit reported an error may have landed: the reopen that
+//! follows looks, and ends it if so (`reopen.rs`). Should a landed split be
+//! written again all the same, unchanged, it finds its own `S` in the day
+//! document and its writes are skipped as already made (`fold.rs`).
 
 use std::collections::VecDeque;
 
-use crate::model::EpochMinute;
+use crate::model::{EpochMinute, Tier};
 
 /// Minutes in an hour.
 const HOUR_MINUTES: EpochMinute = 60;
@@ -70,6 +72,20 @@ pub(crate) struct Split {
     pub(crate) at: EpochMinute,
     /// The flush that began what stays pending (`F1` above).
     pub(crate) since: u64,
+}
+
+impl Split {
+    /// The watermark the day document of the minutes before the split
+    /// takes, for a run at `watermark`: one below the flush that began what
+    /// stays pending, unless that lies on the next day, which this day's
+    /// document then never holds.
+    pub(crate) fn day_watermark(self, watermark: u64) -> u64 {
+        if Tier::Day.period_start(self.at - 1) == Tier::Day.period_start(self.at) {
+            self.since - 1
+        } else {
+            watermark
+        }
+    }
 }
 
 /// The first minute of `m`'s hour.
@@ -146,6 +162,28 @@ mod tests {
         assert_eq!(at(600, 15, 600, 600), None, "nothing before the split");
         assert_eq!(at(540, 15, 545, 600), None, "the run ended last hour");
         assert_eq!(at(660, 15, 610, 600), Some(Split { at: 660, since: 15 }));
+    }
+
+    #[test]
+    fn the_day_takes_the_watermark_below_the_new_hour_unless_that_is_a_new_day() {
+        let eleven = 1_773_486_000 / 60; // 2026-03-14 11:00 UTC
+        let midnight = 1_773_532_800 / 60; // 2026-03-15 00:00 UTC
+        assert_eq!(
+            Split {
+                at: eleven,
+                since: 15
+            }
+            .day_watermark(20),
+            14
+        );
+        assert_eq!(
+            Split {
+                at: midnight,
+                since: 15
+            }
+            .day_watermark(20),
+            20
+        );
     }
 
     #[test]

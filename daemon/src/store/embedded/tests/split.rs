@@ -371,3 +371,45 @@ fn reads_racing_the_close_count_every_minute_once() {
     writer.join().unwrap();
     assert!(reads > 5, "{reads}");
 }
+
+/// A fold whose commit reported an error: the reopen that follows looks
+/// whether it landed. If it did, its series are folded (what the split
+/// left goes on), and their minutes count once however the run grows
+/// before the next fold; if not, they are folded again.
+#[test]
+fn a_fold_whose_commit_failed_is_ended_if_it_landed() {
+    for landed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_split(&dir, 3600);
+        let t = |k: i64| ts(2026, 3, 14, 10, 59) + k * 20;
+        let flush = |k: i64| {
+            let b = batch(
+                id_at(t(k)),
+                vec![series("a", "m", SampleKind::Gauge, &[(t(k), 1.0)])],
+            );
+            store.inner.apply(&Arc::new(b)).unwrap();
+        };
+        // 10:59:00 to 11:00:40: nothing is due yet.
+        (0..6).for_each(flush);
+        let db = store.inner.database().unwrap();
+        let eleven = ts(2026, 3, 14, 11, 0) / 60;
+        let mut folds = store.inner.pending.lock().start_fold(1, Some(eleven));
+        assert!(folds[0].split.is_some(), "{folds:?}");
+        let txn = db.begin_write().unwrap();
+        crate::store::embedded::fold::write_folds(&txn, &mut folds, &mut None).unwrap();
+        if landed {
+            txn.commit().unwrap();
+        } else {
+            txn.abort().unwrap();
+        }
+        drop(db);
+        store.inner.pending.lock().abort_fold(&folds);
+        *store.inner.unsure_fold.lock() = folds;
+        *store.inner.io_failure.lock() = Some(StoreError::Unavailable("a failed commit".into()));
+        store.inner.reopen_if_needed().unwrap();
+        // The run grows, and the close's folds come, then all of them.
+        (6..12).for_each(flush);
+        store.fold_all().unwrap();
+        assert_eq!(counts(&store), [12; 5], "landed: {landed}");
+    }
+}
