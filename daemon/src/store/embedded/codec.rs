@@ -177,3 +177,14 @@ pub(super) fn decode_entry(
         last_seen,
     })
 }
+
+/// The watermark in a stored document's header; 0 when there is no
+/// document, or a damaged one (its minutes then stay pending, and the fold
+/// that meets the damage drops them, as `fold.rs` describes, rather than
+/// the whole store refusing to open).
+pub(super) fn stored_watermark(value: Option<&[u8]>) -> u64 {
+    match value {
+        Some(v) if v.len() >= super::layout::HEADER_LEN => header(v).1,
+        _ => 0,
+    }
+}

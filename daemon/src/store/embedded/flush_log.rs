@@ -48,11 +48,11 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use redb::{Database, ReadableDatabase, ReadableTable, Table};
 
-use super::codec::{header, legacy_slot_at, put_slot, slot_at};
+use super::codec::{legacy_slot_at, put_slot, slot_at, stored_watermark};
 use super::errors::{db_err, invalid};
 use super::layout::{
-    FlushLogKey, HourKey, CHECKPOINT_LOG, DAY_SUMMARY, FLUSH_LOG, HEADER_LEN, HOUR_DOCS,
-    LEGACY_SLOT_LEN, SLOT_LEN,
+    FlushLogKey, HourKey, CHECKPOINT_LOG, DAY_SUMMARY, FLUSH_LOG, HOUR_DOCS, LEGACY_SLOT_LEN,
+    SLOT_LEN,
 };
 use super::pending::Pending;
 use crate::labels::split_metric_key;
@@ -543,17 +543,6 @@ impl DocWatermarks {
             .max(stored_watermark(d.as_ref().map(|v| v.value())));
         known.push((hour, w));
         Ok(w)
-    }
-}
-
-/// The watermark in a stored document's header; 0 when there is no
-/// document, or a damaged one (its minutes then stay pending, and the fold
-/// that meets the damage drops them, as `fold.rs` describes, rather than
-/// the whole store refusing to open).
-fn stored_watermark(value: Option<&[u8]>) -> u64 {
-    match value {
-        Some(v) if v.len() >= HEADER_LEN => header(v).1,
-        _ => 0,
     }
 }
 

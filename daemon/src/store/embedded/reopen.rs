@@ -20,10 +20,10 @@ use std::sync::atomic::Ordering;
 
 use redb::{Database, ReadableDatabase};
 
-use super::codec::header;
+use super::codec::stored_watermark;
 use super::db::{open_checked, Db, Opened, Redo, SyncState};
 use super::errors::db_err;
-use super::layout::{HEADER_LEN, HOUR_DOCS};
+use super::layout::HOUR_DOCS;
 use crate::model::Tier;
 use crate::store::StoreError;
 
@@ -100,10 +100,7 @@ impl Db {
             let txn = db.begin_read().map_err(db_err)?;
             let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
             let value = hours.get(key).map_err(db_err)?;
-            Ok::<_, StoreError>(match value {
-                Some(v) if v.value().len() >= HEADER_LEN => header(v.value()).1,
-                _ => 0,
-            })
+            Ok::<_, StoreError>(stored_watermark(value.as_ref().map(|v| v.value())))
         })();
         let landed = match stored {
             Ok(w) => w >= f.watermark,

@@ -12,7 +12,7 @@
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::codec::{checked, empty_value, header, merge_slot, put_header};
+use super::codec::{checked, empty_value, header, merge_slot, put_header, stored_watermark};
 use super::db::{meta_value, Db};
 use super::errors::{db_err, invalid};
 use super::layout::{
@@ -54,10 +54,7 @@ impl<'txn> DocTables<'txn> {
         let met = f.series.metric_key();
         let key = (&*f.series.source, &*met, Tier::Day.period_start(m));
         let value = self.summaries.get(key).map_err(db_err)?;
-        Ok(match value {
-            Some(v) if v.value().len() >= HEADER_LEN => header(v.value()).1,
-            _ => 0,
-        })
+        Ok(stored_watermark(value.as_ref().map(|v| v.value())))
     }
 }
 

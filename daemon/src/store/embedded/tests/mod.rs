@@ -149,6 +149,27 @@ pub(super) fn checkpointed(every: u64, max_bytes: usize) -> super::EmbeddedConfi
     }
 }
 
+/// Reads with `read`, at every tier and resolution, again and again until
+/// `writer` has finished (a last round after it), at least six times.
+pub(super) fn read_while(
+    writer: std::thread::JoinHandle<()>,
+    mut read: impl FnMut(Tier, Resolution),
+) {
+    let mut reads = 0;
+    loop {
+        let done = writer.is_finished();
+        for (tier, res) in EVERY_READ {
+            read(tier, res);
+            reads += 1;
+        }
+        if done {
+            break;
+        }
+    }
+    writer.join().unwrap();
+    assert!(reads > 5, "{reads}");
+}
+
 /// Flush `id` of gauge samples: `by_series[i]` of series `names[i]`, but
 /// for series without any.
 pub(super) fn gauge_batch(

@@ -340,36 +340,26 @@ fn reads_racing_the_close_count_every_minute_once() {
             }
         })
     };
-    let mut reads = 0;
-    loop {
-        let done = writer.is_finished();
-        for (tier, res) in EVERY_READ {
-            let before = applied.load(Ordering::SeqCst);
-            let docs: Vec<DocRead> = store
-                .inner
-                .read(&ReadQuery {
-                    series: SeriesId::new("a", "m"),
-                    tier,
-                    resolution: res,
-                    from: day,
-                    to: day + DAY_S,
-                })
-                .unwrap();
-            let after = applied.load(Ordering::SeqCst);
-            let n: u64 = docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
-            // A flush's minutes are readable just before it is counted.
-            assert!(
-                before <= n && n <= after + 1,
-                "{tier:?} {res:?}: {n} not in {before}..={after}: {docs:?}"
-            );
-            reads += 1;
-        }
-        if done {
-            break;
-        }
-    }
-    writer.join().unwrap();
-    assert!(reads > 5, "{reads}");
+    read_while(writer, |tier, res| {
+        let before = applied.load(Ordering::SeqCst);
+        let docs: Vec<DocRead> = store
+            .inner
+            .read(&ReadQuery {
+                series: SeriesId::new("a", "m"),
+                tier,
+                resolution: res,
+                from: day,
+                to: day + DAY_S,
+            })
+            .unwrap();
+        let after = applied.load(Ordering::SeqCst);
+        let n: u64 = docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
+        // A flush's minutes are readable just before it is counted.
+        assert!(
+            before <= n && n <= after + 1,
+            "{tier:?} {res:?}: {n} not in {before}..={after}: {docs:?}"
+        );
+    });
 }
 
 /// A fold whose commit reported an error: the reopen that follows looks
