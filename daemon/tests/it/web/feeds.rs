@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tally_testkit::bins::Bin;
-use tally_testkit::client::http_client;
+use tally_testkit::client::{get_json, http_client};
 use tally_testkit::{process, Daemon};
 
 use super::browser::{free_port, which};
@@ -151,6 +151,8 @@ async fn wait_ready(url: &str, name: &str) {
 pub struct PrometheusFeed {
     /// The source its samples arrive under: the node exporter's instance.
     pub source: String,
+    /// Prometheus' own HTTP address, for its remote-write counters.
+    prom_url: String,
     _prom: Proc,
     _node: Proc,
     _dir: tempfile::TempDir,
@@ -209,9 +211,62 @@ impl PrometheusFeed {
         .await;
         Some(PrometheusFeed {
             source: format!("127.0.0.1:{node_port}"),
+            prom_url: format!("http://127.0.0.1:{prom_port}"),
             _prom: prom,
             _node: node,
             _dir: dir,
         })
+    }
+
+    /// Waits until the daemon lists more than `metrics` metric names for
+    /// the node exporter's source. A page opened before that shows the
+    /// source as empty: Prometheus' first remote-write can come well after
+    /// it answers ready on a loaded machine. Panics after two minutes with
+    /// Prometheus' remote-write counters, which say whether it sent, failed
+    /// or dropped.
+    pub async fn arrived(&self, d: &Daemon, metrics: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, body) = get_json(
+                d,
+                "/api/v1/metrics",
+                &[("source", self.source.as_str()), ("limit", "10000")],
+            )
+            .await;
+            let listed = body["metrics"].as_array().map_or(0, Vec::len);
+            if status == 200 && listed > metrics {
+                return;
+            }
+            if Instant::now() > deadline {
+                let text = match http_client()
+                    .get(format!("{}/metrics", self.prom_url))
+                    .send()
+                    .await
+                {
+                    Ok(r) => r.text().await.unwrap_or_default(),
+                    Err(e) => e.to_string(),
+                };
+                let counters: Vec<&str> = text
+                    .lines()
+                    .filter(|l| l.starts_with("prometheus_remote_storage_"))
+                    .collect();
+                let ours = tally_testkit::metrics::metrics_text(d).await;
+                let ours: Vec<&str> = ours
+                    .lines()
+                    .filter(|l| {
+                        ["tally_ingest_requests_total", "_rejected_", "_refused_"]
+                            .iter()
+                            .any(|k| l.contains(k))
+                    })
+                    .collect();
+                panic!(
+                    "after 120 s the daemon lists {listed} metrics of {} ({status}); Prometheus' remote write:\n{}\nthe daemon's:\n{}",
+                    self.source,
+                    counters.join("\n"),
+                    ours.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }

@@ -69,6 +69,7 @@ async fn a_source_opens_onto_its_graphs() {
     charts_api_bounds(&d).await;
     match &prom {
         Some(p) => {
+            p.arrived(&d, 100).await;
             lists_what_prometheus_lists(&b, &d, &p.source).await;
             live_on_one_stream(&b, &d, &p.source).await;
         }
