@@ -69,3 +69,57 @@ async fn fold_bytes_per_series_by_transaction_size() {
         );
     }
 }
+
+/// Bytes written per new series when a fleet is first catalogued, in two
+/// flushes' upserts (two thirds, then the rest), each in the flush
+/// pipeline's parts: the entries in a drain's hash order, and in series
+/// order as `CatalogWriter::due` gives them. Run as above.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn catalog_bytes_per_new_series() {
+    use crate::flush::CATALOG_WRITE_ENTRIES;
+    use crate::model::SeriesId;
+    use crate::store::CatalogEntry;
+    const FLEET: usize = 300_000;
+    let t0 = ts(2026, 3, 14, 10, 0);
+    let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
+    for sorted in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir);
+        let mut entries: Vec<CatalogEntry> = (0..FLEET)
+            .map(|i| CatalogEntry {
+                series: SeriesId::new(&format!("src-{:06}", i / 20), &format!("m_{:04}", i % 20))
+                    .into(),
+                kind: SampleKind::Gauge,
+                first_seen: t0,
+                last_seen: t0,
+            })
+            .collect();
+        entries.sort_by_key(|e| hasher.hash_one(&e.series));
+        let (mut first, mut second): (Vec<_>, Vec<_>) = entries
+            .into_iter()
+            .enumerate()
+            .partition(|(i, _)| i % 3 != 0);
+        if sorted {
+            first.sort_by(|a, b| a.1.series.cmp(&b.1.series));
+            second.sort_by(|a, b| a.1.series.cmp(&b.1.series));
+        }
+        let mut total = 0;
+        for part in [first, second] {
+            let part: Vec<CatalogEntry> = part.into_iter().map(|(_, e)| e).collect();
+            store.sync().unwrap();
+            let before = written_bytes();
+            for chunk in part.chunks(CATALOG_WRITE_ENTRIES) {
+                store.catalog_upsert(chunk).await.unwrap();
+            }
+            store.sync().unwrap();
+            total += written_bytes() - before;
+        }
+        println!(
+            "{}: {:.0} bytes written per new series, file {:.0} MB",
+            if sorted { "series order" } else { "hash order" },
+            total as f64 / FLEET as f64,
+            std::fs::metadata(store.path()).map_or(0, |m| m.len()) as f64 / 1e6
+        );
+    }
+}
