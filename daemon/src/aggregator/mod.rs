@@ -10,9 +10,9 @@
 //! detection. Buckets are additive, so samples may arrive in any order:
 //! late samples within the lateness window land in their own minute.
 //!
-//! Each series a read has asked for also keeps its newest few raw samples
-//! (`ring`), so a read at an instant inside a minute can take that minute's
-//! later samples out.
+//! Each series a read has asked for them (PromQL's: [`RecentWanted`]) also
+//! keeps its newest few raw samples (`ring`), so a read at an instant
+//! inside a minute can take that minute's later samples out.
 
 mod config;
 mod names;
@@ -25,6 +25,16 @@ mod series;
 mod sources;
 mod steps;
 pub use sources::SourceActivity;
+
+/// Whether a read of a series' pending minutes also wants its newest raw
+/// samples (and so starts keeping them, see
+/// [`Aggregator::pending_and_recent`]). Only an evaluation at the right
+/// edge can use them: the series keep a few samples each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecentWanted {
+    Yes,
+    No,
+}
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -472,17 +482,21 @@ impl Aggregator {
         &self,
         key: SeriesRef<'_>,
     ) -> (Option<SampleKind>, Vec<(EpochMinute, Slot)>) {
-        let (kind, minutes, _) = self.pending_and_recent(key);
+        let (kind, minutes, _) = self.pending_and_recent(key, RecentWanted::No);
         (kind, minutes)
     }
 
-    /// [`Aggregator::pending_for`] and the series' newest raw samples,
-    /// taken together, so a read can rewind a minute by them. The first
-    /// such read of a series starts keeping them (see `ring`), so it has
-    /// none, and the reads after it have those sent since.
+    /// [`Aggregator::pending_for`] and, when `recent` asks for them, the
+    /// series' newest raw samples, taken together, so a read can rewind a
+    /// minute by them. The first such read of a series starts keeping them
+    /// (see `ring`), so it has none, and the reads after it have those sent
+    /// since. A read that does not ask neither gets them nor starts them:
+    /// keeping them costs about 400 bytes a series, and a read over the
+    /// whole fleet would otherwise start them for every series it touched.
     pub fn pending_and_recent(
         &self,
         key: SeriesRef<'_>,
+        recent: RecentWanted,
     ) -> (
         Option<SampleKind>,
         Vec<(EpochMinute, Slot)>,
@@ -494,7 +508,10 @@ impl Aggregator {
         match shard.series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
             None => (None, Vec::new(), Default::default()),
             Some((pos, s)) => {
-                let recent = s.keep_recent(pos, &mut shard.recent).snapshot(s.kind);
+                let recent = match recent {
+                    RecentWanted::Yes => s.keep_recent(pos, &mut shard.recent).snapshot(s.kind),
+                    RecentWanted::No => Default::default(),
+                };
                 let mut minutes = s.pending.to_vec();
                 minutes.sort_unstable_by_key(|(m, _)| *m);
                 (Some(s.kind), minutes, recent)

@@ -3,7 +3,7 @@
 //! that instant back out (see `model::RecentSamples`).
 //!
 //! Kept only for series a read has asked for (the series' first read
-//! starts them, see `SeriesState::keep_recent`), in a map beside the
+//! that wants them starts them, see `SeriesState::keep_recent`), in a map beside the
 //! shard's table (`Shard::recent`): every other series pays no memory for
 //! them and its ingest nothing but the test of a bit. Measured before
 //! this rule, with a ring in every series' entry: `cargo bench --bench

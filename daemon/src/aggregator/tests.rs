@@ -670,7 +670,7 @@ fn recent_samples_are_kept_once_a_read_asks_for_them() {
         assert_eq!(out.accepted, ts.len() as u64);
     };
     let recent = || -> Vec<i64> {
-        let (_, _, r) = a.pending_and_recent(key);
+        let (_, _, r) = a.pending_and_recent(key, RecentWanted::Yes);
         r.samples().iter().map(|s| s.ts).collect()
     };
     push(&[NOW, NOW + 1_000], &[1.0, 2.0]);
@@ -687,6 +687,40 @@ fn recent_samples_are_kept_once_a_read_asks_for_them() {
     assert_eq!(recent(), ts[3..].to_vec());
 }
 
+/// A read that does not ask for the newest samples (a range read, a
+/// chart) does not start keeping them: a read of the whole fleet would
+/// otherwise add a ring to every series.
+#[test]
+fn reads_that_do_not_ask_for_recent_samples_do_not_start_them() {
+    let a = agg();
+    let key = SeriesRef::new("s", "g");
+    let push = |ts: i64, v: f64| {
+        let out = a.ingest(
+            &[batch("s", "g", SampleKind::Gauge, &[ts], &[v])],
+            NOW + 5_000,
+        );
+        assert_eq!(out.accepted, 1);
+    };
+    push(NOW, 1.0);
+    let (kind, minutes, r) = a.pending_and_recent(key, RecentWanted::No);
+    assert_eq!(kind, Some(SampleKind::Gauge));
+    assert_eq!(minutes.len(), 1);
+    assert!(r.samples().is_empty());
+    push(NOW + 1_000, 2.0);
+    // Still not kept: the first read that asks has none.
+    let (_, _, r) = a.pending_and_recent(key, RecentWanted::Yes);
+    assert!(r.samples().is_empty());
+    push(NOW + 2_000, 3.0);
+    let (_, _, r) = a.pending_and_recent(key, RecentWanted::Yes);
+    assert_eq!(r.samples().len(), 1);
+    // Kept now, a read that does not ask still gets none.
+    assert!(a
+        .pending_and_recent(key, RecentWanted::No)
+        .2
+        .samples()
+        .is_empty());
+}
+
 #[test]
 fn recent_samples_no_read_asks_for_are_let_go() {
     let a = agg();
@@ -697,7 +731,12 @@ fn recent_samples_no_read_asks_for_are_let_go() {
         assert_eq!(out.accepted, 1);
         a.drain(None);
     };
-    let recent = || a.pending_and_recent(key).2.samples().len();
+    let recent = || {
+        a.pending_and_recent(key, RecentWanted::Yes)
+            .2
+            .samples()
+            .len()
+    };
     push(NOW);
     assert_eq!(recent(), 0, "the first read starts keeping them");
     push(NOW + 1_000);
@@ -725,7 +764,12 @@ fn minute_steps_are_kept_from_the_minute_after_the_first_read() {
         let out = a.ingest(&[batch("s", "g", SampleKind::Gauge, ts, vs)], ts[0]);
         assert_eq!(out.accepted, ts.len() as u64);
     };
-    let steps = || a.pending_and_recent(key).2.steps().clone();
+    let steps = || {
+        a.pending_and_recent(key, RecentWanted::Yes)
+            .2
+            .steps()
+            .clone()
+    };
     push(&[m + 1_000], &[1.0]);
     assert!(steps().minutes().is_empty(), "the first read starts them");
     // The rest of the first read's minute is not whole in them.

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::aggregator::Aggregator;
+use crate::aggregator::{Aggregator, RecentWanted};
 use crate::model::{
     EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, Slot,
 };
@@ -265,8 +265,9 @@ impl Inflight {
     }
 
     /// What the store does not have yet for one series: a consistent
-    /// snapshot of the in-flight batches and the aggregator.
-    pub(crate) fn unflushed(&self, key: SeriesRef<'_>) -> Unflushed {
+    /// snapshot of the in-flight batches and the aggregator; with the
+    /// series' newest samples when `recent` asks for them.
+    pub(crate) fn unflushed(&self, key: SeriesRef<'_>, recent: RecentWanted) -> Unflushed {
         let batches = self.batches.lock();
         let mut u = Unflushed::default();
         for b in batches.iter() {
@@ -275,7 +276,7 @@ impl Inflight {
                 u.inflight.push((b.id, sm.minutes.to_vec()));
             }
         }
-        let (kind, pending, recent) = self.agg.pending_and_recent(key);
+        let (kind, pending, recent) = self.agg.pending_and_recent(key, recent);
         u.kind = kind.or(u.kind);
         u.pending = pending;
         u.recent = recent;

@@ -450,7 +450,7 @@ impl Pipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregator::{AggregatorConfig, SeriesBatch};
+    use crate::aggregator::{AggregatorConfig, RecentWanted, SeriesBatch};
     use crate::ingest::IngestConfig;
     use crate::model::{SampleKind, SeriesRef, Slot};
     use crate::store::embedded::EmbeddedStore;
@@ -544,7 +544,7 @@ mod tests {
         ingest(&agg, now, 2.0);
         assert!(p.cut_batch().is_none(), "queue full: nothing drained");
         let key = SeriesRef::new("s", "m");
-        let u = p.inflight().unflushed(key);
+        let u = p.inflight().unflushed(key, RecentWanted::No);
         assert_eq!(u.inflight.len(), 1);
         assert_eq!(u.inflight[0].1[0].1, Slot::at(now, 1.0));
         // At the same time, the greater value is the last sample.
@@ -588,12 +588,16 @@ mod tests {
         let metrics = 300usize.div_ceil(37);
         assert_eq!(batch.flush.series.len(), names.len() + metrics);
         for (source, metric) in &names {
-            let u = p.inflight().unflushed(SeriesRef::new(source, metric));
+            let u = p
+                .inflight()
+                .unflushed(SeriesRef::new(source, metric), RecentWanted::No);
             assert_eq!(u.inflight.len(), 1, "{source} {metric}");
         }
         for m in 0..metrics {
             let metric = format!("m{m}");
-            let u = p.inflight().unflushed(SeriesRef::new("@all", &metric));
+            let u = p
+                .inflight()
+                .unflushed(SeriesRef::new("@all", &metric), RecentWanted::No);
             assert_eq!(u.inflight.len(), 1, "@all {metric}");
         }
     }
@@ -651,7 +655,7 @@ mod tests {
         let b1 = p.cut_batch().unwrap();
         assert!(p.apply(&b1, &give_up).await);
         ingest(&agg, now, 2.0);
-        let snapshot = p.inflight().unflushed(key);
+        let snapshot = p.inflight().unflushed(key, RecentWanted::No);
         assert_eq!(snapshot.cut_through, b1.id.0);
         assert_eq!(snapshot.pending.len(), 1);
         let read = || async {

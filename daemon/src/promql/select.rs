@@ -62,6 +62,7 @@ use super::plan::{Mods, SelectorSpec};
 pub use super::range_fns::window_end;
 use super::range_fns::RangeFn;
 use super::value::{bad, EvalResult, Labels, Lead, PointKind, RangeSeries, Series, Tail};
+use crate::aggregator::RecentWanted;
 use crate::model::{
     is_stale_marker, validate_metric, validate_source, RecentSamples, SampleKind, SeriesId, Slot,
     DAY_S, HOUR_S,
@@ -306,9 +307,11 @@ pub async fn read(
             continue;
         }
         let w = Window { from, to, step };
+        // PromQL is the one reader that rewinds a minute by the newest
+        // samples, so it alone starts keeping them.
         for (i, b) in ctx
             .engine
-            .many_buckets(&ids, &w)
+            .many_buckets(&ids, &w, RecentWanted::Yes)
             .await?
             .into_iter()
             .enumerate()

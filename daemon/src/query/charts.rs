@@ -16,6 +16,7 @@
 
 use super::engine::SeriesRange;
 use super::{Point, QueryEngine, QueryError, StepSpec, Window};
+use crate::aggregator::RecentWanted;
 use crate::model::{validate_metric, validate_source, SeriesId};
 
 /// Metrics one request may name.
@@ -160,7 +161,10 @@ impl QueryEngine {
         let _reserved = self
             .reserve_points((ids.len() as u64).saturating_mul(w.buckets().max(0) as u64))
             .await?;
-        let mut buckets = self.many_buckets(&ids, &w).await?.into_iter();
+        let mut buckets = self
+            .many_buckets(&ids, &w, RecentWanted::No)
+            .await?
+            .into_iter();
         let charts = found
             .into_iter()
             .map(|(metric, matched, ids)| MetricChart {

@@ -16,6 +16,7 @@ use super::error::too_many_series;
 use super::{
     Aggregate, LabelMap, Point, QueryEngine, QueryError, Selection, SeriesBuckets, StepSpec, Window,
 };
+use crate::aggregator::RecentWanted;
 use crate::labels::Labels;
 use crate::model::{validate_metric, SampleKind, SeriesId, Slot};
 use crate::rollup::Rollups;
@@ -255,7 +256,7 @@ impl QueryEngine {
             groups.insert(Labels::none(), Merged::default());
         }
         let mut reads = futures::stream::iter(ids)
-            .map(|id| async move { self.buckets(&id, w).await })
+            .map(|id| async move { self.buckets(&id, w, RecentWanted::No).await })
             .buffer_unordered(READ_CONCURRENCY);
         while let Some(member) = reads.next().await {
             let member = member?;

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::error::too_many_series;
 use super::merge::{merge_unflushed, Recent};
 use super::{Aggregate, Point, QueryConfig, QueryError, Step, StepSpec, Window};
-use crate::aggregator::Aggregator;
+use crate::aggregator::{Aggregator, RecentWanted};
 use crate::flush::Inflight;
 use crate::model::{
     validate_metric, validate_source, Resolution, SampleKind, SeriesId, Slot, Tier, DAY_S, HOUR_S,
@@ -297,12 +297,17 @@ impl QueryEngine {
     }
 
     /// One series' non-empty buckets: the store merged with what is not in
-    /// it yet.
-    pub async fn buckets(&self, id: &SeriesId, w: &Window) -> Result<SeriesBuckets, QueryError> {
+    /// it yet; with its newest raw samples if `recent` asks for them.
+    pub async fn buckets(
+        &self,
+        id: &SeriesId,
+        w: &Window,
+        recent: RecentWanted,
+    ) -> Result<SeriesBuckets, QueryError> {
         let tier = self.tier(w);
         let key = id.series_ref();
         // Unflushed first, then the store: see `flush::Inflight`.
-        let unflushed = self.inflight.unflushed(key);
+        let unflushed = self.inflight.unflushed(key, recent);
         let read = |tier, resolution, from, to| ReadQuery {
             series: id.clone(),
             tier,
@@ -474,17 +479,19 @@ impl QueryEngine {
         Ok(self.catalog_or_memory(q).await?.0)
     }
 
-    /// Buckets of many series, read concurrently, in the given order.
+    /// Buckets of many series, read concurrently, in the given order (see
+    /// [`Engine::buckets`] for `recent`).
     pub async fn many_buckets(
         &self,
         ids: &[SeriesId],
         w: &Window,
+        recent: RecentWanted,
     ) -> Result<Vec<SeriesBuckets>, QueryError> {
         let w = *w;
         // Owned ids: a borrowing closure trips the compiler's higher-ranked
         // lifetime check on `Send` futures.
         futures::stream::iter(ids.to_vec())
-            .map(move |id| async move { self.buckets(&id, &w).await })
+            .map(move |id| async move { self.buckets(&id, &w, recent).await })
             .buffered(READ_CONCURRENCY)
             .try_collect()
             .await
@@ -508,7 +515,7 @@ impl QueryEngine {
         let _reserved = self
             .reserve_points((ids.len() as u64).saturating_mul(w.buckets().max(0) as u64))
             .await?;
-        let buckets = self.many_buckets(&ids, &w).await?;
+        let buckets = self.many_buckets(&ids, &w, RecentWanted::No).await?;
         refuse_rate_of_gauges(&buckets, aggregates)?;
         let series = buckets
             .into_iter()
@@ -542,7 +549,7 @@ impl QueryEngine {
         };
         let _reserved = self.reserve_points(ids.len() as u64).await?;
         Ok(self
-            .many_buckets(&ids, &w)
+            .many_buckets(&ids, &w, RecentWanted::No)
             .await?
             .into_iter()
             .map(|b| {

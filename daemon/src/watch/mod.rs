@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
+use crate::aggregator::RecentWanted;
 use crate::model::{SampleKind, SeriesId, Slot, MINUTE_S};
 use crate::query::{
     Buckets, Point, QueryEngine, QueryError, Selection, SeriesBuckets, SeriesRange, Step, StepSpec,
@@ -297,7 +298,10 @@ impl WatchHub {
             .engine
             .reserve_points((series.len() as u64).saturating_mul(w.buckets().max(0) as u64))
             .await?;
-        let buckets = self.engine.many_buckets(&series, &w).await?;
+        let buckets = self
+            .engine
+            .many_buckets(&series, &w, RecentWanted::No)
+            .await?;
         let Snapshot {
             series: snapshot,
             sent,
@@ -417,7 +421,7 @@ impl WatchHub {
         let _reserved = self.engine.reserve_points(2 * union.len() as u64).await?;
         let live: Live = self
             .engine
-            .many_buckets(&union, &w)
+            .many_buckets(&union, &w, RecentWanted::No)
             .await?
             .into_iter()
             .map(|b| (b.series, (b.kind, b.buckets)))
