@@ -304,7 +304,21 @@ impl Pipeline {
     /// delays them: they stay due and go with the series' next flush.
     pub(crate) async fn record_catalog(&self, batch: &InflightBatch) {
         let Some(catalog) = &self.catalog else { return };
-        let due = catalog.due(&batch.flush.series);
+        // Off the runtime's workers: at a million series, a fleet's first
+        // flush (and each `catalog.refresh` after) makes every series due,
+        // and finding and sorting them takes most of a second.
+        let due = {
+            let (catalog, flush) = (catalog.clone(), batch.flush.clone());
+            tokio::task::spawn_blocking(move || catalog.due(&flush.series)).await
+        };
+        let due = match due {
+            Ok(due) => due,
+            Err(e) => {
+                // Nothing was recorded: the series are due again next time.
+                warn!(error = %e, "finding the catalog entries due failed");
+                return;
+            }
+        };
         if due.is_empty() {
             return;
         }
