@@ -10,7 +10,7 @@
 //! detection. Buckets are additive, so samples may arrive in any order:
 //! late samples within the lateness window land in their own minute.
 //!
-//! Each series a read has asked for them (PromQL's: [`RecentWanted`]) also
+//! Each series a read has asked them for (PromQL's: [`RecentWanted`]) also
 //! keeps its newest few raw samples (`ring`), so a read at an instant
 //! inside a minute can take that minute's later samples out.
 
@@ -491,7 +491,7 @@ impl Aggregator {
     /// minute by them. The first such read of a series starts keeping them
     /// (see `ring`), so it has none, and the reads after it have those sent
     /// since. A read that does not ask neither gets them nor starts them:
-    /// keeping them costs about 400 bytes a series, and a read over the
+    /// keeping them costs about 444 bytes a series, and a read over the
     /// whole fleet would otherwise start them for every series it touched.
     pub fn pending_and_recent(
         &self,

@@ -480,7 +480,7 @@ impl QueryEngine {
     }
 
     /// Buckets of many series, read concurrently, in the given order (see
-    /// [`Engine::buckets`] for `recent`).
+    /// [`QueryEngine::buckets`] for `recent`).
     pub async fn many_buckets(
         &self,
         ids: &[SeriesId],
