@@ -307,8 +307,7 @@ pub async fn read(
             continue;
         }
         let w = Window { from, to, step };
-        // PromQL is the one reader that rewinds a minute by the newest
-        // samples, so it alone starts keeping them.
+        // Only PromQL rewinds by the newest samples, so only it keeps them.
         for (i, b) in ctx
             .engine
             .many_buckets(&ids, &w, RecentWanted::Yes)
