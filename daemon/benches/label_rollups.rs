@@ -63,6 +63,7 @@ async fn fill(store: &EmbeddedStore, now_minute: i64) -> Rollups {
                     mode.clone(),
                 );
                 drained.push(SeriesMinutes {
+                    catalog: tally::model::CatalogDue::Unknown,
                     series: Arc::new(id),
                     kind: SampleKind::DeltaCounter,
                     minutes: (now_minute - 60..now_minute)

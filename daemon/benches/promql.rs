@@ -100,6 +100,7 @@ async fn fill(store: &EmbeddedStore, end_minute: i64) -> Rollups {
         let drained: Vec<SeriesMinutes> = ids
             .iter()
             .map(|(id, per_s)| SeriesMinutes {
+                catalog: tally::model::CatalogDue::Unknown,
                 series: id.clone(),
                 kind: SampleKind::CumulativeCounter,
                 minutes: minutes

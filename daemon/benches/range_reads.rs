@@ -57,6 +57,7 @@ fn batches(n: usize) -> Vec<FlushBatch> {
                         .map(|m| (m, Slot::of((i as i64 + m % 60) as f64)))
                         .collect();
                     SeriesMinutes {
+                        catalog: tally::model::CatalogDue::Unknown,
                         series: std::sync::Arc::new(series(i)),
                         kind: SampleKind::Gauge,
                         minutes,

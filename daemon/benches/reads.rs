@@ -133,6 +133,7 @@ async fn fill_store(store: &EmbeddedStore, rollups: &Rollups, now_minute: i64) -
         for i in 0..SOURCES {
             for j in 0..METRICS {
                 batch.push(SeriesMinutes {
+                    catalog: tally::model::CatalogDue::Unknown,
                     series: Arc::new(SeriesId::new(&source(i), &metric(j))),
                     kind: SampleKind::Gauge,
                     minutes: (lo..lo + 60).map(|m| (m, slot(i, j, m))).collect(),
@@ -146,6 +147,7 @@ async fn fill_store(store: &EmbeddedStore, rollups: &Rollups, now_minute: i64) -
         let lo = first - day * day_minutes;
         let batch = (0..LONG_HISTORY)
             .map(|i| SeriesMinutes {
+                catalog: tally::model::CatalogDue::Unknown,
                 series: Arc::new(SeriesId::new(&source(i), &metric(0))),
                 kind: SampleKind::Gauge,
                 minutes: (lo..lo + day_minutes).map(|m| (m, slot(i, 0, m))).collect(),

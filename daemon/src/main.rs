@@ -276,7 +276,10 @@ struct Parts {
 
 impl Parts {
     async fn build(config: &Config, store: Arc<dyn Store>, dead: DeadLetters) -> Result<Parts> {
-        let agg = Arc::new(Aggregator::new(&config.aggregator, &config.ingest));
+        let agg = Arc::new(
+            Aggregator::new(&config.aggregator, &config.ingest)
+                .with_catalog(config.catalog.refresh),
+        );
         let last_flush = match store.last_flush_id().await {
             Ok(id) => id,
             // A store that is down at start must not keep the daemon from

@@ -43,9 +43,11 @@ use crate::wal::Baseline;
 pub use outcome::{IngestOutcome, RejectReason, Rejection, SeriesBatch};
 use series::{truncate, Shard, ShardCell};
 
+use crate::catalog::RefreshMinutes;
 use crate::ingest::config::IngestConfig;
 use crate::model::{
-    validate_metric, validate_source, EpochMinute, SampleKind, SeriesMinutes, SeriesRef, Slot,
+    validate_metric, validate_source, CatalogDue, EpochMinute, SampleKind, SeriesMinutes,
+    SeriesRef, Slot,
 };
 
 /// Series a reused batch may have room for beyond twice what a drain
@@ -98,6 +100,9 @@ pub struct Aggregator {
     inflight_slots: AtomicUsize,
     limits: Limits,
     ingest: IngestConfig,
+    /// Set when a catalog is kept: drains then settle whether each
+    /// series' entry is due by its [`crate::catalog::Mark`].
+    catalog_refresh: Option<RefreshMinutes>,
 }
 
 impl Aggregator {
@@ -113,7 +118,16 @@ impl Aggregator {
             inflight_slots: AtomicUsize::new(0),
             limits: Limits::of(limits),
             ingest: limits.clone(),
+            catalog_refresh: None,
         }
+    }
+
+    /// Keeps each series' catalog mark, so that a drain says of every
+    /// series whether its catalog entry is due at `refresh` (see
+    /// [`crate::catalog`]); without it, drains leave that to the writer.
+    pub fn with_catalog(mut self, refresh: std::time::Duration) -> Aggregator {
+        self.catalog_refresh = Some(RefreshMinutes::of(refresh));
+        self
     }
 
     /// How the aggregator hashes a series' [`SeriesRef`]: the hashes
@@ -407,10 +421,15 @@ impl Aggregator {
                 if let Some(h) = hashes.as_deref_mut() {
                     h.push(st.hash);
                 }
+                let catalog = match self.catalog_refresh {
+                    Some(refresh) => st.catalog.check(st.kind, &minutes, refresh),
+                    None => CatalogDue::Unknown,
+                };
                 all.push(SeriesMinutes {
                     series: id,
                     kind: st.kind,
                     minutes,
+                    catalog,
                 });
             }
             for pos in rebased.drain(..) {

@@ -18,20 +18,12 @@ pub struct PreallocWindow {
 }
 
 /// What one series remembers between checks: the next-period documents it
-/// already asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// already asked for, as hours and days since the epoch (0: none), so
+/// that the marks take 8 bytes of a series' entry, not 16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PreallocMarks {
-    pub hour: i64,
-    pub day: i64,
-}
-
-impl Default for PreallocMarks {
-    fn default() -> Self {
-        PreallocMarks {
-            hour: i64::MIN,
-            day: i64::MIN,
-        }
-    }
+    hour: u32,
+    day: u32,
 }
 
 impl PreallocWindow {
@@ -92,11 +84,16 @@ impl PreallocWindow {
         ];
         for (tier, current, length, window, mark) in periods {
             let next = current + length;
+            // A period before the epoch or past a `u32` of them is never
+            // due (nothing is ingested there).
+            let Ok(index) = u32::try_from(next / length) else {
+                continue;
+            };
             if self.now_s >= next - window + offset(next, window)
-                && *mark < next
+                && *mark < index
                 && tier.period_start(active_minute) == current
             {
-                *mark = next;
+                *mark = index;
                 due.push(DocKey {
                     series: series.clone(),
                     tier,

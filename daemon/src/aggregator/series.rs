@@ -14,6 +14,7 @@ use super::prealloc::PreallocMarks;
 use super::ring::Ring;
 use super::steps::MinuteSteps;
 use super::{Aggregator, ArrivalMinute, IngestOutcome, RejectReason, SeriesBatch, Window};
+use crate::catalog::Mark;
 use crate::labels::Labels;
 use crate::model::{
     is_stale_marker, minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef,
@@ -51,6 +52,9 @@ pub(super) struct SeriesState {
     pub(super) pending: SmallVec<[(EpochMinute, Slot); 1]>,
     /// The next hour / day whose document was already pre-allocated.
     pub(super) prealloc: PreallocMarks,
+    /// What the catalog was last asked to record of the series, checked as
+    /// a flush drains it (see [`crate::catalog::Mark`]).
+    pub(super) catalog: Mark,
     /// Length of `source|metric` in `key`; the labels follow (the whole
     /// key is at most 2,048 bytes).
     labels_at: u16,
@@ -154,6 +158,7 @@ impl SeriesState {
             last_minute: EpochMinute::MIN,
             pending: SmallVec::new(),
             prealloc: PreallocMarks::default(),
+            catalog: Mark::default(),
             marks: 0,
             arrived: 0,
         }

@@ -12,17 +12,24 @@
 //! The store's upsert keeps the extremes, so several daemons (or a restarted
 //! one) recording the same series agree. Discovery is thus fresh to one
 //! flush for new series and to `refresh` for `last_seen`.
+//!
+//! Where that is decided: for the aggregator's series, by each series'
+//! [`Mark`], which the aggregator keeps and checks as it drains them; for
+//! what it does not track (rollup series, tests), by this writer's own
+//! record of what it wrote.
 
 mod config;
+mod mark;
 
 pub use config::CatalogConfig;
+pub use mark::{Mark, RefreshMinutes};
 
 use std::sync::Arc;
 
 use hashbrown::HashMap;
 use parking_lot::Mutex;
 
-use crate::model::{SeriesId, SeriesMinutes, MINUTE_S};
+use crate::model::{CatalogDue, EpochMinute, SampleKind, SeriesId, SeriesMinutes, Slot, MINUTE_S};
 use crate::store::CatalogEntry;
 use crate::table::SeriesMap;
 
@@ -40,8 +47,9 @@ struct Recorded {
 type RecordedSet = SeriesMap<Recorded>;
 
 pub struct CatalogWriter {
-    /// Keyed by the aggregator's own `Arc` of each series, so a recorded
-    /// series costs a pointer here, not another copy of its names.
+    /// What was written of the series no [`Mark`] tracks. Keyed by the
+    /// aggregator's own `Arc` of each series, so a recorded series costs a
+    /// pointer here, not another copy of its names.
     recorded: Mutex<RecordedSet>,
     /// Entries the store refused to take; they go with the next write
     /// whatever series it carries, so a series that never flushes again
@@ -54,6 +62,9 @@ pub struct CatalogWriter {
 #[derive(Debug, Default)]
 pub struct Due {
     entries: Vec<CatalogEntry>,
+    /// The entries no [`Mark`] tracks: once written, they go in the
+    /// writer's own record.
+    untracked: Vec<CatalogEntry>,
 }
 
 impl Due {
@@ -89,15 +100,22 @@ impl CatalogWriter {
         let mut failed = self.failed.lock();
         let mut due = Due::default();
         for s in batch {
+            if s.catalog == CatalogDue::Covered {
+                continue;
+            }
             let Some((first, last)) = shown_span(s) else {
                 continue;
             };
-            let stale = match recorded.get(&s.series) {
-                None => true,
-                Some(r) => {
-                    r.kind != s.kind || first < r.first_seen || last >= r.last_seen + self.refresh_s
-                }
-            };
+            let untracked = s.catalog == CatalogDue::Unknown;
+            let stale = !untracked
+                || match recorded.get(&s.series) {
+                    None => true,
+                    Some(r) => {
+                        r.kind != s.kind
+                            || first < r.first_seen
+                            || last >= r.last_seen + self.refresh_s
+                    }
+                };
             if stale {
                 let mut e = CatalogEntry {
                     series: s.series.clone(),
@@ -105,14 +123,24 @@ impl CatalogWriter {
                     first_seen: first,
                     last_seen: last,
                 };
-                if let Some(f) = failed.remove(&*s.series) {
-                    e.first_seen = e.first_seen.min(f.first_seen);
-                    e.last_seen = e.last_seen.max(f.last_seen);
+                if !failed.is_empty() {
+                    if let Some(f) = failed.remove(&*s.series) {
+                        e.first_seen = e.first_seen.min(f.first_seen);
+                        e.last_seen = e.last_seen.max(f.last_seen);
+                    }
+                }
+                if untracked {
+                    due.untracked.push(e.clone());
                 }
                 due.entries.push(e);
             }
         }
-        due.entries.extend(failed.drain().map(|(_, e)| e));
+        // Which of these a mark tracks is not known here: recorded as
+        // untracked, which costs a few entries' room until they go idle.
+        for (_, e) in failed.drain() {
+            due.untracked.push(e.clone());
+            due.entries.push(e);
+        }
         drop((recorded, failed));
         // In series order, near enough the store's key order: the writes
         // go in parts (a fleet's first flush makes every series due), and
@@ -143,8 +171,11 @@ impl CatalogWriter {
 
     /// The store took `due`.
     pub fn recorded(&self, due: Due) {
+        if due.untracked.is_empty() {
+            return;
+        }
         let mut recorded = self.recorded.lock();
-        for e in due.entries {
+        for e in due.untracked {
             let r = recorded.get_or_insert_with(&e.series, || Recorded {
                 first_seen: e.first_seen,
                 last_seen: e.last_seen,
@@ -180,11 +211,19 @@ impl CatalogWriter {
 /// [`crate::model::Slot::shows`]), so a counter is first seen with its
 /// first increase, and a batch holding only its baseline records nothing.
 fn shown_span(s: &SeriesMinutes) -> Option<(i64, i64)> {
-    let mut shown = s
-        .minutes
+    let (first, last) = shown_minutes(s.kind, &s.minutes)?;
+    Some((first * MINUTE_S, last * MINUTE_S))
+}
+
+/// [`shown_span`] in minutes, of ascending `minutes` of a series of `kind`.
+fn shown_minutes(
+    kind: SampleKind,
+    minutes: &[(EpochMinute, Slot)],
+) -> Option<(EpochMinute, EpochMinute)> {
+    let mut shown = minutes
         .iter()
-        .filter(|(_, slot)| slot.shows(Some(s.kind)))
-        .map(|(m, _)| m * MINUTE_S);
+        .filter(|(_, slot)| slot.shows(Some(kind)))
+        .map(|(m, _)| *m);
     let first = shown.next()?;
     Some((first, shown.next_back().unwrap_or(first)))
 }
@@ -198,6 +237,7 @@ mod tests {
 
     fn sm(source: &str, kind: SampleKind, minutes: &[i64]) -> SeriesMinutes {
         SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             series: Arc::new(SeriesId::new(source, "m")),
             kind,
             minutes: minutes.iter().map(|m| (*m, Slot::of(1.0))).collect(),
@@ -261,6 +301,7 @@ mod tests {
         increase.add_value(5.0);
         increase.see(6_060_000, 105.0);
         let counter = |minutes: &[(i64, Slot)]| SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             series: Arc::new(SeriesId::new("a", "m")),
             kind: SampleKind::CumulativeCounter,
             minutes: minutes.iter().copied().collect(),
@@ -277,6 +318,7 @@ mod tests {
         let mut nan = Slot::EMPTY;
         nan.see(6_000_000, f64::NAN);
         let gauge = SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             kind: SampleKind::Gauge,
             ..counter(&[(100, nan)])
         };
@@ -293,6 +335,7 @@ mod tests {
         let hasher = ahash::RandomState::with_seeds(1, 2, 3, 4);
         let mut batch: Vec<SeriesMinutes> = (0..1_000_000)
             .map(|i| SeriesMinutes {
+                catalog: crate::model::CatalogDue::Unknown,
                 series: Arc::new(SeriesId::new(
                     &format!("src-{:06}", i / 20),
                     &format!("m_{:04}", i % 20),

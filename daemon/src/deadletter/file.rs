@@ -107,6 +107,7 @@ impl Letter {
             self.minutes.iter().map(|s| (s.minute, s.slot())).collect();
         minutes.sort_by_key(|&(m, _)| m);
         let mut sm = SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             series: std::sync::Arc::new(series),
             kind: self.kind,
             minutes: Default::default(),

@@ -6,6 +6,7 @@ use crate::store::SetAside;
 
 fn series(metric: &str, minutes: &[(i64, Slot)]) -> SeriesMinutes {
     SeriesMinutes {
+        catalog: crate::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new("web-01", metric)),
         kind: SampleKind::CumulativeCounter,
         minutes: minutes.iter().copied().collect(),

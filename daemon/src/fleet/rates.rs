@@ -151,6 +151,7 @@ mod tests {
             slot.add_value(1.0);
         }
         SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             series: Arc::new(SeriesId::new(source, "m")),
             kind: SampleKind::Gauge,
             minutes: [(0, slot)].into_iter().collect(),

@@ -333,6 +333,7 @@ fn refused_part(batch: &FlushBatch, refused: &[Refusal]) -> FlushBatch {
             }
         } else {
             series.push(SeriesMinutes {
+                catalog: crate::model::CatalogDue::Unknown,
                 series: sm.series.clone(),
                 kind: sm.kind,
                 minutes: minutes.collect(),

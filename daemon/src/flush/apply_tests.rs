@@ -371,6 +371,7 @@ fn the_refused_part_keeps_only_the_refused_hours() {
     use crate::model::{FlushId, Slot};
     let hour = 483_334 * 60i64; // a whole hour, in minutes
     let sm = SeriesMinutes {
+        catalog: crate::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new("s", "m")),
         kind: SampleKind::Gauge,
         minutes: [(hour - 1, Slot::of(1.0)), (hour, Slot::of(2.0))]

@@ -13,6 +13,7 @@
 //! them and is all of the pipeline the engine sees.
 
 mod apply;
+mod catalog;
 mod config;
 mod inflight;
 mod letters;
@@ -38,15 +39,13 @@ use crate::store::Store;
 use crate::wal::{Baseline, Wal};
 
 pub(crate) use apply::Mode;
+pub use catalog::CATALOG_WRITE_ENTRIES;
 pub use config::FlushConfig;
 use inflight::Cut;
 pub(crate) use inflight::Unflushed;
 pub use inflight::{Inflight, InflightBatch};
 pub use letters::LettersReplayed;
 use pace::Pace;
-
-/// Catalog entries per store write (see `Pipeline::record_catalog`).
-pub const CATALOG_WRITE_ENTRIES: usize = 20_000;
 
 pub struct Pipeline {
     agg: Arc<Aggregator>,
@@ -296,55 +295,6 @@ impl Pipeline {
     pub(crate) fn note_durable(&self, applied: u64) {
         if let Some((wal, _)) = self.wal.get() {
             wal.durable(self.store.durable_through(applied));
-        }
-    }
-
-    /// Writes the catalog entries an applied batch made due, at most
-    /// [`CATALOG_WRITE_ENTRIES`] per store write. A failure only
-    /// delays them: they stay due and go with the series' next flush.
-    pub(crate) async fn record_catalog(&self, batch: &InflightBatch) {
-        let Some(catalog) = &self.catalog else { return };
-        // Off the runtime's workers: at a million series, a fleet's first
-        // flush (and each `catalog.refresh` after) makes every series due,
-        // and finding and sorting them takes most of a second.
-        let due = {
-            let (catalog, flush) = (catalog.clone(), batch.flush.clone());
-            tokio::task::spawn_blocking(move || catalog.due(&flush.series)).await
-        };
-        let due = match due {
-            Ok(due) => due,
-            Err(e) => {
-                // Nothing was recorded: the series are due again next time.
-                warn!(error = %e, "finding the catalog entries due failed");
-                return;
-            }
-        };
-        if due.is_empty() {
-            return;
-        }
-        // In parts: a fleet that connects at once makes every series due in
-        // one flush, and one write of a million entries held its sorted keys
-        // and the storage engine's dirty pages (hundreds of MiB) until it
-        // committed. A part that fails leaves the whole batch due; the parts
-        // written before it are written again, which the upsert absorbs.
-        // The store counts each operation, its latency and its errors.
-        let mut written = Ok(());
-        for part in due.entries().chunks(CATALOG_WRITE_ENTRIES) {
-            written = self.store.catalog_upsert(part).await;
-            if written.is_err() {
-                break;
-            }
-        }
-        match written {
-            Ok(()) => {
-                metrics::counter!("tally_catalog_writes_total", "store" => self.store.name())
-                    .increment(due.len() as u64);
-                catalog.recorded(due);
-            }
-            Err(e) => {
-                warn!(error = %e, series = due.len(), "catalog update failed; retrying with the next flush");
-                catalog.failed(due);
-            }
         }
     }
 
@@ -693,45 +643,5 @@ mod tests {
         let b2 = p.cut_batch().unwrap();
         assert!(p.apply(&b2, &give_up).await);
         assert!(read().await > snapshot.cut_through, "pending now stored");
-    }
-
-    /// A batch that makes more series due than one catalog write takes is
-    /// written in parts, and every series lands.
-    #[tokio::test]
-    async fn catalog_entries_beyond_one_write_are_all_recorded() {
-        use crate::aggregator::SeriesBatch;
-        use crate::store::CatalogQuery;
-        let (_dir, store, agg) = embedded_and_aggregator();
-        let catalog = Arc::new(CatalogWriter::new(Duration::from_secs(600)));
-        let p = Pipeline::new(agg.clone(), store.clone(), FlushConfig::default(), 0)
-            .with_catalog(catalog.clone());
-        let n = CATALOG_WRITE_ENTRIES + 7;
-        let now = chrono::Utc::now().timestamp_millis();
-        let sources: Vec<String> = (0..n).map(|i| format!("src-{i:06}")).collect();
-        let batches: Vec<SeriesBatch<'_>> = sources
-            .iter()
-            .map(|s| SeriesBatch {
-                labels: "",
-                source: s,
-                metric: "m",
-                kind: Some(SampleKind::Gauge),
-                timestamps_ms: std::slice::from_ref(&now),
-                values: &[1.0],
-                start_times_ms: &[],
-                source_index: 0,
-                series_index: 0,
-            })
-            .collect();
-        assert_eq!(agg.ingest(&batches, now).accepted, n as u64);
-        let batch = p.cut_batch().unwrap();
-        assert!(p.apply(&batch, &CancellationToken::new()).await);
-        p.record_catalog(&batch).await;
-        assert_eq!(catalog.len(), n);
-        let listed = store
-            .catalog_list(&CatalogQuery::everything(n + 1))
-            .await
-            .unwrap();
-        assert_eq!(listed.len(), n);
-        assert_eq!(&*listed[n - 1].series.source, sources[n - 1].as_str());
     }
 }

@@ -21,6 +21,26 @@ pub struct SeriesMinutes {
     /// current minute): a batch of a million series then holds no separate
     /// allocation per series.
     pub minutes: Minutes,
+    /// Whether these minutes make the series' catalog entry due, when the
+    /// aggregator that drained them kept track (see [`crate::catalog`]).
+    pub catalog: CatalogDue,
+}
+
+/// Whether a series' drained minutes make its catalog entry due, as the
+/// aggregator saw it when it drained them. It keeps each series' catalog
+/// mark beside the series, so a flush settles this where it already holds
+/// the series instead of finding every series again in the catalog writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CatalogDue {
+    /// Not tracked (rollup series, minutes read back from a store, tests):
+    /// the catalog writer decides by its own record.
+    #[default]
+    Unknown,
+    /// Due: never recorded since the series came into memory, a minute
+    /// before its recorded first, or `catalog.refresh` past its last.
+    Due,
+    /// Recorded already, or nothing a read would show.
+    Covered,
 }
 
 /// A series' minutes in a batch, ascending.
@@ -180,6 +200,7 @@ mod tests {
         let base = minute_at(2026, 1, 31, 23, 58, 0);
         let minutes: Vec<_> = (0..4).map(|i| (base + i, Slot::of(i as f64))).collect();
         let u = SeriesUpdate::from_minutes(&SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             series: std::sync::Arc::new(SeriesId::new("a", "m")),
             kind: SampleKind::Gauge,
             minutes: minutes.into(),

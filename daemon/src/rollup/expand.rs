@@ -189,6 +189,7 @@ impl Rollups {
                 r.last_minute = r.last_minute.max(last);
             }
             out.push(SeriesMinutes {
+                catalog: crate::model::CatalogDue::Unknown,
                 series: Arc::new(id),
                 kind,
                 minutes: part.minutes.into_iter().collect(),

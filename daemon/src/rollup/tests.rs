@@ -18,6 +18,7 @@ fn rollups() -> Rollups {
 
 fn member(source: &str, metric: &str, kind: SampleKind, m: &[(i64, f64)]) -> SeriesMinutes {
     SeriesMinutes {
+        catalog: crate::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new(source, metric)),
         kind,
         minutes: m.iter().map(|(t, v)| (*t, Slot::of(*v))).collect(),
@@ -150,6 +151,7 @@ proptest::proptest! {
                     by_minute.entry(*t).or_default().add_value(*v as f64);
                 }
                 SeriesMinutes {
+                    catalog: crate::model::CatalogDue::Unknown,
                     series: Arc::new(SeriesId::with_labels(
                         SOURCES[*s],
                         METRICS[*m],

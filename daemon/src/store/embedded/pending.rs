@@ -209,6 +209,7 @@ impl Fold {
     /// The document updates of the fold.
     pub(crate) fn update(&self) -> SeriesUpdate {
         SeriesUpdate::from_minutes(&SeriesMinutes {
+            catalog: crate::model::CatalogDue::Unknown,
             series: self.series.clone(),
             kind: self.kind,
             minutes: self.folded().iter().copied().collect(),
@@ -515,6 +516,7 @@ impl Pending {
     pub(crate) fn run_of(&self, series: &Arc<SeriesId>) -> Option<(u64, SeriesMinutes)> {
         self.get(series).map(|p| {
             let sm = SeriesMinutes {
+                catalog: crate::model::CatalogDue::Unknown,
                 series: series.clone(),
                 kind: p.kind,
                 minutes: p.minutes.iter().copied().collect(),

@@ -41,6 +41,7 @@ fn increase(t: i64) -> Slot {
 
 fn stored(source: &str, kind: SampleKind, minutes: &[(i64, Slot)]) -> SeriesMinutes {
     SeriesMinutes {
+        catalog: tally::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new(source, "m")),
         kind,
         minutes: minutes.iter().map(|&(t, s)| (t / MINUTE_S, s)).collect(),

@@ -20,6 +20,7 @@ fn sampled(samples: &[(i64, f64)]) -> SeriesMinutes {
         }
     }
     SeriesMinutes {
+        catalog: tally::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new("db-01", "m")),
         kind: SampleKind::Gauge,
         minutes: minutes.into_iter().collect(),

@@ -125,6 +125,7 @@ fn series(source: &str, metric: &str, samples: &[(i64, f64)]) -> SeriesMinutes {
             .add_value(v);
     }
     SeriesMinutes {
+        catalog: tally::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new(source, metric)),
         kind: SampleKind::Gauge,
         minutes: minutes.into_iter().collect(),

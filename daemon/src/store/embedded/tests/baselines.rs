@@ -25,6 +25,7 @@ fn increase(at_s: i64) -> Slot {
 
 fn stored(source: &str, kind: SampleKind, minutes: &[(i64, Slot)]) -> SeriesMinutes {
     SeriesMinutes {
+        catalog: crate::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new(source, "m")),
         kind,
         minutes: minutes.iter().copied().collect(),

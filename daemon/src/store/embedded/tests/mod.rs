@@ -81,6 +81,7 @@ pub(super) fn series(
             .add(t * 1000, v);
     }
     SeriesMinutes {
+        catalog: crate::model::CatalogDue::Unknown,
         series: Arc::new(SeriesId::new(source, metric)),
         kind,
         minutes: minutes.into_iter().collect(),

@@ -11,6 +11,7 @@ fn batch(id_s: i64, series: &[&str], at: &[i64]) -> FlushBatch {
         series: series
             .iter()
             .map(|s| SeriesMinutes {
+                catalog: crate::model::CatalogDue::Unknown,
                 series: Arc::new(SeriesId::new(s, "m")),
                 kind: SampleKind::Gauge,
                 minutes: at
