@@ -278,28 +278,12 @@ impl Aggregator {
 
     /// Validates and folds one series group whose key hashes to `hash`.
     fn ingest_one(&self, b: &SeriesBatch<'_>, hash: u64, window: Window, out: &mut IngestOutcome) {
-        let cap = self.limits.max_rejections_reported;
-        let count = b.timestamps_ms.len().max(b.values.len()) as u64;
-        if let Err(e) = validate_source(b.source) {
-            out.reject(cap, b, None, count, RejectReason::InvalidSource, || {
-                format!("source {:?} {e}", truncate(b.source))
-            });
-            return;
-        }
-        if let Err(e) = validate_metric(b.metric) {
-            out.reject(cap, b, None, count, RejectReason::InvalidMetric, || {
-                format!("metric {:?} {e}", truncate(b.metric))
-            });
-            return;
-        }
-        if b.kind.is_none() {
-            out.reject(cap, b, None, count, RejectReason::InvalidKind, || {
-                "kind must be gauge, delta counter or cumulative counter".into()
-            });
-            return;
-        }
-        if let Some(why) = length_mismatch(b) {
-            out.reject(cap, b, None, count, RejectReason::LengthMismatch, || why);
+        // The names are checked when a series is created (`insert_series`):
+        // a series in memory has valid ones. A group refused for its kind
+        // or lengths is checked here in full, so that it is refused for the
+        // first of its faults, as a new series' group is.
+        if b.kind.is_none() || length_mismatch(b).is_some() {
+            self.reject_invalid(b, out);
             return;
         }
         let cell = &self.shards[self.shard_of(hash)];
@@ -311,6 +295,32 @@ impl Aggregator {
             // before the count: the counter cannot wrap below zero.
             cell.pending.fetch_add(created, Ordering::Relaxed);
         }
+    }
+
+    /// Rejects `b` for the first of its faults, in the order a client reads
+    /// them: source, metric, kind, lengths. False when it has none.
+    #[cold]
+    pub(super) fn reject_invalid(&self, b: &SeriesBatch<'_>, out: &mut IngestOutcome) -> bool {
+        let cap = self.limits.max_rejections_reported;
+        let count = b.timestamps_ms.len().max(b.values.len()) as u64;
+        if let Err(e) = validate_source(b.source) {
+            out.reject(cap, b, None, count, RejectReason::InvalidSource, || {
+                format!("source {:?} {e}", truncate(b.source))
+            });
+        } else if let Err(e) = validate_metric(b.metric) {
+            out.reject(cap, b, None, count, RejectReason::InvalidMetric, || {
+                format!("metric {:?} {e}", truncate(b.metric))
+            });
+        } else if b.kind.is_none() {
+            out.reject(cap, b, None, count, RejectReason::InvalidKind, || {
+                "kind must be gauge, delta counter or cumulative counter".into()
+            });
+        } else if let Some(why) = length_mismatch(b) {
+            out.reject(cap, b, None, count, RejectReason::LengthMismatch, || why);
+        } else {
+            return false;
+        }
+        true
     }
 
     /// Loads the series table entries of a chunk's series into the cache
