@@ -240,7 +240,9 @@ impl Aggregator {
 
     fn shard_of(&self, hash: u64) -> usize {
         // The high bits: hashbrown uses the low ones inside each table.
-        ((hash >> 32) as usize) % self.shards.len()
+        // Scaled by a multiply, not a division (`%` took 1% of W1's CPU):
+        // the high half of `high × shards` is evenly below `shards`.
+        (((hash >> 32) * self.shards.len() as u64) >> 32) as usize
     }
 
     /// Validates and folds a request's samples. `now_ms` is the wall clock

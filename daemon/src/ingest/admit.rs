@@ -445,7 +445,16 @@ pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
 /// Every series' label encoding, in request order (an empty request-wide
 /// arena when no series has labels).
 fn encode_labels(req: &PushView<'_>, max_labels: usize) -> LabelArena {
-    let mut arena = LabelArena::with_capacity(req.series_len(), req.label_bytes());
+    let label_bytes = req.label_bytes();
+    let mut arena = LabelArena::with_capacity(req.series_len(), label_bytes);
+    if label_bytes == 0 {
+        for src in req.sources() {
+            for series in src.series() {
+                arena.push_unlabelled(src.source(), series.metric);
+            }
+        }
+        return arena;
+    }
     // On the stack for the usual handful of labels, and reused: no
     // allocation or copy of the list per series.
     let mut pairs = Pairs::new();
