@@ -389,11 +389,9 @@ impl LabelArena {
     /// length is checked.
     pub fn push_unlabelled(&mut self, source: &str, metric: &str) -> usize {
         let len = source.len() + 1 + metric.len();
-        let at = self.buf.len() as u32;
-        self.spans.push(if len <= MAX_SERIES_KEY_LEN {
-            Ok((at, at))
-        } else {
-            Err(Box::new(LabelError::KeyTooLong { len }))
+        self.spans.push(match u32::try_from(self.buf.len()) {
+            Ok(at) if len <= MAX_SERIES_KEY_LEN => Ok((at, at)),
+            _ => Err(Box::new(LabelError::KeyTooLong { len })),
         });
         self.spans.len() - 1
     }

@@ -62,7 +62,7 @@
 //! | [`http`] | the HTTP server: native API, operations endpoints, OTLP/HTTP, remote-write and InfluxDB line protocol, Prometheus-compatible API, the built-in dashboard |
 //! | [`graphite`] | the Graphite plaintext TCP listener: bounded connections, lines batched into admission |
 //! | [`selector`] | source, metric and label matchers (names, lists, globs, regular expressions) |
-//! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog's records |
+//! | `table` | the hash table of what the daemon keeps per series: the aggregator's series, the embedded store's pending minutes, the catalog writer's record of the series the aggregator does not track (rollup series) |
 //! | [`listen`] | the accept loop of the gRPC and HTTP listeners: connection caps and eviction, the HTTP reserve, handshakes, write deadlines, the open-file limit |
 //! | [`tls`] | TLS for the gRPC and HTTP listeners: certificate files, reload, the handshake |
 //! | [`auth`] | bearer tokens, roles and source globs; the gRPC interceptor and HTTP middleware |

@@ -2,7 +2,7 @@
 //! when they were first and last seen, kept in the store for discovery.
 //!
 //! Writing the catalog per sample would double the write load, so the flush
-//! pipeline reports each applied batch here and only two things reach the
+//! pipeline reports each applied batch here and only three things reach the
 //! store: a series this daemon has not recorded yet, a series whose
 //! `last_seen` moved on by at least `refresh` since it was last recorded,
 //! and a series with a sample for a minute before its recorded `first_seen`
@@ -169,6 +169,28 @@ impl CatalogWriter {
         }
     }
 
+    /// Keeps for the next write what `batch`'s marks took as recorded, when
+    /// finding its due entries failed.
+    pub fn requeue(&self, batch: &[SeriesMinutes]) {
+        let entries = batch
+            .iter()
+            .filter(|s| s.catalog == CatalogDue::Due)
+            .filter_map(|s| {
+                let (first_seen, last_seen) = shown_span(s)?;
+                Some(CatalogEntry {
+                    series: s.series.clone(),
+                    kind: s.kind,
+                    first_seen,
+                    last_seen,
+                })
+            })
+            .collect();
+        self.failed(Due {
+            entries,
+            untracked: Vec::new(),
+        });
+    }
+
     /// The store took `due`.
     pub fn recorded(&self, due: Due) {
         if due.untracked.is_empty() {
@@ -242,6 +264,26 @@ mod tests {
             kind,
             minutes: minutes.iter().map(|m| (*m, Slot::of(1.0))).collect(),
         }
+    }
+
+    /// What marks took as recorded in a batch whose due entries were never
+    /// found goes with the next write; what they found covered does not.
+    #[test]
+    fn a_requeued_batch_goes_with_the_next_write() {
+        let c = CatalogWriter::new(Duration::from_secs(600));
+        let g = SampleKind::Gauge;
+        let marked = |source: &str, catalog| SeriesMinutes {
+            catalog,
+            ..sm(source, g, &[100, 102])
+        };
+        c.requeue(&[
+            marked("a", CatalogDue::Due),
+            marked("b", CatalogDue::Covered),
+        ]);
+        let next = c.due([&marked("c", CatalogDue::Covered)]);
+        assert_eq!(next.len(), 1);
+        assert_eq!(&*next[0].series.source, "a");
+        assert_eq!((next[0].first_seen, next[0].last_seen), (6000, 6120));
     }
 
     #[test]

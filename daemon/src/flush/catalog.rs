@@ -25,8 +25,10 @@ impl Pipeline {
         let due = match due {
             Ok(due) => due,
             Err(e) => {
-                // Nothing was recorded: the series are due again next time.
-                warn!(error = %e, "finding the catalog entries due failed");
+                // The drain took the marked series as recorded: they go
+                // with the next write, as a refused write's would.
+                warn!(error = %e, "finding the catalog entries due failed; retrying with the next flush");
+                catalog.requeue(&batch.flush.series);
                 return;
             }
         };
