@@ -52,16 +52,28 @@ impl Mark {
         let Some((first, last)) = shown_minutes(kind, minutes) else {
             return CatalogDue::Covered;
         };
-        let (Ok(first), Ok(last)) = (u32::try_from(first), u32::try_from(last)) else {
-            // Outside what a mark holds: left to the writer's own record.
+        let Some((first, last)) = held(first, last) else {
+            // Outside what a mark holds: left to the writer, which finds
+            // such an entry always due.
             return CatalogDue::Unknown;
         };
-        let recorded = self.refresh_at != 0;
-        if recorded && first >= self.first && last < self.refresh_at {
+        if self.covers(first, last) {
             return CatalogDue::Covered;
         }
+        self.take(first, last, refresh);
+        CatalogDue::Due
+    }
+
+    /// Whether an entry shown from minute `first` to `last` adds nothing
+    /// to what was recorded: not earlier, and not past the refresh.
+    pub(super) fn covers(&self, first: u32, last: u32) -> bool {
+        self.refresh_at != 0 && first >= self.first && last < self.refresh_at
+    }
+
+    /// Takes minutes `first` to `last` as recorded.
+    pub(super) fn take(&mut self, first: u32, last: u32, refresh: RefreshMinutes) {
         let refresh_at = last.saturating_add(refresh.0).max(1);
-        *self = if recorded {
+        *self = if self.refresh_at != 0 {
             Mark {
                 first: self.first.min(first),
                 refresh_at: self.refresh_at.max(refresh_at),
@@ -69,8 +81,17 @@ impl Mark {
         } else {
             Mark { first, refresh_at }
         };
-        CatalogDue::Due
     }
+
+    /// Whether nothing was recorded at or after minute `before`.
+    pub(super) fn idle_before(&self, before: u32, refresh: RefreshMinutes) -> bool {
+        self.refresh_at.saturating_sub(refresh.0) < before
+    }
+}
+
+/// Minutes `first` and `last` as a mark holds them, if it can.
+pub(super) fn held(first: EpochMinute, last: EpochMinute) -> Option<(u32, u32)> {
+    Some((u32::try_from(first).ok()?, u32::try_from(last).ok()?))
 }
 
 #[cfg(test)]

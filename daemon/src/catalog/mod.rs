@@ -15,8 +15,8 @@
 //!
 //! Where that is decided: for the aggregator's series, by each series'
 //! [`Mark`], which the aggregator keeps and checks as it drains them; for
-//! what it does not track (rollup series, tests), by this writer's own
-//! record of what it wrote.
+//! what it does not track (rollup series, tests), by the marks of this
+//! writer's own record of what it wrote. One rule decides for both.
 
 mod config;
 mod mark;
@@ -33,13 +33,11 @@ use crate::model::{CatalogDue, EpochMinute, SampleKind, SeriesId, SeriesMinutes,
 use crate::store::CatalogEntry;
 use crate::table::SeriesMap;
 
+/// What was written of a series no aggregator's mark tracks: its mark, as
+/// the store took it, and its kind (a change is written at once).
 struct Recorded {
-    /// `first_seen` as last written to the store: a late sample for an
-    /// earlier minute lowers it, and must be written again.
-    first_seen: i64,
-    /// `last_seen` as last written to the store.
-    last_seen: i64,
-    kind: crate::model::SampleKind,
+    mark: Mark,
+    kind: SampleKind,
 }
 
 /// The series recorded, in the chunked per-series table: at a million
@@ -55,16 +53,17 @@ pub struct CatalogWriter {
     /// whatever series it carries, so a series that never flushes again
     /// is still catalogued. Bounded by the series that failed.
     failed: Mutex<HashMap<Arc<SeriesId>, CatalogEntry>>,
-    refresh_s: i64,
+    refresh: RefreshMinutes,
 }
 
 /// The entries a batch made due, each naming the series by its shared id.
 #[derive(Debug, Default)]
 pub struct Due {
+    /// In series order.
     entries: Vec<CatalogEntry>,
-    /// The entries no [`Mark`] tracks: once written, they go in the
-    /// writer's own record.
-    untracked: Vec<CatalogEntry>,
+    /// The series of the entries no [`Mark`] tracks: once written, they
+    /// go in the writer's own record.
+    untracked: Vec<Arc<SeriesId>>,
 }
 
 impl Due {
@@ -87,7 +86,7 @@ impl CatalogWriter {
         CatalogWriter {
             recorded: Mutex::new(RecordedSet::default()),
             failed: Mutex::new(HashMap::new()),
-            refresh_s: refresh.as_secs().max(1) as i64,
+            refresh: RefreshMinutes::of(refresh),
         }
     }
 
@@ -103,42 +102,28 @@ impl CatalogWriter {
             if s.catalog == CatalogDue::Covered {
                 continue;
             }
-            let Some((first, last)) = shown_span(s) else {
+            let Some(mut e) = entry(s) else {
                 continue;
             };
             let untracked = s.catalog == CatalogDue::Unknown;
-            let stale = !untracked
-                || match recorded.get(&s.series) {
-                    None => true,
-                    Some(r) => {
-                        r.kind != s.kind
-                            || first < r.first_seen
-                            || last >= r.last_seen + self.refresh_s
-                    }
-                };
-            if stale {
-                let mut e = CatalogEntry {
-                    series: s.series.clone(),
-                    kind: s.kind,
-                    first_seen: first,
-                    last_seen: last,
-                };
-                if !failed.is_empty() {
-                    if let Some(f) = failed.remove(&*s.series) {
-                        e.first_seen = e.first_seen.min(f.first_seen);
-                        e.last_seen = e.last_seen.max(f.last_seen);
-                    }
-                }
-                if untracked {
-                    due.untracked.push(e.clone());
-                }
-                due.entries.push(e);
+            if untracked && recorded.get(&s.series).is_some_and(|r| r.covers(&e)) {
+                continue;
             }
+            if !failed.is_empty() {
+                if let Some(f) = failed.remove(&*s.series) {
+                    e.first_seen = e.first_seen.min(f.first_seen);
+                    e.last_seen = e.last_seen.max(f.last_seen);
+                }
+            }
+            if untracked {
+                due.untracked.push(e.series.clone());
+            }
+            due.entries.push(e);
         }
         // Which of these a mark tracks is not known here: recorded as
         // untracked, which costs a few entries' room until they go idle.
-        for (_, e) in failed.drain() {
-            due.untracked.push(e.clone());
+        for (series, e) in failed.drain() {
+            due.untracked.push(series);
             due.entries.push(e);
         }
         drop((recorded, failed));
@@ -175,15 +160,7 @@ impl CatalogWriter {
         let entries = batch
             .iter()
             .filter(|s| s.catalog == CatalogDue::Due)
-            .filter_map(|s| {
-                let (first_seen, last_seen) = shown_span(s)?;
-                Some(CatalogEntry {
-                    series: s.series.clone(),
-                    kind: s.kind,
-                    first_seen,
-                    last_seen,
-                })
-            })
+            .filter_map(entry)
             .collect();
         self.failed(Due {
             entries,
@@ -197,14 +174,21 @@ impl CatalogWriter {
             return;
         }
         let mut recorded = self.recorded.lock();
-        for e in due.untracked {
+        for series in &due.untracked {
+            // `entries` is in series order.
+            let Ok(i) = due.entries.binary_search_by(|e| e.series.cmp(series)) else {
+                continue;
+            };
+            let e = &due.entries[i];
+            let Some((first, last)) = minutes_of(e) else {
+                // A mark cannot hold it: due whenever it is shown again.
+                continue;
+            };
             let r = recorded.get_or_insert_with(&e.series, || Recorded {
-                first_seen: e.first_seen,
-                last_seen: e.last_seen,
+                mark: Mark::default(),
                 kind: e.kind,
             });
-            r.first_seen = r.first_seen.min(e.first_seen);
-            r.last_seen = r.last_seen.max(e.last_seen);
+            r.mark.take(first, last, self.refresh);
             r.kind = e.kind;
         }
     }
@@ -213,9 +197,13 @@ impl CatalogWriter {
     /// map follows the active series. A forgotten series that comes back is
     /// written once more, which the upsert absorbs.
     pub fn forget_idle(&self, before: i64) -> usize {
+        // Recorded minute starts before `before` are those of minutes
+        // before its own minute, rounded up.
+        let before = before.div_euclid(MINUTE_S) + i64::from(before.rem_euclid(MINUTE_S) != 0);
+        let before = u32::try_from(before.max(0)).unwrap_or(u32::MAX);
         let mut recorded = self.recorded.lock();
         let n = recorded.len();
-        recorded.retain(|r| r.last_seen >= before);
+        recorded.retain(|r| !r.mark.idle_before(before, self.refresh));
         n - recorded.len()
     }
 
@@ -228,16 +216,38 @@ impl CatalogWriter {
     }
 }
 
-/// The first and last minute starts (Unix seconds) of the minutes a read
-/// would show: a cumulative counter's baseline-only minute is no data (see
-/// [`crate::model::Slot::shows`]), so a counter is first seen with its
-/// first increase, and a batch holding only its baseline records nothing.
-fn shown_span(s: &SeriesMinutes) -> Option<(i64, i64)> {
-    let (first, last) = shown_minutes(s.kind, &s.minutes)?;
-    Some((first * MINUTE_S, last * MINUTE_S))
+impl Recorded {
+    /// Whether writing `e` would add nothing to what the store holds.
+    fn covers(&self, e: &CatalogEntry) -> bool {
+        self.kind == e.kind
+            && minutes_of(e).is_some_and(|(first, last)| self.mark.covers(first, last))
+    }
 }
 
-/// [`shown_span`] in minutes, of ascending `minutes` of a series of `kind`.
+/// The catalog entry of the minutes a read would show: a cumulative
+/// counter's baseline-only minute is no data (see
+/// [`crate::model::Slot::shows`]), so a counter is first seen with its
+/// first increase, and a batch holding only its baseline records nothing.
+fn entry(s: &SeriesMinutes) -> Option<CatalogEntry> {
+    let (first, last) = shown_minutes(s.kind, &s.minutes)?;
+    Some(CatalogEntry {
+        series: s.series.clone(),
+        kind: s.kind,
+        first_seen: first * MINUTE_S,
+        last_seen: last * MINUTE_S,
+    })
+}
+
+/// An entry's span in the minutes a [`Mark`] holds, if it can.
+fn minutes_of(e: &CatalogEntry) -> Option<(u32, u32)> {
+    mark::held(
+        e.first_seen.div_euclid(MINUTE_S),
+        e.last_seen.div_euclid(MINUTE_S),
+    )
+}
+
+/// The first and last shown minute of ascending `minutes` of a series of
+/// `kind`.
 fn shown_minutes(
     kind: SampleKind,
     minutes: &[(EpochMinute, Slot)],
@@ -312,8 +322,9 @@ mod tests {
         assert_eq!((late[0].first_seen, late[0].last_seen), (3600, 3600));
         c.recorded(late);
         assert!(c.due([&sm("a", g, &[60, 102])]).is_empty());
-        // `a`, and the rollup series last seen at minute 100.
-        assert_eq!(c.forget_idle(6061), 2);
+        // The rollup series last seen at minute 100, then `a` (101).
+        assert_eq!(c.forget_idle(6060), 1);
+        assert_eq!(c.forget_idle(6061), 1);
         assert!(c.is_empty());
 
         // A refused write goes with the next one, whatever it carries, with

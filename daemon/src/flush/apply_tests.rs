@@ -1,7 +1,7 @@
 //! Refusals through the pipeline: a store that refuses some series (or
 //! all of them) in front of a real embedded store.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,91 +10,18 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use crate::deadletter::DeadLetters;
+use crate::flush::faulty::Faulty;
 use crate::flush::{FlushConfig, Pipeline};
 use crate::ingest::IngestConfig;
 use crate::model::{Resolution, SampleKind, SeriesId, Tier};
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{
-    CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store, StoreError,
-};
-
-/// Refuses every series whose metric is `bad` (all series while `all` is
-/// set), and hands the rest to an embedded store.
-struct Refuser {
-    inner: EmbeddedStore,
-    refuse_bad: AtomicBool,
-    all: AtomicBool,
-}
-
-impl Refuser {
-    fn refuses(&self, sm: &SeriesMinutes) -> bool {
-        self.all.load(Ordering::SeqCst)
-            || (self.refuse_bad.load(Ordering::SeqCst) && &*sm.series.metric == "bad")
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Refuser {
-    fn name(&self) -> &'static str {
-        "refuser"
-    }
-    async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        let mut refused = Vec::new();
-        let mut kept = Vec::new();
-        for (i, sm) in batch.series.iter().enumerate() {
-            if self.refuses(sm) {
-                refused.push(Refusal {
-                    series: i,
-                    hour_start: None,
-                    error: format!("code 2: cannot apply {}", sm.series.metric),
-                });
-            } else {
-                kept.push(sm.clone());
-            }
-        }
-        let mut stats = if kept.is_empty() {
-            ApplyStats::default()
-        } else {
-            let part = Arc::new(FlushBatch {
-                id: batch.id,
-                series: kept,
-            });
-            self.inner.apply_shared(&part).await?
-        };
-        stats.refused = refused;
-        Ok(stats)
-    }
-    async fn preallocate(
-        &self,
-        docs: &[crate::model::DocKey],
-    ) -> Result<PreallocStats, StoreError> {
-        self.inner.preallocate(docs).await
-    }
-    async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
-        self.inner.read(query).await
-    }
-    async fn last_flush_id(&self) -> Result<u64, StoreError> {
-        self.inner.last_flush_id().await
-    }
-    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
-        self.inner.catalog_upsert(entries).await
-    }
-    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
-        self.inner.catalog_list(query).await
-    }
-    async fn health(&self) -> Result<(), StoreError> {
-        self.inner.health().await
-    }
-    async fn close(&self) -> Result<(), StoreError> {
-        self.inner.close().await
-    }
-}
+use crate::store::{ReadQuery, Store};
 
 struct Setup {
     dir: tempfile::TempDir,
     /// The pipeline's dead letters (clones share the byte count).
     dead: DeadLetters,
-    store: Arc<Refuser>,
+    store: Arc<Faulty>,
     agg: Arc<Aggregator>,
     pipeline: Arc<Pipeline>,
 }
@@ -106,11 +33,10 @@ fn setup() -> Setup {
 /// [`setup`] with the dead letters as `dead` makes them.
 fn setup_with(dead: impl FnOnce(DeadLetters) -> DeadLetters) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Refuser {
-        inner: EmbeddedStore::open(&dir.path().join("store")).unwrap(),
-        refuse_bad: AtomicBool::new(true),
-        all: AtomicBool::new(false),
-    });
+    let store = Arc::new(Faulty::new(
+        EmbeddedStore::open(&dir.path().join("store")).unwrap(),
+    ));
+    store.refuse_bad.store(true, Ordering::SeqCst);
     let agg = Arc::new(Aggregator::new(
         &AggregatorConfig::default(),
         &IngestConfig::default(),
@@ -120,7 +46,7 @@ fn setup_with(dead: impl FnOnce(DeadLetters) -> DeadLetters) -> Setup {
         retry_max_backoff: Duration::from_millis(20),
         ..FlushConfig::default()
     };
-    let dead_letters = dead(DeadLetters::new(dir.path(), "refuser"));
+    let dead_letters = dead(DeadLetters::new(dir.path(), "faulty"));
     let pipeline = Arc::new(
         Pipeline::new(agg.clone(), store.clone(), cfg, 0).with_dead_letters(dead_letters.clone()),
     );
@@ -183,7 +109,7 @@ async fn a_refused_series_becomes_a_dead_letter_and_the_rest_lands() {
     assert_eq!(stored(&*s.store, "good", now).await, Some((1, 1.0)));
     assert_eq!(stored(&*s.store, "bad", now).await, None);
 
-    let dead = DeadLetters::new(s.dir.path(), "refuser");
+    let dead = DeadLetters::new(s.dir.path(), "faulty");
     let files = dead.list().unwrap();
     assert_eq!(files.len(), 1);
     let f = &files[0].1;
@@ -219,7 +145,7 @@ async fn a_replay_the_store_still_refuses_keeps_its_letters_under_its_own_flush(
     ingest(&s.agg, "bad", now, 3.0);
     let b2 = s.pipeline.cut_batch().unwrap();
     assert!(s.pipeline.apply(&b2, &CancellationToken::new()).await);
-    let dead = DeadLetters::new(s.dir.path(), "refuser");
+    let dead = DeadLetters::new(s.dir.path(), "faulty");
     assert_eq!(dead.list().unwrap().len(), 2);
 
     // Still refused: the two files become one, under the replay's id,
@@ -251,7 +177,7 @@ async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
         let b = s.pipeline.cut_batch().unwrap();
         assert!(s.pipeline.apply(&b, &CancellationToken::new()).await);
     }
-    let dead = DeadLetters::new(s.dir.path(), "refuser").with_part_bytes(1);
+    let dead = DeadLetters::new(s.dir.path(), "faulty").with_part_bytes(1);
     assert_eq!(dead.count_files().unwrap(), 3);
     s.store.refuse_bad.store(false, Ordering::SeqCst);
 
@@ -329,7 +255,7 @@ async fn a_full_dead_letter_directory_holds_the_flush_until_there_is_room() {
 #[tokio::test]
 async fn a_store_refusing_everything_holds_the_flush_and_turns_unready() {
     let s = setup();
-    s.store.all.store(true, Ordering::SeqCst);
+    s.store.refuse_all.store(true, Ordering::SeqCst);
     let now = chrono::Utc::now().timestamp_millis();
     ingest(&s.agg, "a", now, 1.0);
     ingest(&s.agg, "b", now, 2.0);
@@ -353,14 +279,14 @@ async fn a_store_refusing_everything_holds_the_flush_and_turns_unready() {
     assert!(!applying.is_finished());
     assert_eq!(s.pipeline.inflight_batches(), 1);
 
-    s.store.all.store(false, Ordering::SeqCst);
+    s.store.refuse_all.store(false, Ordering::SeqCst);
     s.store.refuse_bad.store(false, Ordering::SeqCst);
     assert!(applying.await.unwrap());
     assert!(s.pipeline.refusing().why().is_none());
     assert!(s.pipeline.ready().await.is_ok());
     assert_eq!(stored(&*s.store, "a", now).await, Some((1, 1.0)));
     assert_eq!(stored(&*s.store, "b", now).await, Some((1, 2.0)));
-    assert!(DeadLetters::new(s.dir.path(), "refuser")
+    assert!(DeadLetters::new(s.dir.path(), "faulty")
         .list()
         .unwrap()
         .is_empty());

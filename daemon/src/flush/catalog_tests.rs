@@ -2,7 +2,7 @@
 //! series' catalog mark (as the daemon runs): what reaches the store's
 //! catalog, flush after flush, and what a refused write leaves due.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,61 +11,12 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::aggregator::{Aggregator, AggregatorConfig, SeriesBatch};
 use crate::catalog::CatalogWriter;
+use crate::flush::faulty::Faulty;
 use crate::flush::FlushConfig;
 use crate::ingest::IngestConfig;
-use crate::model::{FlushBatch, SampleKind};
+use crate::model::SampleKind;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{
-    ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, Store, StoreError,
-};
-
-/// An embedded store whose catalog writes are counted, and refused while
-/// `refuse` is set.
-struct Counting {
-    inner: EmbeddedStore,
-    entries: AtomicUsize,
-    refuse: AtomicBool,
-}
-
-#[async_trait::async_trait]
-impl Store for Counting {
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-    async fn apply(&self, batch: &FlushBatch) -> Result<ApplyStats, StoreError> {
-        self.inner.apply(batch).await
-    }
-    async fn preallocate(
-        &self,
-        docs: &[crate::model::DocKey],
-    ) -> Result<PreallocStats, StoreError> {
-        self.inner.preallocate(docs).await
-    }
-    async fn read(&self, query: &ReadQuery) -> Result<Vec<DocRead>, StoreError> {
-        self.inner.read(query).await
-    }
-    async fn last_flush_id(&self) -> Result<u64, StoreError> {
-        self.inner.last_flush_id().await
-    }
-    async fn catalog_upsert(&self, entries: &[CatalogEntry]) -> Result<(), StoreError> {
-        if self.refuse.load(Ordering::SeqCst) {
-            return Err(StoreError::Unavailable(
-                "catalog refused by the test".into(),
-            ));
-        }
-        self.entries.fetch_add(entries.len(), Ordering::SeqCst);
-        self.inner.catalog_upsert(entries).await
-    }
-    async fn catalog_list(&self, query: &CatalogQuery) -> Result<Vec<CatalogEntry>, StoreError> {
-        self.inner.catalog_list(query).await
-    }
-    async fn health(&self) -> Result<(), StoreError> {
-        self.inner.health().await
-    }
-    async fn close(&self) -> Result<(), StoreError> {
-        self.inner.close().await
-    }
-}
+use crate::store::{CatalogQuery, Store};
 
 fn push(agg: &Aggregator, sources: &[String], ts_ms: i64) {
     let batches: Vec<SeriesBatch<'_>> = sources
@@ -88,11 +39,7 @@ fn push(agg: &Aggregator, sources: &[String], ts_ms: i64) {
 #[tokio::test]
 async fn marked_series_are_written_once_then_at_their_refresh_and_a_refusal_goes_next_time() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Counting {
-        inner: EmbeddedStore::open(dir.path()).unwrap(),
-        entries: AtomicUsize::new(0),
-        refuse: AtomicBool::new(false),
-    });
+    let store = Arc::new(Faulty::new(EmbeddedStore::open(dir.path()).unwrap()));
     let refresh = Duration::from_secs(120);
     let agg = Arc::new(
         Aggregator::new(&AggregatorConfig::default(), &IngestConfig::default())
@@ -106,7 +53,7 @@ async fn marked_series_are_written_once_then_at_their_refresh_and_a_refusal_goes
         assert!(p.apply(&batch, &CancellationToken::new()).await);
         p.record_catalog(&batch).await;
     };
-    let written = || store.entries.load(Ordering::SeqCst);
+    let written = || store.catalog_entries.load(Ordering::SeqCst);
     let minute = |m: i64| (chrono::Utc::now().timestamp() / 60 - 5 + m) * 60_000;
     let sources: Vec<String> = (0..50).map(|i| format!("src-{i:03}")).collect();
 
@@ -124,10 +71,10 @@ async fn marked_series_are_written_once_then_at_their_refresh_and_a_refusal_goes
 
     // Two minutes on from the recorded last_seen: written again, with the
     // store's refusal keeping them for the next write.
-    store.refuse.store(true, Ordering::SeqCst);
+    store.refuse_catalog.store(true, Ordering::SeqCst);
     push(&agg, &sources[..10], minute(2));
     flush().await;
-    store.refuse.store(false, Ordering::SeqCst);
+    store.refuse_catalog.store(false, Ordering::SeqCst);
     assert_eq!(written(), 50);
     // A flush that makes nothing due of its own still carries them.
     push(&agg, &sources[10..11], minute(1) + 1_000);

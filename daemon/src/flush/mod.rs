@@ -15,6 +15,8 @@
 mod apply;
 mod catalog;
 mod config;
+#[cfg(test)]
+mod faulty;
 mod inflight;
 mod letters;
 mod pace;
