@@ -33,7 +33,7 @@
 //! in the same order, and start again with each segment: a segment reads
 //! on its own.
 
-use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
+use prost::encoding::{decode_varint, encoded_len_varint};
 use tally_proto::v1 as pb;
 
 use super::decode::DecodeError;
@@ -142,6 +142,18 @@ fn nearest(x: f64) -> i64 {
     (x + 0.5f64.copysign(x)) as i64
 }
 
+/// A LEB128 varint, as protobuf's. Nearly every varint of a record fits a
+/// byte (lengths, codes, small differences): that case is a push here,
+/// where the general encoder is a call with a loop.
+#[inline]
+fn put_varint(v: u64, out: &mut Vec<u8>) {
+    if v < 0x80 {
+        out.push(v as u8);
+    } else {
+        prost::encoding::encode_varint(v, out);
+    }
+}
+
 fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
@@ -167,15 +179,15 @@ fn put_value(state: &mut SeriesState, v: f64, out: &mut Vec<u8>) -> u8 {
         true => {
             let diff = zigzag(m.wrapping_sub(state.prev_m));
             if encoded_len_varint(diff) < encoded_len_varint(whole) {
-                encode_varint(diff, out);
+                put_varint(diff, out);
                 DELTA + k
             } else {
-                encode_varint(whole, out);
+                put_varint(whole, out);
                 DECIMAL + k
             }
         }
         false => {
-            encode_varint(whole, out);
+            put_varint(whole, out);
             DECIMAL + k
         }
     };
@@ -213,15 +225,15 @@ fn decimal_value(state: &mut SeriesState, m: i64, k: u8) -> f64 {
 }
 
 fn put_str(s: &str, out: &mut Vec<u8>) {
-    encode_varint(s.len() as u64, out);
+    put_varint(s.len() as u64, out);
     out.extend_from_slice(s.as_bytes());
 }
 
 /// A series' key after its source's number: metric, kind, labels.
 fn put_series_key(s: &SeriesView<'_>, out: &mut Vec<u8>) {
     put_str(s.metric, out);
-    encode_varint(zigzag(s.kind.into()), out);
-    encode_varint(s.labels.len() as u64, out);
+    put_varint(zigzag(s.kind.into()), out);
+    put_varint(s.labels.len() as u64, out);
     for (name, value) in s.labels {
         put_str(name, out);
         put_str(value, out);
@@ -285,18 +297,18 @@ impl Encoder {
         out.push(if self.reset { RESET } else { 0 });
         self.reset = false;
         out.extend_from_slice(&now_ms.to_le_bytes());
-        encode_varint(refused.len() as u64, out);
+        put_varint(refused.len() as u64, out);
         for s in refused {
-            encode_varint(u64::from(*s), out);
+            put_varint(u64::from(*s), out);
         }
-        encode_varint(req.sources().len() as u64, out);
+        put_varint(req.sources().len() as u64, out);
         for src in req.sources() {
             let source = self.put_source(src.source(), out);
-            encode_varint(src.groups().len() as u64, out);
+            put_varint(src.groups().len() as u64, out);
             for g in src.groups() {
                 put_str(g, out);
             }
-            encode_varint(src.series_len() as u64, out);
+            put_varint(src.series_len() as u64, out);
             for s in src.series() {
                 self.put_series(now_ms, source, &s, out);
             }
@@ -308,21 +320,21 @@ impl Encoder {
         let next = self.last_source.wrapping_add(1);
         let id = match self.sources.find(name.as_bytes(), next) {
             Some(id) if id == next => {
-                encode_varint(SOURCE_NEXT, out);
+                put_varint(SOURCE_NEXT, out);
                 id
             }
             Some(id) => {
-                encode_varint(SOURCE_ID + u64::from(id), out);
+                put_varint(SOURCE_ID + u64::from(id), out);
                 id
             }
             None => match self.sources.insert(name.as_bytes(), ()) {
                 Some(id) => {
-                    encode_varint(SOURCE_DEFINE, out);
+                    put_varint(SOURCE_DEFINE, out);
                     put_str(name, out);
                     id
                 }
                 None => {
-                    encode_varint(SOURCE_LITERAL, out);
+                    put_varint(SOURCE_LITERAL, out);
                     put_str(name, out);
                     return None;
                 }
@@ -346,7 +358,7 @@ impl Encoder {
         let state = match source {
             Some(source) => {
                 self.key.clear();
-                encode_varint(u64::from(source), &mut self.key);
+                put_varint(u64::from(source), &mut self.key);
                 let rest = self.key.len();
                 put_series_key(s, &mut self.key);
                 let next = self.last_series.wrapping_add(1);
@@ -354,7 +366,7 @@ impl Encoder {
                     Some(id) if id == next => Some(id),
                     Some(id) => {
                         head |= OTHER_REF;
-                        encode_varint(SERIES_ID + u64::from(id), out);
+                        put_varint(SERIES_ID + u64::from(id), out);
                         Some(id)
                     }
                     None => {
@@ -365,7 +377,7 @@ impl Encoder {
                         } else {
                             SERIES_LITERAL
                         };
-                        encode_varint(code, out);
+                        put_varint(code, out);
                         out.extend_from_slice(&self.key[rest..]);
                         id
                     }
@@ -380,7 +392,7 @@ impl Encoder {
             }
             None => {
                 head |= OTHER_REF;
-                encode_varint(SERIES_LITERAL, out);
+                put_varint(SERIES_LITERAL, out);
                 put_series_key(s, out);
                 &mut fresh
             }
@@ -388,7 +400,7 @@ impl Encoder {
         if let ([ts], [v], []) = (s.timestamps_ms, s.values, s.start_times_ms) {
             if *ts != state.predicted_ts() {
                 head |= OTHER_TS;
-                encode_varint(zigzag(ts.wrapping_sub(state.predicted_ts())), out);
+                put_varint(zigzag(ts.wrapping_sub(state.predicted_ts())), out);
             }
             state.saw_ts(*ts);
             head |= put_value(state, *v, out);
@@ -404,11 +416,11 @@ impl Encoder {
 /// start time: counts, then each timestamp, value (code and payload) and
 /// start time.
 fn put_general(state: &mut SeriesState, s: &SeriesView<'_>, out: &mut Vec<u8>) {
-    encode_varint(s.timestamps_ms.len() as u64, out);
-    encode_varint(s.values.len() as u64, out);
-    encode_varint(s.start_times_ms.len() as u64, out);
+    put_varint(s.timestamps_ms.len() as u64, out);
+    put_varint(s.values.len() as u64, out);
+    put_varint(s.start_times_ms.len() as u64, out);
     for ts in s.timestamps_ms {
-        encode_varint(zigzag(ts.wrapping_sub(state.predicted_ts())), out);
+        put_varint(zigzag(ts.wrapping_sub(state.predicted_ts())), out);
         state.saw_ts(*ts);
     }
     for v in s.values {
@@ -418,7 +430,7 @@ fn put_general(state: &mut SeriesState, s: &SeriesView<'_>, out: &mut Vec<u8>) {
     }
     let mut prev = 0i64;
     for st in s.start_times_ms {
-        encode_varint(zigzag(st.wrapping_sub(prev)), out);
+        put_varint(zigzag(st.wrapping_sub(prev)), out);
         prev = *st;
     }
 }
@@ -637,7 +649,7 @@ impl Decoder {
                     let before = *r;
                     read_series_key(r, out)?;
                     self.key.clear();
-                    encode_varint(u64::from(source), &mut self.key);
+                    put_varint(u64::from(source), &mut self.key);
                     self.key
                         .extend_from_slice(&before[..before.len() - r.len()]);
                     let id = self
