@@ -18,7 +18,10 @@ fn written_bytes() -> u64 {
 
 /// Bytes written per folded series against how many series one fold
 /// transaction takes, on a file that already holds an hour of the
-/// fleet's documents. Run with
+/// fleet's documents, and on one that does not. A new document's key
+/// sorts beside its series' previous one, and one such value fills a
+/// B-tree page: inserting it splits that page, so the neighbour is
+/// written again with it. Run with
 /// `cargo test --release -p tallyd --lib store::embedded::tests::fold_cost -- --ignored --nocapture`
 /// (alone: it counts the process's writes; a tmpfs counts none).
 #[tokio::test(flavor = "multi_thread")]
@@ -41,12 +44,15 @@ async fn fold_bytes_per_series_by_transaction_size() {
                 .collect(),
         )
     };
-    for per_txn in [333, 2_000, 10_000] {
+    // The last run folds onto a file without the hour before: what a
+    // fold's inserts cost when no document of the series sits beside them.
+    for (per_txn, hour_before) in [(333, true), (2_000, true), (10_000, true), (2_000, false)] {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir);
-        // The hour before: its documents in the file.
-        store.apply(&fleet_batch(1, t0 - HOUR_S)).await.unwrap();
-        store.fold_all().unwrap();
+        if hour_before {
+            store.apply(&fleet_batch(1, t0 - HOUR_S)).await.unwrap();
+            store.fold_all().unwrap();
+        }
         for m in 0..5 {
             store
                 .apply(&fleet_batch(2 + m as u64, t0 + 60 * m))
@@ -62,7 +68,8 @@ async fn fold_bytes_per_series_by_transaction_size() {
         store.sync().unwrap();
         let bytes = written_bytes() - before;
         println!(
-            "{per_txn:>6} series a fold: {:>7.0} bytes written per series, {:>5.1} s, file {:.0} MB",
+            "{per_txn:>6} series a fold{}: {:>7.0} bytes written per series, {:>5.1} s, file {:.0} MB",
+            if hour_before { "" } else { ", no hour before" },
             bytes as f64 / FLEET as f64,
             start.elapsed().as_secs_f64(),
             std::fs::metadata(store.path()).map_or(0, |m| m.len()) as f64 / 1e6
