@@ -5,18 +5,23 @@
 //! probe per series per flush (about 250 ns at 100,000 series, 6% of the
 //! daemon's CPU in real time, most of it waiting on memory).
 //!
-//! The mark is taken as recorded as soon as the flush makes the entry due,
-//! before the store has it: the next flush, cut while this one's catalog
-//! write is still in flight, then does not make the same series due again
-//! (at a fleet's first flush, a million entries every second). A write the
-//! store refuses keeps its entries in the writer's failed set, which goes
-//! with the next write whatever it carries.
+//! The aggregator's mark is taken as recorded as soon as the flush makes
+//! the entry due, before the store has it: the next flush, cut while this
+//! one's catalog write is still in flight, then does not make the same
+//! series due again (at a fleet's first flush, a million entries every
+//! second). A write the store refuses keeps its entries in the writer's
+//! failed set, which goes with the next write whatever it carries.
+//!
+//! The catalog writer keeps marks too, for the series no aggregator
+//! tracks (rollup series), and takes them only once the store has the
+//! write: those are few, and nothing else would retry them.
 
 use super::shown_minutes;
 use crate::model::{CatalogDue, EpochMinute, SampleKind, Slot, MINUTE_S};
 
-/// What was last made due of a series: 8 bytes, in minutes since the
-/// epoch (a `u32` holds them past the year 10,000).
+/// What was last made due (the aggregator's) or written (the catalog
+/// writer's) of a series: 8 bytes, in minutes since the epoch (a `u32`
+/// holds them past the year 10,000).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Mark {
     /// The recorded `first_seen`: a minute before it is written again.
@@ -83,9 +88,11 @@ impl Mark {
         };
     }
 
-    /// Whether nothing was recorded at or after minute `before`.
+    /// Whether nothing was recorded at or after minute `before`. A mark
+    /// whose refresh saturated (a refresh of thousands of years) no longer
+    /// tells its last minute, and is never idle.
     pub(super) fn idle_before(&self, before: u32, refresh: RefreshMinutes) -> bool {
-        self.refresh_at.saturating_sub(refresh.0) < before
+        self.refresh_at != u32::MAX && self.refresh_at.saturating_sub(refresh.0) < before
     }
 }
 
@@ -157,6 +164,19 @@ mod tests {
         increase.add_value(5.0);
         increase.see(6_060_000, 105.0);
         assert_eq!(m.check(c, &[(101, increase)], refresh), CatalogDue::Due);
+    }
+
+    #[test]
+    fn a_mark_is_idle_before_the_minute_after_its_last_unless_its_refresh_saturated() {
+        let refresh = RefreshMinutes::of(Duration::from_secs(600));
+        let mut m = Mark::default();
+        m.take(100, 101, refresh);
+        assert!(!m.idle_before(101, refresh));
+        assert!(m.idle_before(102, refresh));
+        let forever = RefreshMinutes::of(Duration::from_secs(u64::MAX));
+        let mut m = Mark::default();
+        m.take(100, 101, forever);
+        assert!(!m.idle_before(u32::MAX, forever));
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! and a series with a sample for a minute before its recorded `first_seen`
 //! (a late sample, within `ingest.lateness_window`).
 //! A cumulative counter's minute holding only its baseline counts for
-//! neither `first_seen` nor `last_seen`, as no read shows it.
+//! neither `first_seen` nor `last_seen`, as no read shows it. (A fourth,
+//! which ingest's lateness window and clock skew bound rule out: minutes
+//! before 1970 or past the year 10,000, which no mark holds, are written
+//! every time they are shown.)
 //! The store's upsert keeps the extremes, so several daemons (or a restarted
 //! one) recording the same series agree. Discovery is thus fresh to one
 //! flush for new series and to `refresh` for `last_seen`.
@@ -59,7 +62,7 @@ pub struct CatalogWriter {
 /// The entries a batch made due, each naming the series by its shared id.
 #[derive(Debug, Default)]
 pub struct Due {
-    /// In series order.
+    /// In series order, as `due` builds it (`recorded` relies on it).
     entries: Vec<CatalogEntry>,
     /// The series of the entries no [`Mark`] tracks: once written, they
     /// go in the writer's own record.
@@ -175,21 +178,22 @@ impl CatalogWriter {
         }
         let mut recorded = self.recorded.lock();
         for series in &due.untracked {
-            // `entries` is in series order.
-            let Ok(i) = due.entries.binary_search_by(|e| e.series.cmp(series)) else {
-                continue;
-            };
-            let e = &due.entries[i];
-            let Some((first, last)) = minutes_of(e) else {
-                // A mark cannot hold it: due whenever it is shown again.
-                continue;
-            };
-            let r = recorded.get_or_insert_with(&e.series, || Recorded {
-                mark: Mark::default(),
-                kind: e.kind,
-            });
-            r.mark.take(first, last, self.refresh);
-            r.kind = e.kind;
+            // `entries` is in series order; a series a batch carried twice
+            // has two entries, and the record takes both.
+            let from = due.entries.partition_point(|e| e.series < *series);
+            let to = due.entries.partition_point(|e| e.series <= *series);
+            for e in &due.entries[from..to] {
+                let Some((first, last)) = minutes_of(e) else {
+                    // A mark cannot hold it: due whenever it is shown again.
+                    continue;
+                };
+                let r = recorded.get_or_insert_with(&e.series, || Recorded {
+                    mark: Mark::default(),
+                    kind: e.kind,
+                });
+                r.mark.take(first, last, self.refresh);
+                r.kind = e.kind;
+            }
         }
     }
 
@@ -197,8 +201,8 @@ impl CatalogWriter {
     /// map follows the active series. A forgotten series that comes back is
     /// written once more, which the upsert absorbs.
     pub fn forget_idle(&self, before: i64) -> usize {
-        // Recorded minute starts before `before` are those of minutes
-        // before its own minute, rounded up.
+        // A minute starts before `before` exactly when it comes before
+        // `before`'s own minute, rounded up.
         let before = before.div_euclid(MINUTE_S) + i64::from(before.rem_euclid(MINUTE_S) != 0);
         let before = u32::try_from(before.max(0)).unwrap_or(u32::MAX);
         let mut recorded = self.recorded.lock();
@@ -343,6 +347,36 @@ mod tests {
         let b = again.iter().find(|e| &*e.series.source == "b").unwrap();
         assert_eq!((b.first_seen, b.last_seen), (6000, 18000));
         assert_eq!(again.len(), 2);
+    }
+
+    /// What the writer records of untracked series it has written: a
+    /// refused entry merged into the next write, a series twice in one
+    /// batch; and minutes no mark holds, due every time.
+    #[test]
+    fn the_writers_record_takes_merged_and_repeated_entries() {
+        let c = CatalogWriter::new(Duration::from_secs(600));
+        let g = SampleKind::Gauge;
+        c.failed(c.due([&sm("b", g, &[100, 103])]));
+        let merged = c.due([&sm("b", g, &[105])]);
+        assert_eq!((merged[0].first_seen, merged[0].last_seen), (6000, 6300));
+        c.recorded(merged);
+        assert!(
+            c.due([&sm("b", g, &[101])]).is_empty(),
+            "within what was written"
+        );
+        assert_eq!(c.due([&sm("b", g, &[99])]).len(), 1, "earlier than it");
+
+        let twice = c.due([&sm("@x", g, &[100]), &sm("@x", g, &[200])]);
+        assert_eq!(twice.len(), 2);
+        c.recorded(twice);
+        assert!(c.due([&sm("@x", g, &[100])]).is_empty());
+        assert!(c.due([&sm("@x", g, &[200])]).is_empty());
+
+        for _ in 0..2 {
+            let early = c.due([&sm("old", g, &[-5])]);
+            assert_eq!(early.len(), 1, "before 1970: no mark holds it");
+            c.recorded(early);
+        }
     }
 
     #[test]

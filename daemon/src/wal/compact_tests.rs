@@ -244,3 +244,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn varints_are_protobufs_bytes() {
+    for v in [
+        0,
+        1,
+        0x7f,
+        0x80,
+        0x3fff,
+        0x4000,
+        u64::from(u32::MAX),
+        u64::MAX,
+    ] {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        put_varint(v, &mut ours);
+        prost::encoding::encode_varint(v, &mut theirs);
+        assert_eq!(ours, theirs, "{v:#x}");
+    }
+}

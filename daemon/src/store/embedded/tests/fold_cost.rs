@@ -18,10 +18,10 @@ fn written_bytes() -> u64 {
 
 /// Bytes written per folded series against how many series one fold
 /// transaction takes, on a file that already holds an hour of the
-/// fleet's documents, and on one that does not. A new document's key
-/// sorts beside its series' previous one, and one such value fills a
-/// B-tree page: inserting it splits that page, so the neighbour is
-/// written again with it. Run with
+/// fleet's documents, and on one that does not. The difference is about
+/// two pages per series, most likely the neighbours' rewritten: a new
+/// document's key sorts beside its series' previous one, and one such
+/// value fills a B-tree page, so inserting it splits that page. Run with
 /// `cargo test --release -p tallyd --lib store::embedded::tests::fold_cost -- --ignored --nocapture`
 /// (alone: it counts the process's writes; a tmpfs counts none).
 #[tokio::test(flavor = "multi_thread")]
