@@ -1,9 +1,9 @@
 //! What one tracked series costs in memory, component by component: the
 //! aggregator's series table, a drained flush batch (what stays in flight
 //! until the store applies it), what the catalog writer keeps once the
-//! store holds a flush's entries (of the aggregator's series, nothing: their
-//! marks are in the series table), the group rollups' state, and what the aggregator keeps
-//! more for a series once a read asks for it.
+//! store holds a flush's entries (of the aggregator's series, nothing:
+//! their marks are in the series table), the group rollups' state, and
+//! what the aggregator keeps more for a series once a read asks for it.
 //!
 //! ```text
 //! cargo bench -p tallyd --bench memory
