@@ -163,7 +163,7 @@ fn first_counted(
     }
     let day0 = Tier::Day.period_start(m0);
     let hour0 = ((first - day0) / HOUR_S) as u8;
-    let Some(block) = minutes.get((src, &*met, day0, hour0)).map_err(db_err)? else {
+    let Some(block) = minutes.get((day0, hour0, src, &*met)).map_err(db_err)? else {
         return Ok(None);
     };
     if slot_at(block.value(), 0, minute_of_hour(first)).n > 0 {
@@ -174,29 +174,30 @@ fn first_counted(
         .iter()
         .map(|m| m * MINUTE_S)
         .find(|&t| t > first && t <= last_seen);
-    let last_day = Tier::Day.period_start(last_seen.div_euclid(MINUTE_S));
-    let range = minutes
-        .range::<MinutesKey>((src, &*met, day0, hour0)..=(src, &*met, last_day, u8::MAX))
-        .map_err(db_err)?;
-    for row in range {
-        let (k, v) = row.map_err(db_err)?;
-        let (_, _, day, hour) = k.value();
-        let hour_start = day + i64::from(hour) * HOUR_S;
-        if hour_start > last_seen || pending_first.is_some_and(|p| p < hour_start) {
+    // Hour by hour from `first`'s (one lookup each: `layout.rs`), up to
+    // `last_seen` or the first pending minute.
+    let mut hour_start = day0 + i64::from(hour0) * HOUR_S;
+    while hour_start <= last_seen && pending_first.is_none_or(|p| p >= hour_start) {
+        let day = Tier::Day.period_start(hour_start.div_euclid(MINUTE_S));
+        let hour = ((hour_start - day) / HOUR_S) as u8;
+        if let Some(v) = minutes.get((day, hour, src, &*met)).map_err(db_err)? {
+            for i in 0..MINUTES_PER_HOUR {
+                let t = hour_start + i as i64 * MINUTE_S;
+                if t <= first {
+                    continue;
+                }
+                if t > last_seen || pending_first.is_some_and(|p| p <= t) {
+                    break;
+                }
+                if slot_at(v.value(), 0, i).n > 0 {
+                    return Ok(Some(t));
+                }
+            }
+        }
+        let Some(next) = hour_start.checked_add(HOUR_S) else {
             break;
-        }
-        for i in 0..MINUTES_PER_HOUR {
-            let t = hour_start + i as i64 * MINUTE_S;
-            if t <= first {
-                continue;
-            }
-            if t > last_seen || pending_first.is_some_and(|p| p <= t) {
-                break;
-            }
-            if slot_at(v.value(), 0, i).n > 0 {
-                return Ok(Some(t));
-            }
-        }
+        };
+        hour_start = next;
     }
     Ok(pending_first)
 }

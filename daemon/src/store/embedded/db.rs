@@ -395,8 +395,9 @@ pub(super) struct Opened {
     pub(super) pending: Pending,
 }
 
-/// Opens the database, prepares its tables, loads its flush log and makes
-/// the one-time catalog correction (`baselines.rs`). The storage engine panics on some kinds of damage to the file
+/// Opens the database, prepares its tables, moves an older layout's
+/// documents (`period_first.rs`), loads its flush log and makes the
+/// one-time catalog correction (`baselines.rs`). The storage engine panics on some kinds of damage to the file
 /// (a garbage length inside a page) instead of returning an error: that is
 /// a corrupt file too, and is refused as one rather than crashing the
 /// daemon.
@@ -404,6 +405,7 @@ pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<Opened, Store
     let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let db = opener.open()?;
         let (last_flush_id, max_fold_watermark) = prepare_tables(&db, path)?;
+        super::period_first::move_documents(&db)?;
         let pending = load_pending(&db)?;
         // After the log is loaded: its minutes count as stored ones do.
         super::baselines::correct_once(&db, &pending, super::baselines::ENTRIES_PER_TXN)?;

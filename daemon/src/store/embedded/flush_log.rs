@@ -537,8 +537,8 @@ impl DocWatermarks {
             return Ok(w);
         }
         let day = Tier::Day.period_start(m);
-        let h = hours.get((source, metric_key, hour)).map_err(db_err)?;
-        let d = days.get((source, metric_key, day)).map_err(db_err)?;
+        let h = hours.get((hour, source, metric_key)).map_err(db_err)?;
+        let d = days.get((day, source, metric_key)).map_err(db_err)?;
         let w = stored_watermark(h.as_ref().map(|v| v.value()))
             .max(stored_watermark(d.as_ref().map(|v| v.value())));
         known.push((hour, w));

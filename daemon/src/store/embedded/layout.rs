@@ -39,9 +39,9 @@
 //!
 //! | table         | key                                           | value                        | bytes |
 //! |---------------|-----------------------------------------------|------------------------------|-------|
-//! | `hour_docs`   | `(source, metric, hour_start: i64)`           | header + 61 slots            | 2,944 |
-//! | `day_summary` | `(source, metric, day_start: i64)`            | header + 25 slots            | 1,216 |
-//! | `day_minutes` | `(source, metric, day_start: i64, hour: u8)`  | 60 slots (no header)         | 2,880 |
+//! | `hours_by_period` | `(hour_start: i64, source, metric)`       | header + 61 slots            | 2,944 |
+//! | `day_summaries_by_period` | `(day_start: i64, source, metric)` | header + 25 slots          | 1,216 |
+//! | `day_minutes_by_period` | `(day_start: i64, hour: u8, source, metric)` | 60 slots (no header) | 2,880 |
 //! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
 //! | `catalog_by_metric` | `"metric|source|metric key"`            | as `series_catalog`          |    17 |
 //! | `flush_log`   | `(flush id: u64, chunk: u32)`                 | minute slots of many series  | ≤ ~1 MiB |
@@ -52,7 +52,7 @@
 //!   minutes 0..59 (the document model's `values.<MINUTE>`).
 //! * Day document (the document model's `values.<HOUR>.<MINUTE>`), split in
 //!   two tables: the summary holds slot 0 = the day's running slot and slots
-//!   1..=24 = each hour's running slot; `day_minutes` holds one 60-slot block
+//!   1..=24 = each hour's running slot; the minutes table holds one 60-slot block
 //!   per hour. The day's kind and watermark live in the summary only; both
 //!   parts are always written in the same transaction, so they cannot
 //!   disagree.
@@ -96,17 +96,18 @@
 //!   in the documents or the checkpoint log, so a restarted daemon replays
 //!   its write-ahead log from there), `max_fold_watermark` (the highest
 //!   watermark a fold wrote: flushes replayed at or below it may already be
-//!   in a document) and `layout_version` (this layout is 4).
+//!   in a document) and `layout_version` (this layout is 5).
 //!   Layout 1 had no flush log; its files open unchanged and gain the empty
 //!   table. Layout 2 had 32-byte slots without the last sample: opening
 //!   rewrites its flush log (small: the minutes not yet folded) in the new
 //!   encoding, and leaves its documents as they are. A document value of the
 //!   old length reads as slots without a last sample ([`codec`] widens it),
-//!   and the next write of that document stores it in the new layout. Either
-//!   upgrade marks the file 4, so that an older tallyd, which would misread
+//!   and the next write of that document stores it in the new layout. Every
+//!   upgrade marks the file 5, so that an older tallyd, which would misread
 //!   it, refuses it instead. Layout 3 had no checkpoint log: its files open
 //!   unchanged and gain the empty table (an older tallyd would not read the
-//!   checkpoint log, so it must refuse the file).
+//!   checkpoint log, so it must refuse the file). Layout 4 keyed documents
+//!   by series first; why that changed and how its files move is below.
 //!
 //!   `meta.first_seen_baselines` marks a file whose catalog no longer holds
 //!   a cumulative counter's baseline minute as its `first_seen`. A counter's
@@ -114,7 +115,7 @@
 //!   and the catalog of a new series starts at the first minute with an
 //!   increase. Files written before that took the baseline minute; opening
 //!   one without the marker moves each such `first_seen` to the series'
-//!   first later minute with a sample (in `day_minutes` or pending, up to
+//!   first later minute with a sample (in the minute blocks or pending, up to
 //!   `last_seen`), in both catalog tables, in transactions of a bounded
 //!   number of entries, then sets the marker (`baselines.rs`). No new
 //!   layout version: an older tallyd reads the corrected entries as they
@@ -122,12 +123,33 @@
 //!
 //! [`codec`]: super::codec
 //!
-//! Why this key order: keys sort by source, then metric, then period start
-//! (redb compares `i64` numerically, so periods before 1970 sort correctly
-//! too). One series' documents are therefore adjacent and in time order, and
-//! a range read is one B-tree seek plus a sequential scan, the equivalent of
-//! MongoDB's `(source, metric, period)` index; and one source's documents sit
-//! together, as a shard key by source does on a MongoDB cluster.
+//! Why this key order (layout 5): keys sort by period start first (redb
+//! compares `i64` numerically, so periods before 1970 sort correctly too),
+//! then source and metric. Documents are written when their hour closes, a
+//! whole fleet's within minutes of each other; with the period first those
+//! new keys all sort after every older one, so a fold's inserts fill new
+//! leaf pages at the right edge of the tree. With the series first
+//! (layouts 1 to 4: `hour_docs`, `day_summary`, `day_minutes`), each new
+//! document's key sorted beside the series' previous one, whose 2.9 KB value
+//! filled a 4 KiB page by itself, so every insert split that page and wrote
+//! the previous hour's document again: about half of what a close wrote
+//! (BENCHMARKS.md, "Disk in real time"). A day's summaries sit together
+//! too, so a close's in-place updates of them share pages.
+//!
+//! The price is on reads: one series' range is a point lookup per period
+//! instead of one range scan, bounded by the periods the table holds at
+//! all (its first and last keys), so a query over an unbounded range costs
+//! no more than one over what is stored. A dashboard's day of hours is 25
+//! lookups.
+//!
+//! Layout 4 files are upgraded when opened: the file is marked 5 first (an
+//! older tallyd then refuses it instead of reading the emptied tables),
+//! then the documents move to the new tables in transactions of
+//! [`MOVE_PER_TXN`] values, each one taking a value out of the old table
+//! and into the new in the same commit, so that a crash midway leaves
+//! every document in exactly one of them and the next open goes on. The
+//! old tables are deleted once empty. Nothing reads the file until the move
+//! is done (`period_first.rs`).
 
 use redb::TableDefinition;
 
@@ -140,10 +162,14 @@ use crate::store::StoreError;
 pub(super) const FILE_NAME: &str = "tally.redb";
 
 /// Version of the layout described in the module documentation.
-pub(super) const LAYOUT_VERSION: u64 = 4;
+pub(super) const LAYOUT_VERSION: u64 = 5;
 
 /// Older layouts this one opens, upgrading them in place (see above).
-pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2, 3];
+pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2, 3, 4];
+
+/// Documents moved to the period-first tables per transaction when a file
+/// of an older layout is opened.
+pub(super) const MOVE_PER_TXN: usize = 20_000;
 
 /// Layouts whose flush log holds slots without the last sample.
 pub(super) const LEGACY_SLOT_LAYOUTS: &[u64] = &[2];
@@ -154,13 +180,28 @@ pub(super) const META_CATALOG_BY_METRIC: &str = "catalog_by_metric";
 pub(super) const META_FIRST_SEEN_BASELINES: &str = "first_seen_baselines";
 pub(super) const META_MAX_FOLD_WATERMARK: &str = "max_fold_watermark";
 
-pub(super) type HourKey<'a> = (&'a str, &'a str, i64);
-pub(super) type DayKey<'a> = (&'a str, &'a str, i64);
-pub(super) type MinutesKey<'a> = (&'a str, &'a str, i64, u8);
+/// `(period start, source, metric key)`.
+pub(super) type HourKey<'a> = (i64, &'a str, &'a str);
+pub(super) type DayKey<'a> = (i64, &'a str, &'a str);
+/// `(day start, hour of the day, source, metric key)`.
+pub(super) type MinutesKey<'a> = (i64, u8, &'a str, &'a str);
 
-pub(super) const HOUR_DOCS: TableDefinition<HourKey, &[u8]> = TableDefinition::new("hour_docs");
-pub(super) const DAY_SUMMARY: TableDefinition<DayKey, &[u8]> = TableDefinition::new("day_summary");
+pub(super) const HOUR_DOCS: TableDefinition<HourKey, &[u8]> =
+    TableDefinition::new("hours_by_period");
+pub(super) const DAY_SUMMARY: TableDefinition<DayKey, &[u8]> =
+    TableDefinition::new("day_summaries_by_period");
 pub(super) const DAY_MINUTES: TableDefinition<MinutesKey, &[u8]> =
+    TableDefinition::new("day_minutes_by_period");
+
+/// The tables of layouts 1 to 4, keyed series first; only the upgrade
+/// (and tests making files of those layouts) opens them.
+pub(super) type LegacyKey<'a> = (&'a str, &'a str, i64);
+pub(super) type LegacyMinutesKey<'a> = (&'a str, &'a str, i64, u8);
+pub(super) const LEGACY_HOUR_DOCS: TableDefinition<LegacyKey, &[u8]> =
+    TableDefinition::new("hour_docs");
+pub(super) const LEGACY_DAY_SUMMARY: TableDefinition<LegacyKey, &[u8]> =
+    TableDefinition::new("day_summary");
+pub(super) const LEGACY_DAY_MINUTES: TableDefinition<LegacyMinutesKey, &[u8]> =
     TableDefinition::new("day_minutes");
 pub(super) const CATALOG_BY_METRIC: TableDefinition<&str, &[u8]> =
     TableDefinition::new("catalog_by_metric");
@@ -181,11 +222,11 @@ pub(super) const HOURS_PER_DAY: usize = 24;
 const HOUR_DOC_SLOTS: usize = 1 + MINUTES_PER_HOUR;
 const DAY_SUMMARY_SLOTS: usize = 1 + HOURS_PER_DAY;
 
-/// Bytes of an `hour_docs` value: header + 61 slots.
+/// Bytes of an hour document: header + 61 slots.
 pub(super) const HOUR_DOC_LEN: usize = HEADER_LEN + HOUR_DOC_SLOTS * SLOT_LEN;
-/// Bytes of a `day_summary` value: header + 25 slots.
+/// Bytes of a day summary: header + 25 slots.
 pub(super) const DAY_SUMMARY_LEN: usize = HEADER_LEN + DAY_SUMMARY_SLOTS * SLOT_LEN;
-/// Bytes of a `day_minutes` value: 60 slots.
+/// Bytes of a day's minute block: 60 slots.
 pub(super) const DAY_MINUTES_LEN: usize = MINUTES_PER_HOUR * SLOT_LEN;
 
 /// Bytes of a `series_catalog` value: kind, first seen, last seen.

@@ -10,6 +10,7 @@
 //! |----------------|--------------------------------------------------------------|
 //! | `config.rs`    | [`EmbeddedConfig`], the `[embedded]` settings                |
 //! | `layout.rs`    | tables, keys, value sizes: how documents map onto redb       |
+//! | `period_first.rs` | moving an older file's documents to today's keys          |
 //! | `codec.rs`     | slots, headers and catalog values to and from bytes          |
 //! | `db.rs`        | opening the file, commits and their durability               |
 //! | `errors.rs`    | redb's errors as the store's                                 |
@@ -42,6 +43,7 @@ mod flush_log;
 mod fold;
 mod layout;
 mod pending;
+mod period_first;
 mod read;
 mod reopen;
 mod retention;

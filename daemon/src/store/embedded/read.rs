@@ -4,7 +4,7 @@
 //! resolution, reading only the parts of a day that resolution needs, and
 //! add the series' minutes not yet folded into them (`pending.rs`).
 
-use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase};
+use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable};
 
 use super::codec::{checked, decode_kind, header, slot_at};
 use super::db::{meta_value, Db};
@@ -128,7 +128,8 @@ fn read_day_docs(
 
 /// The documents of `q.series` in `table` (hour documents or day
 /// summaries, `N` bytes with a header) starting in `[lo, q.to)`; `points`
-/// gathers the slots of one document, given its period start.
+/// gathers the slots of one document, given its period start. One lookup
+/// per period, within the periods the table holds at all (`layout.rs`).
 fn read_docs<const N: usize>(
     table: &DocTable,
     q: &ReadQuery,
@@ -139,25 +140,42 @@ fn read_docs<const N: usize>(
     let met = q.series.metric_key();
     let (src, met) = (&*q.series.source, &*met);
     let mut out = Vec::new();
-    for entry in table
-        .range::<HourKey>((src, met, lo)..(src, met, q.to))
-        .map_err(db_err)?
-    {
-        let (k, v) = entry.map_err(db_err)?;
-        let start = k.value().2;
-        let name = || doc_name(src, met, start);
-        let doc: [u8; N] = checked(v.value(), name)?;
-        let (code, watermark) = header(&doc);
-        let mut slots = Vec::new();
-        points(&doc, start, &mut slots)?;
-        out.push(DocRead {
-            period_start: start,
-            kind: decode_kind(code, name)?,
-            watermark,
-            slots,
-        });
+    let Some((first, last)) = held_periods(table)? else {
+        return Ok(out);
+    };
+    let step = q.tier.period_s();
+    // Stepping from `lo`, a period start, visits period starts only.
+    let skip = first.saturating_sub(lo).max(0).div_euclid(step);
+    let mut start = lo.saturating_add(skip.saturating_mul(step));
+    while start < q.to && start <= last {
+        if let Some(v) = table.get((start, src, met)).map_err(db_err)? {
+            let name = || doc_name(src, met, start);
+            let doc: [u8; N] = checked(v.value(), name)?;
+            let (code, watermark) = header(&doc);
+            let mut slots = Vec::new();
+            points(&doc, start, &mut slots)?;
+            out.push(DocRead {
+                period_start: start,
+                kind: decode_kind(code, name)?,
+                watermark,
+                slots,
+            });
+        }
+        let Some(next) = start.checked_add(step) else {
+            break;
+        };
+        start = next;
     }
     Ok(out)
+}
+
+/// The first and last period start `table` holds, if any.
+fn held_periods(table: &DocTable) -> Result<Option<(i64, i64)>, StoreError> {
+    let first = table.first().map_err(db_err)?;
+    let last = table.last().map_err(db_err)?;
+    Ok(first
+        .zip(last)
+        .map(|((f, _), (l, _))| (f.value().0, l.value().0)))
 }
 
 /// The minutes in `[q.from, q.to)` of the day starting at `start`, reading
@@ -174,19 +192,11 @@ fn read_minute_blocks(
     let last = (q.to.saturating_sub(1).saturating_sub(start))
         .div_euclid(HOUR_S)
         .clamp(0, 23) as u8;
-    for entry in minutes
-        .range::<MinutesKey>((src, met, start, first)..=(src, met, start, last))
-        .map_err(db_err)?
-    {
-        let (k, v) = entry.map_err(db_err)?;
-        let hour = k.value().3;
+    for hour in first..=last {
+        let Some(v) = minutes.get((start, hour, src, met)).map_err(db_err)? else {
+            continue;
+        };
         let name = || day_minutes_name(src, met, start, hour);
-        if usize::from(hour) >= HOURS_PER_DAY {
-            return Err(StoreError::Corrupt {
-                doc: name(),
-                reason: "hour out of range".into(),
-            });
-        }
         let block: MinuteBlock = checked(v.value(), name)?;
         let hour_start = start.saturating_add(HOUR_S * i64::from(hour));
         let block_slots = (0..MINUTES_PER_HOUR).map(|m| slot_at(&block, 0, m));

@@ -95,7 +95,7 @@ impl Db {
             return Ok(());
         };
         let met = f.series.metric_key();
-        let key = (&*f.series.source, &*met, Tier::Hour.period_start(m));
+        let key = (Tier::Hour.period_start(m), &*f.series.source, &*met);
         let stored = (|| {
             let txn = db.begin_read().map_err(db_err)?;
             let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;

@@ -4,10 +4,9 @@
 //! `now - retention.day_s`. Separate because it is the only deleter, and it
 //! runs on the daemon's schedule, not on the flush or query path.
 //!
-//! It skip-scans: for each series it seeks to the series' first document and
-//! deletes the expired prefix, so it reads one key per series plus what it
-//! deletes, not the whole table. That is still a few seconds at a million
-//! series, in a write transaction that flushes wait for, so the daemon's
+//! Keys sort by period first (`layout.rs`), so what expired is each table's
+//! first keys: one range, read only as far as it deletes. The sweep is
+//! still a write transaction that flushes wait for, so the daemon's
 //! minutely sweep ([`Swept::sweep_if_due`]) runs only when a period may have
 //! expired since the last one. The newest expired hour changes every hour,
 //! so that is still hourly: documents that late samples made in periods
@@ -17,10 +16,8 @@
 //! series has no day document left), as the MongoDB store's TTL index on
 //! `last_seen` does.
 
-use std::ops::Bound;
-
 use parking_lot::Mutex;
-use redb::{ReadableTable, Table};
+use redb::Table;
 
 use super::codec::decode_catalog;
 use super::db::Db;
@@ -158,80 +155,39 @@ impl Db {
     }
 }
 
-/// A key that sorts by series, then period start: what [`sweep_periods`]
-/// needs to find each series and the expired prefix of its documents.
+/// A key whose first field is the period start: the expired values of a
+/// table are the range below the cutoff's first key.
 trait PeriodKey: redb::Key + 'static {
-    /// The first key of period `start` of a series.
-    fn at<'a>(source: &'a str, metric: &'a str, start: i64) -> Self::SelfType<'a>;
-    /// The last key a series can have.
-    fn series_end<'a>(source: &'a str, metric: &'a str) -> Self::SelfType<'a>;
-    /// `(source, metric, period start)` of a key.
-    fn split<'a>(key: &Self::SelfType<'a>) -> (&'a str, &'a str, i64);
+    /// The first key of period `start`.
+    fn first_of(start: i64) -> Self::SelfType<'static>;
 }
 
-/// `hour_docs` and `day_summary`.
-impl PeriodKey for (&'static str, &'static str, i64) {
-    fn at<'a>(source: &'a str, metric: &'a str, start: i64) -> Self::SelfType<'a> {
-        (source, metric, start)
-    }
-    fn series_end<'a>(source: &'a str, metric: &'a str) -> Self::SelfType<'a> {
-        (source, metric, i64::MAX)
-    }
-    fn split<'a>(key: &Self::SelfType<'a>) -> (&'a str, &'a str, i64) {
-        (key.0, key.1, key.2)
+/// Hour documents and day summaries.
+impl PeriodKey for (i64, &'static str, &'static str) {
+    fn first_of(start: i64) -> Self::SelfType<'static> {
+        (start, "", "")
     }
 }
 
-/// `day_minutes`.
-impl PeriodKey for (&'static str, &'static str, i64, u8) {
-    fn at<'a>(source: &'a str, metric: &'a str, start: i64) -> Self::SelfType<'a> {
-        (source, metric, start, 0)
-    }
-    fn series_end<'a>(source: &'a str, metric: &'a str) -> Self::SelfType<'a> {
-        (source, metric, i64::MAX, u8::MAX)
-    }
-    fn split<'a>(key: &Self::SelfType<'a>) -> (&'a str, &'a str, i64) {
-        (key.0, key.1, key.2)
+/// Minute blocks.
+impl PeriodKey for (i64, u8, &'static str, &'static str) {
+    fn first_of(start: i64) -> Self::SelfType<'static> {
+        (start, 0, "", "")
     }
 }
 
-/// Deletes, per series, the values whose period starts before `cutoff`.
+/// Deletes the values whose period starts before `cutoff`.
 fn sweep_periods<K: PeriodKey>(
     table: &mut Table<K, &'static [u8]>,
     cutoff: i64,
 ) -> Result<usize, StoreError> {
     let mut deleted = 0usize;
-    let mut after: Option<(String, String)> = None;
-    loop {
-        // The first value of the next series, if any.
-        let next = {
-            let mut it = match &after {
-                None => table.range::<K::SelfType<'_>>(..),
-                Some((s, m)) => {
-                    table.range((Bound::Excluded(K::series_end(s, m)), Bound::Unbounded))
-                }
-            }
-            .map_err(db_err)?;
-            match it.next() {
-                None => None,
-                Some(entry) => {
-                    let (k, _) = entry.map_err(db_err)?;
-                    let (s, m, start) = K::split(&k.value());
-                    Some((s.to_string(), m.to_string(), start))
-                }
-            }
-        };
-        let Some((s, m, first)) = next else { break };
-        if first < cutoff {
-            table
-                .retain_in(K::at(&s, &m, i64::MIN)..K::at(&s, &m, cutoff), |_, _| {
-                    deleted += 1;
-                    false
-                })
-                .map_err(db_err)?;
-        }
-        after = Some((s, m));
-    }
+    table
+        .retain_in(..K::first_of(cutoff), |_, _| {
+            deleted += 1;
+            false
+        })
+        .map_err(db_err)?;
     Ok(deleted)
 }
 

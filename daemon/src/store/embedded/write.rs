@@ -52,7 +52,7 @@ impl<'txn> DocTables<'txn> {
             return Ok(0);
         };
         let met = f.series.metric_key();
-        let key = (&*f.series.source, &*met, Tier::Day.period_start(m));
+        let key = (Tier::Day.period_start(m), &*f.series.source, &*met);
         let value = self.summaries.get(key).map_err(db_err)?;
         Ok(stored_watermark(value.as_ref().map(|v| v.value())))
     }
@@ -83,7 +83,7 @@ impl Db {
                         doc.period_start
                     )));
                 }
-                let key = (src, met, doc.period_start);
+                let key = (doc.period_start, src, met);
                 match doc.tier {
                     Tier::Hour => {
                         if hours.get(key).map_err(db_err)?.is_some() {
@@ -123,10 +123,11 @@ fn count(stats: &mut ApplyStats, written: bool) {
 
 /// Merges `su` into its documents with watermarks `(hour, day)` (the same
 /// but for a fold split at the hour, see `split.rs`), skipping each
-/// document that already holds its watermark. Callers go in key order (redb compares
-/// `&str` bytewise, as `SeriesId`'s `Ord` does): consecutive updates then
-/// land in the same or neighbouring B-tree pages, already cached and copied
-/// for the transaction.
+/// document that already holds its watermark. Callers go in series order
+/// (redb compares `&str` bytewise, as `SeriesId`'s `Ord` does): within a
+/// period, the key order, so that consecutive updates land in the same or
+/// neighbouring B-tree pages, already cached and copied for the
+/// transaction.
 pub(super) fn write_series(
     tables: &mut DocTables<'_>,
     su: &SeriesUpdate,
@@ -186,7 +187,7 @@ impl SeriesWrite<'_> {
         }
         update_value::<HourKey, HOUR_DOC_LEN>(
             hours,
-            &(src, met, h.hour_start),
+            &(h.hour_start, src, met),
             HEADER_LEN,
             || hour_doc_name(src, met, h.hour_start),
             |doc| {
@@ -257,7 +258,7 @@ impl SeriesWrite<'_> {
         let (src, met) = (self.src, self.met);
         update_value::<DayKey, DAY_SUMMARY_LEN>(
             summaries,
-            &(src, met, d.day_start),
+            &(d.day_start, src, met),
             HEADER_LEN,
             || day_summary_name(src, met, d.day_start),
             |summary| {
@@ -281,7 +282,7 @@ impl SeriesWrite<'_> {
         let (src, met) = (self.src, self.met);
         update_value::<MinutesKey, DAY_MINUTES_LEN>(
             blocks,
-            &(src, met, day_start, hu.hour),
+            &(day_start, hu.hour, src, met),
             0,
             || day_minutes_name(src, met, day_start, hu.hour),
             |block| {

@@ -71,7 +71,7 @@ async fn wrong_value_length_is_corrupt_not_a_panic() {
     let store = open_direct(&dir);
     let h10 = ts(2026, 3, 14, 10, 0);
     let day = ts(2026, 3, 14, 0, 0);
-    write_raw(&store, HOUR_DOCS, ("db-01", "op_counter", h10), &[1, 2, 3]);
+    write_raw(&store, HOUR_DOCS, (h10, "db-01", "op_counter"), &[1, 2, 3]);
     let err = store
         .read(&query(Tier::Hour, Resolution::Minute, h10, h10 + HOUR_S))
         .await
@@ -96,7 +96,7 @@ async fn wrong_value_length_is_corrupt_not_a_panic() {
     write_raw(
         &store,
         DAY_SUMMARY,
-        ("db-02", "m", day),
+        (day, "db-02", "m"),
         &[0u8; DAY_SUMMARY_LEN + 1],
     );
     let mut q = query(Tier::Day, Resolution::Day, day, day + DAY_S);
@@ -112,7 +112,7 @@ async fn wrong_value_length_is_corrupt_not_a_panic() {
         vec![series("db-03", "m", SampleKind::Gauge, &[(h10, 1.0)])],
     );
     store.apply(&b).await.unwrap();
-    write_raw(&store, DAY_MINUTES, ("db-03", "m", day, 10), &[0u8; 100]);
+    write_raw(&store, DAY_MINUTES, (day, 10, "db-03", "m"), &[0u8; 100]);
     let mut q = query(Tier::Day, Resolution::Minute, day, day + DAY_S);
     q.series = SeriesId::new("db-03", "m");
     match store.read(&q).await {
@@ -134,7 +134,7 @@ async fn wrong_value_length_is_corrupt_not_a_panic() {
     // An unknown kind code.
     let mut bad: HourDoc = empty_value(HEADER_LEN);
     put_header(&mut bad, 9, 1);
-    write_raw(&store, HOUR_DOCS, ("db-04", "m", h10), &bad);
+    write_raw(&store, HOUR_DOCS, (h10, "db-04", "m"), &bad);
     let mut q = query(Tier::Hour, Resolution::Hour, h10, h10 + HOUR_S);
     q.series = SeriesId::new("db-04", "m");
     assert!(matches!(

@@ -52,7 +52,7 @@ fn a_damaged_documents_minutes_become_dead_letters_with_their_exact_slots() {
     let store = open_spread(&dir);
     store.set_aside_to(Arc::new(dead.clone()));
     let h = ts(2026, 3, 14, 10, 0);
-    write_raw(&store, HOUR_DOCS, ("bad", "m", h), &[1, 2, 3]);
+    write_raw(&store, HOUR_DOCS, (h, "bad", "m"), &[1, 2, 3]);
     for id in 1..=10u64 {
         store.inner.apply(&flush(id, h)).unwrap();
     }
@@ -120,7 +120,7 @@ fn a_hook_that_cannot_keep_them_fails_the_flush_and_drops_nothing() {
     hook.fail.store(true, Ordering::SeqCst);
     store.set_aside_to(hook.clone());
     let h = ts(2026, 3, 14, 10, 0);
-    write_raw(&store, HOUR_DOCS, ("bad", "m", h), &[1, 2, 3]);
+    write_raw(&store, HOUR_DOCS, (h, "bad", "m"), &[1, 2, 3]);
     let mut failed = None;
     for id in 1..=10u64 {
         if let Err(e) = store.inner.apply(&flush(id, h)) {

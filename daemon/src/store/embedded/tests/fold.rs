@@ -201,7 +201,7 @@ fn a_damaged_document_drops_its_series_not_every_later_flush() {
     let dir = tempfile::tempdir().unwrap();
     let store = open_spread(&dir, 2);
     let h = ts(2026, 3, 14, 10, 0);
-    write_raw(&store, HOUR_DOCS, ("bad", "m", h), &[1, 2, 3]);
+    write_raw(&store, HOUR_DOCS, (h, "bad", "m"), &[1, 2, 3]);
     for id in 1..=10u64 {
         let all = vec![
             series("bad", "m", SampleKind::Gauge, &[(h, 1.0)]),

@@ -10,6 +10,7 @@ mod damaged;
 mod durability;
 mod fold;
 mod fold_cost;
+mod period_first;
 mod read;
 mod reopen;
 mod retention;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 use chrono::{TimeZone, Utc};
 use redb::{ReadableDatabase, TableDefinition};
 
-use super::layout::{HourKey, MinutesKey, DAY_MINUTES};
+use super::layout::{HourKey, DAY_MINUTES};
 use super::EmbeddedStore;
 use crate::model::{
     FlushBatch, Resolution, SampleKind, SeriesId, SeriesMinutes, Slot, Tier, DAY_S,
@@ -239,12 +240,10 @@ pub(super) fn raw_blocks(
 ) -> Vec<(u8, Vec<u8>)> {
     let txn = store.inner.database().unwrap().begin_read().unwrap();
     let t = txn.open_table(DAY_MINUTES).unwrap();
-    let blocks = t
-        .range::<MinutesKey>((src, met, day, 0)..=(src, met, day, u8::MAX))
-        .unwrap()
-        .map(|e| {
-            let (k, v) = e.unwrap();
-            (k.value().3, v.value().to_vec())
+    let blocks = (0..24u8)
+        .filter_map(|h| {
+            let v = t.get((day, h, src, met)).unwrap()?;
+            Some((h, v.value().to_vec()))
         })
         .collect();
     blocks

@@ -237,9 +237,9 @@ fn the_close_folds_the_closed_hour_and_leaves_the_new_one_pending() {
         ts(2026, 3, 14, 0, 0),
     );
     for (src, met) in SERIES {
-        assert!(raw_len(&store, HOUR_DOCS, (src, met, ten)).is_some());
+        assert!(raw_len(&store, HOUR_DOCS, (ten, src, met)).is_some());
         assert!(
-            raw_len(&store, HOUR_DOCS, (src, met, eleven)).is_none(),
+            raw_len(&store, HOUR_DOCS, (eleven, src, met)).is_none(),
             "{src}/{met}: the new hour was written"
         );
         let hours: Vec<u8> = raw_blocks(&store, src, met, day)
@@ -251,7 +251,7 @@ fn the_close_folds_the_closed_hour_and_leaves_the_new_one_pending() {
     assert_eq!(counts(&store), [36; 5]);
     let store = crash(store, &dir, &sent);
     assert_eq!(counts(&store), [36; 5], "after a crash");
-    assert!(raw_len(&store, DAY_SUMMARY, ("a", "m", day)).is_some());
+    assert!(raw_len(&store, DAY_SUMMARY, (day, "a", "m")).is_some());
 }
 
 /// The closed hour's document outlives its retention while what a split
@@ -271,14 +271,14 @@ fn the_sweep_keeps_the_closed_hour_while_its_split_run_is_pending() {
         },
     );
     store.inner.sweep_expired(later, hour).unwrap();
-    assert!(raw_len(&store, HOUR_DOCS, ("a", "m", ten)).is_some());
+    assert!(raw_len(&store, HOUR_DOCS, (ten, "a", "m")).is_some());
     let store = crash(store, &dir, &sent);
     store.inner.sweep_expired(later, hour).unwrap();
     let store = crash(store, &dir, &sent);
     assert_eq!(counts(&store), [36, 36, 36, 36, 36], "after two crashes");
     store.fold_all().unwrap();
     store.inner.sweep_expired(later, hour).unwrap();
-    assert!(raw_len(&store, HOUR_DOCS, ("a", "m", ten)).is_none());
+    assert!(raw_len(&store, HOUR_DOCS, (ten, "a", "m")).is_none());
     let store = crash(store, &dir, &sent);
     // The hour tier has nothing left of that day; the day tier all of it.
     assert_eq!(counts(&store)[2..], [36, 36, 36]);

@@ -7,7 +7,8 @@ use redb::{Database, ReadableDatabase};
 use super::*;
 use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, HOUR_S, MINUTE_S};
 use crate::store::embedded::layout::{
-    FILE_NAME, FLUSH_LOG, HOUR_DOCS, LEGACY_SLOT_LEN, META, META_LAST_FLUSH_ID, META_LAYOUT_VERSION,
+    FILE_NAME, FLUSH_LOG, LAYOUT_VERSION, LEGACY_HOUR_DOCS, LEGACY_SLOT_LEN, META,
+    META_LAST_FLUSH_ID, META_LAYOUT_VERSION,
 };
 use crate::store::Store;
 
@@ -62,7 +63,7 @@ async fn a_layout_2_file_opens_reads_and_upgrades_on_write() {
             let mut meta = txn.open_table(META).unwrap();
             meta.insert(META_LAYOUT_VERSION, 2).unwrap();
             meta.insert(META_LAST_FLUSH_ID, 2).unwrap();
-            let mut hours = txn.open_table(HOUR_DOCS).unwrap();
+            let mut hours = txn.open_table(LEGACY_HOUR_DOCS).unwrap();
             let doc = legacy_hour_doc(5, &stored);
             hours
                 .insert(("db-01", "op_counter", hour), doc.as_slice())
@@ -85,7 +86,10 @@ async fn a_layout_2_file_opens_reads_and_upgrades_on_write() {
     {
         let txn = store.inner.database().unwrap().begin_read().unwrap();
         let meta = txn.open_table(META).unwrap();
-        assert_eq!(meta.get(META_LAYOUT_VERSION).unwrap().unwrap().value(), 4);
+        assert_eq!(
+            meta.get(META_LAYOUT_VERSION).unwrap().unwrap().value(),
+            LAYOUT_VERSION
+        );
     }
 
     // A write of the same hour keeps what was there and adds the new

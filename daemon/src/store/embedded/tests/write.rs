@@ -160,11 +160,11 @@ async fn preallocate_creates_empty_docs() {
 
     // Sizes and contents on disk.
     assert_eq!(
-        raw_len(&store, HOUR_DOCS, ("db-01", "op_counter", h10)),
+        raw_len(&store, HOUR_DOCS, (h10, "db-01", "op_counter")),
         Some(HOUR_DOC_LEN)
     );
     assert_eq!(
-        raw_len(&store, DAY_SUMMARY, ("db-01", "op_counter", day)),
+        raw_len(&store, DAY_SUMMARY, (day, "db-01", "op_counter")),
         Some(DAY_SUMMARY_LEN)
     );
     assert_eq!(
@@ -176,7 +176,7 @@ async fn preallocate_creates_empty_docs() {
     {
         let txn = store.inner.database().unwrap().begin_read().unwrap();
         let t = txn.open_table(HOUR_DOCS).unwrap();
-        let v = t.get(("db-01", "op_counter", h10)).unwrap().unwrap();
+        let v = t.get((h10, "db-01", "op_counter")).unwrap().unwrap();
         let v = v.value();
         assert_eq!(header(v), (0, 0));
         assert_eq!(&v[1..8], &[0u8; 7]);
