@@ -199,6 +199,9 @@ impl Db {
         if n == 0 && !checkpoint {
             return Ok(());
         }
+        if n > 0 && by_hour {
+            self.order_close(now_us / HOUR_US * HOUR_US);
+        }
         // A fold to bring memory down takes whole runs.
         let split_from = by_hour.then(|| (now_us / HOUR_US * 60) as EpochMinute);
         self.fold_txn(
@@ -208,6 +211,17 @@ impl Db {
             checkpoint.then_some((applied, now_us)),
             damaged,
         )
+    }
+
+    /// Puts the runs a close folds in series order, once an hour, before
+    /// its first fold (`pending/order.rs`). Under `fold_lock`, which keeps
+    /// the queue's front as it was between the copy and the sort.
+    fn order_close(&self, hour: u64) {
+        let due = self.pending.lock().due_runs(hour);
+        if let Some(due) = due {
+            let due = due.sort();
+            self.pending.lock().reorder_due(due);
+        }
     }
 
     /// One durable transaction: a fold of the `n` series pending longest

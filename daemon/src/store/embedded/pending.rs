@@ -32,6 +32,8 @@ use crate::store::StoreError;
 use crate::table::SeriesMap;
 
 use super::split::{self, hour_of, requeue, Split};
+
+mod order;
 pub(crate) use super::view::PendingView;
 
 type Minutes = Vec<(EpochMinute, Slot)>;
@@ -244,6 +246,9 @@ pub(crate) struct Pending {
     /// store was opened: a run that entered its hour at or below it is not
     /// split (`split.rs`).
     floor: u64,
+    /// The flush before which the queue's runs were put in series order
+    /// last (`order.rs`).
+    ordered_before: u64,
 }
 
 impl Pending {
