@@ -18,6 +18,7 @@
 //! | `fold.rs`      | `apply` (flushes), write-through or checkpointed; folds      |
 //! | `checkpoint.rs`| the checkpointed write path: memory, checkpoints, folds      |
 //! | `pending.rs`   | flushed minutes not yet folded into documents                |
+//! | `pending/order.rs` | the order a close folds its series in                   |
 //! | `split.rs`     | folding a run in two at the hour, and why that is sound      |
 //! | `view.rs`      | what a read adds to the documents from the pending minutes   |
 //! | `flush_log.rs` | the same minutes in the file, as checkpoints found them      |

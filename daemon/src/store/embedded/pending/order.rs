@@ -10,7 +10,7 @@
 //! written a moment earlier: written per folded series grew from 10 KB to
 //! 22 KB as the hour's documents filled in (BENCHMARKS.md, "Disk in real
 //! time"). In series order each transaction's keys come after the last
-//! one's, as the period-first keys (`layout.rs`) put them after every older
+//! one's, as the period-first keys (`../layout.rs`) put them after every older
 //! hour's. Within a `since` only, so that the queue stays ascending by
 //! `since`, which the logs' trimming relies on; a close's runs mostly share
 //! one or a few.
