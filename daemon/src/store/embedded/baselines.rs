@@ -12,7 +12,7 @@
 //! minute is not stored any more (retention) or that has no such later
 //! minute stays as it is.
 //!
-//! Minutes are read from `day_minutes`, which keeps every minute as long
+//! Minutes are read from the day documents' minute blocks, which keep every minute as long
 //! as the day documents live (the hour documents go sooner), and from the
 //! pending minutes not folded yet. The pass goes through the catalog in
 //! transactions of [`ENTRIES_PER_TXN`] entries, so that a million series

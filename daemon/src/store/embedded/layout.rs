@@ -97,17 +97,18 @@
 //!   its write-ahead log from there), `max_fold_watermark` (the highest
 //!   watermark a fold wrote: flushes replayed at or below it may already be
 //!   in a document) and `layout_version` (this layout is 5).
-//!   Layout 1 had no flush log; its files open unchanged and gain the empty
-//!   table. Layout 2 had 32-byte slots without the last sample: opening
-//!   rewrites its flush log (small: the minutes not yet folded) in the new
-//!   encoding, and leaves its documents as they are. A document value of the
-//!   old length reads as slots without a last sample ([`codec`] widens it),
-//!   and the next write of that document stores it in the new layout. Every
-//!   upgrade marks the file 5, so that an older tallyd, which would misread
-//!   it, refuses it instead. Layout 3 had no checkpoint log: its files open
-//!   unchanged and gain the empty table (an older tallyd would not read the
-//!   checkpoint log, so it must refuse the file). Layout 4 keyed documents
-//!   by series first; why that changed and how its files move is below.
+//!   Layouts 1 to 4 keyed documents series first: opening any of them
+//!   moves its documents to the period-first tables (why, and how, is
+//!   below), values unchanged. Beyond that, layout 1 had no flush log: its
+//!   files gain the empty table. Layout 2 had 32-byte slots without the
+//!   last sample: opening rewrites its flush log (small: the minutes not
+//!   yet folded) in the new encoding, and leaves its document values as
+//!   they are. A document value of the old length reads as slots without a
+//!   last sample ([`codec`] widens it), and the next write of that document
+//!   stores it in the new layout. Layout 3 had no checkpoint log: its files
+//!   gain the empty table. Every upgrade marks the file 5, so that an older
+//!   tallyd, which would misread it (or not read the checkpoint log),
+//!   refuses it instead.
 //!
 //!   `meta.first_seen_baselines` marks a file whose catalog no longer holds
 //!   a cumulative counter's baseline minute as its `first_seen`. A counter's
@@ -243,15 +244,15 @@ pub(super) fn catalog_name(key: &str) -> String {
 }
 
 pub(super) fn hour_doc_name(source: &str, metric: &str, start: i64) -> String {
-    format!("hour_docs[{source}/{metric}@{start}]")
+    format!("hours_by_period[{start}/{source}/{metric}]")
 }
 
 pub(super) fn day_summary_name(source: &str, metric: &str, start: i64) -> String {
-    format!("day_summary[{source}/{metric}@{start}]")
+    format!("day_summaries_by_period[{start}/{source}/{metric}]")
 }
 
 pub(super) fn day_minutes_name(source: &str, metric: &str, start: i64, hour: u8) -> String {
-    format!("day_minutes[{source}/{metric}@{start} hour {hour}]")
+    format!("day_minutes_by_period[{start} hour {hour}/{source}/{metric}]")
 }
 
 pub(super) fn flush_log_name(id: u64, chunk: u32) -> String {

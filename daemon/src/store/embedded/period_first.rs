@@ -93,10 +93,12 @@ fn has_series_first_tables(db: &Database) -> Result<bool, StoreError> {
     Ok(false)
 }
 
-/// One durable transaction of the move: up to `limit` values, or, when
-/// none is left, the deletion of the emptied tables. Returns how many
-/// values moved (0 once the old tables are gone).
+/// One durable transaction of the move: up to `limit` values (at least
+/// one), or, when none is left, the deletion of the emptied tables.
+/// Returns how many values moved (0 once the old tables are gone).
 pub(super) fn move_step(db: &Database, limit: usize) -> Result<usize, StoreError> {
+    // A limit of 0 would find nothing to move and delete full tables.
+    let limit = limit.max(1);
     let txn = db.begin_write().map_err(db_err)?;
     let mut n = move_some(&txn, LEGACY_HOUR_DOCS, HOUR_DOCS, limit)?;
     n += move_some(&txn, LEGACY_DAY_SUMMARY, DAY_SUMMARY, limit - n)?;

@@ -1,4 +1,4 @@
-//! Range reads of hour and day documents, and the small reads of `meta`.
+//! Reads of hour and day documents, and the small reads of `meta`.
 //! Separate from writes because reads never touch a watermark or a write
 //! transaction; they turn stored slots into the points of one tier and
 //! resolution, reading only the parts of a day that resolution needs, and

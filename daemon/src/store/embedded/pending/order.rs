@@ -1,6 +1,9 @@
 //! The order a close folds its series in: by series within each run's
 //! `since`. Separate from the queue's other work because it is done once an
-//! hour, by the fold, outside the lock that flushes take.
+//! hour, before the close's first fold: the due runs are copied under the
+//! pending minutes' lock (reads wait for the copy), and sorted without it,
+//! but under the fold lock, which the flush in progress waits for as it
+//! waits for a fold: a sort of the fleet's ids, once an hour.
 //!
 //! Why: a close folds the fleet over several minutes, a few hundred series
 //! a transaction, and every document it writes is of the same hour. Taken
@@ -43,7 +46,7 @@ impl DueRuns {
 impl Pending {
     /// The runs waiting in the fold queue that began before flush `id`,
     /// once for each `id` (None if they were ordered for it already). A
-    /// cheap copy: the sort is [`DueRuns::sort`], outside the lock.
+    /// copy of ids: the sort is [`DueRuns::sort`], outside this lock.
     pub(crate) fn due_runs(&mut self, id: u64) -> Option<DueRuns> {
         if self.ordered_before >= id {
             return None;

@@ -79,7 +79,7 @@ async fn wrong_value_length_is_corrupt_not_a_panic() {
     match &err {
         StoreError::Corrupt { doc, reason } => {
             assert!(
-                doc.contains("hour_docs") && doc.contains("db-01/op_counter"),
+                doc.contains("hours_by_period") && doc.contains("db-01/op_counter"),
                 "{doc}"
             );
             assert!(reason.contains("3 bytes"), "{reason}");

@@ -134,31 +134,39 @@ async fn a_layout_4_file_opens_with_its_documents_moved() {
 }
 
 /// A move that stopped after some of its transactions (a crash between
-/// two) goes on at the next open: every document is read once.
+/// two) goes on at the next open: every document is read once. Cut past
+/// the hour documents, into the summaries; and cut after the last value
+/// moved, before the old tables went.
 #[tokio::test]
 async fn a_move_cut_short_goes_on_at_the_next_open() {
-    let dir = tempfile::tempdir().unwrap();
-    let want = filled(&dir).await;
-    let total = make_layout_4(&dir);
-    {
+    for steps in [&[25usize, 25][..], &[78]] {
+        let dir = tempfile::tempdir().unwrap();
+        let want = filled(&dir).await;
+        let total = make_layout_4(&dir);
+        assert_eq!(total, 78);
+        {
+            let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
+            for &n in steps {
+                assert_eq!(move_step(&db, n).unwrap(), n);
+            }
+            let txn = db.begin_read().unwrap();
+            let summaries = txn.open_table(DAY_SUMMARY).unwrap().len().unwrap();
+            assert!(summaries > 0, "the cut is past the hour documents");
+        }
+        let store = open(&dir);
+        assert_eq!(every_read(&store, ts(2026, 3, 14, 22, 0)).await, want);
+        store.close().await.unwrap();
+        drop(store);
+        // Each document once, in the new tables, none left behind.
         let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
-        // Past the hour documents, into the summaries.
-        assert_eq!(move_step(&db, 11).unwrap(), 11);
-        assert_eq!(move_step(&db, 11).unwrap(), 11);
+        let txn = db.begin_read().unwrap();
+        let count = |n: u64| n as usize;
+        let held = count(txn.open_table(HOUR_DOCS).unwrap().len().unwrap())
+            + count(txn.open_table(DAY_SUMMARY).unwrap().len().unwrap())
+            + count(txn.open_table(DAY_MINUTES).unwrap().len().unwrap());
+        assert_eq!(held, total);
+        assert!(txn.open_table(LEGACY_HOUR_DOCS).is_err());
     }
-    let store = open(&dir);
-    assert_eq!(every_read(&store, ts(2026, 3, 14, 22, 0)).await, want);
-    store.close().await.unwrap();
-    drop(store);
-    // Each document once, in the new tables, none left behind.
-    let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
-    let txn = db.begin_read().unwrap();
-    let count = |n: u64| n as usize;
-    let held = count(txn.open_table(HOUR_DOCS).unwrap().len().unwrap())
-        + count(txn.open_table(DAY_SUMMARY).unwrap().len().unwrap())
-        + count(txn.open_table(DAY_MINUTES).unwrap().len().unwrap());
-    assert_eq!(held, total);
-    assert!(txn.open_table(LEGACY_HOUR_DOCS).is_err());
 }
 
 /// Reads are bounded by what the table holds: a query over all of time
