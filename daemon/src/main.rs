@@ -92,17 +92,13 @@ async fn run(config: Config) -> Result<()> {
     let store = open_store(&config, &dead).await?;
     let parts = Parts::build(&config, store, dead).await?;
     let wal = recover(&config, &parts).await?;
-    let grpc_listener = TcpListener::bind(config.grpc_listen)
-        .await
+    let grpc_listener = tally::listen::bind(config.grpc_listen)
         .with_context(|| format!("binding grpc_listen {}", config.grpc_listen))?;
-    let http_listener = TcpListener::bind(config.http_listen)
-        .await
+    let http_listener = tally::listen::bind(config.http_listen)
         .with_context(|| format!("binding http_listen {}", config.http_listen))?;
     let graphite_listener = match config.graphite.addr() {
         Some(addr) => Some(
-            TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding graphite.listen {addr}"))?,
+            tally::listen::bind(addr).with_context(|| format!("binding graphite.listen {addr}"))?,
         ),
         None => None,
     };

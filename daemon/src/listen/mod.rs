@@ -38,6 +38,27 @@ pub use tracked::Tracked;
 
 use crate::tls::{Conn, Io, Protocol, ServerTls};
 
+/// Connections the kernel may hold completed for `accept` (it caps this at
+/// `net.core.somaxconn`). Past the queue a client's handshake is not
+/// refused but dropped and retried on the TCP retransmission backoff, so a
+/// burst of new connections (a fleet reconnecting after a restart) would
+/// wait seconds; tokio's default (1,024) is one listener's default connection
+/// cap, with nothing to spare for a burst.
+const BACKLOG: u32 = 8_192;
+
+/// A listening socket on `addr` with a [`BACKLOG`] deep accept queue.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As `TcpListener::bind` does: a restart may rebind at once while the
+    // previous process' connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
+
 /// Why a connection ended, as counted in `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -389,5 +410,42 @@ async fn accept_failed(e: io::Error, name: &'static str, shutdown: &Cancellation
     tokio::select! {
         _ = shutdown.cancelled() => {}
         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    /// A burst of connections deeper than tokio's default queue completes
+    /// its handshakes before any is accepted: with a 1,024 deep queue the
+    /// kernel drops the SYNs past it until `accept` makes room.
+    #[tokio::test]
+    async fn a_burst_past_1024_connections_is_queued_not_dropped() {
+        let somaxconn = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(0);
+        let burst = somaxconn.min(super::BACKLOG).min(2_000) as usize;
+        if burst <= 1_100 {
+            eprintln!(
+                "net.core.somaxconn is {somaxconn}: the kernel caps the queue at tokio's default"
+            );
+            return;
+        }
+        super::fds::raise_to(burst as u64 + 256);
+        let listener = super::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut clients = Vec::with_capacity(burst);
+        for i in 0..burst {
+            let connect = tokio::net::TcpStream::connect(addr);
+            match tokio::time::timeout(Duration::from_secs(10), connect).await {
+                Ok(Ok(c)) => clients.push(c),
+                other => panic!("connection {i} of {burst} not queued: {other:?}"),
+            }
+        }
+        for _ in 0..burst {
+            listener.accept().await.unwrap();
+        }
     }
 }
