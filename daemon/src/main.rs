@@ -588,6 +588,7 @@ fn dead_letters_of(config: &Config) -> DeadLetters {
 async fn open_store(config: &Config, dead: &DeadLetters) -> Result<Arc<dyn Store>> {
     match config.store {
         StoreKind::Embedded => {
+            let started = std::time::Instant::now();
             let store = EmbeddedStore::open_with(&config.data_dir, config.embedded.clone())
                 .with_context(|| {
                     format!(
@@ -596,7 +597,11 @@ async fn open_store(config: &Config, dead: &DeadLetters) -> Result<Arc<dyn Store
                     )
                 })?;
             store.set_aside_to(Arc::new(dead.clone()));
-            info!(data_dir = %config.data_dir.display(), "embedded store open");
+            info!(
+                data_dir = %config.data_dir.display(),
+                took_s = started.elapsed().as_secs_f64(),
+                "embedded store open"
+            );
             Ok(Arc::new(store))
         }
         StoreKind::Mongodb => {

@@ -26,6 +26,7 @@ use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::catalog_index::index_key;
 use super::codec::{checked, decode_catalog, encode_catalog, slot_at};
+use super::engine::begin_write;
 use super::errors::db_err;
 use super::layout::{
     catalog_name, MinutesKey, CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, META,
@@ -50,7 +51,7 @@ pub(super) fn correct_once(
     let mut after: Option<String> = None;
     let mut moved = 0;
     loop {
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(db)?;
         if txn
             .open_table(META)
             .map_err(db_err)?

@@ -21,6 +21,7 @@ use redb::{Database, ReadOnlyTable, ReadableDatabase, ReadableTable};
 use super::catalog_index;
 use super::codec::{checked, decode_catalog, decode_entry, encode_catalog};
 use super::db::{Db, Redo};
+use super::engine::begin_write;
 use super::errors::db_err;
 use super::layout::{catalog_name, CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, SERIES_CATALOG};
 use crate::selector::combined_prefix;
@@ -47,7 +48,7 @@ impl Db {
         if entries.is_empty() {
             return Ok(());
         }
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(db)?;
         {
             let mut table = txn.open_table(SERIES_CATALOG).map_err(db_err)?;
             let mut index = txn.open_table(CATALOG_BY_METRIC).map_err(db_err)?;

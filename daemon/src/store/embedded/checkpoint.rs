@@ -39,6 +39,7 @@ use std::sync::Arc;
 use redb::{Database, ReadableDatabase, WriteTransaction};
 
 use super::db::Db;
+use super::engine::begin_write;
 use super::errors::db_err;
 use super::flush_log::{trim_below, DocWatermarks, Form, LogWriter};
 use super::layout::{
@@ -237,7 +238,7 @@ impl Db {
         checkpoint: Option<(u64, u64)>,
         damaged: &mut Option<Arc<SeriesId>>,
     ) -> Result<(), StoreError> {
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(db)?;
         let (mut folds, oldest) = {
             let mut pending = self.pending.lock();
             let folds = pending.start_fold(n, split_from);

@@ -43,6 +43,7 @@ use redb::{Database, Durability, ReadableTable, WriteTransaction};
 
 use super::catalog_index;
 use super::config::EmbeddedConfig;
+use super::engine::{begin_write, Opener};
 use super::errors::db_err;
 use super::flush_log::load_pending;
 use super::layout::{
@@ -59,36 +60,6 @@ use crate::store::{CatalogEntry, Cause, SetAside, StoreError};
 pub(super) enum Redo {
     Apply(Arc<FlushBatch>),
     Catalog(Arc<[CatalogEntry]>),
-}
-
-type OpenFn = dyn Fn() -> Result<Database, StoreError> + Send + Sync;
-
-/// How to open the database: the file, or in tests a file behind a storage
-/// backend that fails on demand.
-pub(super) struct Opener(Box<OpenFn>);
-
-impl Opener {
-    pub(super) fn file(path: &Path, config: &EmbeddedConfig) -> Opener {
-        let path = path.to_path_buf();
-        let cache = config.cache_size_bytes;
-        Opener(Box::new(move || {
-            redb::Builder::new()
-                .set_cache_size(cache)
-                .create(&path)
-                .map_err(db_err)
-        }))
-    }
-
-    #[cfg(test)]
-    pub(super) fn new(
-        f: impl Fn() -> Result<Database, StoreError> + Send + Sync + 'static,
-    ) -> Opener {
-        Opener(Box::new(f))
-    }
-
-    pub(super) fn open(&self) -> Result<Database, StoreError> {
-        (self.0)()
-    }
 }
 
 impl Redo {
@@ -381,8 +352,7 @@ impl Db {
     }
 
     pub(super) fn sync_on(&self, db: &Database) -> Result<(), StoreError> {
-        let txn = db.begin_write().map_err(db_err)?;
-        self.commit(txn, None, true, None)
+        self.commit(begin_write(db)?, None, true, None)
     }
 }
 
@@ -436,7 +406,7 @@ pub(super) fn open_checked(opener: &Opener, path: &Path) -> Result<Opened, Store
 /// checks the layout version. Returns the last flush id on file and the
 /// highest watermark a fold wrote.
 fn prepare_tables(db: &Database, path: &Path) -> Result<(u64, u64), StoreError> {
-    let txn = db.begin_write().map_err(db_err)?;
+    let txn = begin_write(db)?;
     let ids = {
         txn.open_table(HOUR_DOCS).map_err(db_err)?;
         txn.open_table(DAY_SUMMARY).map_err(db_err)?;

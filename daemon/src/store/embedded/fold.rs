@@ -21,6 +21,7 @@ use std::time::Instant;
 use redb::{Database, WriteTransaction};
 
 use super::db::{Db, Redo};
+use super::engine::begin_write;
 use super::errors::{db_err, invalid};
 use super::flush_log::{forget_series, trim_below};
 use super::layout::{META, META_MAX_FOLD_WATERMARK};
@@ -98,7 +99,7 @@ impl Db {
                 "{series}: its document is damaged ({e}) and its pending minutes could not be kept as dead letters: {why}"
             ).into())
         })?;
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(db)?;
         forget_series(&txn, series)?;
         self.commit(txn, None, true, None)?;
         self.pending.lock().drop_series(series);
@@ -121,7 +122,7 @@ impl Db {
         // Applies and folds one at a time, through their bookkeeping after
         // the commit too.
         let _turn = self.fold_lock.lock();
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(db)?;
         let mut folds = self.pending.lock().start_fold(usize::MAX, None);
         let written = write_through(&txn, batch, &mut folds, damaged).and_then(|stats| {
             // On an error above, dropping `txn` aborts it: nothing of the

@@ -13,6 +13,7 @@
 //! | `period_first.rs` | moving an older file's documents to today's keys          |
 //! | `codec.rs`     | slots, headers and catalog values to and from bytes          |
 //! | `db.rs`        | opening the file, commits and their durability               |
+//! | `engine.rs`    | redb itself: opening the file, repairs, write transactions   |
 //! | `errors.rs`    | redb's errors as the store's                                 |
 //! | `reopen.rs`    | reopening the file after an I/O error, redoing lost commits  |
 //! | `fold.rs`      | `apply` (flushes), write-through or checkpointed; folds      |
@@ -39,6 +40,7 @@ mod checkpoint;
 mod codec;
 mod config;
 mod db;
+mod engine;
 mod errors;
 mod flush_log;
 mod fold;

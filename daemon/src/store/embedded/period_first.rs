@@ -19,6 +19,7 @@ use redb::{
     WriteTransaction,
 };
 
+use super::engine::begin_write;
 use super::errors::db_err;
 use super::layout::{
     DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, LEGACY_DAY_MINUTES, LEGACY_DAY_SUMMARY, LEGACY_HOUR_DOCS,
@@ -99,7 +100,7 @@ fn has_series_first_tables(db: &Database) -> Result<bool, StoreError> {
 pub(super) fn move_step(db: &Database, limit: usize) -> Result<usize, StoreError> {
     // A limit of 0 would find nothing to move and delete full tables.
     let limit = limit.max(1);
-    let txn = db.begin_write().map_err(db_err)?;
+    let txn = begin_write(db)?;
     let mut n = move_some(&txn, LEGACY_HOUR_DOCS, HOUR_DOCS, limit)?;
     n += move_some(&txn, LEGACY_DAY_SUMMARY, DAY_SUMMARY, limit - n)?;
     n += move_some(&txn, LEGACY_DAY_MINUTES, DAY_MINUTES, limit - n)?;

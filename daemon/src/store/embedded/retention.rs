@@ -21,6 +21,7 @@ use redb::Table;
 
 use super::codec::decode_catalog;
 use super::db::Db;
+use super::engine::begin_write;
 use super::errors::db_err;
 use super::layout::{
     CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_SUMMARY, HOUR_DOCS, SERIES_CATALOG,
@@ -108,7 +109,7 @@ impl Db {
             .min(self.hour_documents_relied_on());
         let day_cutoff = now_s.saturating_sub(retention.day_s);
         let db = self.database()?;
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(&db)?;
         let (hours, days, blocks, series) = {
             let mut t = txn.open_table(HOUR_DOCS).map_err(db_err)?;
             let hours = sweep_periods(&mut t, hour_cutoff)?;

@@ -14,6 +14,7 @@ use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::codec::{checked, empty_value, header, merge_slot, put_header, stored_watermark};
 use super::db::{meta_value, Db};
+use super::engine::begin_write;
 use super::errors::{db_err, invalid};
 use super::layout::{
     day_minutes_name, day_summary_name, hour_doc_name, DayKey, DaySummary, HourDoc, HourKey,
@@ -62,7 +63,7 @@ impl Db {
     pub(super) fn preallocate(&self, docs: &[DocKey]) -> Result<PreallocStats, StoreError> {
         let mut stats = PreallocStats::default();
         let db = self.database()?;
-        let txn = db.begin_write().map_err(db_err)?;
+        let txn = begin_write(&db)?;
         {
             let DocTables {
                 mut hours,

@@ -15,7 +15,8 @@ use redb::{BackendError, StorageBackend};
 
 use super::*;
 use crate::model::{Resolution, SampleKind, SeriesId, Tier};
-use crate::store::embedded::db::{Db, Opener};
+use crate::store::embedded::db::Db;
+use crate::store::embedded::engine::Opener;
 use crate::store::embedded::errors::db_err;
 use crate::store::embedded::layout::FILE_NAME;
 use crate::store::embedded::{EmbeddedConfig, EmbeddedStore};

@@ -5,6 +5,7 @@
 
 mod labels;
 mod rejections;
+mod reopen;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
