@@ -140,10 +140,21 @@ fn read_docs<const N: usize>(
     let met = q.series.metric_key();
     let (src, met) = (&*q.series.source, &*met);
     let mut out = Vec::new();
-    let Some((first, last)) = held_periods(table)? else {
-        return Ok(out);
-    };
     let step = q.tier.period_s();
+    // A range of a few periods is looked up as it is: finding the table's
+    // bounds would cost as many lookups as it could save.
+    let periods =
+        q.to.saturating_sub(lo)
+            .saturating_add(step - 1)
+            .div_euclid(step);
+    let (first, last) = if periods <= FEW_PERIODS {
+        (lo, q.to.saturating_sub(1))
+    } else {
+        match held_periods(table)? {
+            Some(held) => held,
+            None => return Ok(out),
+        }
+    };
     // Stepping from `lo`, a period start, visits period starts only.
     let skip = first.saturating_sub(lo).max(0).div_euclid(step);
     let mut start = lo.saturating_add(skip.saturating_mul(step));
@@ -168,6 +179,10 @@ fn read_docs<const N: usize>(
     }
     Ok(out)
 }
+
+/// Up to this many periods in a range, [`read_docs`] looks each one up
+/// without first finding which periods the table holds (two lookups).
+const FEW_PERIODS: i64 = 2;
 
 /// The first and last period start `table` holds, if any.
 fn held_periods(table: &DocTable) -> Result<Option<(i64, i64)>, StoreError> {
