@@ -20,7 +20,7 @@
 //! - **Folds**, which write a series' pending run into its documents, once
 //!   per run: after the run's hour has closed (spread over
 //!   `fold_spread`, so that a fleet's documents are not all written in one
-//!   transaction), or earlier, oldest first, when the pending minutes pass
+//!   transaction, in transactions at least [`FOLD_EVERY_US`] apart), or earlier, oldest first, when the pending minutes pass
 //!   `embedded.pending_max_bytes`.
 //!
 //! # Replayed flushes
@@ -58,6 +58,12 @@ const HOUR_US: u64 = 3_600_000_000;
 /// minute still arrive for a while, and a fold before them would only
 /// start another run of the same hour.
 const FOLD_GRACE_US: u64 = 60_000_000;
+
+/// A close's folds by the hour are at least this far apart until its
+/// spread ends: every durable commit also saves the storage engine's
+/// allocator state (about a megabyte at a gigabyte of file, `engine.rs`)
+/// with a second `fsync`, which a fold at every flush paid once a second.
+const FOLD_EVERY_US: u64 = 5_000_000;
 
 /// Series folded in one transaction at most: its dirty pages stay in
 /// memory until it commits (about 7 KB a series).
@@ -361,12 +367,18 @@ impl Db {
         // The first call of the process folds nothing by the hour: going by
         // the time since the spread began would take every due series at
         // once.
-        let last = match self.last_fold_id.swap(now_us, Ordering::AcqRel) {
-            0 => now_us,
-            last => last,
+        let stored = self.last_fold_id.load(Ordering::Acquire);
+        let last = if stored == 0 { now_us } else { stored }.max(start);
+        // Too soon after the last fold by the hour: the time keeps counting
+        // towards the next one, which takes the share of all of it.
+        let wait = stored != 0
+            && due > 0
+            && (start..end).contains(&now_us)
+            && now_us.saturating_sub(last) < FOLD_EVERY_US;
+        if !wait {
+            self.last_fold_id.store(now_us, Ordering::Release);
         }
-        .max(start);
-        let by_hour = if due == 0 || now_us < start {
+        let by_hour = if due == 0 || now_us < start || wait {
             0
         } else if now_us >= end {
             due

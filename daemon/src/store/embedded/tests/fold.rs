@@ -313,3 +313,48 @@ fn pending_minutes_stay_near_their_memory_bound() {
     assert!(most <= max + 40 * 2 * 56, "{most} bytes pending");
     assert!(counts.iter().all(|&n| n == 240), "{counts:?}");
 }
+
+/// With a flush every second, a close's folds by the hour still come at
+/// least 5 s apart (`FOLD_EVERY_US`: each durable commit also saves the
+/// allocator state), each taking the share of the time since the last.
+#[test]
+fn a_close_folds_at_most_every_five_seconds_whatever_the_flush_interval() {
+    let config = EmbeddedConfig {
+        fold_spread: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(dir.path(), config).unwrap();
+    let eleven = ts(2026, 3, 14, 11, 0);
+    let names: Vec<String> = (0..400).map(|i| format!("s{i:03}")).collect();
+    let mut folds_at = Vec::new();
+    let mut left = usize::MAX;
+    for at in (eleven - 10)..(eleven + 120) {
+        let all = names
+            .iter()
+            .map(|n| series(n, "m", SampleKind::Gauge, &[(at, 1.0)]))
+            .collect();
+        store
+            .inner
+            .apply(&Arc::new(batch(at as u64 * 1_000_000, all)))
+            .unwrap();
+        let now = store
+            .inner
+            .pending
+            .lock()
+            .queued_before(eleven as u64 * 1_000_000);
+        if now < left && left != usize::MAX {
+            folds_at.push(at);
+        }
+        left = now;
+    }
+    assert!(folds_at.len() >= 5, "folds at {folds_at:?}");
+    assert!(
+        folds_at.windows(2).all(|w| w[1] - w[0] >= 5),
+        "folds at {folds_at:?}"
+    );
+    assert!(
+        left > 0 && left < 400,
+        "{left} of 400 left after a minute of the spread"
+    );
+}
