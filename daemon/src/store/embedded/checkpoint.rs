@@ -20,7 +20,8 @@
 //! - **Folds**, which write a series' pending run into its documents, once
 //!   per run: after the run's hour has closed (spread over
 //!   `fold_spread`, so that a fleet's documents are not all written in one
-//!   transaction, in transactions at least [`FOLD_EVERY_US`] apart), or earlier, oldest first, when the pending minutes pass
+//!   transaction, in transactions at least [`FOLD_EVERY_US`] apart), or
+//!   earlier, oldest first, when the pending minutes pass
 //!   `embedded.pending_max_bytes`.
 //!
 //! # Replayed flushes
