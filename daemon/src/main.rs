@@ -77,6 +77,7 @@ fn main() -> Result<()> {
         match cli.command {
             None => tokio::spawn(run(config)),
             Some(Command::DeadLetters(cmd)) => tokio::spawn(dead_letters(config, cmd)),
+            Some(Command::StoreUsage) => tokio::spawn(store_usage(config)),
         }
         .await
         .context("the daemon's main task panicked")?
@@ -153,6 +154,17 @@ async fn run(config: Config) -> Result<()> {
 /// the daemon these settings describe. Replay does what a start does up to
 /// the listeners (the write-ahead log's replay included, so the store is
 /// complete first), applies the letters, flushes and closes.
+/// `tallyd store-usage`: the embedded store file's bytes by table.
+async fn store_usage(config: Config) -> Result<()> {
+    let _lock = tally::datadir::lock(&config.data_dir)?;
+    let dir = config.data_dir.clone();
+    let usage = tokio::task::spawn_blocking(move || tally::store::embedded::file_usage(&dir))
+        .await
+        .context("counting the store file's pages")??;
+    print!("{usage}");
+    Ok(())
+}
+
 async fn dead_letters(config: Config, cmd: DeadLettersCommand) -> Result<()> {
     let dead = dead_letters_of(&config);
     match cmd {

@@ -84,6 +84,11 @@ pub enum Command {
     /// (docs/operations.md, "Dead letters")
     #[command(subcommand, name = "dead-letters")]
     DeadLetters(DeadLettersCommand),
+    /// Where the embedded store file's bytes go, table by table, against
+    /// the documents it holds; with tallyd stopped, as it reads every page
+    /// (docs/embedded-store.md, "Where the bytes go")
+    #[command(name = "store-usage")]
+    StoreUsage,
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]

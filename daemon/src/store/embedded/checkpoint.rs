@@ -321,7 +321,8 @@ impl Db {
         folds: &[Fold],
     ) -> Result<(), StoreError> {
         let mut log = txn.open_table(CHECKPOINT_LOG).map_err(db_err)?;
-        let mut writer = LogWriter::new(id, Form::Checkpoint);
+        let packing = f64::from_bits(self.log_packing.load(Ordering::Relaxed));
+        let mut writer = LogWriter::new(id, Form::Checkpoint).packing_like(packing);
         for f in folds {
             let left = &f.minutes[f.folded().len()..];
             if !left.is_empty() {
@@ -349,6 +350,8 @@ impl Db {
                 )
             })?;
         }
+        self.log_packing
+            .store(writer.packing().to_bits(), Ordering::Relaxed);
         writer.finish(&mut log)?;
         Ok(())
     }

@@ -124,6 +124,9 @@ pub(super) struct Db {
     /// Documents' watermarks looked up while replayed flushes come (see
     /// `checkpoint.rs`); dropped at the first new flush.
     pub(super) replay_marks: Mutex<Option<super::flush_log::DocWatermarks>>,
+    /// How the last checkpoint's log chunks packed (`f64` bits): where the
+    /// next checkpoint starts its chunks (see `flush_log.rs`).
+    pub(super) log_packing: AtomicU64,
     /// Highest flush id known to be on disk.
     durable_flush_id: AtomicU64,
     /// The writes committed since the last durable commit, oldest first:
@@ -215,6 +218,7 @@ impl Db {
             last_checkpoint_us: AtomicU64::new(0),
             replay_marks: Mutex::new(None),
             last_fold_id: AtomicU64::new(0),
+            log_packing: AtomicU64::new(1f64.to_bits()),
             durable_flush_id: AtomicU64::new(last_flush_id),
             redo: Mutex::new(Vec::new()),
             io_failure: Mutex::new(None),

@@ -43,6 +43,16 @@ impl Opener {
     }
 }
 
+/// Opens a file that must already exist, for tools that inspect it with
+/// tallyd stopped: a missing file is an error rather than a new, empty one.
+pub(super) fn open_existing(path: &Path, config: &EmbeddedConfig) -> Result<Database, StoreError> {
+    redb::Builder::new()
+        .set_cache_size(config.cache_size_bytes)
+        .set_repair_callback(repair_progress(path.to_path_buf()))
+        .open(path)
+        .map_err(db_err)
+}
+
 /// What a full repair of the file reports, in tenths: the storage engine
 /// verifies and rebuilds a file whose last durable commit saved no
 /// allocator state (one written before every commit was made with

@@ -10,9 +10,9 @@
 //!
 //! # Encoding
 //!
-//! Both tables map `(id, chunk)` to up to [`CHUNK_BYTES`] of entries, so
-//! that no value grows with the fleet (an entry longer than that is a chunk
-//! of its own); `id` is the flush or checkpoint. An entry is one series,
+//! Both tables map `(id, chunk)` to up to [`CHUNK_BYTES`] of entries as
+//! stored, so that no value grows with the fleet (an entry longer than that
+//! is a chunk of its own); `id` is the flush or checkpoint. An entry is one series,
 //! all integers little-endian:
 //!
 //! | bytes | field                                                   |
@@ -59,11 +59,11 @@ use crate::labels::split_metric_key;
 use crate::model::{EpochMinute, SampleKind, SeriesId, SeriesRef, Slot, Tier};
 use crate::store::{Cause, StoreError};
 
-/// A chunk is written before an entry would take it past this many bytes.
-/// The storage engine gives a value a page of a power-of-two size, so a
-/// chunk just over 1 MiB would take a 2 MiB page: half of it empty, yet
-/// held in the page cache and written to the file all the same. This
-/// leaves room for the leaf page's header and the key.
+/// The most bytes a chunk is stored in. The storage engine gives a value a
+/// page of a power-of-two size, so a chunk just over 1 MiB would take a
+/// 2 MiB page: half of it empty, yet held in the page cache and written to
+/// the file all the same. This leaves room for the leaf page's header and
+/// the key.
 pub(super) const CHUNK_BYTES: usize = (1 << 20) - 256;
 
 const MINUTE_LEN: usize = 8 + SLOT_LEN;
@@ -89,8 +89,19 @@ pub(super) struct LogWriter {
     form: Form,
     chunk: u32,
     buf: Vec<u8>,
+    /// Where each entry in `buf` starts: the places a chunk may end.
+    starts: Vec<usize>,
     entries: usize,
+    /// Stored bytes per entry byte, as the last chunk packed.
+    packing: f64,
 }
+
+/// How close to [`CHUNK_BYTES`] a compressed chunk is aimed: a chunk that
+/// packs a little worse than the one before still fits its page.
+const PACKING_AIM: f64 = 0.95;
+
+/// The most entry bytes a compressed chunk gathers, however well they pack.
+const MAX_CHUNK_ENTRIES_BYTES: usize = 16 << 20;
 
 impl LogWriter {
     pub(super) fn new(id: u64, form: Form) -> LogWriter {
@@ -99,7 +110,38 @@ impl LogWriter {
             form,
             chunk: 0,
             buf: Vec::new(),
+            starts: Vec::new(),
             entries: 0,
+            packing: 1.0,
+        }
+    }
+
+    /// Starts from how the last log's chunks packed, so that the first
+    /// chunk of this one fills its page too.
+    pub(super) fn packing_like(mut self, packing: f64) -> LogWriter {
+        if packing.is_finite() && packing > 0.0 {
+            self.packing = packing;
+        }
+        self
+    }
+
+    /// Stored bytes per entry byte, as the last chunk written packed.
+    pub(super) fn packing(&self) -> f64 {
+        self.packing
+    }
+
+    /// How many entry bytes make a chunk. A compressed chunk gathers as
+    /// many as the last one's packing says fill [`CHUNK_BYTES`] stored:
+    /// the storage engine gives a value a page of a power-of-two size, so
+    /// a chunk of a megabyte of entries, packed to about a third of it,
+    /// took a 512 KiB page and left a third of that empty.
+    fn entries_bytes(&self) -> usize {
+        match self.form {
+            Form::Checkpoint => {
+                let aim = CHUNK_BYTES as f64 * PACKING_AIM / self.packing;
+                (aim as usize).clamp(CHUNK_BYTES / 2, MAX_CHUNK_ENTRIES_BYTES)
+            }
+            Form::Flush | Form::Legacy => CHUNK_BYTES,
         }
     }
 
@@ -113,11 +155,14 @@ impl LogWriter {
         watermark: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) -> Result<(), StoreError> {
-        let start = self.buf.len();
+        self.starts.push(self.buf.len());
         self.append(series, kind, watermark, minutes)?;
-        if self.buf.len() > CHUNK_BYTES && start > 0 {
+        while self.buf.len() > self.entries_bytes() {
             // The chunk without this entry, which starts the next one.
-            self.write_chunk_of(table, start)?;
+            match self.starts.last() {
+                Some(&start) if start > 0 => self.write_chunk_of(table, start)?,
+                _ => break,
+            }
         }
         Ok(())
     }
@@ -154,24 +199,47 @@ impl LogWriter {
 
     /// Writes what is left; returns whether the flush logged anything.
     pub(super) fn finish(mut self, table: &mut LogTable<'_>) -> Result<bool, StoreError> {
-        if !self.buf.is_empty() {
-            self.write_chunk(table)?;
+        while !self.buf.is_empty() {
+            self.write_chunk_of(table, self.buf.len())?;
         }
         Ok(self.entries > 0)
     }
 
-    fn write_chunk(&mut self, table: &mut LogTable<'_>) -> Result<(), StoreError> {
-        self.write_chunk_of(table, self.buf.len())
-    }
-
-    /// Writes the first `len` bytes as a chunk and keeps the rest.
+    /// Writes the first `len` bytes as a chunk, or fewer, ending at an
+    /// entry, where they packed worse than the last chunk and so would
+    /// take a page twice the size; keeps the rest. An entry alone past
+    /// [`CHUNK_BYTES`] is written whole.
     fn write_chunk_of(&mut self, table: &mut LogTable<'_>, len: usize) -> Result<(), StoreError> {
-        let stored = pack(self.form, &self.buf[..len])?;
+        let mut len = len;
+        let stored = loop {
+            let stored = pack(self.form, &self.buf[..len])?;
+            if stored.len() <= CHUNK_BYTES {
+                break stored;
+            }
+            let fits = len as f64 * CHUNK_BYTES as f64 * PACKING_AIM / stored.len() as f64;
+            match self
+                .starts
+                .iter()
+                .rev()
+                .find(|&&s| s > 0 && s as f64 <= fits)
+            {
+                Some(&shorter) => len = shorter,
+                None => break stored,
+            }
+        };
+        if self.form == Form::Checkpoint && len > 0 {
+            self.packing = stored.len() as f64 / len as f64;
+        }
         table
             .insert((self.id, self.chunk), &*stored)
             .map_err(db_err)?;
+        drop(stored);
         self.chunk += 1;
         self.buf.drain(..len);
+        self.starts.retain(|&s| s >= len);
+        for s in &mut self.starts {
+            *s -= len;
+        }
         Ok(())
     }
 }
@@ -180,9 +248,9 @@ impl LogWriter {
 /// the names' repetition.
 const CHUNK_LEVEL: i32 = 1;
 
-/// Most bytes a stored chunk may unpack to: a chunk is written at about
-/// [`CHUNK_BYTES`] (or one entry past it), so more is a damaged value, and
-/// must not take the memory it claims.
+/// Most bytes a stored chunk may unpack to: a chunk gathers at most
+/// [`MAX_CHUNK_ENTRIES_BYTES`] of entries (or one entry past it), so more is
+/// a damaged value, and must not take the memory it claims.
 const MAX_CHUNK_PLAIN: usize = 64 << 20;
 
 /// A chunk's entries as stored: compressed in the checkpoint form.
@@ -602,5 +670,107 @@ mod tests {
         }
         assert!(chunks > 3, "{chunks} chunks");
         assert_eq!(seen, entries);
+    }
+
+    type Entries = Vec<(SeriesId, Vec<f64>)>;
+
+    /// Writes `entries` as one checkpoint's log, starting from `packing`;
+    /// returns each chunk's stored size, the entries read back, and how
+    /// the last chunk packed.
+    fn checkpoint_log(
+        entries: &[(SeriesId, Vec<f64>)],
+        packing: f64,
+    ) -> (Vec<usize>, Entries, f64) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(dir.path().join("log.redb")).unwrap();
+        let t0 = 1_795_000_000 / MINUTE_S * MINUTE_S;
+        let txn = db.begin_write().unwrap();
+        let packed = {
+            let mut table = txn.open_table(CHECKPOINT_LOG).unwrap();
+            let mut log = LogWriter::new(9, Form::Checkpoint).packing_like(packing);
+            for (series, values) in entries {
+                let minutes = values.iter().enumerate();
+                let minutes = minutes.map(|(m, v)| (t0 + m as i64 * MINUTE_S, Slot::of(*v)));
+                log.push(&mut table, series, SampleKind::Gauge, 9, minutes)
+                    .unwrap();
+            }
+            let packed = log.packing();
+            assert!(log.finish(&mut table).unwrap());
+            packed
+        };
+        txn.commit().unwrap();
+        let txn = db.begin_read().unwrap();
+        let table = txn.open_table(CHECKPOINT_LOG).unwrap();
+        let (mut sizes, mut seen) = (Vec::new(), Vec::new());
+        for row in table.iter().unwrap() {
+            let (k, v) = row.unwrap();
+            sizes.push(v.value().len());
+            let plain = unpack(k.value(), Form::Checkpoint, v.value()).unwrap();
+            let mut bytes = &plain[..];
+            while !bytes.is_empty() {
+                let entry = decode_entry(&mut bytes, 9, Form::Checkpoint).unwrap();
+                let values = entry.minutes().map(|(_, slot)| slot.sum).collect();
+                seen.push((entry.series().unwrap(), values));
+            }
+        }
+        (sizes, seen, packed)
+    }
+
+    /// A fleet's entries as a checkpoint writes them: hosts' metrics with
+    /// a few minutes of values that do not repeat.
+    fn fleet_entries(series: usize, noise: u64) -> Entries {
+        let mut x = noise | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 11) as f64 / (1u64 << 53) as f64
+        };
+        (0..series)
+            .map(|i| {
+                let id = SeriesId::new(
+                    &format!("host-{:05}", i / 20),
+                    &format!("metric_{}", i % 20),
+                );
+                (id, (0..3).map(|_| next() * 1e6).collect())
+            })
+            .collect()
+    }
+
+    /// Compressed checkpoint chunks gather as many entries as fill the
+    /// stored chunk, not a chunk's worth before packing: every chunk but
+    /// the last fills most of its page once the packing is known, none
+    /// passes it, and every entry reads back once, in order.
+    #[test]
+    fn checkpoint_chunks_fill_their_pages_once_the_packing_is_known() {
+        let entries = fleet_entries(100_000, 7);
+        let (first, seen, packing) = checkpoint_log(&entries, 1.0);
+        assert_eq!(seen, entries);
+        assert!(packing < 0.9, "the entries pack: {packing}");
+        assert!(first.iter().all(|&n| n <= CHUNK_BYTES), "{first:?}");
+        let (sizes, seen, _) = checkpoint_log(&entries, packing);
+        assert_eq!(seen, entries);
+        assert!(sizes.len() > 2, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n <= CHUNK_BYTES), "{sizes:?}");
+        let full = &sizes[..sizes.len() - 1];
+        assert!(
+            full.iter().all(|&n| n as f64 >= CHUNK_BYTES as f64 * 0.85),
+            "chunks should fill their pages: {sizes:?}"
+        );
+        assert!(sizes.len() < first.len(), "{sizes:?} against {first:?}");
+    }
+
+    /// Entries that pack far worse than the last chunk's still stay within
+    /// the page: the chunk ends earlier, at an entry.
+    #[test]
+    fn a_chunk_that_packs_worse_than_the_last_ends_earlier() {
+        // Only names change, and very little: these pack very well.
+        let mut entries: Vec<_> = (0..40_000)
+            .map(|i| (SeriesId::new("host-00001", &format!("m{i}")), vec![0.0; 3]))
+            .collect();
+        entries.extend(fleet_entries(40_000, 11));
+        let (sizes, seen, _) = checkpoint_log(&entries, 0.05);
+        assert_eq!(seen, entries);
+        assert!(sizes.iter().all(|&n| n <= CHUNK_BYTES), "{sizes:?}");
     }
 }

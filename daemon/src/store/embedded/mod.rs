@@ -29,6 +29,7 @@
 //! | `catalog_index.rs` | the catalog by metric, for listings of one metric        |
 //! | `baselines.rs` | the one-time move of counters' `first_seen` off baselines    |
 //! | `retention.rs` | the sweep that deletes expired documents and catalog entries |
+//! | `usage.rs`     | where the file's bytes go, table by table (`store-usage`)    |
 //!
 //! Unit tests sit in `tests/`: `tests/mod.rs` holds the fixtures, the
 //! other files one concern each.
@@ -51,6 +52,7 @@ mod read;
 mod reopen;
 mod retention;
 mod split;
+mod usage;
 mod view;
 mod write;
 
@@ -65,6 +67,7 @@ use std::time::Instant;
 pub use self::config::EmbeddedConfig;
 use self::db::Db;
 use self::retention::{Retention, Swept};
+pub use self::usage::{file_usage, FileUsage, TableUsage};
 use super::{
     observe, ApplyStats, CatalogEntry, CatalogQuery, DocRead, PreallocStats, ReadQuery, SetAside,
     Store, StoreError,

@@ -16,6 +16,7 @@ mod reopen;
 mod retention;
 mod split;
 mod upgrade;
+mod usage;
 mod write;
 
 use std::collections::BTreeMap;
