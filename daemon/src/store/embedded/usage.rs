@@ -7,7 +7,10 @@
 //! the pages the file holds free for later commits.
 //!
 //! Counting walks every page of every table, so it is not a metric: at a
-//! gigabyte it reads the whole file.
+//! gigabyte it reads the whole file. The file's length is not what it
+//! takes: the engine grows it ahead, past the first gigabyte a gigabyte at
+//! a time, and what it has not written yet takes no disk, so both are
+//! shown (`tally_store_file_bytes` is the second).
 
 use std::fmt;
 use std::path::Path;
@@ -48,7 +51,11 @@ impl TableUsage {
 /// The whole file's usage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileUsage {
+    /// The file's length.
     pub file_bytes: u64,
+    /// What it takes on disk: the engine grows its file ahead, up to the
+    /// next gigabyte past the first, and pages not yet written take none.
+    pub disk_bytes: u64,
     pub page_size: u64,
     /// Pages in use by tables and by the engine's own bookkeeping.
     pub allocated_pages: u64,
@@ -57,10 +64,16 @@ pub struct FileUsage {
 
 impl FileUsage {
     /// Bytes the file holds that no page in use covers: free pages, kept
-    /// for later commits.
+    /// for later commits, and the room it was grown ahead by.
     pub fn free_bytes(&self) -> u64 {
         self.file_bytes
             .saturating_sub(self.allocated_pages * self.page_size)
+    }
+
+    /// The free bytes that take disk: pages once written and freed since.
+    pub fn free_disk_bytes(&self) -> u64 {
+        let never_written = self.file_bytes.saturating_sub(self.disk_bytes);
+        self.free_bytes().saturating_sub(never_written)
     }
 
     /// The stored bytes of the hour and day documents.
@@ -89,10 +102,10 @@ fn is_document_table(name: &str) -> bool {
 /// a running tallyd (the storage engine holds it exclusively); opening it
 /// here repairs it first if a crash left it without its allocator state.
 pub fn file_usage(dir: &Path) -> Result<FileUsage, StoreError> {
+    use std::os::unix::fs::MetadataExt;
     let path = dir.join(FILE_NAME);
-    let file_bytes = std::fs::metadata(&path)
-        .map_err(|e| invalid(format!("no store file at {}: {e}", path.display())))?
-        .len();
+    let meta = std::fs::metadata(&path)
+        .map_err(|e| invalid(format!("no store file at {}: {e}", path.display())))?;
     let db = engine::open_existing(&path, &EmbeddedConfig::default())?;
     let read = db.begin_read().map_err(db_err)?;
     let mut tables = Vec::new();
@@ -116,7 +129,8 @@ pub fn file_usage(dir: &Path) -> Result<FileUsage, StoreError> {
     let whole = db.begin_write().map_err(db_err)?.stats().map_err(db_err)?;
     tables.sort_by_key(|t| std::cmp::Reverse(t.page_bytes()));
     Ok(FileUsage {
-        file_bytes,
+        file_bytes: meta.len(),
+        disk_bytes: (meta.blocks() * 512).min(meta.len()),
         page_size: whole.page_size() as u64,
         allocated_pages: whole.allocated_pages(),
         tables,
@@ -129,7 +143,7 @@ impl fmt::Display for FileUsage {
         writeln!(
             f,
             "{:<26} {:>12} {:>11} {:>11} {:>11} {:>11} {:>10}",
-            "table", "entries", "stored MB", "meta MB", "empty MB", "pages MB", "of file"
+            "table", "entries", "stored MB", "meta MB", "empty MB", "pages MB", "of disk"
         )?;
         for t in &self.tables {
             writeln!(
@@ -141,26 +155,32 @@ impl fmt::Display for FileUsage {
                 mb(t.metadata_bytes),
                 mb(t.fragmented_bytes),
                 mb(t.page_bytes()),
-                percent(t.page_bytes(), self.file_bytes),
+                percent(t.page_bytes(), self.disk_bytes),
             )?;
         }
         let in_tables: u64 = self.tables.iter().map(TableUsage::page_bytes).sum();
         let engine = (self.allocated_pages * self.page_size).saturating_sub(in_tables);
         writeln!(
             f,
-            "engine bookkeeping {:.1} MB, free pages {:.1} MB ({:.1}%), file {:.1} MB",
+            "engine bookkeeping {:.1} MB; free pages {:.1} MB, {:.1} of them on disk \
+             (the rest is room the file was grown ahead by, never written)",
             mb(engine),
             mb(self.free_bytes()),
-            percent(self.free_bytes(), self.file_bytes),
+            mb(self.free_disk_bytes()),
+        )?;
+        writeln!(
+            f,
+            "file {:.1} MB long, {:.1} MB on disk",
             mb(self.file_bytes),
+            mb(self.disk_bytes),
         )?;
         let docs = self.document_bytes();
         if docs > 0 {
             writeln!(
                 f,
-                "documents {:.1} MB: the file is {:.2} times its documents",
+                "documents {:.1} MB: the file takes {:.2} times their bytes on disk",
                 mb(docs),
-                self.file_bytes as f64 / docs as f64
+                self.disk_bytes as f64 / docs as f64
             )?;
         }
         Ok(())

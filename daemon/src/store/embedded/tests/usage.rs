@@ -32,9 +32,11 @@ async fn usage_counts_each_table_and_the_documents() {
         assert!(t.page_bytes() <= usage.file_bytes, "{t:?}");
     }
     assert!(usage.free_bytes() < usage.file_bytes);
+    assert!(usage.disk_bytes <= usage.file_bytes);
+    assert!(usage.free_disk_bytes() <= usage.free_bytes());
     let shown = usage.to_string();
     assert!(shown.contains("hours_by_period"), "{shown}");
-    assert!(shown.contains("times its documents"), "{shown}");
+    assert!(shown.contains("times their bytes on disk"), "{shown}");
 }
 
 #[tokio::test]
