@@ -62,8 +62,8 @@ const FOLD_GRACE_US: u64 = 60_000_000;
 
 /// A close's folds by the hour are at least this far apart until its
 /// spread ends: every durable commit also saves the storage engine's
-/// allocator state (about a megabyte at a gigabyte of file, `engine.rs`)
-/// with a second `fsync`, which a fold at every flush paid once a second.
+/// allocator state (about 265 KB at a 2 GB file, `engine.rs`) with a
+/// second `fsync`, which a fold at every flush paid once a second.
 const FOLD_EVERY_US: u64 = 5_000_000;
 
 /// Series folded in one transaction at most: its dirty pages stay in
