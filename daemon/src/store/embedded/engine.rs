@@ -23,11 +23,7 @@ impl Opener {
         let path = path.to_path_buf();
         let cache = config.cache_size_bytes;
         Opener(Box::new(move || {
-            redb::Builder::new()
-                .set_cache_size(cache)
-                .set_repair_callback(repair_progress(path.clone()))
-                .create(&path)
-                .map_err(db_err)
+            builder(&path, cache).create(&path).map_err(db_err)
         }))
     }
 
@@ -46,11 +42,18 @@ impl Opener {
 /// Opens a file that must already exist, for tools that inspect it with
 /// tallyd stopped: a missing file is an error rather than a new, empty one.
 pub(super) fn open_existing(path: &Path, config: &EmbeddedConfig) -> Result<Database, StoreError> {
-    redb::Builder::new()
-        .set_cache_size(config.cache_size_bytes)
-        .set_repair_callback(repair_progress(path.to_path_buf()))
+    builder(path, config.cache_size_bytes)
         .open(path)
         .map_err(db_err)
+}
+
+/// The engine's settings for the file at `path`, however it is opened.
+fn builder(path: &Path, cache_size_bytes: usize) -> redb::Builder {
+    let mut builder = redb::Builder::new();
+    builder
+        .set_cache_size(cache_size_bytes)
+        .set_repair_callback(repair_progress(path.to_path_buf()));
+    builder
 }
 
 /// What a full repair of the file reports, in tenths: the storage engine
