@@ -113,7 +113,7 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
     (Kind::Counter, "tally_store_folded_series_total", Unit::Count, "Series the embedded store folded from its pending minutes into their documents."),
     (Kind::Counter, "tally_store_checkpoints_total", Unit::Count, "Checkpoints of the embedded store: the minutes changed since the last one written to its file, after which the write-ahead log lets go of the flushes they hold."),
     (Kind::Gauge, "tally_store_file_bytes", Unit::Bytes, "Bytes the embedded store's file takes on disk, as of its last checkpoint."),
-    (Kind::Gauge, "tally_store_document_bytes", Unit::Bytes, "Bytes of the hour and day documents the embedded store's file holds, as of its last checkpoint."),
+    (Kind::Gauge, "tally_store_document_bytes", Unit::Bytes, "Bytes of the hour and day documents the embedded store's file holds, counted unpacked, as of its last checkpoint."),
     (Kind::Gauge, "tally_store_failed", Unit::Count, "1 while the embedded store cannot be used: its file is damaged (until restarted) or an I/O error has not been cured by reopening it yet."),
     (Kind::Gauge, "tally_wal_segments", Unit::Count, "Write-ahead log segments on disk, the one being written included."),
     (Kind::Counter, "tally_flushes_total", Unit::Count, "Flush batches applied to the store."),

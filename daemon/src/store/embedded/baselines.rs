@@ -25,12 +25,12 @@ use std::ops::Bound;
 use redb::{Database, ReadableTable, Table, WriteTransaction};
 
 use super::catalog_index::index_key;
-use super::codec::{checked, decode_catalog, encode_catalog, slot_at};
+use super::codec::{checked, decode_catalog, document, encode_catalog, slot_at};
 use super::engine::begin_write;
 use super::errors::db_err;
 use super::layout::{
-    catalog_name, MinutesKey, CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, META,
-    META_FIRST_SEEN_BASELINES, MINUTES_PER_HOUR, SERIES_CATALOG,
+    catalog_name, MinutesKey, CATALOG_BY_METRIC, CATALOG_ENTRY_LEN, DAY_MINUTES, DAY_MINUTES_LEN,
+    META, META_FIRST_SEEN_BASELINES, MINUTES_PER_HOUR, SERIES_CATALOG,
 };
 use super::pending::Pending;
 use crate::model::{SampleKind, SeriesId, Tier, HOUR_S, MINUTE_S};
@@ -164,13 +164,12 @@ fn first_counted(
     }
     let day0 = Tier::Day.period_start(m0);
     let hour0 = ((first - day0) / HOUR_S) as u8;
-    let Some(block) = minutes.get((day0, hour0, src, &*met)).map_err(db_err)? else {
+    let Some(block) = block_at(minutes, (day0, hour0, src, &*met))? else {
         return Ok(None);
     };
-    if slot_at(block.value(), 0, minute_of_hour(first)).n > 0 {
+    if slot_at(&block, 0, minute_of_hour(first)).n > 0 {
         return Ok(None);
     }
-    drop(block);
     let pending_first = counted
         .iter()
         .map(|m| m * MINUTE_S)
@@ -181,7 +180,7 @@ fn first_counted(
     while hour_start <= last_seen && pending_first.is_none_or(|p| p >= hour_start) {
         let day = Tier::Day.period_start(hour_start.div_euclid(MINUTE_S));
         let hour = ((hour_start - day) / HOUR_S) as u8;
-        if let Some(v) = minutes.get((day, hour, src, &*met)).map_err(db_err)? {
+        if let Some(v) = block_at(minutes, (day, hour, src, &*met))? {
             for i in 0..MINUTES_PER_HOUR {
                 let t = hour_start + i as i64 * MINUTE_S;
                 if t <= first {
@@ -190,7 +189,7 @@ fn first_counted(
                 if t > last_seen || pending_first.is_some_and(|p| p <= t) {
                     break;
                 }
-                if slot_at(v.value(), 0, i).n > 0 {
+                if slot_at(&v, 0, i).n > 0 {
                     return Ok(Some(t));
                 }
             }
@@ -201,6 +200,18 @@ fn first_counted(
         hour_start = next;
     }
     Ok(pending_first)
+}
+
+/// The minute block under `key`, if there is one and it reads (a damaged
+/// one is left to the reads, which report it).
+fn block_at(
+    minutes: &MinutesTable<'_>,
+    key: MinutesKey<'_>,
+) -> Result<Option<[u8; DAY_MINUTES_LEN]>, StoreError> {
+    let Some(v) = minutes.get(key).map_err(db_err)? else {
+        return Ok(None);
+    };
+    Ok(document(v.value(), String::new).ok())
 }
 
 /// The index of the minute starting at `t` (Unix seconds) in its hour.

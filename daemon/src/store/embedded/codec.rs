@@ -103,6 +103,19 @@ pub(super) fn checked<const N: usize>(
     })
 }
 
+/// A stored document value (an hour document, a day summary or a minute
+/// block) as its `N` raw bytes: unpacked if the file holds it packed
+/// (`packed.rs`), otherwise as [`checked`] reads it.
+pub(super) fn document<const N: usize>(
+    stored: &[u8],
+    doc: impl Fn() -> String,
+) -> Result<[u8; N], StoreError> {
+    match super::packed::unpack(stored, &doc) {
+        Some(unpacked) => unpacked,
+        None => checked(stored, doc),
+    }
+}
+
 /// `raw` as a value of `N` bytes, if it is that value in the legacy layout.
 /// Every value is an optional 16-byte header and whole slots, and
 /// `HEADER_LEN < SLOT_LEN`, so the header is what `N` leaves over.
@@ -178,13 +191,13 @@ pub(super) fn decode_entry(
     })
 }
 
-/// The watermark in a stored document's header; 0 when there is no
-/// document, or a damaged one (its minutes then stay pending, and the fold
-/// that meets the damage drops them, as `fold.rs` describes, rather than
-/// the whole store refusing to open).
-pub(super) fn stored_watermark(value: Option<&[u8]>) -> u64 {
-    match value {
-        Some(v) if v.len() >= super::layout::HEADER_LEN => header(v).1,
-        _ => 0,
-    }
+/// The watermark in the header of a stored document of `N` bytes (an hour
+/// document or a day summary); 0 when there is no document, or a damaged
+/// one (its minutes then stay pending, and the fold that meets the damage
+/// drops them, as `fold.rs` describes, rather than the whole store refusing
+/// to open).
+pub(super) fn stored_watermark<const N: usize>(value: Option<&[u8]>) -> u64 {
+    value
+        .and_then(|v| document::<N>(v, String::new).ok())
+        .map_or(0, |doc| header(&doc).1)
 }

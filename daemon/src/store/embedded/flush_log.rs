@@ -51,8 +51,8 @@ use redb::{Database, ReadableDatabase, ReadableTable, Table};
 use super::codec::{legacy_slot_at, put_slot, slot_at, stored_watermark};
 use super::errors::{db_err, invalid};
 use super::layout::{
-    FlushLogKey, HourKey, CHECKPOINT_LOG, DAY_SUMMARY, FLUSH_LOG, HOUR_DOCS, LEGACY_SLOT_LEN,
-    SLOT_LEN,
+    FlushLogKey, HourKey, CHECKPOINT_LOG, DAY_SUMMARY, DAY_SUMMARY_LEN, FLUSH_LOG, HOUR_DOCS,
+    HOUR_DOC_LEN, LEGACY_SLOT_LEN, SLOT_LEN,
 };
 use super::pending::Pending;
 use crate::labels::split_metric_key;
@@ -607,8 +607,9 @@ impl DocWatermarks {
         let day = Tier::Day.period_start(m);
         let h = hours.get((hour, source, metric_key)).map_err(db_err)?;
         let d = days.get((day, source, metric_key)).map_err(db_err)?;
-        let w = stored_watermark(h.as_ref().map(|v| v.value()))
-            .max(stored_watermark(d.as_ref().map(|v| v.value())));
+        let w = stored_watermark::<HOUR_DOC_LEN>(h.as_ref().map(|v| v.value())).max(
+            stored_watermark::<DAY_SUMMARY_LEN>(d.as_ref().map(|v| v.value())),
+        );
         known.push((hour, w));
         Ok(w)
     }

@@ -39,9 +39,9 @@
 //!
 //! | table         | key                                           | value                        | bytes |
 //! |---------------|-----------------------------------------------|------------------------------|-------|
-//! | `hours_by_period` | `(hour_start: i64, source, metric)`       | header + 61 slots            | 2,944 |
+//! | `hours_by_period` | `(hour_start: i64, source, metric)`       | header + 61 slots, packed    | 2,944 |
 //! | `day_summaries_by_period` | `(day_start: i64, source, metric)` | header + 25 slots          | 1,216 |
-//! | `day_minutes_by_period` | `(day_start: i64, hour: u8, source, metric)` | 60 slots (no header) | 2,880 |
+//! | `day_minutes_by_period` | `(day_start: i64, hour: u8, source, metric)` | 60 slots (no header), packed | 2,880 |
 //! | `series_catalog` | `"source|metric"` ([`SeriesId::key`])      | kind, first and last seen    |    17 |
 //! | `catalog_by_metric` | `"metric|source|metric key"`            | as `series_catalog`          |    17 |
 //! | `flush_log`   | `(flush id: u64, chunk: u32)`                 | minute slots of many series  | ≤ ~1 MiB |
@@ -50,6 +50,14 @@
 //!
 //! * Hour document: slot 0 is the hour's running slot, slots 1..=60 are
 //!   minutes 0..59 (the document model's `values.<MINUTE>`).
+//! * Packed (layout 6): hour documents and minute blocks are stored
+//!   packed, about 1,750 bytes for a full hour of a gauge instead of 2,944,
+//!   so that two share a 4 KiB page where each took one; the bytes column
+//!   above is their size unpacked, which every reader and writer works
+//!   with. How, and why day summaries stay as they are, is in
+//!   `packed.rs`. A value of the raw length still reads as it is, so a
+//!   file of layout 5 is marked 6 when opened and nothing else changes:
+//!   its documents are packed as they are next written.
 //! * Day document (the document model's `values.<HOUR>.<MINUTE>`), split in
 //!   two tables: the summary holds slot 0 = the day's running slot and slots
 //!   1..=24 = each hour's running slot; the minutes table holds one 60-slot block
@@ -96,7 +104,7 @@
 //!   in the documents or the checkpoint log, so a restarted daemon replays
 //!   its write-ahead log from there), `max_fold_watermark` (the highest
 //!   watermark a fold wrote: flushes replayed at or below it may already be
-//!   in a document) and `layout_version` (this layout is 5).
+//!   in a document) and `layout_version` (this layout is 6).
 //!   Layouts 1 to 4 keyed documents series first: opening any of them
 //!   moves its documents to the period-first tables (why, and how, is
 //!   below), values unchanged. Beyond that, layout 1 had no flush log: its
@@ -106,9 +114,9 @@
 //!   they are. A document value of the old length reads as slots without a
 //!   last sample ([`codec`] widens it), and the next write of that document
 //!   stores it in the new layout. Layout 3 had no checkpoint log: its files
-//!   gain the empty table. Every upgrade marks the file 5, so that an older
-//!   tallyd, which would misread it (or not read the checkpoint log),
-//!   refuses it instead.
+//!   gain the empty table. Every upgrade marks the file 6, so that an older
+//!   tallyd, which would misread it (or not read the checkpoint log or
+//!   the packed values), refuses it instead.
 //!
 //!   `meta.first_seen_baselines` marks a file whose catalog no longer holds
 //!   a cumulative counter's baseline minute as its `first_seen`. A counter's
@@ -124,7 +132,7 @@
 //!
 //! [`codec`]: super::codec
 //!
-//! Why this key order (layout 5): keys sort by period start first (redb
+//! Why this key order (from layout 5): keys sort by period start first (redb
 //! compares `i64` numerically, so periods before 1970 sort correctly too),
 //! then source and metric. Documents are written when their hour closes, a
 //! whole fleet's within minutes of each other; with the period first those
@@ -143,7 +151,7 @@
 //! no more than one over what is stored. A dashboard's day of hours is 25
 //! lookups.
 //!
-//! Layout 4 files are upgraded when opened: the file is marked 5 first (an
+//! Layout 4 files are upgraded when opened: the file is marked 6 first (an
 //! older tallyd then refuses it instead of reading the emptied tables),
 //! then the documents move to the new tables in transactions of
 //! [`MOVE_PER_TXN`] values, each one taking a value out of the old table
@@ -163,10 +171,10 @@ use crate::store::StoreError;
 pub(super) const FILE_NAME: &str = "tally.redb";
 
 /// Version of the layout described in the module documentation.
-pub(super) const LAYOUT_VERSION: u64 = 5;
+pub(super) const LAYOUT_VERSION: u64 = 6;
 
 /// Older layouts this one opens, upgrading them in place (see above).
-pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2, 3, 4];
+pub(super) const UPGRADABLE_LAYOUTS: &[u64] = &[1, 2, 3, 4, 5];
 
 /// Documents moved to the period-first tables per transaction when a file
 /// of an older layout is opened.

@@ -46,6 +46,7 @@ mod errors;
 mod flush_log;
 mod fold;
 mod layout;
+mod packed;
 mod pending;
 mod period_first;
 mod read;

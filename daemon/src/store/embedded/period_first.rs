@@ -1,5 +1,5 @@
 //! Opening a file whose documents are keyed series first (layouts 1 to 4):
-//! moving them to the period-first tables of layout 5 (why: `layout.rs`).
+//! moving them to the period-first tables of layout 5 and later (why: `layout.rs`).
 //! Separate because it runs once per file, when it is opened, before
 //! anything reads a document, and nothing else knows the old tables.
 //!
@@ -73,7 +73,7 @@ pub(super) fn move_documents(db: &Database) -> Result<u64, StoreError> {
     tracing::info!(
         moved,
         seconds = started.elapsed().as_secs_f64(),
-        "embedded store: documents moved to the period-first layout (layout 5)"
+        "embedded store: documents moved to the period-first layout"
     );
     Ok(moved)
 }

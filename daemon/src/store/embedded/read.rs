@@ -6,7 +6,7 @@
 
 use redb::{ReadOnlyTable, ReadTransaction, ReadableDatabase, ReadableTable};
 
-use super::codec::{checked, decode_kind, header, slot_at};
+use super::codec::{decode_kind, document, header, slot_at};
 use super::db::{meta_value, Db};
 use super::errors::{db_err, invalid};
 use super::layout::{
@@ -161,7 +161,7 @@ fn read_docs<const N: usize>(
     while start < q.to && start <= last {
         if let Some(v) = table.get((start, src, met)).map_err(db_err)? {
             let name = || doc_name(src, met, start);
-            let doc: [u8; N] = checked(v.value(), name)?;
+            let doc: [u8; N] = document(v.value(), name)?;
             let (code, watermark) = header(&doc);
             let mut slots = Vec::new();
             points(&doc, start, &mut slots)?;
@@ -212,7 +212,7 @@ fn read_minute_blocks(
             continue;
         };
         let name = || day_minutes_name(src, met, start, hour);
-        let block: MinuteBlock = checked(v.value(), name)?;
+        let block: MinuteBlock = document(v.value(), name)?;
         let hour_start = start.saturating_add(HOUR_S * i64::from(hour));
         let block_slots = (0..MINUTES_PER_HOUR).map(|m| slot_at(&block, 0, m));
         push_in_range(q, block_slots, hour_start, MINUTE_S, slots);

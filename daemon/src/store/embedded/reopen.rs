@@ -23,7 +23,7 @@ use redb::{Database, ReadableDatabase};
 use super::codec::stored_watermark;
 use super::db::{open_checked, Db, Opened, Redo, SyncState};
 use super::errors::db_err;
-use super::layout::HOUR_DOCS;
+use super::layout::{HOUR_DOCS, HOUR_DOC_LEN};
 use crate::model::Tier;
 use crate::store::StoreError;
 
@@ -100,7 +100,9 @@ impl Db {
             let txn = db.begin_read().map_err(db_err)?;
             let hours = txn.open_table(HOUR_DOCS).map_err(db_err)?;
             let value = hours.get(key).map_err(db_err)?;
-            Ok::<_, StoreError>(stored_watermark(value.as_ref().map(|v| v.value())))
+            Ok::<_, StoreError>(stored_watermark::<HOUR_DOC_LEN>(
+                value.as_ref().map(|v| v.value()),
+            ))
         })();
         let landed = match stored {
             Ok(w) => w >= f.watermark,

@@ -1,10 +1,11 @@
 //! Where the file's bytes go, table by table: what `tallyd store-usage`
 //! prints, with tallyd stopped. `tally_store_file_bytes` and
 //! `tally_store_document_bytes` say how far the file is from its documents;
-//! this says why: the documents' own bytes, the checkpoint log, the room
-//! the engine's pages leave empty (a value of 2,880 bytes takes a 4 KiB
-//! page; a compressed log chunk takes a page of a power-of-two size), and
-//! the pages the file holds free for later commits.
+//! this says why: the documents' own bytes (hour documents and minute
+//! blocks packed), the checkpoint log, the room the engine's pages leave
+//! empty (a value that fills more than half a page leaves the rest; a
+//! compressed log chunk takes a page of a power-of-two size), and the
+//! pages the file holds free for later commits.
 //!
 //! Counting walks every page of every table, so it is not a metric: at a
 //! gigabyte it reads the whole file. The file's length is not what it
@@ -20,8 +21,8 @@ use redb::{ReadableDatabase, ReadableTableMetadata, TableHandle};
 use super::engine;
 use super::errors::{db_err, invalid};
 use super::layout::{
-    DAY_MINUTES, DAY_SUMMARY, FILE_NAME, HOUR_DOCS, LEGACY_DAY_MINUTES, LEGACY_DAY_SUMMARY,
-    LEGACY_HOUR_DOCS,
+    DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, FILE_NAME, HOUR_DOCS, HOUR_DOC_LEN,
+    LEGACY_DAY_MINUTES, LEGACY_DAY_SUMMARY, LEGACY_HOUR_DOCS,
 };
 use super::EmbeddedConfig;
 use crate::store::StoreError;
@@ -76,26 +77,40 @@ impl FileUsage {
         self.free_bytes().saturating_sub(never_written)
     }
 
-    /// The stored bytes of the hour and day documents.
+    /// The stored bytes of the hour and day documents and their keys (hour
+    /// documents and minute blocks packed, `packed.rs`).
     pub fn document_bytes(&self) -> u64 {
         self.tables
             .iter()
-            .filter(|t| is_document_table(&t.name))
+            .filter(|t| value_len(&t.name).is_some())
             .map(|t| t.stored_bytes)
+            .sum()
+    }
+
+    /// The bytes of the hour and day documents unpacked, as
+    /// `tally_store_document_bytes` counts them: each table's entries times
+    /// its values' length.
+    pub fn document_value_bytes(&self) -> u64 {
+        self.tables
+            .iter()
+            .filter_map(|t| value_len(&t.name).map(|len| t.entries * len as u64))
             .sum()
     }
 }
 
-fn is_document_table(name: &str) -> bool {
+/// The unpacked length of a document table's values; `None` for the other
+/// tables.
+fn value_len(name: &str) -> Option<usize> {
     [
-        HOUR_DOCS.name(),
-        DAY_SUMMARY.name(),
-        DAY_MINUTES.name(),
-        LEGACY_HOUR_DOCS.name(),
-        LEGACY_DAY_SUMMARY.name(),
-        LEGACY_DAY_MINUTES.name(),
+        (HOUR_DOCS.name(), HOUR_DOC_LEN),
+        (DAY_SUMMARY.name(), DAY_SUMMARY_LEN),
+        (DAY_MINUTES.name(), DAY_MINUTES_LEN),
+        (LEGACY_HOUR_DOCS.name(), HOUR_DOC_LEN),
+        (LEGACY_DAY_SUMMARY.name(), DAY_SUMMARY_LEN),
+        (LEGACY_DAY_MINUTES.name(), DAY_MINUTES_LEN),
     ]
-    .contains(&name)
+    .into_iter()
+    .find_map(|(table, len)| (table == name).then_some(len))
 }
 
 /// Counts what the store file in `dir` holds. The file must not be open in
@@ -174,12 +189,14 @@ impl fmt::Display for FileUsage {
             mb(self.file_bytes),
             mb(self.disk_bytes),
         )?;
-        let docs = self.document_bytes();
+        let docs = self.document_value_bytes();
         if docs > 0 {
             writeln!(
                 f,
-                "documents {:.1} MB: the file takes {:.2} times their bytes on disk",
+                "documents {:.1} MB ({:.1} MB as stored, packed, with their keys): \
+                 the file takes {:.2} times their bytes on disk",
                 mb(docs),
+                mb(self.document_bytes()),
                 self.disk_bytes as f64 / docs as f64
             )?;
         }

@@ -12,15 +12,16 @@
 
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::codec::{checked, empty_value, header, merge_slot, put_header, stored_watermark};
+use super::codec::{document, empty_value, header, merge_slot, put_header, stored_watermark};
 use super::db::{meta_value, Db};
 use super::engine::begin_write;
 use super::errors::{db_err, invalid};
 use super::layout::{
-    day_minutes_name, day_summary_name, hour_doc_name, DayKey, DaySummary, HourDoc, HourKey,
-    MinutesKey, DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HEADER_LEN,
-    HOURS_PER_DAY, HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR,
+    day_minutes_name, day_summary_name, hour_doc_name, DayKey, DaySummary, HourKey, MinutesKey,
+    DAY_MINUTES, DAY_MINUTES_LEN, DAY_SUMMARY, DAY_SUMMARY_LEN, HEADER_LEN, HOURS_PER_DAY,
+    HOUR_DOCS, HOUR_DOC_LEN, META, META_LAST_FLUSH_ID, MINUTES_PER_HOUR, SLOT_LEN,
 };
+use super::packed::pack;
 use super::pending::Fold;
 use crate::model::{
     DayDocUpdate, DayHourUpdate, DocKey, HourDocUpdate, SeriesUpdate, Slot, Tier, DAY_S, HOUR_S,
@@ -55,7 +56,9 @@ impl<'txn> DocTables<'txn> {
         let met = f.series.metric_key();
         let key = (Tier::Day.period_start(m), &*f.series.source, &*met);
         let value = self.summaries.get(key).map_err(db_err)?;
-        Ok(stored_watermark(value.as_ref().map(|v| v.value())))
+        Ok(stored_watermark::<DAY_SUMMARY_LEN>(
+            value.as_ref().map(|v| v.value()),
+        ))
     }
 }
 
@@ -70,7 +73,7 @@ impl Db {
                 mut summaries,
                 ..
             } = DocTables::open(&txn)?;
-            let empty_hour: HourDoc = empty_value(HEADER_LEN);
+            let empty_hour = pack(&empty_value::<HOUR_DOC_LEN>(HEADER_LEN), HEADER_LEN);
             let empty_summary: DaySummary = empty_value(HEADER_LEN);
 
             for doc in docs {
@@ -90,7 +93,7 @@ impl Db {
                         if hours.get(key).map_err(db_err)?.is_some() {
                             stats.already_present += 1;
                         } else {
-                            hours.insert(key, &empty_hour[..]).map_err(db_err)?;
+                            hours.insert(key, &*empty_hour).map_err(db_err)?;
                             stats.created += 1;
                         }
                     }
@@ -189,7 +192,7 @@ impl SeriesWrite<'_> {
         update_value::<HourKey, HOUR_DOC_LEN>(
             hours,
             &(h.hour_start, src, met),
-            HEADER_LEN,
+            Form::Packed,
             || hour_doc_name(src, met, h.hour_start),
             |doc| {
                 let minutes = h.minutes.iter().map(|(minute, slot)| (*minute, slot));
@@ -260,7 +263,7 @@ impl SeriesWrite<'_> {
         update_value::<DayKey, DAY_SUMMARY_LEN>(
             summaries,
             &(d.day_start, src, met),
-            HEADER_LEN,
+            Form::Raw,
             || day_summary_name(src, met, d.day_start),
             |summary| {
                 let hours = d.hours.iter().map(|hu| (hu.hour, &hu.total));
@@ -284,7 +287,7 @@ impl SeriesWrite<'_> {
         update_value::<MinutesKey, DAY_MINUTES_LEN>(
             blocks,
             &(day_start, hu.hour, src, met),
-            0,
+            Form::Packed,
             || day_minutes_name(src, met, day_start, hu.hour),
             |block| {
                 for &(minute, ref slot) in &hu.minutes {
@@ -303,20 +306,45 @@ impl SeriesWrite<'_> {
     }
 }
 
-/// Read-modify-write of one fixed-size value in one B-tree descent.
+/// How a document table stores its values (why, in `packed.rs`).
+#[derive(Clone, Copy)]
+enum Form {
+    /// As they are, fixed-size: updated in place in one B-tree descent.
+    Raw,
+    /// Packed: written once when their hour closes, then rarely again.
+    Packed,
+}
+
+/// Read-modify-write of one fixed-size document value.
 ///
-/// `update` gets the stored value (length-checked) or, if absent, an
-/// all-empty one (slots from byte `empty_base`), and returns whether to write
-/// it back. Returns whether it was written.
+/// `update` gets the stored value (unpacked, length-checked) or, if
+/// absent, an all-empty one (a header of `N % SLOT_LEN` bytes, then empty
+/// slots), and returns whether to write it back. Returns whether it was
+/// written.
 fn update_value<'k, K: redb::Key + 'static, const N: usize>(
     table: &mut Table<K, &'static [u8]>,
     key: &K::SelfType<'k>,
-    empty_base: usize,
-    name: impl FnOnce() -> String,
+    form: Form,
+    name: impl Fn() -> String,
     update: impl FnOnce(&mut [u8; N]) -> Result<bool, StoreError>,
 ) -> Result<bool, StoreError> {
+    let base = N % SLOT_LEN;
+    if let Form::Packed = form {
+        let stored = match table.get(key).map_err(db_err)? {
+            Some(v) => Some(document::<N>(v.value(), &name)?),
+            None => None,
+        };
+        let mut buf = stored.unwrap_or_else(|| empty_value(base));
+        if !update(&mut buf)? {
+            return Ok(false);
+        }
+        // A plain insert, not the in-place replacement below: a value that
+        // grew must split its page rather than get a larger page of its own.
+        table.insert(key, &*pack(&buf, base)).map_err(db_err)?;
+        return Ok(true);
+    }
     if let Some(mut guard) = table.get_mut(key).map_err(db_err)? {
-        let mut buf: [u8; N] = checked(guard.value(), name)?;
+        let mut buf: [u8; N] = document(guard.value(), &name)?;
         if !update(&mut buf)? {
             return Ok(false);
         }
@@ -324,7 +352,7 @@ fn update_value<'k, K: redb::Key + 'static, const N: usize>(
         guard.insert(&buf[..]).map_err(db_err)?;
         return Ok(true);
     }
-    let mut buf: [u8; N] = empty_value(empty_base);
+    let mut buf: [u8; N] = empty_value(base);
     if !update(&mut buf)? {
         return Ok(false);
     }

@@ -1,14 +1,17 @@
 //! Opening a file of layout 2 (32-byte slots without the last sample): its
 //! documents read as slots without a last sample, its flush log is kept,
-//! and the next write stores today's layout.
+//! and the next write stores today's layout. Opening one of layout 5
+//! (documents not packed): they read as they are, and are packed when next
+//! written.
 
 use redb::{Database, ReadableDatabase};
 
 use super::*;
 use crate::model::{Resolution, SampleKind, SeriesId, Slot, Tier, HOUR_S, MINUTE_S};
+use crate::store::embedded::codec::document;
 use crate::store::embedded::layout::{
-    FILE_NAME, FLUSH_LOG, LAYOUT_VERSION, LEGACY_HOUR_DOCS, LEGACY_SLOT_LEN, META,
-    META_LAST_FLUSH_ID, META_LAYOUT_VERSION,
+    DAY_MINUTES, DAY_MINUTES_LEN, FILE_NAME, FLUSH_LOG, HOUR_DOCS, HOUR_DOC_LEN, LAYOUT_VERSION,
+    LEGACY_HOUR_DOCS, LEGACY_SLOT_LEN, META, META_LAST_FLUSH_ID, META_LAYOUT_VERSION,
 };
 use crate::store::Store;
 
@@ -119,4 +122,112 @@ async fn a_layout_2_file_opens_reads_and_upgrades_on_write() {
 
 fn series_minutes(id: &SeriesId, at_s: i64, v: f64) -> crate::model::SeriesMinutes {
     series(&id.source, &id.metric, SampleKind::Gauge, &[(at_s, v)])
+}
+
+/// Every hour document and minute block of the file in `dir` unpacked, as
+/// layout 5 stored them, and the file marked 5.
+fn unpack_all_as_layout_5(dir: &tempfile::TempDir) {
+    use redb::ReadableTable;
+    let db = Database::open(dir.path().join(FILE_NAME)).unwrap();
+    let txn = db.begin_write().unwrap();
+    {
+        let mut hours = txn.open_table(HOUR_DOCS).unwrap();
+        let raw: Vec<_> = hours
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (k, v) = row.unwrap();
+                let doc: [u8; HOUR_DOC_LEN] = document(v.value(), String::new).unwrap();
+                (
+                    k.value().0,
+                    k.value().1.to_owned(),
+                    k.value().2.to_owned(),
+                    doc,
+                )
+            })
+            .collect();
+        assert!(!raw.is_empty());
+        for (start, src, met, doc) in &raw {
+            hours.insert((*start, &**src, &**met), &doc[..]).unwrap();
+        }
+        let mut blocks = txn.open_table(DAY_MINUTES).unwrap();
+        let raw: Vec<_> = blocks
+            .iter()
+            .unwrap()
+            .map(|row| {
+                let (k, v) = row.unwrap();
+                let (day, hour, src, met) = k.value();
+                let block: [u8; DAY_MINUTES_LEN] = document(v.value(), String::new).unwrap();
+                (day, hour, src.to_owned(), met.to_owned(), block)
+            })
+            .collect();
+        assert!(!raw.is_empty());
+        for (day, hour, src, met, block) in &raw {
+            blocks
+                .insert((*day, *hour, &**src, &**met), &block[..])
+                .unwrap();
+        }
+        txn.open_table(META)
+            .unwrap()
+            .insert(META_LAYOUT_VERSION, 5)
+            .unwrap();
+    }
+    txn.commit().unwrap();
+}
+
+#[tokio::test]
+async fn a_layout_5_file_reads_as_it_is_and_packs_on_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let day = ts(2026, 3, 14, 0, 0);
+    let hour = ts(2026, 3, 14, 10, 0);
+    let store = open_direct(&dir);
+    store.apply(&sample_batch(1)).await.unwrap();
+    let mut before = Vec::new();
+    for (tier, res) in EVERY_READ {
+        before.push(read_day(&store, tier, res, day).await);
+    }
+    store.close().await.unwrap();
+    drop(store);
+    unpack_all_as_layout_5(&dir);
+
+    let store = open_direct(&dir);
+    assert_eq!(
+        raw_len(&store, HOUR_DOCS, (hour, "db-01", "op_counter")),
+        Some(HOUR_DOC_LEN)
+    );
+    for ((tier, res), want) in EVERY_READ.into_iter().zip(&before) {
+        assert_eq!(
+            &read_day(&store, tier, res, day).await,
+            want,
+            "{tier:?} {res:?}"
+        );
+    }
+    {
+        let txn = store.inner.database().unwrap().begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        let version = meta.get(META_LAYOUT_VERSION).unwrap().unwrap().value();
+        assert_eq!(version, LAYOUT_VERSION);
+    }
+
+    // The next write of the hour packs it, and keeps what it held.
+    let series = SeriesId::new("db-01", "op_counter");
+    let at = hour + 20 * MINUTE_S;
+    store
+        .apply(&batch(2, vec![series_minutes(&series, at, 6.0)]))
+        .await
+        .unwrap();
+    let packed = raw_len(&store, HOUR_DOCS, (hour, "db-01", "op_counter")).unwrap();
+    assert!(packed < HOUR_DOC_LEN / 2, "{packed}");
+    let docs = read(
+        &store,
+        query(Tier::Hour, Resolution::Minute, hour, hour + HOUR_S),
+    )
+    .await;
+    let old = &before[0][0].slots;
+    assert_eq!(docs[0].slots.len(), old.len() + 1);
+    for kept in old {
+        assert!(docs[0].slots.contains(kept), "{kept:?}");
+    }
+    let new = docs[0].slots.iter().find(|(t, _)| *t == at);
+    assert_eq!(new.map(|(_, s)| (s.n, s.last)), Some((1, 6.0)));
 }
