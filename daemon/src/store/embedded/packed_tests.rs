@@ -8,6 +8,7 @@ use super::*;
 use crate::model::Slot;
 use crate::store::embedded::codec::{empty_value, put_header, put_slot};
 use crate::store::embedded::layout::{DAY_MINUTES_LEN, HEADER_LEN, HOUR_DOC_LEN};
+use crate::store::embedded::tests::gauge_minute;
 use crate::store::StoreError;
 
 /// The slot of one minute of `values`, taken at one-second steps from
@@ -27,29 +28,11 @@ fn minute(values: &[f64], t0_ms: i64) -> Slot {
     s
 }
 
-/// A deterministic stand-in for a fleet's series: a level, a triangle wave
-/// and noise at full precision, sampled every second, as the load
-/// generator's gauges are. `seed` picks the series.
+/// A full hour of a gauge sampled every second (see `gauge_minute`).
 fn gauge_block(seed: u64) -> [u8; DAY_MINUTES_LEN] {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut unit = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x >> 11) as f64 / (1u64 << 53) as f64
-    };
-    let (base, period) = (unit() * 1000.0 - 100.0, 30 + (unit() * 570.0) as u64);
-    let amp = (0.05 + 0.3 * unit()) * (base.abs() + 1.0);
     let mut block: [u8; DAY_MINUTES_LEN] = empty_value(0);
-    for m in 0..60u64 {
-        let values: Vec<f64> = (0..60u64)
-            .map(|s| {
-                let t = (m * 60 + s) % period;
-                let tri = 4.0 * (t as f64 / period as f64 - 0.5).abs() - 1.0;
-                base + amp * tri + (unit() - 0.5) * amp * 0.2
-            })
-            .collect();
-        let slot = minute(&values, 1_764_000_000_000 + m as i64 * 60_000);
+    for m in 0..60 {
+        let slot = gauge_minute(seed, 1_764_000_000, m);
         put_slot(&mut block, 0, m as usize, &slot);
     }
     block
@@ -150,4 +133,26 @@ proptest! {
         prop_assert!(pack(&block, 0).len() < DAY_MINUTES_LEN / 2);
         prop_assert_eq!(round_trip(&block), block);
     }
+}
+
+/// The time to pack and to unpack a full minute block. Run with
+/// `cargo test --release -p tallyd --lib packed::tests::pack_and_unpack_time -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn pack_and_unpack_time() {
+    let blocks: Vec<_> = (0..1_000).map(gauge_block).collect();
+    let started = std::time::Instant::now();
+    let stored: Vec<_> = blocks.iter().map(|b| pack(b, 0)).collect();
+    let packing = started.elapsed();
+    let started = std::time::Instant::now();
+    for (s, b) in stored.iter().zip(&blocks) {
+        let back = unpack::<DAY_MINUTES_LEN>(s, String::new).unwrap().unwrap();
+        assert_eq!(&back, b);
+    }
+    let unpacking = started.elapsed();
+    println!(
+        "per minute block: pack {:.1} µs, unpack {:.1} µs",
+        packing.as_secs_f64() * 1e3,
+        unpacking.as_secs_f64() * 1e3
+    );
 }

@@ -2,8 +2,10 @@
 
 use std::time::Instant;
 
+use std::sync::Arc;
+
 use super::*;
-use crate::model::{SampleKind, HOUR_S};
+use crate::model::{SampleKind, SeriesId, SeriesMinutes, HOUR_S};
 use crate::store::Store;
 
 /// Bytes this process has handed to storage so far (`/proc/self/io`; the
@@ -75,6 +77,49 @@ async fn fold_bytes_per_series_by_transaction_size() {
             std::fs::metadata(store.path()).map_or(0, |m| m.len()) as f64 / 1e6
         );
     }
+}
+
+/// The file against its documents after a full hour of a fleet of gauges
+/// (`gauge_minute`: 60 samples a minute at full precision), flushed a
+/// minute at a time with the store's default settings (so folds to bring
+/// memory down come too) and folded as a close folds them: what
+/// `tallyd store-usage` prints. Run as above.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore]
+async fn a_full_hour_of_a_fleet_on_file() {
+    const FLEET: u64 = 100_000;
+    let t0 = ts(2026, 3, 14, 10, 0);
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let names: Vec<_> = (0..FLEET)
+        .map(|i| {
+            Arc::new(SeriesId::new(
+                &format!("src-{:06}", i / 20),
+                &format!("m_{:04}", i % 20),
+            ))
+        })
+        .collect();
+    let started = Instant::now();
+    for m in 0..60 {
+        let series = names
+            .iter()
+            .zip(0..)
+            .map(|(name, i)| SeriesMinutes {
+                series: name.clone(),
+                kind: SampleKind::Gauge,
+                minutes: [(t0 / 60 + m as i64, gauge_minute(i, t0, m))]
+                    .into_iter()
+                    .collect(),
+                catalog: crate::model::CatalogDue::Unknown,
+            })
+            .collect();
+        store.apply(&batch(1 + m, series)).await.unwrap();
+    }
+    store.fold_all().unwrap();
+    store.close().await.unwrap();
+    drop(store);
+    let usage = crate::store::embedded::file_usage(dir.path()).unwrap();
+    println!("{:.0} s\n{usage}", started.elapsed().as_secs_f64());
 }
 
 /// Bytes written per new series when a fleet is first catalogued, in two

@@ -90,6 +90,34 @@ pub(super) fn series(
     }
 }
 
+/// Minute `m` of a stand-in for one of a fleet's gauges, picked by `seed`:
+/// a level, a triangle wave and noise at full precision, sampled every
+/// second from `t0` (Unix seconds), as the load generator's gauges are.
+pub(super) fn gauge_minute(seed: u64, t0: i64, m: u64) -> Slot {
+    let mix = |x: u64| {
+        let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let unit = |x: u64| (mix(x) >> 11) as f64 / (1u64 << 53) as f64;
+    let p = mix(seed);
+    let base = unit(p ^ 1) * 1000.0 - 100.0;
+    let amp = (0.05 + 0.3 * unit(p ^ 2)) * (base.abs() + 1.0);
+    let period = 30 + (unit(p ^ 3) * 570.0) as u64;
+    let mut slot = Slot::EMPTY;
+    for s in 0..60 {
+        let tick = m * 60 + s;
+        let tri = 4.0 * ((tick % period) as f64 / period as f64 - 0.5).abs() - 1.0;
+        let noise = unit(p.rotate_left(17) ^ tick) - 0.5;
+        slot.add(
+            (t0 + tick as i64) * 1000,
+            base + amp * tri + noise * amp * 0.2,
+        );
+    }
+    slot
+}
+
 pub(super) fn batch(id: u64, series: Vec<SeriesMinutes>) -> FlushBatch {
     FlushBatch {
         id: crate::model::FlushId(id),
