@@ -82,8 +82,8 @@ async fn fold_bytes_per_series_by_transaction_size() {
 /// The file against its documents after a full hour of a fleet of gauges
 /// (`gauge_minute`: 60 samples a minute at full precision), flushed a
 /// minute at a time with the store's default settings (so folds to bring
-/// memory down come too) and folded as a close folds them: what
-/// `tallyd store-usage` prints. Run as above.
+/// memory down come too) and folded as a close folds them: what the
+/// folds wrote, and what `tallyd store-usage` prints. Run as above.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore]
 async fn a_full_hour_of_a_fleet_on_file() {
@@ -115,11 +115,19 @@ async fn a_full_hour_of_a_fleet_on_file() {
             .collect();
         store.apply(&batch(1 + m, series)).await.unwrap();
     }
+    store.sync().unwrap();
+    let before = written_bytes();
     store.fold_all().unwrap();
+    store.sync().unwrap();
+    let folds = written_bytes() - before;
     store.close().await.unwrap();
     drop(store);
     let usage = crate::store::embedded::file_usage(dir.path()).unwrap();
-    println!("{:.0} s\n{usage}", started.elapsed().as_secs_f64());
+    println!(
+        "{:.0} s; the close's folds wrote {:.0} bytes per series\n{usage}",
+        started.elapsed().as_secs_f64(),
+        folds as f64 / FLEET as f64
+    );
 }
 
 /// Bytes written per new series when a fleet is first catalogued, in two
