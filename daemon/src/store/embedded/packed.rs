@@ -6,9 +6,10 @@
 //! took a page of its own and the documents took 1.38 times their bytes
 //! (BENCHMARKS.md, "Disk in real time"). Packed, an hour of a real series
 //! takes under two thirds of that, two fit a page, and the documents take
-//! less than their bytes. Both are written once, when their hour closes
-//! (a late sample rewrites them), so the price is paid once per document;
-//! a read unpacks what it reads. Day summaries are not packed: they are
+//! less than their bytes. Both are written when their hour closes, so
+//! the price is paid about once per document; a late sample, or a fold
+//! forced early by `embedded.pending_max_bytes`, writes one again and packs
+//! it again. A read unpacks what it reads. Day summaries are not packed: they are
 //! rewritten in place at every fold, three already fill a page, and a
 //! value that grew as the day filled would split pages where it stands.
 //!
@@ -38,7 +39,8 @@ pub(super) const TAG: u8 = 0xA7;
 
 /// zstd's level: the fastest. Higher ones gain next to nothing on these
 /// values: a full hour of a gauge packs to 1,673 bytes on average at
-/// level 1, 1,674 at 3, 1,655 at 9 (the first test below prints it).
+/// level 1, 1,674 at 3, 1,655 at 9 (the first test below prints the
+/// sizes at the level set here).
 const LEVEL: i32 = 1;
 
 /// The fields of a slot, as codec.rs lays them out: `n`, `sum`, `min`,
