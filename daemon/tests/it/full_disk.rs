@@ -269,7 +269,10 @@ async fn with_the_log_a_full_disk_stops_acks_until_space_returns() {
 /// after the error, so the store reopens it once space returns, its
 /// flushes since the last checkpoint still in memory; meanwhile ingest
 /// refuses and tallyd is unready. The store folds every series at each
-/// flush and checkpoints every second here, so that it is what writes.
+/// flush and checkpoints every second here, so that it is what writes; the
+/// fleet is large enough that one flush's documents (packed, a few minutes
+/// each, so a few hundred bytes an hour document, and a 1,216-byte day
+/// summary) outgrow the disk.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_meets_a_full_disk_and_reopens_when_space_returns() {
     let Some((disk, data)) = small_data_dir() else {
@@ -283,7 +286,7 @@ async fn the_store_meets_a_full_disk_and_reopens_when_space_returns() {
         .data_dir(&data);
     let mut d = Daemon::start_async(opts).await;
     let fleet = Fleet {
-        sources: 100,
+        sources: 500,
         metrics: 20,
         per_series: 1,
     };
