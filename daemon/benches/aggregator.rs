@@ -239,9 +239,13 @@ fn flush(c: &mut Criterion) {
             for _ in 0..iters {
                 agg.ingest(&b, T0);
                 id += 1;
+                // Drained with the series' hashes, as a flush is.
+                let mut hashes = Vec::new();
+                let series = agg.drain_into(Vec::new(), None, 0, Some(&mut hashes));
                 let batch = FlushBatch {
+                    hashes,
                     id: FlushId(id),
-                    series: agg.drain(None),
+                    series,
                 };
                 let started = Instant::now();
                 rt.block_on(store.apply(&batch)).expect("apply");

@@ -76,6 +76,7 @@ async fn fill(store: &EmbeddedStore, now_minute: i64) -> Rollups {
     let started = Instant::now();
     let expanded = rollups.expand(drained);
     let batch = FlushBatch {
+        hashes: Vec::new(),
         id: FlushId(1),
         series: expanded.clone(),
     };

@@ -111,6 +111,7 @@ async fn fill(store: &EmbeddedStore, end_minute: i64) -> Rollups {
             .collect();
         let expanded = rollups.expand(drained);
         let batch = FlushBatch {
+            hashes: Vec::new(),
             id: FlushId(hour as u64 + 1),
             series: expanded,
         };

@@ -65,6 +65,7 @@ fn batches(n: usize) -> Vec<FlushBatch> {
                 })
                 .collect();
             FlushBatch {
+                hashes: Vec::new(),
                 id: FlushId(h as u64 + 1),
                 series,
             }

@@ -73,6 +73,7 @@ async fn apply(
     let expanded = rollups.expand(minutes);
     *id += 1;
     let batch = FlushBatch {
+        hashes: Vec::new(),
         id: FlushId(*id),
         series: expanded.clone(),
     };

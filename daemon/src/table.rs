@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use hashbrown::{Equivalent as _, HashTable};
 
-use crate::model::{SeriesId, SeriesRef};
+use crate::model::{series_hash, series_hasher, SeriesId, SeriesRef};
 
 /// Entries per chunk: 1,024 series entries make a 256 KiB chunk, small
 /// beside a large fleet and allocated at most once per 1,024 new series.
@@ -217,16 +217,16 @@ impl<T> Table<T> {
 /// A [`Table`] of values by series, each entry naming its series by the
 /// aggregator's shared id: what the stores' pending minutes and the catalog
 /// writer keep per series.
+/// Series are hashed by the process' [`series_hasher`], so a caller that
+/// holds a series' hash already (a flush's batch does) passes it in.
 pub(crate) struct SeriesMap<V> {
     table: Table<(Arc<SeriesId>, V)>,
-    hasher: ahash::RandomState,
 }
 
 impl<V> Default for SeriesMap<V> {
     fn default() -> Self {
         SeriesMap {
             table: Table::default(),
-            hasher: ahash::RandomState::new(),
         }
     }
 }
@@ -245,14 +245,14 @@ impl<V> SeriesMap<V> {
     }
 
     pub(crate) fn get(&self, series: &SeriesId) -> Option<&V> {
-        let hash = self.hasher.hash_one(series);
+        let hash = series_hasher().hash_one(series);
         let (_, (_, v)) = self.table.find(hash, |(s, _)| s.same(series))?;
         Some(v)
     }
 
     /// [`SeriesMap::get`] by name, the value mutable, with nothing allocated.
     pub(crate) fn get_mut_by(&mut self, series: SeriesRef<'_>) -> Option<&mut V> {
-        let hash = self.hasher.hash_one(series);
+        let hash = series_hasher().hash_one(series);
         let (_, (_, v)) = self
             .table
             .find_mut(hash, |(s, _)| series.equivalent(&**s))?;
@@ -280,13 +280,23 @@ impl<V> SeriesMap<V> {
         series: &Arc<SeriesId>,
         make: impl FnOnce() -> V,
     ) -> (u32, &mut V) {
-        let SeriesMap { table, hasher } = self;
-        let hash = hasher.hash_one(&**series);
-        let (pos, (s, v)) = table.find_or_insert(
+        self.entry_hashed(series, series_hash(series.series_ref()), make)
+    }
+
+    /// [`SeriesMap::entry`] where `hash` is `series`' hash by
+    /// [`series_hasher`] (see [`crate::model::FlushBatch::hash_of`]).
+    pub(crate) fn entry_hashed(
+        &mut self,
+        series: &Arc<SeriesId>,
+        hash: u64,
+        make: impl FnOnce() -> V,
+    ) -> (u32, &mut V) {
+        debug_assert_eq!(hash, series_hash(series.series_ref()));
+        let (pos, (s, v)) = self.table.find_or_insert(
             hash,
             |(s, _)| s.same(series),
             || (series.clone(), make()),
-            |(s, _)| hasher.hash_one(&**s),
+            |(s, _)| series_hash(s.series_ref()),
         );
         if !Arc::ptr_eq(s, series) {
             *s = series.clone();
@@ -296,7 +306,7 @@ impl<V> SeriesMap<V> {
 
     /// The position of `series`' entry, if it has one.
     pub(crate) fn position(&self, series: &SeriesId) -> Option<u32> {
-        let hash = self.hasher.hash_one(series);
+        let hash = series_hasher().hash_one(series);
         self.table
             .find(hash, |(s, _)| s.same(series))
             .map(|(pos, _)| pos)
@@ -324,7 +334,7 @@ impl<V> SeriesMap<V> {
     }
 
     pub(crate) fn remove(&mut self, series: &SeriesId) -> Option<V> {
-        let hash = self.hasher.hash_one(series);
+        let hash = series_hasher().hash_one(series);
         let (_, v) = self.table.remove(hash, |(s, _)| s.same(series))?;
         Some(v)
     }
@@ -339,6 +349,26 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn a_series_hashes_alike_by_id_by_name_and_as_a_batch_carries_it() {
+        let id = Arc::new(SeriesId::with_labels(
+            "web-1",
+            "cpu",
+            crate::labels::Labels::from_pairs([("mode", "idle")], 8).unwrap(),
+        ));
+        let by_name = series_hash(SeriesRef {
+            source: "web-1",
+            metric: "cpu",
+            labels: id.labels.as_str(),
+        });
+        assert_eq!(by_name, series_hasher().hash_one(&*id));
+        let mut map = SeriesMap::default();
+        *map.entry_hashed(&id, by_name, || 0).1 += 1;
+        *map.entry(&Arc::new((*id).clone()), || 0).1 += 1;
+        assert_eq!(map.len(), 1);
+        assert_eq!(map.get(&id), Some(&2));
+    }
 
     fn h(k: u32) -> u64 {
         // Few distinct hashes, so entries share buckets and tags.

@@ -111,7 +111,7 @@ impl Aggregator {
         let n = config.effective_shards();
         Aggregator {
             shards: (0..n).map(|_| ShardCell::default()).collect(),
-            hasher: ahash::RandomState::new(),
+            hasher: crate::model::series_hasher().clone(),
             series_count: AtomicUsize::new(0),
             names: Default::default(),
             labelled: Default::default(),
@@ -128,12 +128,6 @@ impl Aggregator {
     pub fn with_catalog(mut self, refresh: std::time::Duration) -> Aggregator {
         self.catalog_refresh = Some(RefreshMinutes::of(refresh));
         self
-    }
-
-    /// How the aggregator hashes a series' [`SeriesRef`]: the hashes
-    /// [`Aggregator::drain_into`] hands out are this one's.
-    pub fn series_hasher(&self) -> ahash::RandomState {
-        self.hasher.clone()
     }
 
     /// The `[ingest]` limits this aggregator enforces.
@@ -374,8 +368,8 @@ impl Aggregator {
     /// unless it is far larger than this drain needs (the fleet shrank),
     /// so that memory still goes back after a peak.
     ///
-    /// With `hashes`, each drained series' hash (see
-    /// [`Aggregator::series_hasher`]) is put there in the batch's order:
+    /// With `hashes`, each drained series' hash (by
+    /// [`crate::model::series_hasher`]) is put there in the batch's order:
     /// the flush indexes its batch by them without hashing every series'
     /// names again. Its room is kept or given back as `spare`'s is.
     pub fn drain_into(

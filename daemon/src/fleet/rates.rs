@@ -1,8 +1,8 @@
 //! Samples per second per source, counted from the flush pipeline's
 //! batches rather than per sample: each drained (series, minute) slot
-//! already carries its sample count `n`, so one map update per drained
-//! series per flush (off the ingest path, outside every lock ingest takes)
-//! tells how much each source sent.
+//! already carries its sample count `n`, so one map update per source per
+//! flush (off the ingest path, outside every lock ingest takes) tells how
+//! much each source sent.
 //!
 //! Counts are kept per wall-clock minute of arrival, the current one and
 //! the one before; the rate is their sum over the time they cover. A
@@ -44,13 +44,24 @@ impl SourceRates {
     /// Rollup series (their source starts with `@`) are not sources.
     pub fn observe(&self, batch: &[SeriesMinutes], now_ms: i64) {
         let minute = now_ms.div_euclid(MINUTE_MS);
-        let mut map = self.by_source.lock();
+        // Summed per copy of a source's name first: the series of a source
+        // share one copy, so the names are hashed and compared once per
+        // source and flush rather than once per series (a fleet sends tens
+        // of series per source).
+        let mut per_copy: HashMap<*const u8, (&Arc<str>, u64)> = HashMap::new();
         for s in batch {
+            let n: u64 = s.minutes.iter().map(|(_, slot)| slot.n).sum();
             let source = &s.series.source;
+            per_copy
+                .entry(Arc::as_ptr(source) as *const u8)
+                .or_insert((source, 0))
+                .1 += n;
+        }
+        let mut map = self.by_source.lock();
+        for (source, n) in per_copy.into_values() {
             if source.starts_with(GROUP_PREFIX) {
                 continue;
             }
-            let n: u64 = s.minutes.iter().map(|(_, slot)| slot.n).sum();
             match map.get_mut(&**source) {
                 Some(a) => a.add(minute, n),
                 None => {
@@ -183,5 +194,41 @@ mod tests {
         assert_eq!(r.rate("a", now + 2 * MINUTE_MS), 0.0);
         r.observe(&[], now + 3 * MINUTE_MS);
         assert_eq!(r.len(), 0);
+    }
+
+    #[test]
+    fn a_sources_series_count_together_whichever_copy_names_it() {
+        let r = SourceRates::default();
+        let t0 = 1_800_000_000_000 - 1_800_000_000_000 % MINUTE_MS;
+        let shared: Arc<str> = Arc::from("a");
+        let on_shared = |metric: &str| {
+            let mut d = drained("x", 3);
+            d.series = Arc::new(SeriesId {
+                source: shared.clone(),
+                metric: Arc::from(metric),
+                labels: crate::labels::Labels::none(),
+            });
+            d
+        };
+        // Four series of "a" a second: two on one shared copy of its name,
+        // two on copies of their own; and one of "b".
+        for s in 0..120 {
+            let batch = [
+                on_shared("m1"),
+                drained("a", 3),
+                on_shared("m2"),
+                drained("b", 2),
+                drained("a", 3),
+            ];
+            r.observe(&batch, t0 + s * 1000);
+        }
+        let now = t0 + 120 * 1000;
+        assert!(
+            (r.rate("a", now) - 12.0).abs() < 0.2,
+            "{}",
+            r.rate("a", now)
+        );
+        assert!((r.rate("b", now) - 2.0).abs() < 0.1, "{}", r.rate("b", now));
+        assert_eq!(r.len(), 2);
     }
 }

@@ -342,6 +342,7 @@ fn refused_part(batch: &FlushBatch, refused: &[Refusal]) -> FlushBatch {
         }
     }
     FlushBatch {
+        hashes: Vec::new(),
         id: batch.id,
         series,
     }

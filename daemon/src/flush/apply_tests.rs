@@ -188,6 +188,7 @@ async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
         .unwrap()
         .unwrap();
     let part = FlushBatch {
+        hashes: Vec::new(),
         id: crate::model::FlushId(first.flush_id),
         series: crate::deadletter::as_series(&dead.letters_of(&first).unwrap()).unwrap(),
     };
@@ -305,6 +306,7 @@ fn the_refused_part_keeps_only_the_refused_hours() {
             .collect(),
     };
     let batch = FlushBatch {
+        hashes: Vec::new(),
         id: FlushId(7),
         series: vec![sm.clone(), sm],
     };

@@ -66,6 +66,7 @@ impl Store for Faulty {
             ApplyStats::default()
         } else {
             let part = Arc::new(FlushBatch {
+                hashes: Vec::new(),
                 id: batch.id,
                 series: kept,
             });

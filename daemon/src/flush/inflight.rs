@@ -21,7 +21,8 @@ use parking_lot::Mutex;
 
 use crate::aggregator::{Aggregator, RecentWanted};
 use crate::model::{
-    EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef, Slot,
+    series_hash, EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef,
+    Slot,
 };
 use crate::wal::Baseline;
 
@@ -34,45 +35,38 @@ pub struct InflightBatch {
     /// Positions in `flush.series` by the series' hash: 4 bytes a bucket
     /// instead of a key and a position (16), at a million series.
     index: hashbrown::HashTable<u32>,
-    hasher: ahash::RandomState,
     /// When it was cut: how long the store has kept it waiting.
     cut_at: std::time::Instant,
 }
 
 impl InflightBatch {
-    /// `known` holds the hashes, by `hasher`, of the first series of
-    /// `series` (those the aggregator drained; the rollups the flush added
-    /// follow them and are hashed here). Taken from the aggregator, which
-    /// keeps each series' hash, because hashing every series' names again
-    /// took about a quarter of the cut, during which ingest waits.
-    fn new(
-        id: FlushId,
-        series: Vec<SeriesMinutes>,
-        known: &[u64],
-        hasher: ahash::RandomState,
-    ) -> InflightBatch {
-        let mut index = hashbrown::HashTable::with_capacity(series.len());
-        let hash_of = |j: usize| match known.get(j) {
-            Some(&h) => h,
-            None => hasher.hash_one(series[j].series.series_ref()),
-        };
-        for i in 0..series.len() {
-            index.insert_unique(hash_of(i), i as u32, |&j| hash_of(j as usize));
+    /// `hashes` holds the hashes (by [`crate::model::series_hasher`]) of
+    /// the first series of `series` (those the aggregator drained; the
+    /// rollups the flush added follow them and are hashed here). Taken
+    /// from the aggregator, which keeps each series' hash, because hashing
+    /// every series' names again took about a quarter of the cut, during
+    /// which ingest waits; the batch keeps them for the store, whose
+    /// pending minutes find each series by the same hash.
+    fn new(id: FlushId, series: Vec<SeriesMinutes>, hashes: Vec<u64>) -> InflightBatch {
+        let flush = FlushBatch { id, series, hashes };
+        let mut index = hashbrown::HashTable::with_capacity(flush.series.len());
+        for i in 0..flush.series.len() {
+            index.insert_unique(flush.hash_of(i), i as u32, |&j| flush.hash_of(j as usize));
         }
         InflightBatch {
             id,
-            flush: Arc::new(FlushBatch { id, series }),
+            flush: Arc::new(flush),
             index,
-            hasher,
             cut_at: std::time::Instant::now(),
         }
     }
 
     fn get(&self, key: SeriesRef<'_>) -> Option<&SeriesMinutes> {
         let series = &self.flush.series;
-        let hash = self.hasher.hash_one(key);
         self.index
-            .find(hash, |&i| series[i as usize].series.series_ref() == key)
+            .find(series_hash(key), |&i| {
+                series[i as usize].series.series_ref() == key
+            })
             .map(|&i| &series[i as usize])
     }
 
@@ -116,7 +110,7 @@ pub struct Inflight {
     /// The emptied series list of the last batch the store applied, for
     /// the next cut to fill (see [`Aggregator::drain_into`]).
     spare: Mutex<Vec<SeriesMinutes>>,
-    /// The drained series' hashes of the last cut, for the next cut to
+    /// The hashes of the last batch the store applied, for the next cut to
     /// fill (`drain_into` gives its room back as it does `spare`'s).
     spare_hashes: Mutex<Vec<u64>>,
     /// Baselines drained by a cut that found no slot (a counter's baseline
@@ -217,13 +211,7 @@ impl Inflight {
         self.agg.set_inflight_slots(held + slots);
         let r = drained(id, baselines);
         let series = expand(series);
-        let batch = Arc::new(InflightBatch::new(
-            id,
-            series,
-            &hashes,
-            self.agg.series_hasher(),
-        ));
-        *self.spare_hashes.lock() = hashes;
+        let batch = Arc::new(InflightBatch::new(id, series, hashes));
         batches.push_back(batch.clone());
         self.note(&batches);
         Some((batch, r))
@@ -245,17 +233,24 @@ impl Inflight {
         self.note(&batches);
     }
 
-    /// Keeps the series list of `batch`, applied and retired, for the next
-    /// cut, when nothing else holds the batch any more (a reader's snapshot
-    /// or the store may, for a while; then it is simply freed).
+    /// Keeps the series list and hashes of `batch`, applied and retired,
+    /// for the next cut, when nothing else holds the batch any more (a
+    /// reader's snapshot or the store may, for a while; then they are
+    /// simply freed).
     pub(super) fn recycle(&self, batch: Arc<InflightBatch>) {
         let Some(flush) = Arc::into_inner(batch).and_then(|b| Arc::into_inner(b.flush)) else {
             return;
         };
-        let mut series = flush.series;
+        let FlushBatch {
+            mut series,
+            mut hashes,
+            ..
+        } = flush;
         // Outside the lock: this drops a reference to every series' id.
         series.clear();
+        hashes.clear();
         *self.spare.lock() = series;
+        *self.spare_hashes.lock() = hashes;
     }
 
     /// Drained slots count against the aggregator's memory bound too.

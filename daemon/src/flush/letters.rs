@@ -87,6 +87,7 @@ impl Pipeline {
             out.letters += letters.len();
             out.samples += samples;
             let batch = Arc::new(FlushBatch {
+                hashes: Vec::new(),
                 id: FlushId(marker.flush_id),
                 series: as_series(&letters)?,
             });

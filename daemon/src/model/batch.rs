@@ -181,9 +181,22 @@ pub struct FlushId(pub u64);
 pub struct FlushBatch {
     pub id: FlushId,
     pub series: Vec<SeriesMinutes>,
+    /// The hashes of the first `hashes.len()` series by
+    /// [`super::series_hasher`], in their order: those the aggregator
+    /// drained, whose hashes it kept. The rest (a flush's rollups, a batch
+    /// read back from elsewhere) are hashed when asked for.
+    pub hashes: Vec<u64>,
 }
 
 impl FlushBatch {
+    /// The hash of the `i`th series by [`super::series_hasher`].
+    pub fn hash_of(&self, i: usize) -> u64 {
+        match self.hashes.get(i) {
+            Some(&h) => h,
+            None => super::series_hash(self.series[i].series.series_ref()),
+        }
+    }
+
     /// The hour and day documents the flush touches.
     pub fn document_count(&self) -> usize {
         self.series.iter().map(SeriesMinutes::document_count).sum()

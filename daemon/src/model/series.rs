@@ -130,6 +130,22 @@ impl SeriesId {
     }
 }
 
+/// The one hasher of series ids in the process: the aggregator's table,
+/// a flush's batch and the stores' per-series tables hash a series alike,
+/// so a hash taken once when a request meets its series travels with the
+/// series through the flush instead of being taken again from its names
+/// (which are elsewhere in memory: each fresh hash of a large fleet waits on
+/// them). Seeded at random once per process, as each table's own was.
+pub fn series_hasher() -> &'static ahash::RandomState {
+    static HASHER: std::sync::OnceLock<ahash::RandomState> = std::sync::OnceLock::new();
+    HASHER.get_or_init(ahash::RandomState::new)
+}
+
+/// `series`' hash by [`series_hasher`]; the same as its [`SeriesRef`]'s.
+pub fn series_hash(series: SeriesRef<'_>) -> u64 {
+    series_hasher().hash_one(series)
+}
+
 impl Hash for SeriesId {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.series_ref().hash(state)

@@ -116,6 +116,7 @@ pub async fn run_case(store: Arc<dyn Store>, case: &Case) {
     let mut flush = |agg: &Aggregator| {
         let drained = agg.drain(None);
         let batch = FlushBatch {
+            hashes: Vec::new(),
             id: FlushId(next_id),
             series: drained,
         };

@@ -101,8 +101,9 @@ impl Db {
         } else {
             *self.replay_marks.lock() = None;
             let mut pending = self.pending.lock();
-            for su in &batch.series {
-                pending.add(&su.series, su.kind, id, su.minutes.iter().copied());
+            for (i, su) in batch.series.iter().enumerate() {
+                let hash = batch.hash_of(i);
+                pending.add_hashed(&su.series, hash, su.kind, id, su.minutes.iter().copied());
             }
             ApplyStats {
                 documents_written: batch.document_count(),

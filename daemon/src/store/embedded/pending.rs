@@ -265,7 +265,22 @@ impl Pending {
         id: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) {
-        let p = self.entry(series, kind, id);
+        let hash = crate::model::series_hash(series.series_ref());
+        self.add_hashed(series, hash, kind, id, minutes);
+    }
+
+    /// [`Pending::add`] where `hash` is `series`' hash by
+    /// [`crate::model::series_hasher`], as a flush's batch carries it: the
+    /// series' names are then not read again to find its entry.
+    pub(crate) fn add_hashed(
+        &mut self,
+        series: &Arc<SeriesId>,
+        hash: u64,
+        kind: SampleKind,
+        id: u64,
+        minutes: impl Iterator<Item = (EpochMinute, Slot)>,
+    ) {
+        let p = self.entry(series, hash, kind, id);
         let added = p.merge(kind, id, minutes);
         self.room += added;
     }
@@ -280,20 +295,27 @@ impl Pending {
         watermark: u64,
         minutes: impl Iterator<Item = (EpochMinute, Slot)>,
     ) {
-        let p = self.entry(series, kind, id);
+        let hash = crate::model::series_hash(series.series_ref());
+        let p = self.entry(series, hash, kind, id);
         let added = p.replace(kind, watermark, minutes);
         self.room += added;
     }
 
     /// `series`' entry, made (its run starting at `id`) if it has none.
-    fn entry(&mut self, series: &Arc<SeriesId>, kind: SampleKind, id: u64) -> &mut SeriesPending {
+    fn entry(
+        &mut self,
+        series: &Arc<SeriesId>,
+        hash: u64,
+        kind: SampleKind,
+        id: u64,
+    ) -> &mut SeriesPending {
         let Pending {
             series: table,
             queue,
             ..
         } = self;
         let mut made = false;
-        let (pos, p) = table.entry(series, || {
+        let (pos, p) = table.entry_hashed(series, hash, || {
             made = true;
             SeriesPending {
                 kind,

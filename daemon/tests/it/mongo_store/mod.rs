@@ -134,6 +134,7 @@ fn series(source: &str, metric: &str, samples: &[(i64, f64)]) -> SeriesMinutes {
 
 fn batch(id: u64, series: &[SeriesMinutes]) -> FlushBatch {
     FlushBatch {
+        hashes: Vec::new(),
         id: FlushId(id),
         series: series.to_vec(),
     }
