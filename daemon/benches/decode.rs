@@ -1,8 +1,10 @@
 //! Reading a `tally.v1.PushRequest` off the wire: prost's generated types
 //! (an owned string for every name, a vector for every series' numbers)
 //! against the borrowed view the ingest path reads; and a remote-write
-//! request and a line-protocol body of W1's shape read into that view. Run with `cargo bench -p
-//! tallyd --bench decode`; figures are in BENCHMARKS.md.
+//! request and a line-protocol body of W1's shape read into that view; and
+//! a read of Graphite plaintext lines of W1's shape gathered into a batch
+//! and its view, as a connection does. Run with `cargo bench -p tallyd
+//! --bench decode`; figures are in BENCHMARKS.md.
 
 // A benchmark that cannot set up panics: there is nothing to measure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,6 +14,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use prost::Message;
 use tally::ingest::builder::Budget;
+use tally::ingest::graphite::{self, Batch};
 use tally::ingest::influx::{self, InfluxConfig, Precision};
 use tally::ingest::remote_write::{Parse, RemoteWriteConfig};
 use tally::ingest::view::PushView;
@@ -103,6 +106,25 @@ fn w1_line_protocol() -> Vec<u8> {
     body.into_bytes()
 }
 
+/// 5,000 Graphite plaintext lines as the peers kit's W1 sender renders
+/// them: `w1.<host>.<metric> <value> <seconds>`, metrics with a dot of
+/// their own (`cpu.user`), values with two decimals.
+fn w1_graphite() -> Vec<u8> {
+    let metrics = ["cpu.user", "cpu.system", "mem.used", "net.rx_bytes"];
+    let mut body = String::new();
+    for i in 0..5_000 {
+        body.push_str(&format!(
+            "w1.host-{:04}.{}{:02} {}.{:02} 1795305600\n",
+            i / 20,
+            metrics[i % 4],
+            i % 20,
+            i % 97,
+            i % 100
+        ));
+    }
+    body.into_bytes()
+}
+
 /// What admission reads of every series, so neither side's work is
 /// optimised away.
 fn touch_owned(req: &pb::PushRequest) -> usize {
@@ -165,6 +187,19 @@ fn decode(c: &mut Criterion) {
                 influx::convert(&body, &arena, Precision::Seconds, 0, &cfg, 10, budget).unwrap();
             assert_eq!(r.refused.rejected, 0);
             touch(&r.view)
+        })
+    });
+    let body = w1_graphite();
+    let text = std::str::from_utf8(&body).unwrap();
+    let mut batch = Batch::new(2, 10, budget);
+    g.bench_function("w1_graphite_5000_lines/batch_and_view", |b| {
+        b.iter(|| {
+            batch.clear();
+            for line in text.lines() {
+                let line = graphite::parse_text(line).unwrap();
+                batch.push(&line, 0).unwrap();
+            }
+            touch(&batch.view())
         })
     });
     g.finish();
