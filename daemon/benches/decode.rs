@@ -3,7 +3,9 @@
 //! against the borrowed view the ingest path reads; and a remote-write
 //! request and a line-protocol body of W1's shape read into that view; and
 //! a read of Graphite plaintext lines of W1's shape gathered into a batch
-//! and its view, as a connection does. Run with `cargo bench -p tallyd
+//! and its view, as a connection does; and an OTLP request of the load
+//! generator's W1 (a resource per source, a metric per series, one point
+//! each) read into the view. Run with `cargo bench -p tallyd
 //! --bench decode`; figures are in BENCHMARKS.md.
 
 // A benchmark that cannot set up panics: there is nothing to measure.
@@ -16,6 +18,7 @@ use prost::Message;
 use tally::ingest::builder::Budget;
 use tally::ingest::graphite::{self, Batch};
 use tally::ingest::influx::{self, InfluxConfig, Precision};
+use tally::ingest::otlp::{self, OtlpConfig};
 use tally::ingest::remote_write::{Parse, RemoteWriteConfig};
 use tally::ingest::view::PushView;
 use tally::metadata::MetadataBook;
@@ -125,6 +128,68 @@ fn w1_graphite() -> Vec<u8> {
     body.into_bytes()
 }
 
+/// One OTLP request as the load generator renders W1 for `otlp-grpc` and
+/// `otlp-http`: 250 resources (`service.instance.id` the source) of 20
+/// metrics, each a metric of one point without attributes; of every four
+/// metrics two gauges, a delta and a cumulative monotonic sum.
+fn w1_otlp() -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
+    use opentelemetry_proto::tonic::metrics::v1::{
+        metric::Data, number_data_point, Gauge, Metric, NumberDataPoint, ResourceMetrics,
+        ScopeMetrics, Sum,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    let metric = |s: usize, m: usize| {
+        let point = NumberDataPoint {
+            time_unix_nano: 1_795_305_600_000 * 1_000_000,
+            value: Some(number_data_point::Value::AsDouble(
+                (s * 20 + m) as f64 * 0.5,
+            )),
+            ..Default::default()
+        };
+        let sum = |temporality| {
+            Data::Sum(Sum {
+                data_points: vec![point.clone()],
+                aggregation_temporality: temporality,
+                is_monotonic: true,
+            })
+        };
+        let data = match m % 4 {
+            2 => sum(1),
+            3 => sum(2),
+            _ => Data::Gauge(Gauge {
+                data_points: vec![point.clone()],
+            }),
+        };
+        Metric {
+            name: format!("metric_{m:02}"),
+            data: Some(data),
+            ..Default::default()
+        }
+    };
+    let resource_metrics = (0..250)
+        .map(|s| ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![KeyValue {
+                    key: "service.instance.id".into(),
+                    value: Some(AnyValue {
+                        value: Some(any_value::Value::StringValue(format!("server-{s:05}"))),
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: (0..20).map(|m| metric(s, m)).collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }.encode_to_vec()
+}
+
 /// What admission reads of every series, so neither side's work is
 /// optimised away.
 fn touch_owned(req: &pb::PushRequest) -> usize {
@@ -185,6 +250,16 @@ fn decode(c: &mut Criterion) {
             let arena = bumpalo::Bump::new();
             let r =
                 influx::convert(&body, &arena, Precision::Seconds, 0, &cfg, 10, budget).unwrap();
+            assert_eq!(r.refused.rejected, 0);
+            touch(&r.view)
+        })
+    });
+    let body = w1_otlp();
+    let otlp_cfg = OtlpConfig::default();
+    g.bench_function("w1_otlp_5000_points/borrowed_view", |b| {
+        b.iter(|| {
+            let arena = bumpalo::Bump::new();
+            let r = otlp::parse(&body, &arena, &otlp_cfg, 10, budget).unwrap();
             assert_eq!(r.refused.rejected, 0);
             touch(&r.view)
         })

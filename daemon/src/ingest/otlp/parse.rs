@@ -182,6 +182,11 @@ pub(super) struct Reader<'a, 'c> {
     /// The resource's attributes, then the labels it gives every point.
     resource_attrs: Vec<(&'a str, Attr<'a>)>,
     pub(super) resource_labels: Vec<(&'a str, &'a str)>,
+    /// The open metric's data: the bodies of the fields given for its
+    /// oneof's last member, from the first that was not replaced. Read
+    /// from here, a metric's own bytes are walked once, not once more
+    /// for its points.
+    data: Vec<&'a [u8]>,
     /// The resource's source; None when it has none of the attributes.
     pub(super) source: Option<&'a str>,
     /// The point being read: its attributes, its labels, and its numbers
@@ -224,6 +229,7 @@ impl<'a, 'c> Reader<'a, 'c> {
             refused_points: 0,
             resource_attrs: Vec::new(),
             resource_labels: Vec::new(),
+            data: Vec::new(),
             source: None,
             attrs: Vec::new(),
             labels: Vec::new(),
@@ -346,13 +352,15 @@ impl<'a, 'c> Reader<'a, 'c> {
                 (3, _) => drop(borrow_str(wire_type, buf).map_err(at("unit"))?),
                 (12, _) => drop(key_value(wire_type, buf).map_err(at("metadata"))?),
                 (_, Some(variant)) => {
-                    wire::body(wire_type, buf)?;
+                    let body = wire::body(wire_type, buf)?;
                     if data.as_ref().is_none_or(|d| d.variant != variant) {
                         data = Some(Data {
                             variant,
                             from: given,
                         });
+                        self.data.clear();
                     }
+                    self.data.push(body);
                     given += 1;
                 }
                 _ => skip(wire_type, tag, buf)?,
@@ -368,16 +376,8 @@ impl<'a, 'c> Reader<'a, 'c> {
         let shape = self.shape(m, &data)?;
         let names = map::Names::new(self.arena, name, data.variant, &mut self.scratch);
         let mut missing = 0u64;
-        let mut given = 0usize;
-        fields(m, |buf, tag, wire_type| {
-            if Variant::of(tag).is_none() {
-                return Ok(skip(wire_type, tag, buf)?);
-            }
-            given += 1;
-            let body = wire::body(wire_type, buf)?;
-            if given <= data.from {
-                return Ok(());
-            }
+        for i in 0..self.data.len() {
+            let body = self.data[i];
             fields(body, |buf, tag, wire_type| match tag {
                 1 => {
                     let point = wire::body(wire_type, buf)?;
@@ -390,8 +390,8 @@ impl<'a, 'c> Reader<'a, 'c> {
                 }
                 _ => Ok(skip(wire_type, tag, buf)?),
             })
-            .map_err(|e: ParseError| e.at("Metric", data.variant.field()))
-        })?;
+            .map_err(|e: ParseError| e.at("Metric", data.variant.field()))?;
+        }
         if self.source.is_none() {
             self.missing_source(name, missing);
         }
@@ -413,15 +413,7 @@ impl<'a, 'c> Reader<'a, 'c> {
                 monotonic,
             });
         }
-        fields(m, |buf, tag, wire_type| {
-            let Some(v) = Variant::of(tag) else {
-                return skip(wire_type, tag, buf);
-            };
-            given += 1;
-            if given <= data.from {
-                return v.check_replaced(wire_type, buf);
-            }
-            let body = wire::body(wire_type, buf)?;
+        let mut read = |body: &[u8]| {
             fields(body, |buf, tag, wire_type| {
                 let ctx = DecodeContext::default();
                 match (tag, variant) {
@@ -440,7 +432,24 @@ impl<'a, 'c> Reader<'a, 'c> {
                 }
             })
             .map_err(|e| e.at("Metric", variant.field()))
-        })?;
+        };
+        if data.from == 0 {
+            // Nothing was replaced: the fields that count are all there is.
+            for body in &self.data {
+                read(body)?;
+            }
+        } else {
+            fields(m, |buf, tag, wire_type| {
+                let Some(v) = Variant::of(tag) else {
+                    return skip(wire_type, tag, buf);
+                };
+                given += 1;
+                if given <= data.from {
+                    return v.check_replaced(wire_type, buf);
+                }
+                read(wire::body(wire_type, buf)?)
+            })?;
+        }
         Ok(Shape {
             temporality,
             monotonic,
