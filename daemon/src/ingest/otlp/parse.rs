@@ -10,8 +10,10 @@
 //!
 //! Protobuf lets fields come in any order, while the mapping needs some
 //! before others: a resource's attributes (its source and labels) before
-//! its metrics, a metric's name and type before its points. Such messages
-//! are walked twice, first for what must be known, then for the rest. A
+//! its metrics, a metric's name and type before its points. A resource is
+//! walked twice, first for what must be known, then for the rest; a
+//! metric once, keeping its data's bodies, which are then read for the
+//! data's shape (a sum's temporality) and for its points. A
 //! message field sent twice is merged, as prost merges it: a resource's
 //! attributes are those of all its `resource` fields, and a metric's data
 //! is the last run of its oneof's last member, their points in order.
