@@ -12,8 +12,9 @@
 //! before others: a resource's attributes (its source and labels) before
 //! its metrics, a metric's name and type before its points. A resource is
 //! walked twice, first for what must be known, then for the rest; a
-//! metric once, keeping its data's bodies, which are then read for the
-//! data's shape (a sum's temporality) and for its points. A
+//! metric once for its name and type, then from where the data that
+//! counts starts, for the data's shape (a sum's temporality) and its
+//! points. A
 //! message field sent twice is merged, as prost merges it: a resource's
 //! attributes are those of all its `resource` fields, and a metric's data
 //! is the last run of its oneof's last member, their points in order.
@@ -164,11 +165,13 @@ impl Variant {
     }
 }
 
-/// A metric's data: the member of the oneof that counts, and from which of
-/// its fields given for the oneof on (the earlier ones were replaced).
+/// A metric's data: the member of the oneof that counts, where in the
+/// metric's bytes the fields that count start (the oneof's fields before
+/// it were replaced), and whether any were.
 struct Data {
     variant: Variant,
     from: usize,
+    replaced: bool,
 }
 
 /// A request being read.
@@ -184,11 +187,6 @@ pub(super) struct Reader<'a, 'c> {
     /// The resource's attributes, then the labels it gives every point.
     resource_attrs: Vec<(&'a str, Attr<'a>)>,
     pub(super) resource_labels: Vec<(&'a str, &'a str)>,
-    /// The open metric's data: the bodies of the fields given for its
-    /// oneof's last member, from the first that was not replaced. Read
-    /// from here, a metric's own bytes are walked once, not once more
-    /// for its points.
-    data: Vec<&'a [u8]>,
     /// The resource's source; None when it has none of the attributes.
     pub(super) source: Option<&'a str>,
     /// The point being read: its attributes, its labels, and its numbers
@@ -231,7 +229,6 @@ impl<'a, 'c> Reader<'a, 'c> {
             refused_points: 0,
             resource_attrs: Vec::new(),
             resource_labels: Vec::new(),
-            data: Vec::new(),
             source: None,
             attrs: Vec::new(),
             labels: Vec::new(),
@@ -345,8 +342,10 @@ impl<'a, 'c> Reader<'a, 'c> {
 
     /// One `Metric`: its name and type first, then its points.
     fn metric(&mut self, m: &'a [u8]) -> Result<(), ParseError> {
-        let (mut name, mut data, mut given) = ("", None::<Data>, 0usize);
+        let (mut name, mut data, mut end) = ("", None::<Data>, 0usize);
         fields(m, |buf, tag, wire_type| {
+            // Where this field's key starts: where the one before ended.
+            let start = end;
             let at = |field| move |e: ViewError| e.at("Metric", field);
             match (tag, Variant::of(tag)) {
                 (1, _) => name = borrow_str(wire_type, buf).map_err(at("name"))?,
@@ -354,19 +353,18 @@ impl<'a, 'c> Reader<'a, 'c> {
                 (3, _) => drop(borrow_str(wire_type, buf).map_err(at("unit"))?),
                 (12, _) => drop(key_value(wire_type, buf).map_err(at("metadata"))?),
                 (_, Some(variant)) => {
-                    let body = wire::body(wire_type, buf)?;
+                    wire::body(wire_type, buf)?;
                     if data.as_ref().is_none_or(|d| d.variant != variant) {
                         data = Some(Data {
                             variant,
-                            from: given,
+                            from: start,
+                            replaced: data.is_some(),
                         });
-                        self.data.clear();
                     }
-                    self.data.push(body);
-                    given += 1;
                 }
                 _ => skip(wire_type, tag, buf)?,
             }
+            end = m.len() - buf.len();
             Ok::<(), ViewError>(())
         })?;
         let Some(data) = data else {
@@ -378,8 +376,11 @@ impl<'a, 'c> Reader<'a, 'c> {
         let shape = self.shape(m, &data)?;
         let names = map::Names::new(self.arena, name, data.variant, &mut self.scratch);
         let mut missing = 0u64;
-        for i in 0..self.data.len() {
-            let body = self.data[i];
+        fields(&m[data.from..], |buf, tag, wire_type| {
+            if Variant::of(tag).is_none() {
+                return Ok(skip(wire_type, tag, buf)?);
+            }
+            let body = wire::body(wire_type, buf)?;
             fields(body, |buf, tag, wire_type| match tag {
                 1 => {
                     let point = wire::body(wire_type, buf)?;
@@ -392,8 +393,8 @@ impl<'a, 'c> Reader<'a, 'c> {
                 }
                 _ => Ok(skip(wire_type, tag, buf)?),
             })
-            .map_err(|e: ParseError| e.at("Metric", data.variant.field()))?;
-        }
+            .map_err(|e: ParseError| e.at("Metric", data.variant.field()))
+        })?;
         if self.source.is_none() {
             self.missing_source(name, missing);
         }
@@ -405,9 +406,9 @@ impl<'a, 'c> Reader<'a, 'c> {
     /// in its fields, as prost merges them). Checks with prost the fields
     /// given for the oneof before its last member.
     fn shape(&mut self, m: &'a [u8], data: &Data) -> Result<Shape, ViewError> {
-        let (mut temporality, mut monotonic, mut given) = (0i32, false, 0usize);
+        let (mut temporality, mut monotonic) = (0i32, false);
         let variant = data.variant;
-        if variant == Variant::Gauge && data.from == 0 {
+        if variant == Variant::Gauge && !data.replaced {
             // A gauge has no shape, and nothing came before it to check:
             // the points' pass reads and checks the same fields.
             return Ok(Shape {
@@ -415,7 +416,19 @@ impl<'a, 'c> Reader<'a, 'c> {
                 monotonic,
             });
         }
-        let mut read = |body: &[u8]| {
+        if data.replaced {
+            fields(&m[..data.from], |buf, tag, wire_type| {
+                match Variant::of(tag) {
+                    Some(v) => v.check_replaced(wire_type, buf),
+                    None => skip(wire_type, tag, buf),
+                }
+            })?;
+        }
+        fields(&m[data.from..], |buf, tag, wire_type| {
+            if Variant::of(tag).is_none() {
+                return skip(wire_type, tag, buf);
+            }
+            let body = wire::body(wire_type, buf)?;
             fields(body, |buf, tag, wire_type| {
                 let ctx = DecodeContext::default();
                 match (tag, variant) {
@@ -434,24 +447,7 @@ impl<'a, 'c> Reader<'a, 'c> {
                 }
             })
             .map_err(|e| e.at("Metric", variant.field()))
-        };
-        if data.from == 0 {
-            // Nothing was replaced: the fields that count are all there is.
-            for body in &self.data {
-                read(body)?;
-            }
-        } else {
-            fields(m, |buf, tag, wire_type| {
-                let Some(v) = Variant::of(tag) else {
-                    return skip(wire_type, tag, buf);
-                };
-                given += 1;
-                if given <= data.from {
-                    return v.check_replaced(wire_type, buf);
-                }
-                read(wire::body(wire_type, buf)?)
-            })?;
-        }
+        })?;
         Ok(Shape {
             temporality,
             monotonic,

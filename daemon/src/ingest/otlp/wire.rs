@@ -44,7 +44,6 @@ pub(super) fn fields<'a, E: From<ViewError>>(
 
 /// An embedded message's bytes, to be walked later (or twice: protobuf
 /// lets fields come in any order, and some must be read before others).
-#[inline]
 pub(super) fn body<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ViewError> {
     check_wire_type(WireType::LengthDelimited, wire_type)?;
     let len = decode_varint(buf)?;
@@ -56,28 +55,9 @@ pub(super) fn body<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a [u
     Ok(bytes)
 }
 
-/// Skips a field that was read (and checked) in another pass, or that
-/// Tally does not read. A number or a length-delimited field whose bytes
-/// are all there is passed over here; the rest (groups, and any field
-/// that runs past its message) are prost's to skip or refuse, so a body
-/// is refused with prost's own message.
-#[inline]
+/// Skips a field that was read (and checked) in another pass.
 pub(super) fn skip(wire_type: WireType, tag: u32, buf: &mut &[u8]) -> Result<(), ViewError> {
-    let mut rest = *buf;
-    let len = match wire_type {
-        WireType::Varint => decode_varint(&mut rest).map(|_| 0).ok(),
-        WireType::SixtyFourBit => Some(8),
-        WireType::ThirtyTwoBit => Some(4),
-        WireType::LengthDelimited => decode_varint(&mut rest).ok(),
-        WireType::StartGroup | WireType::EndGroup => None,
-    };
-    match len.and_then(|len| usize::try_from(len).ok()) {
-        Some(len) if len <= rest.len() => {
-            *buf = &rest[len..];
-            Ok(())
-        }
-        _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
-    }
+    Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?)
 }
 
 /// Runs one of prost's `merge` primitives, naming the field on failure.
