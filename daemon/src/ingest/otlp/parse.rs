@@ -174,6 +174,24 @@ struct Data {
     replaced: bool,
 }
 
+impl Data {
+    /// Calls `body` with each of the bodies that count in `m`, the
+    /// metric's bytes, in order: the fields given for the data's member
+    /// from `from` on (every oneof field there is of that member).
+    fn bodies<'a, E: From<ViewError>>(
+        &self,
+        m: &'a [u8],
+        mut body: impl FnMut(&'a [u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        fields(&m[self.from..], |buf, tag, wire_type| {
+            if Variant::of(tag).is_none() {
+                return Ok(skip(wire_type, tag, buf)?);
+            }
+            body(wire::body(wire_type, buf)?)
+        })
+    }
+}
+
 /// A request being read.
 pub(super) struct Reader<'a, 'c> {
     pub(super) b: ViewBuilder<'a>,
@@ -376,11 +394,7 @@ impl<'a, 'c> Reader<'a, 'c> {
         let shape = self.shape(m, &data)?;
         let names = map::Names::new(self.arena, name, data.variant, &mut self.scratch);
         let mut missing = 0u64;
-        fields(&m[data.from..], |buf, tag, wire_type| {
-            if Variant::of(tag).is_none() {
-                return Ok(skip(wire_type, tag, buf)?);
-            }
-            let body = wire::body(wire_type, buf)?;
+        data.bodies(m, |body| {
             fields(body, |buf, tag, wire_type| match tag {
                 1 => {
                     let point = wire::body(wire_type, buf)?;
@@ -424,11 +438,7 @@ impl<'a, 'c> Reader<'a, 'c> {
                 }
             })?;
         }
-        fields(&m[data.from..], |buf, tag, wire_type| {
-            if Variant::of(tag).is_none() {
-                return skip(wire_type, tag, buf);
-            }
-            let body = wire::body(wire_type, buf)?;
+        data.bodies(m, |body| {
             fields(body, |buf, tag, wire_type| {
                 let ctx = DecodeContext::default();
                 match (tag, variant) {
