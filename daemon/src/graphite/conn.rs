@@ -339,7 +339,7 @@ impl Reader {
         let spare = self.settle().await;
         let full = std::mem::replace(&mut self.batch, spare);
         let (ctx, shutdown, peer) = (self.ctx.clone(), self.shutdown.clone(), self.peer);
-        self.in_flight = Some(tokio::spawn(async move {
+        self.in_flight = Some(spawn_beside(async move {
             admit_batch(&ctx, peer, &shutdown, full).await
         }));
     }
@@ -362,6 +362,25 @@ impl Reader {
             None => self.ctx.batch(),
         }
     }
+}
+
+/// Spawns `task` so that another worker can run it while this one goes on.
+///
+/// tokio puts a task spawned from a worker into that worker's LIFO slot,
+/// which other workers cannot steal and which wakes no idle worker: the
+/// reader and the batch it hands to admission would take turns on one
+/// core. An empty task spawned after it takes the slot and pushes `task`
+/// to the worker's run queue, where an idle worker is woken to steal it.
+/// On W1 over one connection this took Graphite from about 1.9 to 2.2-3.4
+/// M lines a second on two cores.
+fn spawn_beside<F>(task: F) -> JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handle = tokio::spawn(task);
+    drop(tokio::spawn(async {}));
+    handle
 }
 
 /// Whether a batch's lines were kept (or refused one by one, as bad lines
