@@ -371,8 +371,8 @@ impl Reader {
 /// reader and the batch it hands to admission would take turns on one
 /// core. An empty task spawned after it takes the slot and pushes `task`
 /// to the worker's run queue, where an idle worker is woken to steal it.
-/// On W1 over one connection this took Graphite from about 1.9 to 2.2-3.4
-/// M lines a second on two cores.
+/// What it changed over one connection: BENCHMARKS.md, the Graphite rows
+/// beside VictoriaMetrics.
 fn spawn_beside<F>(task: F) -> JoinHandle<F::Output>
 where
     F: std::future::Future + Send + 'static,
