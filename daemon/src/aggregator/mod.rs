@@ -258,19 +258,21 @@ impl Aggregator {
         // sequentially keeps its arrays in cache, which measured faster than
         // regrouping the series by shard to take each lock once. Each chunk
         // of the request is first warmed (see `warm`).
-        let room = batches.len().min(WARM_CHUNK);
-        let (mut hashes, mut order) = (Vec::with_capacity(room), Vec::with_capacity(room));
+        // One scratch allocation per request: a chunk's (shard, hash) pairs
+        // in request order, then the copy `warm` sorts behind them.
+        let mut keys = Vec::with_capacity(2 * batches.len().min(WARM_CHUNK));
         for chunk in batches.chunks(WARM_CHUNK) {
-            hashes.clear();
-            hashes.extend(chunk.iter().map(|b| {
-                self.hasher.hash_one(SeriesRef {
+            keys.clear();
+            keys.extend(chunk.iter().map(|b| {
+                let hash = self.hasher.hash_one(SeriesRef {
                     source: b.source,
                     metric: b.metric,
                     labels: b.labels,
-                })
+                });
+                (self.shard_of(hash), hash)
             }));
-            self.warm(&hashes, &mut order);
-            for (b, &hash) in chunk.iter().zip(&hashes) {
+            self.warm(&mut keys);
+            for (b, &(_, hash)) in chunk.iter().zip(&keys) {
                 self.ingest_one(b, hash, window, &mut out);
             }
         }
@@ -332,12 +334,15 @@ impl Aggregator {
     /// Here the chunk's series are visited a shard at a time under one lock,
     /// with nothing but independent loads in between, so the processor
     /// overlaps their misses. The tag match is enough: a wrong entry only
-    /// warms a line for nothing. `order` is scratch room, sized once per
-    /// request: an inline array of a whole chunk's room was copied on
-    /// every call, 4 KB for a small real-time request of 40 series.
-    fn warm(&self, hashes: &[u64], order: &mut Vec<(usize, u64)>) {
-        order.clear();
-        order.extend(hashes.iter().map(|&h| (self.shard_of(h), h)));
+    /// warms a line for nothing. `keys` holds the chunk's (shard, hash)
+    /// pairs; their sorted copy is made after them and dropped again, so
+    /// that a request needs no room of its own for it (an inline array of
+    /// a whole chunk's room was copied on every call, 4 KB for a real-time
+    /// request of 40 series).
+    fn warm(&self, keys: &mut Vec<(usize, u64)>) {
+        let n = keys.len();
+        keys.extend_from_within(..);
+        let order = &mut keys[n..];
         order.sort_unstable_by_key(|&(shard, _)| shard);
         for run in order.chunk_by(|a, b| a.0 == b.0) {
             let shard = self.shards[run[0].0].shard.lock();
@@ -348,6 +353,7 @@ impl Aggregator {
                 }
             }
         }
+        keys.truncate(n);
     }
 
     /// Takes every pending slot out of the aggregator, each series' minutes
