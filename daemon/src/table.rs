@@ -250,6 +250,13 @@ impl<V> SeriesMap<V> {
         Some(v)
     }
 
+    /// The first entry under `hash`, whichever series it is: for reading an
+    /// entry into the cache ahead of its lookup, where a wrong one only
+    /// warms a line for nothing.
+    pub(crate) fn first_under(&self, hash: u64) -> Option<&V> {
+        self.table.first_under(hash).map(|(_, v)| v)
+    }
+
     /// [`SeriesMap::get`] by name, the value mutable, with nothing allocated.
     pub(crate) fn get_mut_by(&mut self, series: SeriesRef<'_>) -> Option<&mut V> {
         let hash = series_hasher().hash_one(series);

@@ -417,40 +417,21 @@ impl Aggregator {
             } = &mut *guard;
             let mut slots = 0;
             all.reserve_exact(dirty.len());
-            for pos in dirty.drain(..) {
-                let Some(st) = series.get_mut(pos).filter(|s| !s.pending.is_empty()) else {
-                    continue;
-                };
-                let id = st.id.clone();
-                if let (Some(out), Some((ts_ms, value))) = (baselines.as_deref_mut(), st.baseline())
-                {
-                    out.push(Baseline::new(
-                        id.clone(),
-                        ts_ms,
-                        value,
-                        arrival_ms(st.arrived),
-                    ));
+            for chunk in dirty.chunks(DRAIN_WARM) {
+                warm_drained(series, chunk);
+                for &pos in chunk {
+                    let Some(st) = series.get_mut(pos).filter(|s| !s.pending.is_empty()) else {
+                        continue;
+                    };
+                    if let Some(h) = hashes.as_deref_mut() {
+                        h.push(st.hash);
+                    }
+                    let taken = self.take_pending(st, baselines.as_deref_mut());
+                    slots += taken.minutes.len();
+                    all.push(taken);
                 }
-                // Moved, inline as it was when one minute (nearly always);
-                // a rare longer list gives back what it does not use.
-                let mut minutes = std::mem::take(&mut st.pending);
-                minutes.shrink_to_fit();
-                slots += minutes.len();
-                minutes.sort_unstable_by_key(|(m, _)| *m);
-                if let Some(h) = hashes.as_deref_mut() {
-                    h.push(st.hash);
-                }
-                let catalog = match self.catalog_refresh {
-                    Some(refresh) => st.catalog.check(st.kind, &minutes, refresh),
-                    None => CatalogDue::Unknown,
-                };
-                all.push(SeriesMinutes {
-                    series: id,
-                    kind: st.kind,
-                    minutes,
-                    catalog,
-                });
             }
+            dirty.clear();
             match baselines.as_deref_mut() {
                 Some(out) => rebased_baselines(series, rebased.drain(..), out),
                 None => rebased.clear(),
@@ -460,6 +441,39 @@ impl Aggregator {
             cell.pending.fetch_sub(slots, Ordering::Relaxed);
         }
         all
+    }
+
+    /// A dirty series' pending minutes, sorted, moved out for the flush;
+    /// with `baselines`, its baseline too if it is a cumulative counter.
+    fn take_pending(
+        &self,
+        st: &mut series::SeriesState,
+        baselines: Option<&mut Vec<Baseline>>,
+    ) -> SeriesMinutes {
+        let id = st.id.clone();
+        if let (Some(out), Some((ts_ms, value))) = (baselines, st.baseline()) {
+            out.push(Baseline::new(
+                id.clone(),
+                ts_ms,
+                value,
+                arrival_ms(st.arrived),
+            ));
+        }
+        // Moved, inline as it was when one minute (nearly always); a rare
+        // longer list gives back what it does not use.
+        let mut minutes = std::mem::take(&mut st.pending);
+        minutes.shrink_to_fit();
+        minutes.sort_unstable_by_key(|(m, _)| *m);
+        let catalog = match self.catalog_refresh {
+            Some(refresh) => st.catalog.check(st.kind, &minutes, refresh),
+            None => CatalogDue::Unknown,
+        };
+        SeriesMinutes {
+            series: id,
+            kind: st.kind,
+            minutes,
+            catalog,
+        }
     }
 
     /// Restores a cumulative counter's baseline read back from the
@@ -626,6 +640,25 @@ struct Window {
 /// Minutes since the Unix epoch, in the four bytes a series' entry has
 /// for it (enough until the year 10,000).
 type ArrivalMinute = u32;
+
+/// Dirty series drained a chunk at a time, their entries read first.
+const DRAIN_WARM: usize = 64;
+
+/// Loads the entries of a chunk of dirty series, and each one's shared id,
+/// into the cache before they are drained. Dirty positions are in the order
+/// series first arrived since the last flush, spread over the table, and
+/// the id's reference count is written for every series drained: taken one
+/// by one, each waited on memory twice, and cloning the id was four fifths
+/// of the drain (3% of the daemon's CPU at 100,000 series in real time).
+/// Read together, with nothing but independent loads between, the misses
+/// overlap.
+fn warm_drained(series: &crate::table::Table<series::SeriesState>, chunk: &[u32]) {
+    for &pos in chunk {
+        if let Some(st) = series.get(pos) {
+            std::hint::black_box((Arc::strong_count(&st.id), st.pending.len(), st.kind));
+        }
+    }
+}
 
 /// The baselines of the `rebased` counters that hold no slot (those with
 /// one were logged with the drained series).

@@ -139,10 +139,7 @@ impl Wal {
             buf: Vec::with_capacity(1 << 20),
             waiting: Vec::new(),
             closed: false,
-            counted: (
-                metrics::counter!("tally_wal_bytes_total"),
-                metrics::counter!("tally_wal_groups_total"),
-            ),
+            written: writer::Written::registered(),
         };
         let failing = writer.failing.clone();
         let pen = Arc::new(parking_lot::Mutex::new(writer));

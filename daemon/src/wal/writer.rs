@@ -85,10 +85,30 @@ pub(super) struct Writer {
     pub waiting: Vec<Done>,
     /// The closing checkpoint is written: nothing more is.
     pub closed: bool,
-    /// `tally_wal_bytes_total` and `tally_wal_groups_total`, registered
-    /// once: a group is written per request when agents send small ones,
-    /// and the macro's lookup of its key was a cost of each.
-    pub counted: (metrics::Counter, metrics::Counter),
+    /// The log's own counters, registered once (see [`Written`]).
+    pub written: Written,
+}
+
+/// `tally_wal_bytes_total` and `tally_wal_groups_total`, registered once: a
+/// group is written per request when agents send small ones, and the
+/// macro's lookup of its key was a cost of each.
+pub(super) struct Written {
+    bytes: metrics::Counter,
+    groups: metrics::Counter,
+}
+
+impl Written {
+    pub(super) fn registered() -> Written {
+        Written {
+            bytes: metrics::counter!("tally_wal_bytes_total"),
+            groups: metrics::counter!("tally_wal_groups_total"),
+        }
+    }
+
+    fn group(&self, bytes: usize) {
+        self.bytes.increment(bytes as u64);
+        self.groups.increment(1);
+    }
 }
 
 /// Tells appenders the writer is gone, however it stops.
@@ -305,8 +325,7 @@ impl Writer {
             });
         }
         self.recovered();
-        self.counted.0.increment(buf.len() as u64);
-        self.counted.1.increment(1);
+        self.written.group(buf.len());
         if ends_segment {
             self.roll();
         }

@@ -52,6 +52,10 @@ use super::write::raise_last_flush_id;
 use crate::model::{EpochMinute, FlushBatch, SeriesId, Slot, Tier};
 use crate::store::{ApplyStats, StoreError};
 
+/// A flush's series merged into the pending minutes a chunk at a time,
+/// their entries read first (see [`Pending::warm`]).
+const WARM_CHUNK: usize = 64;
+
 /// Flush ids count microseconds.
 const HOUR_US: u64 = 3_600_000_000;
 
@@ -101,9 +105,13 @@ impl Db {
         } else {
             *self.replay_marks.lock() = None;
             let mut pending = self.pending.lock();
-            for (i, su) in batch.series.iter().enumerate() {
-                let hash = batch.hash_of(i);
-                pending.add_hashed(&su.series, hash, su.kind, id, su.minutes.iter().copied());
+            for (c, chunk) in batch.series.chunks(WARM_CHUNK).enumerate() {
+                let first = c * WARM_CHUNK;
+                pending.warm((first..first + chunk.len()).map(|i| batch.hash_of(i)));
+                for (i, su) in (first..).zip(chunk) {
+                    let hash = batch.hash_of(i);
+                    pending.add_hashed(&su.series, hash, su.kind, id, su.minutes.iter().copied());
+                }
             }
             ApplyStats {
                 documents_written: batch.document_count(),

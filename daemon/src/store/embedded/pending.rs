@@ -285,6 +285,20 @@ impl Pending {
         self.room += added;
     }
 
+    /// Reads the entries under `hashes`, and each one's newest minute, into
+    /// the cache ahead of [`Pending::add_hashed`] for them. A flush brings
+    /// every active series, spread over the table, and each one's entry and
+    /// minute list waited on memory in turn (4 and 3% of the daemon's CPU
+    /// at 100,000 series in real time); read together, with nothing but
+    /// independent loads between, the misses overlap.
+    pub(crate) fn warm(&self, hashes: impl Iterator<Item = u64>) {
+        for hash in hashes {
+            if let Some(p) = self.series.first_under(hash) {
+                std::hint::black_box((p.watermark, p.minutes.last().map(|&(m, _)| m)));
+            }
+        }
+    }
+
     /// Sets `series`' minutes to what checkpoint `id` logged of them, with
     /// the series' watermark then (see [`SeriesPending::replace`]).
     pub(crate) fn replace(
