@@ -105,11 +105,16 @@ impl Db {
         } else {
             *self.replay_marks.lock() = None;
             let mut pending = self.pending.lock();
+            // Each hash taken once: a batch without the aggregator's hashes
+            // computes them from the names.
+            let mut room = [0u64; WARM_CHUNK];
             for (c, chunk) in batch.series.chunks(WARM_CHUNK).enumerate() {
-                let first = c * WARM_CHUNK;
-                pending.warm((first..first + chunk.len()).map(|i| batch.hash_of(i)));
-                for (i, su) in (first..).zip(chunk) {
-                    let hash = batch.hash_of(i);
+                let hashes = &mut room[..chunk.len()];
+                for (h, i) in hashes.iter_mut().zip(c * WARM_CHUNK..) {
+                    *h = batch.hash_of(i);
+                }
+                pending.warm(hashes.iter().copied());
+                for (su, &hash) in chunk.iter().zip(hashes.iter()) {
                     pending.add_hashed(&su.series, hash, su.kind, id, su.minutes.iter().copied());
                 }
             }
