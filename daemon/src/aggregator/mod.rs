@@ -452,8 +452,9 @@ impl Aggregator {
     ) -> SeriesMinutes {
         let id = st.id.clone();
         if let (Some(out), Some((ts_ms, value))) = (baselines, st.baseline()) {
-            out.push(Baseline::new(
+            out.push(Baseline::hashed(
                 id.clone(),
+                st.hash,
                 ts_ms,
                 value,
                 arrival_ms(st.arrived),
@@ -674,8 +675,9 @@ fn rebased_baselines(
             continue;
         };
         if let Some((ts_ms, value)) = st.baseline() {
-            out.push(Baseline::new(
+            out.push(Baseline::hashed(
                 st.id.clone(),
+                st.hash,
                 ts_ms,
                 value,
                 arrival_ms(st.arrived),

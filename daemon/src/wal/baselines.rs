@@ -9,13 +9,12 @@
 use hashbrown::HashTable;
 
 use super::record::Baseline;
-use crate::model::SeriesId;
+use crate::model::{series_hash, SeriesId};
 
-/// Baselines by series, one each.
+/// Baselines by series, one each, found by the hash each carries.
 #[derive(Debug, Default)]
 pub struct Baselines {
     table: HashTable<Baseline>,
-    hasher: ahash::RandomState,
 }
 
 impl Baselines {
@@ -29,13 +28,10 @@ impl Baselines {
 
     /// Sets `b`'s series' baseline to `b`.
     pub fn insert(&mut self, b: Baseline) {
-        let hash = self.hasher.hash_one(&*b.series);
-        let hasher = &self.hasher;
-        match self.table.entry(
-            hash,
-            |old| old.series.same(&b.series),
-            |old| hasher.hash_one(&*old.series),
-        ) {
+        match self
+            .table
+            .entry(b.hash(), |old| old.series.same(&b.series), Baseline::hash)
+        {
             hashbrown::hash_table::Entry::Occupied(mut e) => *e.get_mut() = b,
             hashbrown::hash_table::Entry::Vacant(e) => {
                 e.insert(b);
@@ -45,7 +41,7 @@ impl Baselines {
 
     /// `series`' baseline, if it has one.
     pub fn get(&self, series: &SeriesId) -> Option<&Baseline> {
-        let hash = self.hasher.hash_one(series);
+        let hash = series_hash(series.series_ref());
         self.table.find(hash, |b| b.series.same(series))
     }
 

@@ -28,7 +28,7 @@ use prost::Message as _;
 use tally_proto::v1 as pb;
 
 use crate::labels::Labels;
-use crate::model::SeriesId;
+use crate::model::{series_hash, SeriesId};
 
 /// A cumulative counter's baseline: the last sample its next delta is
 /// taken from.
@@ -41,6 +41,10 @@ pub struct Baseline {
     /// When its series was last pushed, Unix ms; [`UNKNOWN_ARRIVAL`] when
     /// read from a log written before arrivals were kept.
     pub arrived_ms: i64,
+    /// `series`' hash by [`crate::model::series_hasher`], which the
+    /// aggregator already holds: the log's table of every counter's
+    /// baseline takes each flush's without hashing their names again.
+    hash: u64,
 }
 
 /// The arrival of a baseline read from an older log.
@@ -48,12 +52,32 @@ pub const UNKNOWN_ARRIVAL: i64 = i64::MIN;
 
 impl Baseline {
     pub fn new(series: Arc<SeriesId>, ts_ms: i64, value: f64, arrived_ms: i64) -> Baseline {
+        let hash = series_hash(series.series_ref());
+        Baseline::hashed(series, hash, ts_ms, value, arrived_ms)
+    }
+
+    /// [`Baseline::new`] for a series whose hash by
+    /// [`crate::model::series_hasher`] is `hash`.
+    pub fn hashed(
+        series: Arc<SeriesId>,
+        hash: u64,
+        ts_ms: i64,
+        value: f64,
+        arrived_ms: i64,
+    ) -> Baseline {
+        debug_assert_eq!(hash, series_hash(series.series_ref()));
         Baseline {
             series,
             ts_ms,
             value,
             arrived_ms,
+            hash,
         }
+    }
+
+    /// Its series' hash by [`crate::model::series_hasher`].
+    pub fn hash(&self) -> u64 {
+        self.hash
     }
 
     /// When its series was last pushed, if the log said.
@@ -293,15 +317,14 @@ impl<'a> Reader<'a> {
         }
         (0..n)
             .map(|_| {
-                Ok(Baseline {
-                    series: Arc::new(self.series()?),
-                    ts_ms: self.u64()? as i64,
-                    value: f64::from_bits(self.u64()?),
-                    arrived_ms: match arrivals {
-                        true => self.u64()? as i64,
-                        false => UNKNOWN_ARRIVAL,
-                    },
-                })
+                let series = Arc::new(self.series()?);
+                let ts_ms = self.u64()? as i64;
+                let value = f64::from_bits(self.u64()?);
+                let arrived_ms = match arrivals {
+                    true => self.u64()? as i64,
+                    false => UNKNOWN_ARRIVAL,
+                };
+                Ok(Baseline::new(series, ts_ms, value, arrived_ms))
             })
             .collect()
     }
