@@ -29,7 +29,7 @@ use tally::fleet::{Fleet, SourceRates};
 use tally::flush::Pipeline;
 use tally::grpc::IngestService;
 use tally::ingest::{IngestGate, Ingestor};
-use tally::listen::{self, Listener};
+use tally::listen::{self, ConnThreads, Listener};
 use tally::maintenance::Maintenance;
 use tally::query::QueryEngine;
 use tally::rollup::Rollups;
@@ -109,13 +109,17 @@ async fn run(config: Config) -> Result<()> {
         .transpose()
         .context("reading graphite.listen's address")?;
     check_open_files(&config);
-    let grpc_listener = security.listener(
-        grpc_listener,
-        Protocol::Grpc,
-        grpc::listen_limits(&config.grpc),
-    )?;
-    let http_listener =
-        security.listener(http_listener, Protocol::Http, http::limits(&config.http))?;
+    let threads = Arc::new(ConnThreads::per_cpu().context("starting the connection threads")?);
+    let grpc_listener = security
+        .listener(
+            grpc_listener,
+            Protocol::Grpc,
+            grpc::listen_limits(&config.grpc),
+        )?
+        .on_threads(threads.clone());
+    let http_listener = security
+        .listener(http_listener, Protocol::Http, http::limits(&config.http))?
+        .on_threads(threads);
     let (grpc_addr, http_addr) = (grpc_listener.local_addr(), http_listener.local_addr());
     // Tests start the daemon on port 0 and read the real ports from here.
     info!(

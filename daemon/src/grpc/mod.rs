@@ -18,6 +18,7 @@ mod otlp_wire;
 mod query;
 mod raw_codec;
 mod server;
+mod shared;
 mod status;
 
 use tally_proto::v1 as pb;
@@ -95,10 +96,10 @@ pub async fn serve<H: tonic_health::pb::health_server::Health>(
             otlp,
             AuthInterceptor::new(auth.clone(), Need::Ingest),
         ))
-        .add_service(InterceptedService::new(
+        .add_service(shared::OnShared(InterceptedService::new(
             query,
             AuthInterceptor::new(auth, Need::Read),
-        ))
+        )))
         .prepare();
     let services = tower::ServiceBuilder::new()
         .layer(tower::util::MapResponseLayer::new(move |r| {

@@ -98,7 +98,10 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
     .layer(axum::middleware::from_fn_with_state(
         (state.auth.clone(), Need::Read),
         crate::auth::require_token,
-    ));
+    ))
+    // Reads are evaluated on the shared runtime, off the connection
+    // threads that serve ingest (see `crate::listen::ConnThreads`).
+    .layer(axum::middleware::from_fn(on_shared));
     // The outer layer runs first: InfluxDB clients' credentials are put in
     // the form the token check reads.
     let push = push::router(state.push, cfg.body_read_timeout)
@@ -115,6 +118,14 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
         Router::new()
     };
     reads.merge(push).merge(ui)
+}
+
+/// Serves a read request on the shared runtime.
+async fn on_shared(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    crate::listen::on_shared(next.run(req)).await
 }
 
 /// What a connection beyond `http.max_connections` is served: the

@@ -15,12 +15,14 @@
 //!
 //! Each server supplies what happens inside a connection ([`Serve`]): the
 //! HTTP/1 server its header, body and keep-alive deadlines, the gRPC server
-//! its preface and idle deadlines. Every connection is its own task, and
-//! each one that ends is counted by why (`tally_<listener>_connections_
+//! its preface and idle deadlines. Every connection is its own task, on
+//! one of the connection threads when the listener has them (`threads`),
+//! and each one that ends is counted by why (`tally_<listener>_connections_
 //! closed_total{reason}`).
 
 pub mod fds;
 mod pool;
+mod threads;
 mod tracked;
 
 use std::future::Future;
@@ -34,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 pub use pool::{Active, Member, Pool, Slot, Waiting, MAX_EVICTING, STALLED};
+pub use threads::{on_shared, ConnThreads};
 pub use tracked::Tracked;
 
 use crate::tls::{Conn, Io, Protocol, ServerTls};
@@ -201,6 +204,7 @@ pub struct Listener {
     tls: Option<(Arc<ServerTls>, Protocol)>,
     limits: Limits,
     local: SocketAddr,
+    threads: Option<Arc<ConnThreads>>,
 }
 
 impl Listener {
@@ -217,7 +221,15 @@ impl Listener {
             tls,
             limits,
             local,
+            threads: None,
         })
+    }
+
+    /// Serves each connection on one of `threads` rather than on the
+    /// runtime the listener runs on.
+    pub fn on_threads(mut self, threads: Arc<ConnThreads>) -> Listener {
+        self.threads = Some(threads);
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -272,7 +284,12 @@ impl Listener {
                 limits: self.limits.clone(),
                 stop: shutdown.clone(),
             };
-            tokio::spawn(task.run(stream, member, slot, reserve));
+            match &self.threads {
+                Some(threads) => threads.spawn(stream, move |stream| {
+                    task.run(stream, member, slot, reserve)
+                }),
+                None => drop(tokio::spawn(task.run(stream, member, slot, reserve))),
+            }
         }
         drop(self.tcp);
         pools.main.emptied().await;
