@@ -32,6 +32,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{error, info};
 
 /// Blocking threads a connection thread may start. Nothing a connection
@@ -180,21 +181,12 @@ pub async fn on_shared<T: Send + 'static>(work: impl Future<Output = T> + Send +
     let Some(shared) = SHARED.with(|s| s.borrow().clone()) else {
         return work.await;
     };
-    let mut task = Abort(shared.spawn(work));
-    match (&mut task.0).await {
+    let task = AbortOnDropHandle::new(shared.spawn(work));
+    match task.await {
         Ok(v) => v,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        // Only `Abort`'s drop cancels it, and that cannot have run.
+        // Only the handle's drop cancels it, and that cannot have run.
         Err(_) => std::future::pending().await,
-    }
-}
-
-/// A task aborted when its handle is dropped.
-struct Abort<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for Abort<T> {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
