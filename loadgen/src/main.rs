@@ -9,7 +9,7 @@
 //! and failure classes (`transport`), the senders (`worker`), the books on
 //! what was acknowledged (`expect`), read-back (`verify`), the live bar
 //! (`progress`), the final report (`report`) and the encoding of batches
-//! (`wire`).
+//! (`wire`); `unary` is the one-write unary call.
 
 // Input and I/O must not reach a panic: production code answers with an
 // error instead. Tests may unwrap.
@@ -31,6 +31,7 @@ mod protocol;
 mod report;
 mod text_wire;
 mod transport;
+mod unary;
 mod verify;
 mod wire;
 mod worker;

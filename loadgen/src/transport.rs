@@ -154,7 +154,9 @@ pub fn classify(status: &Status) -> Verdict {
 fn never_sent(status: &Status) -> bool {
     let mut source = status.source();
     while let Some(e) = source {
-        if e.downcast_ref::<tonic::ConnectError>().is_some() {
+        if e.downcast_ref::<tonic::ConnectError>().is_some()
+            || e.downcast_ref::<crate::unary::NotSent>().is_some()
+        {
             return true;
         }
         source = e.source();

@@ -32,6 +32,7 @@ use crate::pace::{MaxSchedule, RealTimeSchedule};
 use crate::progress::Live;
 use crate::protocol::Protocol;
 use crate::transport::{self, classify, code_name, describe, Backoff, Verdict};
+use crate::unary::UnaryClient;
 use crate::wire::{self, RawCodec, Scratch};
 
 /// How batches travel.
@@ -221,11 +222,17 @@ impl Worker {
             p if !p.uses_grpc() => return self.run_foreign(None).await,
             _ => {}
         }
+        if (opts.protocol, opts.mode) == (Protocol::Tally, Mode::Unary) {
+            let client =
+                UnaryClient::connect(&opts.endpoint.uri().to_string(), opts.connect_timeout)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            return self.run_unary(client).await;
+        }
         let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)
             .await
             .map_err(|e| e.to_string())?;
         match (opts.protocol, opts.mode) {
-            (Protocol::Tally, Mode::Unary) => self.run_unary(ch).await,
             (Protocol::Tally, Mode::Stream) => self.run_stream(ch).await,
             _ => self.run_foreign(Some(ch)).await,
         }
@@ -336,22 +343,17 @@ impl Worker {
 
     // ----- unary -----
 
-    async fn run_unary(&mut self, ch: Channel) -> Result<(), String> {
-        let mut grpc = tonic::client::Grpc::new(ch);
+    async fn run_unary(&mut self, mut client: UnaryClient) -> Result<(), String> {
         while let Some(plan) = self.next_plan().await {
-            self.push_one(&mut grpc, plan).await?;
+            self.push_one(&mut client, plan).await?;
         }
         Ok(())
     }
 
-    async fn push_one(
-        &mut self,
-        grpc: &mut tonic::client::Grpc<Channel>,
-        plan: Plan,
-    ) -> Result<(), String> {
+    async fn push_one(&mut self, client: &mut UnaryClient, plan: Plan) -> Result<(), String> {
         // Encoded once; a resend sends the same bytes.
         let mut push = UnaryPush {
-            grpc,
+            client,
             msg: self.encode(&plan),
             timeout: self.opts.timeout,
         };
@@ -481,16 +483,20 @@ trait Request {
 
 /// A unary `Push` of one pre-encoded message.
 struct UnaryPush<'a> {
-    grpc: &'a mut tonic::client::Grpc<Channel>,
+    client: &'a mut UnaryClient,
     msg: Bytes,
     timeout: Duration,
 }
 
 impl Request for UnaryPush<'_> {
     async fn send(&mut self) -> Result<pb::PushResponse, (Status, Verdict)> {
-        let call = unary::<pb::PushResponse>(self.grpc, self.msg.clone(), wire::push_path());
+        let path = wire::push_path();
+        let call = self.client.call(path.as_str(), &self.msg);
         let status = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(resp)) => return Ok(resp.into_inner()),
+            Ok(Ok(answer)) => match <pb::PushResponse as prost::Message>::decode(answer) {
+                Ok(resp) => return Ok(resp),
+                Err(e) => Status::internal(format!("the answer does not decode: {e}")),
+            },
             Ok(Err(status)) => status,
             Err(_) => {
                 Status::deadline_exceeded(format!("no answer within --timeout {:?}", self.timeout))
