@@ -30,6 +30,19 @@ pub enum TransportError {
     Preflight { url: String, detail: String },
 }
 
+/// A request that could not be put on its connection (see `unary`):
+/// nothing reached the daemon, and sending it again is safe.
+#[derive(Debug)]
+pub struct NotSent(pub String);
+
+impl std::fmt::Display for NotSent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not sent: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotSent {}
+
 /// Adds `http://` when no scheme is given; refuses anything but plain HTTP.
 pub fn normalize_url(flag: &str, url: &str) -> Result<String, String> {
     let url = url.trim().trim_end_matches('/');
@@ -155,7 +168,7 @@ fn never_sent(status: &Status) -> bool {
     let mut source = status.source();
     while let Some(e) = source {
         if e.downcast_ref::<tonic::ConnectError>().is_some()
-            || e.downcast_ref::<crate::unary::NotSent>().is_some()
+            || e.downcast_ref::<NotSent>().is_some()
         {
             return true;
         }

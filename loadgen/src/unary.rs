@@ -17,8 +17,6 @@
 //! local failure carries its cause; a call that could not be started on
 //! the connection carries [`NotSent`], so that it is retried.
 
-use std::error::Error as StdError;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,20 +24,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tonic::codegen::http::{self, HeaderMap, Method, Request};
 use tonic::{Code, Status};
 
-use crate::transport::TransportError;
-
-/// The request could not be put on the connection: nothing reached the
-/// daemon, and sending it again is safe.
-#[derive(Debug)]
-pub struct NotSent(String);
-
-impl fmt::Display for NotSent {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "not sent: {}", self.0)
-    }
-}
-
-impl StdError for NotSent {}
+use crate::transport::{NotSent, TransportError};
 
 /// One HTTP/2 connection to the daemon, reopened when it is lost.
 pub struct UnaryClient {
