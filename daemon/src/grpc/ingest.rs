@@ -23,6 +23,7 @@ use crate::aggregator::IngestOutcome;
 use crate::auth::Grant;
 use crate::ingest::view::PushView;
 use crate::ingest::{IngestError, Ingestor, Protocol};
+use crate::listen::on_shared_if_large;
 
 /// A push request's bytes, as they came: what the service's routes
 /// (`ingest_wire`) hand it, so the write-ahead log can record them as they
@@ -154,20 +155,22 @@ impl IngestService {
     }
 
     /// `tally.v1.Ingest/PushStream`: many batches, one summary when the
-    /// client closes the stream.
+    /// client closes the stream. Each large message is ingested on the
+    /// shared runtime, as a large `Push` is (see `ingest_wire`).
     pub async fn push_stream(
-        &self,
+        this: Arc<IngestService>,
         request: Request<Streaming<WirePush>>,
     ) -> Result<Response<pb::PushResponse>, Status> {
         let grant = granted(&request);
         let mut stream = request.into_inner();
-        let mut b = ResponseBuilder::new(self.ingest.limits().max_rejections_reported);
+        let mut b = ResponseBuilder::new(this.ingest.limits().max_rejections_reported);
         let mut index = 0u32;
         while let Some(msg) = stream.message().await? {
-            match self
-                .ingest_one(&msg, &grant, Protocol::TallyPushStream)
-                .await
-            {
+            let (me, grant) = (this.clone(), grant.clone());
+            let one = on_shared_if_large(msg.bytes.len(), async move {
+                me.ingest_one(&msg, &grant, Protocol::TallyPushStream).await
+            });
+            match one.await {
                 Ok(out) => b.add(out, index),
                 Err(status) => {
                     // Messages before this one were taken; say how far we got

@@ -25,6 +25,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::ingest::{IngestService, WirePush};
 use super::raw_codec::RawCodec;
+use crate::listen::on_shared_if_large;
 
 /// The routes' codec: requests as their bytes, [`WirePush`].
 type PushCodec = RawCodec<pb::PushResponse, WirePush>;
@@ -63,7 +64,11 @@ impl UnaryService<WirePush> for Push {
 
     fn call(&mut self, request: Request<WirePush>) -> Self::Future {
         let inner = self.0.clone();
-        Box::pin(async move { inner.push(request).await })
+        let len = request.get_ref().bytes.len();
+        Box::pin(on_shared_if_large(
+            len,
+            async move { inner.push(request).await },
+        ))
     }
 }
 
@@ -75,7 +80,7 @@ impl ClientStreamingService<WirePush> for PushStream {
 
     fn call(&mut self, request: Request<Streaming<WirePush>>) -> Self::Future {
         let inner = self.0.clone();
-        Box::pin(async move { inner.push_stream(request).await })
+        Box::pin(async move { IngestService::push_stream(inner, request).await })
     }
 }
 

@@ -20,6 +20,7 @@ use tonic::{Request, Response, Status};
 
 use super::otlp::{OtlpService, WireExport};
 use super::raw_codec::RawCodec;
+use crate::listen::on_shared_if_large;
 
 /// The service's full name, as OTLP clients call it.
 const SERVICE: &str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
@@ -63,7 +64,10 @@ impl UnaryService<WireExport> for Export {
 
     fn call(&mut self, request: Request<WireExport>) -> Self::Future {
         let inner = self.0.clone();
-        Box::pin(async move { inner.export(request).await })
+        let len = request.get_ref().bytes.len();
+        Box::pin(on_shared_if_large(len, async move {
+            inner.export(request).await
+        }))
     }
 }
 

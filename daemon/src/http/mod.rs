@@ -109,7 +109,9 @@ pub(crate) fn router(state: HttpState, cfg: &HttpConfig) -> Router {
             (state.auth, Need::Ingest),
             crate::auth::require_token,
         ))
-        .layer(axum::middleware::from_fn(push::influx_credentials));
+        .layer(axum::middleware::from_fn(push::influx_credentials))
+        // Large bodies are read and ingested on the shared runtime.
+        .layer(axum::middleware::from_fn(large_on_shared));
     // The dashboard's files hold no data and are open to all: a browser
     // without a token must load the page that asks for one.
     let ui = if state.ui.enabled {
@@ -126,6 +128,24 @@ async fn on_shared(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     crate::listen::on_shared(next.run(req)).await
+}
+
+/// Serves a push whose body declares more than
+/// [`crate::listen::LARGE_REQUEST`] bytes on the shared runtime, and any
+/// other on the connection's thread (see `crate::listen::ConnThreads`). A
+/// body of no declared length is read where it is: the body limit bounds
+/// it either way.
+async fn large_on_shared(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let len = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    crate::listen::on_shared_if_large(len, next.run(req)).await
 }
 
 /// What a connection beyond `http.max_connections` is served: the

@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::error;
 
 pub use pool::{Active, Member, Pool, Slot, Waiting, MAX_EVICTING, STALLED};
-pub use threads::{on_shared, ConnThreads};
+pub use threads::{on_shared, on_shared_if_large, ConnThreads, LARGE_REQUEST};
 pub use tracked::Tracked;
 
 use crate::tls::{Conn, Io, Protocol, ServerTls};

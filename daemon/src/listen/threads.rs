@@ -1,6 +1,7 @@
 //! Connection threads: each accepted connection is served to its end on one
 //! of a few single-threaded runtimes, one per CPU, instead of on the
-//! daemon's shared work-stealing runtime.
+//! daemon's shared work-stealing runtime; large requests are ingested on
+//! the shared runtime.
 //!
 //! Why: a fleet's agents each send a small request every second, so the
 //! daemon's cost there is per request, and on the shared runtime much of
@@ -13,12 +14,14 @@
 //! times the daemon's CPU this way, in four alternated runs (BENCHMARKS.md,
 //! "Disk in real time"); W1's large requests were level.
 //!
-//! What it costs: one connection's requests use one core at a time, where
-//! the shared runtime could spread a single connection's concurrent
-//! streams over every worker (agents that push a lot open several
-//! connections, as the load generator, Prometheus' and vmagent's
-//! remote-write shards and Telegraf do). A new connection goes to the
-//! thread serving the fewest. Work that is not a connection's own stays
+//! There is one connection thread per two CPUs: on one thread the
+//! connections' requests share its wakes, where two threads each woke for
+//! their own (one thread took 0.92 times the CPU of two on the same load,
+//! three alternated runs). What that costs is capacity: one thread's
+//! small requests use one core, so a request larger than
+//! [`LARGE_REQUEST`] is ingested on the shared runtime, which spreads
+//! such requests over every core ([`on_shared_if_large`]). A new
+//! connection goes to the thread serving the fewest. Work that is not a connection's own stays
 //! on the shared runtime: reads are handed to it ([`on_shared`]), so a
 //! long query never holds up the ingest of the connections beside it, and
 //! the stores' blocking pools are the shared runtime's.
@@ -43,6 +46,11 @@ const MAX_BLOCKING: usize = 4;
 /// How long a connection thread's runtime waits, once stopped, for work it
 /// started on its blocking threads.
 const STOP_GRACE: Duration = Duration::from_secs(1);
+
+/// A request body (as received, compressed or not) larger than this is
+/// ingested on the shared runtime: about 250 samples of `tally.v1`, ten
+/// times what an agent sends a second.
+pub const LARGE_REQUEST: usize = 8 * 1024;
 
 thread_local! {
     /// On a connection thread, the shared runtime reads are handed to.
@@ -103,9 +111,12 @@ impl ConnThreads {
         Ok(set)
     }
 
-    /// One thread per CPU the process may use.
+    /// One thread per two CPUs the process may use (at least one): the
+    /// other half is the shared runtime's, which takes the flushes, the
+    /// reads and the large requests ([`on_shared_if_large`]).
     pub fn per_cpu() -> io::Result<ConnThreads> {
-        ConnThreads::start(std::thread::available_parallelism().map_or(2, |n| n.get()))
+        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+        ConnThreads::start(cpus.div_ceil(2))
     }
 
     /// Serves `stream` with `serve` on the thread with the fewest open
@@ -190,12 +201,31 @@ pub async fn on_shared<T: Send + 'static>(work: impl Future<Output = T> + Send +
     }
 }
 
+/// Runs `work`, which reads a request of `len` bytes, on the shared
+/// runtime when the request is large (more than [`LARGE_REQUEST`] bytes)
+/// and this is a connection thread; inline otherwise. An agent's request
+/// of a second's samples costs less than the hand-over, and a thread
+/// serves many of them at each wake; a batch of thousands of samples
+/// (a backfill, a remote-write shard, W1) would hold the thread for
+/// milliseconds, and on the shared runtime it uses every core.
+pub async fn on_shared_if_large<T: Send + 'static>(
+    len: usize,
+    work: impl Future<Output = T> + Send + 'static,
+) -> T {
+    if len > LARGE_REQUEST {
+        on_shared(work).await
+    } else {
+        work.await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn connections_go_to_the_least_busy_thread_and_reads_to_the_shared_runtime() {
+    async fn connections_go_to_the_least_busy_thread_and_reads_and_large_requests_to_the_shared_runtime(
+    ) {
         let threads = ConnThreads::start(2).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -207,8 +237,12 @@ mod tests {
             let seen = seen_tx.clone();
             threads.spawn(stream, move |mut stream| async move {
                 let here = std::thread::current().name().map(str::to_owned);
-                let there =
-                    on_shared(async { std::thread::current().name().map(str::to_owned) }).await;
+                let name = || std::thread::current().name().map(str::to_owned);
+                let there = on_shared(async move { name() }).await;
+                let small = on_shared_if_large(LARGE_REQUEST, async move { name() }).await;
+                let large = on_shared_if_large(LARGE_REQUEST + 1, async move { name() }).await;
+                assert_eq!(small, here, "a small request stays on its thread");
+                assert!(!large.is_some_and(|n| n.starts_with("tally-conn-")));
                 let _ = seen.send((here, there)).await;
                 // Held open until the client closes.
                 let _ = tokio::io::AsyncReadExt::read(&mut stream, &mut [0u8; 1]).await;
