@@ -1,5 +1,5 @@
 //! Connection threads: each accepted connection is served to its end on one
-//! of a few single-threaded runtimes, one per CPU, instead of on the
+//! of a few single-threaded runtimes, one per two CPUs, instead of on the
 //! daemon's shared work-stealing runtime; large requests are ingested on
 //! the shared runtime.
 //!
@@ -21,10 +21,11 @@
 //! small requests use one core, so a request larger than
 //! [`LARGE_REQUEST`] is ingested on the shared runtime, which spreads
 //! such requests over every core ([`on_shared_if_large`]). A new
-//! connection goes to the thread serving the fewest. Work that is not a connection's own stays
-//! on the shared runtime: reads are handed to it ([`on_shared`]), so a
-//! long query never holds up the ingest of the connections beside it, and
-//! the stores' blocking pools are the shared runtime's.
+//! connection goes to the thread serving the fewest. Work that is not a
+//! connection's own stays on the shared runtime: reads are handed to it
+//! ([`on_shared`]), so a long query never holds up the ingest of the
+//! connections beside it, and the stores' blocking pools are the shared
+//! runtime's.
 
 use std::future::Future;
 use std::io;
