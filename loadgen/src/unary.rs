@@ -24,7 +24,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tonic::codegen::http::{self, HeaderMap, Method, Request};
 use tonic::{Code, Status};
 
-use crate::transport::{NotSent, TransportError};
+use crate::transport::{Backoff, NotSent, TransportError};
 
 /// One HTTP/2 connection to the daemon, reopened when it is lost.
 pub struct UnaryClient {
@@ -35,8 +35,14 @@ pub struct UnaryClient {
 }
 
 impl UnaryClient {
-    /// Connects to `url` (`http://host:port`).
-    pub async fn connect(url: &str, connect_timeout: Duration) -> Result<Self, TransportError> {
+    /// Connects to `url` (`http://host:port`), trying `attempts` times with
+    /// a backoff between, as [`crate::transport::connect`] does: a daemon
+    /// started beside the load generator may not listen yet.
+    pub async fn connect(
+        url: &str,
+        attempts: u32,
+        connect_timeout: Duration,
+    ) -> Result<Self, TransportError> {
         let authority = url
             .split_once("://")
             .map(|(_, rest)| rest.trim_end_matches('/').to_string())
@@ -51,14 +57,21 @@ impl UnaryClient {
             connect_timeout,
             send: None,
         };
-        client
-            .open()
-            .await
-            .map_err(|detail| TransportError::Connect {
-                url: url.to_string(),
-                detail,
-            })?;
-        Ok(client)
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
+        let mut detail = String::new();
+        for attempt in 0..attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            match client.open().await {
+                Ok(_) => return Ok(client),
+                Err(e) => detail = e,
+            }
+        }
+        Err(TransportError::Connect {
+            url: url.to_string(),
+            detail,
+        })
     }
 
     async fn open(&mut self) -> Result<h2::client::SendRequest<Bytes>, String> {
@@ -235,5 +248,32 @@ mod tests {
         assert_eq!(s.message(), "store is behind: retry");
         h.insert("grpc-status", "0".parse().unwrap());
         assert!(status_in(&h).is_none());
+    }
+
+    /// A daemon that starts listening after the load generator: the first
+    /// attempt is refused, a later one connects.
+    #[tokio::test]
+    async fn the_first_connection_is_retried() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let url = format!("http://127.0.0.1:{port}");
+        let once = UnaryClient::connect(&url, 1, Duration::from_secs(1)).await;
+        assert!(matches!(once, Err(TransportError::Connect { .. })));
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .unwrap();
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut conn = h2::server::handshake(tcp).await.unwrap();
+            while conn.accept().await.is_some() {}
+        });
+        let client = UnaryClient::connect(&url, 3, Duration::from_secs(1)).await;
+        assert!(client.is_ok(), "{:?}", client.err());
+        drop(client);
+        late.abort();
     }
 }

@@ -48,14 +48,22 @@ impl SourceRates {
         // share one copy, so the names are hashed and compared once per
         // source and flush rather than once per series (a fleet sends tens
         // of series per source).
+        // Each series' name sits in memory of its own, which a large fleet
+        // has out of cache: the addresses of a chunk's names are read first,
+        // with nothing between the loads, so that their misses overlap
+        // instead of each waiting behind the map's work for the one before
+        // (most of this visit's time at 100,000 series).
+        const CHUNK: usize = 32;
         let mut per_copy: HashMap<*const u8, (&Arc<str>, u64)> = HashMap::new();
-        for s in batch {
-            let n: u64 = s.minutes.iter().map(|(_, slot)| slot.n).sum();
-            let source = &s.series.source;
-            per_copy
-                .entry(Arc::as_ptr(source) as *const u8)
-                .or_insert((source, 0))
-                .1 += n;
+        let mut copies = [std::ptr::null::<u8>(); CHUNK];
+        for chunk in batch.chunks(CHUNK) {
+            for (copy, s) in copies.iter_mut().zip(chunk) {
+                *copy = Arc::as_ptr(&s.series.source) as *const u8;
+            }
+            for (&copy, s) in copies.iter().zip(chunk) {
+                let n: u64 = s.minutes.iter().map(|(_, slot)| slot.n).sum();
+                per_copy.entry(copy).or_insert((&s.series.source, 0)).1 += n;
+            }
         }
         let mut map = self.by_source.lock();
         for (source, n) in per_copy.into_values() {

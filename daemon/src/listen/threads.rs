@@ -85,8 +85,12 @@ impl ConnThreads {
             std::thread::Builder::new()
                 .name(format!("tally-conn-{i}"))
                 .spawn(move || {
+                    // I/O and timers only: with the process driver on, each
+                    // park also looked for orphaned children, which a
+                    // connection thread never has.
                     let runtime = match tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
+                        .enable_io()
+                        .enable_time()
                         .max_blocking_threads(MAX_BLOCKING)
                         .build()
                     {

@@ -224,7 +224,7 @@ impl Worker {
         }
         if (opts.protocol, opts.mode) == (Protocol::Tally, Mode::Unary) {
             let client =
-                UnaryClient::connect(&opts.endpoint.uri().to_string(), opts.connect_timeout)
+                UnaryClient::connect(&opts.endpoint.uri().to_string(), 3, opts.connect_timeout)
                     .await
                     .map_err(|e| e.to_string())?;
             return self.run_unary(client).await;
