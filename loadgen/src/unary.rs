@@ -8,7 +8,8 @@
 //! daemon in production (grpc-go's, behind the OpenTelemetry Collector and
 //! most exporters) write a unary request's headers and message together.
 //! A load generator that measures the daemon's CPU per request must send
-//! what they send, so the real-time path calls `Push` through this client:
+//! what they send, so `tally.v1`'s unary `Push` and OTLP's `Export` go
+//! through this client:
 //! the headers and the whole message, ended, are queued on the HTTP/2
 //! stream before its connection is polled, which writes them at once.
 //!

@@ -17,24 +17,25 @@ use bytes::Bytes;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use prost::Message as _;
 use tally_proto::v1 as pb;
-use tonic::client::Grpc;
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use super::{unary, Request, Worker};
+use super::{Request, Worker};
 use crate::batch::Plan;
 use crate::foreign_wire::{self, Scratch};
 use crate::protocol::Protocol;
 use crate::text_wire;
 use crate::transport::{classify, Verdict};
+use crate::unary::UnaryClient;
 
 /// OTLP's gRPC method.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
-/// Where a worker sends: the OTLP gRPC channel, or HTTP.
+/// Where a worker sends: OTLP's gRPC connection, or HTTP. Export goes
+/// over the same unary client as `tally.v1`'s Push, headers and message in
+/// one write as the OpenTelemetry Collector's grpc-go exporter writes them,
+/// so that the two protocols' costs to the daemon compare alike.
 pub(super) enum Sink {
-    Grpc(Grpc<Channel>),
+    Grpc(UnaryClient),
     Http {
         client: reqwest::Client,
         url: String,
@@ -44,12 +45,12 @@ pub(super) enum Sink {
 impl Sink {
     pub(super) fn new(
         protocol: Protocol,
-        ch: Option<Channel>,
+        grpc: Option<UnaryClient>,
         (http, http_path): (&str, Option<&str>),
         timeout: Duration,
     ) -> Result<Sink, String> {
-        let path = match (protocol, ch) {
-            (Protocol::OtlpGrpc, Some(ch)) => return Ok(Sink::Grpc(Grpc::new(ch))),
+        let path = match (protocol, grpc) {
+            (Protocol::OtlpGrpc, Some(client)) => return Ok(Sink::Grpc(client)),
             (Protocol::OtlpHttp, _) => "/v1/metrics",
             (Protocol::RemoteWrite, _) => "/api/v1/write",
             (Protocol::Influx, _) => {
@@ -84,11 +85,11 @@ pub(super) enum Refused {
 type Attempt = Result<Refused, (Status, Verdict)>;
 
 impl Worker {
-    pub(super) async fn run_foreign(&mut self, ch: Option<Channel>) -> Result<(), String> {
+    pub(super) async fn run_foreign(&mut self, grpc: Option<UnaryClient>) -> Result<(), String> {
         let protocol = self.opts.protocol;
         let opts = self.opts.clone();
         let http = (opts.http.as_str(), opts.http_path.as_deref());
-        let mut sink = Sink::new(protocol, ch, http, opts.timeout)?;
+        let mut sink = Sink::new(protocol, grpc, http, opts.timeout)?;
         let mut scratch = Buffers::default();
         if opts.prerender.is_some() {
             let mut bodies = Vec::new();
@@ -196,11 +197,17 @@ pub(super) fn response(plan: &Plan, refused: Refused) -> pb::PushResponse {
 
 async fn attempt(sink: &mut Sink, protocol: Protocol, body: &Bytes, timeout: Duration) -> Attempt {
     match sink {
-        Sink::Grpc(grpc) => {
-            let path = PathAndQuery::from_static(EXPORT_PATH);
-            let call = unary::<ExportMetricsServiceResponse>(grpc, body.clone(), path);
-            match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(resp)) => Ok(Refused::Count(rejected_points(&resp.into_inner()))),
+        Sink::Grpc(client) => {
+            match tokio::time::timeout(timeout, client.call(EXPORT_PATH, body)).await {
+                Ok(Ok(answer)) => match ExportMetricsServiceResponse::decode(answer) {
+                    Ok(resp) => Ok(Refused::Count(rejected_points(&resp))),
+                    Err(e) => Err((
+                        Status::internal(format!(
+                            "the answer is not an ExportMetricsServiceResponse: {e}"
+                        )),
+                        Verdict::Fatal,
+                    )),
+                },
                 Ok(Err(status)) => {
                     let verdict = classify(&status);
                     Err((status, verdict))

@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 use tally_proto::v1 as pb;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Endpoint;
 use tonic::{Code, Status};
 
 use crate::batch::{Plan, Timeline, WorkerSeries};
@@ -33,7 +33,7 @@ use crate::progress::Live;
 use crate::protocol::Protocol;
 use crate::transport::{self, classify, code_name, describe, Backoff, Verdict};
 use crate::unary::UnaryClient;
-use crate::wire::{self, RawCodec, Scratch};
+use crate::wire::{self, Scratch};
 
 /// How batches travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -216,25 +216,23 @@ impl Worker {
 
     async fn go(&mut self) -> Result<(), String> {
         let opts = self.opts.clone();
-        match opts.protocol {
-            Protocol::Graphite => return self.run_graphite().await,
+        let unary_client = || async {
+            UnaryClient::connect(&opts.endpoint.uri().to_string(), 3, opts.connect_timeout)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match (opts.protocol, opts.mode) {
+            (Protocol::Graphite, _) => self.run_graphite().await,
             // Over HTTP alone: a peer fed the same bytes has no gRPC port.
-            p if !p.uses_grpc() => return self.run_foreign(None).await,
-            _ => {}
-        }
-        if (opts.protocol, opts.mode) == (Protocol::Tally, Mode::Unary) {
-            let client =
-                UnaryClient::connect(&opts.endpoint.uri().to_string(), 3, opts.connect_timeout)
+            (p, _) if !p.uses_grpc() => self.run_foreign(None).await,
+            (Protocol::Tally, Mode::Stream) => {
+                let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)
                     .await
                     .map_err(|e| e.to_string())?;
-            return self.run_unary(client).await;
-        }
-        let ch = transport::connect(&opts.endpoint, 3, opts.connect_timeout)
-            .await
-            .map_err(|e| e.to_string())?;
-        match (opts.protocol, opts.mode) {
-            (Protocol::Tally, Mode::Stream) => self.run_stream(ch).await,
-            _ => self.run_foreign(Some(ch)).await,
+                self.run_stream(ch).await
+            }
+            (Protocol::Tally, Mode::Unary) => self.run_unary(unary_client().await?).await,
+            (_, _) => self.run_foreign(Some(unary_client().await?)).await,
         }
     }
 
@@ -505,20 +503,6 @@ impl Request for UnaryPush<'_> {
         let verdict = classify(&status);
         Err((status, verdict))
     }
-}
-
-/// One unary call of `path` with pre-encoded `body`, once the channel is
-/// ready.
-async fn unary<R: prost::Message + Default + Send + 'static>(
-    grpc: &mut tonic::client::Grpc<Channel>,
-    body: bytes::Bytes,
-    path: tonic::codegen::http::uri::PathAndQuery,
-) -> Result<tonic::Response<R>, Status> {
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unknown(format!("Service was not ready: {}", describe_error(&e))))?;
-    grpc.unary(tonic::Request::new(body), path, RawCodec::<R>::default())
-        .await
 }
 
 fn describe_error(e: &dyn std::error::Error) -> String {
