@@ -88,22 +88,44 @@ pub async fn connect(
     attempts: u32,
     connect_timeout: Duration,
 ) -> Result<Channel, TransportError> {
+    let url = ep.uri().to_string();
+    with_attempts(&url, attempts, || async {
+        // connect() has its own timeout; this outer one also bounds DNS.
+        match tokio::time::timeout(connect_timeout + Duration::from_secs(1), ep.connect()).await {
+            Ok(Ok(ch)) => Ok(ch),
+            Ok(Err(e)) => Err(error_chain(&e)),
+            Err(_) => Err(format!("no connection within {connect_timeout:?}")),
+        }
+    })
+    .await
+}
+
+/// Runs `open` up to `attempts` times with the connection backoff between
+/// tries; the last failure becomes a [`TransportError::Connect`] for `url`.
+/// Every client of the load generator connects through it.
+pub async fn with_attempts<T, F, Fut>(
+    url: &str,
+    attempts: u32,
+    mut open: F,
+) -> Result<T, TransportError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
-    let mut last = String::new();
+    let mut detail = String::new();
     for attempt in 0..attempts.max(1) {
         if attempt > 0 {
             tokio::time::sleep(backoff.next_delay()).await;
         }
-        // connect() has its own timeout; this outer one also bounds DNS.
-        match tokio::time::timeout(connect_timeout + Duration::from_secs(1), ep.connect()).await {
-            Ok(Ok(ch)) => return Ok(ch),
-            Ok(Err(e)) => last = error_chain(&e),
-            Err(_) => last = format!("no connection within {connect_timeout:?}"),
+        match open().await {
+            Ok(v) => return Ok(v),
+            Err(e) => detail = e,
         }
     }
     Err(TransportError::Connect {
-        url: ep.uri().to_string(),
-        detail: last,
+        url: url.to_string(),
+        detail,
     })
 }
 

@@ -25,7 +25,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tonic::codegen::http::{self, HeaderMap, Method, Request};
 use tonic::{Code, Status};
 
-use crate::transport::{Backoff, NotSent, TransportError};
+use crate::transport::{with_attempts, NotSent, TransportError};
 
 /// One HTTP/2 connection to the daemon, reopened when it is lost.
 pub struct UnaryClient {
@@ -36,9 +36,9 @@ pub struct UnaryClient {
 }
 
 impl UnaryClient {
-    /// Connects to `url` (`http://host:port`), trying `attempts` times with
-    /// a backoff between, as [`crate::transport::connect`] does: a daemon
-    /// started beside the load generator may not listen yet.
+    /// Connects to `url` (`http://host:port`), trying `attempts` times
+    /// ([`with_attempts`]): a daemon started beside the load generator may
+    /// not listen yet.
     pub async fn connect(
         url: &str,
         attempts: u32,
@@ -52,51 +52,17 @@ impl UnaryClient {
                 url: url.to_string(),
                 reason: "not an http:// address".into(),
             })?;
-        let mut client = UnaryClient {
+        let send = with_attempts(url, attempts, || dial(&authority, connect_timeout)).await?;
+        Ok(UnaryClient {
             url: url.to_string(),
             authority,
             connect_timeout,
-            send: None,
-        };
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(1));
-        let mut detail = String::new();
-        for attempt in 0..attempts.max(1) {
-            if attempt > 0 {
-                tokio::time::sleep(backoff.next_delay()).await;
-            }
-            match client.open().await {
-                Ok(_) => return Ok(client),
-                Err(e) => detail = e,
-            }
-        }
-        Err(TransportError::Connect {
-            url: url.to_string(),
-            detail,
+            send: Some(send),
         })
     }
 
     async fn open(&mut self) -> Result<h2::client::SendRequest<Bytes>, String> {
-        let tcp = tokio::time::timeout(
-            self.connect_timeout,
-            tokio::net::TcpStream::connect(&self.authority),
-        )
-        .await
-        .map_err(|_| format!("no connection within {:?}", self.connect_timeout))?
-        .map_err(|e| e.to_string())?;
-        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-        let (send, conn) = h2::client::Builder::new()
-            // A request of the largest batches fits the windows whole, so
-            // none waits for a window update in the middle.
-            .initial_window_size(4 << 20)
-            .initial_connection_window_size(8 << 20)
-            .handshake(tcp)
-            .await
-            .map_err(|e| e.to_string())?;
-        // The connection's I/O runs beside the calls; it ends when the
-        // client is dropped or the daemon closes it.
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let send = dial(&self.authority, self.connect_timeout).await?;
         self.send = Some(send.clone());
         Ok(send)
     }
@@ -162,6 +128,31 @@ impl UnaryClient {
             None => unframe(message.freeze()),
         }
     }
+}
+
+/// Opens an HTTP/2 connection to `authority` and starts its I/O beside
+/// the calls; it ends when its handles are dropped or the daemon closes it.
+async fn dial(
+    authority: &str,
+    connect_timeout: Duration,
+) -> Result<h2::client::SendRequest<Bytes>, String> {
+    let tcp = tokio::time::timeout(connect_timeout, tokio::net::TcpStream::connect(authority))
+        .await
+        .map_err(|_| format!("no connection within {connect_timeout:?}"))?
+        .map_err(|e| e.to_string())?;
+    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let (send, conn) = h2::client::Builder::new()
+        // A request of the largest batches fits the windows whole, so
+        // none waits for a window update in the middle.
+        .initial_window_size(4 << 20)
+        .initial_connection_window_size(8 << 20)
+        .handshake(tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(send)
 }
 
 /// The message with gRPC's five-byte prefix: not compressed, its length.
