@@ -385,17 +385,6 @@ impl LabelArena {
         self.spans.len() - 1
     }
 
-    /// [`LabelArena::push`] of a series without labels: only the key's
-    /// length is checked.
-    pub fn push_unlabelled(&mut self, source: &str, metric: &str) -> usize {
-        let len = source.len() + 1 + metric.len();
-        self.spans.push(match u32::try_from(self.buf.len()) {
-            Ok(at) if len <= MAX_SERIES_KEY_LEN => Ok((at, at)),
-            _ => Err(Box::new(LabelError::KeyTooLong { len })),
-        });
-        self.spans.len() - 1
-    }
-
     /// The encoding of the series pushed as `index`, or why it was refused.
     pub fn get(&self, index: usize) -> Result<&str, &LabelError> {
         match self.spans.get(index) {
@@ -403,6 +392,16 @@ impl LabelArena {
             Some(Err(e)) => Err(&**e),
             None => Ok(""),
         }
+    }
+}
+
+/// What [`LabelArena::push`] checks of a series without labels: only the
+/// length of its key.
+pub fn check_unlabelled(source: &str, metric: &str) -> Result<(), LabelError> {
+    let len = source.len() + 1 + metric.len();
+    match len <= MAX_SERIES_KEY_LEN {
+        true => Ok(()),
+        false => Err(LabelError::KeyTooLong { len }),
     }
 }
 

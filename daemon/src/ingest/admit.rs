@@ -11,6 +11,7 @@
 //! is behind), a request is refused whole before anything is taken, so a
 //! client can retry the same batch safely.
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -19,10 +20,10 @@ use tally_proto::v1 as pb;
 use super::builder::Budget;
 use super::view::PushView;
 use super::IngestGate;
-use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch};
+use crate::aggregator::{Aggregator, IngestOutcome, RejectReason, SeriesBatch, FOLD_CHUNK};
 use crate::auth::Grant;
 use crate::deadletter::Refusing;
-use crate::labels::{LabelArena, Pairs};
+use crate::labels::{check_unlabelled, LabelArena, Pairs};
 use crate::metadata::MetadataBook;
 use crate::model::SampleKind;
 use crate::rollup::Rollups;
@@ -316,14 +317,18 @@ impl Ingestor {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let by_grant = |_: usize, source: &str| grant.source_refusal(source);
         let labels = encode_labels(req, limits.max_labels);
-        let mut p = self.prepare(req, &labels, now_ms, by_grant, refused);
-        if p.allowed_sources == 0 && grant.limits_sources() && p.outcome.rejected > 0 {
-            let why = p
-                .outcome
-                .rejections
-                .first()
-                .map_or("", |r| r.detail.as_str());
-            return Err(IngestError::Denied(why.to_owned()));
+        let p = self.prepare(req, now_ms, by_grant);
+        let cap = limits.max_rejections_reported;
+        let mut outcome = refused;
+        // Every source refused by the token: nothing is folded, and a
+        // request with any series is refused whole.
+        let denied = p.allowed_sources == 0 && grant.limits_sources();
+        if denied {
+            groups(req, labels.as_ref(), &p, cap, &mut outcome, |_| {});
+            if outcome.rejected > 0 {
+                let why = outcome.rejections.first().map_or("", |r| r.detail.as_str());
+                return Err(IngestError::Denied(why.to_owned()));
+            }
         }
         let Some(open) = self.gate.enter().await else {
             return Err(IngestError::ShuttingDown);
@@ -333,10 +338,14 @@ impl Ingestor {
                 .await
                 .map_err(IngestError::Log)?;
         }
-        let out = self.agg.ingest(&p.batches, now_ms);
+        let mut folding = self.agg.folding(now_ms, req.series_len());
+        if !denied {
+            let fold = |chunk: &[SeriesBatch<'_>]| folding.fold(chunk);
+            groups(req, labels.as_ref(), &p, cap, &mut outcome, fold);
+        }
         drop(open);
-        p.outcome.merge(out, limits.max_rejections_reported);
-        Ok(p.outcome)
+        outcome.merge(folding.finish(), cap);
+        Ok(outcome)
     }
 
     /// Folds a request read back from the write-ahead log, making the
@@ -349,9 +358,14 @@ impl Ingestor {
                 .then(|| "refused when it was taken".to_owned())
         };
         let view = PushView::of(req);
-        let labels = encode_labels(&view, self.agg.limits().max_labels);
-        let p = self.prepare(&view, &labels, now_ms, by_log, IngestOutcome::default());
-        self.agg.ingest(&p.batches, now_ms);
+        let limits = self.agg.limits();
+        let labels = encode_labels(&view, limits.max_labels);
+        let p = self.prepare(&view, now_ms, by_log);
+        let mut refused = IngestOutcome::default();
+        let cap = limits.max_rejections_reported;
+        let mut folding = self.agg.folding(now_ms, view.series_len());
+        let fold = |chunk: &[SeriesBatch<'_>]| folding.fold(chunk);
+        groups(&view, labels.as_ref(), &p, cap, &mut refused, fold);
     }
 
     /// Declares a logged request's rollup groups without folding it (its
@@ -368,81 +382,107 @@ impl Ingestor {
         }
     }
 
-    /// The series groups of `req` to fold, and what is refused before the
-    /// aggregator: sources `by_token` refuses, bad group declarations, bad
-    /// label sets. Declares the groups of the sources it keeps.
-    fn prepare<'r>(
+    /// Judges `req`'s sources before anything is logged: those `by_token`
+    /// refuses, and those with a bad group declaration. Declares the
+    /// groups of the sources it keeps.
+    fn prepare(
         &self,
-        req: &'r PushView<'_>,
-        labels: &'r LabelArena,
+        req: &PushView<'_>,
         now_ms: i64,
         by_token: impl Fn(usize, &str) -> Option<String>,
-        mut refused: IngestOutcome,
-    ) -> Prepared<'r> {
-        let limits = self.agg.limits();
-        let cap = limits.max_rejections_reported;
-        let mut batches = Vec::with_capacity(req.series_len());
-        let mut allowed_sources = 0usize;
-        let mut refused_sources = Vec::new();
-        let mut series_at = 0;
+    ) -> Prepared {
+        let mut p = Prepared {
+            refusals: Vec::with_capacity(req.sources().len()),
+            allowed_sources: 0,
+            refused_sources: Vec::new(),
+        };
         for (si, src) in req.sources().enumerate() {
             let refusal = match by_token(si, src.source()) {
                 Some(why) => {
-                    refused_sources.push(si as u32);
+                    p.refused_sources.push(si as u32);
                     Some((RejectReason::SourceNotAllowed, why))
                 }
                 None => {
-                    allowed_sources += 1;
+                    p.allowed_sources += 1;
                     Rollups::check_declaration(src.groups())
                         .err()
                         .map(|why| (RejectReason::InvalidGroup, why))
                 }
             };
-            for (mi, series) in src.series().enumerate() {
-                let encoded = labels.get(series_at);
-                series_at += 1;
-                let b = SeriesBatch {
-                    source: src.source(),
-                    metric: series.metric,
-                    labels: "",
-                    kind: kind_from_proto(series.kind),
-                    timestamps_ms: series.timestamps_ms,
-                    values: series.values,
-                    start_times_ms: series.start_times_ms,
-                    source_index: si as u32,
-                    series_index: mi as u32,
-                };
-                match (&refusal, encoded) {
-                    (Some((reason, why)), _) => {
-                        refused.reject_series(cap, &b, *reason, || why.clone())
-                    }
-                    (None, Err(e)) => {
-                        refused.reject_series(cap, &b, RejectReason::InvalidLabel, || e.to_string())
-                    }
-                    (None, Ok(l)) => batches.push(SeriesBatch { labels: l, ..b }),
-                }
-            }
             if refusal.is_none() {
                 self.rollups
                     .declare(src.source(), src.groups(), now_ms.div_euclid(1000));
             }
+            p.refusals.push(refusal);
         }
-        Prepared {
-            batches,
-            allowed_sources,
-            refused_sources,
-            outcome: refused,
-        }
+        p
     }
 }
 
-/// A request made ready to fold.
-struct Prepared<'r> {
-    batches: Vec<SeriesBatch<'r>>,
+/// A request's sources, judged.
+struct Prepared {
+    /// Why each source is refused, by its place in the request.
+    refusals: Vec<Option<(RejectReason, String)>>,
     allowed_sources: usize,
     /// Sources refused by the token, for the log.
     refused_sources: Vec<u32>,
-    outcome: IngestOutcome,
+}
+
+/// Hands `fold` the series groups of `req` to fold, a chunk at a time as
+/// they are made from the view; the series of refused sources and those
+/// with a bad label set (`labels`, or a key too long when None) go to
+/// `refused`.
+fn groups<'r>(
+    req: &'r PushView<'_>,
+    labels: Option<&'r LabelArena>,
+    p: &Prepared,
+    cap: usize,
+    refused: &mut IngestOutcome,
+    mut fold: impl FnMut(&[SeriesBatch<'r>]),
+) {
+    let mut chunk = Vec::with_capacity(req.series_len().min(FOLD_CHUNK));
+    let mut series_at = 0;
+    for ((si, src), refusal) in req.sources().enumerate().zip(&p.refusals) {
+        let source = src.source();
+        for (mi, series) in src.series().enumerate() {
+            let at = series_at;
+            series_at += 1;
+            let b = SeriesBatch {
+                source,
+                metric: series.metric,
+                labels: "",
+                kind: kind_from_proto(series.kind),
+                timestamps_ms: series.timestamps_ms,
+                values: series.values,
+                start_times_ms: series.start_times_ms,
+                source_index: si as u32,
+                series_index: mi as u32,
+            };
+            if let Some((reason, why)) = refusal {
+                refused.reject_series(cap, &b, *reason, || why.clone());
+                continue;
+            }
+            let encoded = match labels {
+                Some(arena) => arena.get(at).map_err(Cow::Borrowed),
+                None => check_unlabelled(source, b.metric)
+                    .map(|()| "")
+                    .map_err(Cow::Owned),
+            };
+            match encoded {
+                Ok(l) => chunk.push(SeriesBatch { labels: l, ..b }),
+                Err(e) => {
+                    refused.reject_series(cap, &b, RejectReason::InvalidLabel, || e.to_string())
+                }
+            }
+            if chunk.len() == FOLD_CHUNK {
+                fold(&chunk);
+                chunk.clear();
+            }
+        }
+    }
+    if !chunk.is_empty() {
+        fold(&chunk);
+    }
 }
 
 pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
@@ -454,19 +494,14 @@ pub(crate) fn kind_from_proto(k: i32) -> Option<SampleKind> {
     }
 }
 
-/// Every series' label encoding, in request order (an empty request-wide
-/// arena when no series has labels).
-fn encode_labels(req: &PushView<'_>, max_labels: usize) -> LabelArena {
+/// Every series' label encoding, in request order; None when no series
+/// has labels (each key's length is then checked as it is folded).
+fn encode_labels(req: &PushView<'_>, max_labels: usize) -> Option<LabelArena> {
     let label_bytes = req.label_bytes();
-    let mut arena = LabelArena::with_capacity(req.series_len(), label_bytes);
     if label_bytes == 0 {
-        for src in req.sources() {
-            for series in src.series() {
-                arena.push_unlabelled(src.source(), series.metric);
-            }
-        }
-        return arena;
+        return None;
     }
+    let mut arena = LabelArena::with_capacity(req.series_len(), label_bytes);
     // On the stack for the usual handful of labels, and reused: no
     // allocation or copy of the list per series.
     let mut pairs = Pairs::new();
@@ -477,7 +512,7 @@ fn encode_labels(req: &PushView<'_>, max_labels: usize) -> LabelArena {
             arena.push(src.source(), series.metric, &mut pairs, max_labels);
         }
     }
-    arena
+    Some(arena)
 }
 
 fn count_request(protocol: Protocol, outcome: &'static str) {

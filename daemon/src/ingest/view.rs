@@ -47,12 +47,18 @@ pub enum ViewError {
     /// the wire, so the count is bounded while decoding, before the memory
     /// is spent.
     TooManySeries { limit: usize },
-    /// A length or string the checks written here refused.
-    Own {
-        why: &'static str,
-        /// Innermost first: (message, field).
-        stack: Vec<(&'static str, &'static str)>,
-    },
+    /// A length or string the checks written here refused. Boxed, as
+    /// prost's own error is: a result of two words comes back in
+    /// registers, and the parsers return one for every field they read.
+    Own(Box<OwnError>),
+}
+
+/// [`ViewError::Own`]'s details.
+#[derive(Debug)]
+pub struct OwnError {
+    why: &'static str,
+    /// Innermost first: (message, field).
+    stack: Vec<(&'static str, &'static str)>,
 }
 
 impl ViewError {
@@ -60,7 +66,7 @@ impl ViewError {
     pub(crate) fn at(mut self, message: &'static str, field: &'static str) -> ViewError {
         match &mut self {
             ViewError::Wire(e) => e.push(message, field),
-            ViewError::Own { stack, .. } => stack.push((message, field)),
+            ViewError::Own(e) => e.stack.push((message, field)),
             ViewError::TooManySeries { .. } => {}
         }
         self
@@ -81,18 +87,22 @@ impl fmt::Display for ViewError {
                 f,
                 "the message holds more than {limit} series or sources (ingest.max_batch_samples): split it"
             ),
-            ViewError::Own { why, stack } => {
+            ViewError::Own(e) => {
                 f.write_str("failed to decode Protobuf message: ")?;
-                for (message, field) in stack {
+                for (message, field) in &e.stack {
                     write!(f, "{message}.{field}: ")?;
                 }
-                f.write_str(why)
+                f.write_str(e.why)
             }
         }
     }
 }
 
 impl std::error::Error for ViewError {}
+
+// The parsers return a `Result<(), ViewError>` for every field they read.
+const _: () = assert!(std::mem::size_of::<Result<(), ViewError>>() <= 16);
+const _: () = assert!(std::mem::size_of::<Result<(), ParseError>>() <= 16);
 
 /// One source's part of a request.
 #[derive(Debug, Clone, PartialEq)]
@@ -438,10 +448,10 @@ fn extend<T: Copy>(column: &mut Vec<T>, from: &[T]) -> Range<usize> {
 }
 
 pub(crate) fn own(why: &'static str) -> ViewError {
-    ViewError::Own {
+    ViewError::Own(Box::new(OwnError {
         why,
         stack: Vec::new(),
-    }
+    }))
 }
 
 /// Reads an embedded message's fields with `field`, as prost's

@@ -168,21 +168,27 @@ impl Variant {
 /// A metric's data: the member of the oneof that counts, where in the
 /// metric's bytes the fields that count start (the oneof's fields before
 /// it were replaced), and whether any were.
-struct Data {
+struct Data<'a> {
     variant: Variant,
     from: usize,
     replaced: bool,
+    /// The body that counts when it is the only one (as good as always),
+    /// so that its points are found without walking the metric again.
+    only: Option<&'a [u8]>,
 }
 
-impl Data {
+impl<'a> Data<'a> {
     /// Calls `body` with each of the bodies that count in `m`, the
     /// metric's bytes, in order: the fields given for the data's member
     /// from `from` on (every oneof field there is of that member).
-    fn bodies<'a, E: From<ViewError>>(
+    fn bodies<E: From<ViewError>>(
         &self,
         m: &'a [u8],
         mut body: impl FnMut(&'a [u8]) -> Result<(), E>,
     ) -> Result<(), E> {
+        if let Some(only) = self.only {
+            return body(only);
+        }
         fields(&m[self.from..], |buf, tag, wire_type| {
             if Variant::of(tag).is_none() {
                 return Ok(skip(wire_type, tag, buf)?);
@@ -360,7 +366,7 @@ impl<'a, 'c> Reader<'a, 'c> {
 
     /// One `Metric`: its name and type first, then its points.
     fn metric(&mut self, m: &'a [u8]) -> Result<(), ParseError> {
-        let (mut name, mut data, mut end) = ("", None::<Data>, 0usize);
+        let (mut name, mut data, mut end) = ("", None::<Data<'a>>, 0usize);
         fields(m, |buf, tag, wire_type| {
             // Where this field's key starts: where the one before ended.
             let start = end;
@@ -371,13 +377,17 @@ impl<'a, 'c> Reader<'a, 'c> {
                 (3, _) => drop(borrow_str(wire_type, buf).map_err(at("unit"))?),
                 (12, _) => drop(key_value(wire_type, buf).map_err(at("metadata"))?),
                 (_, Some(variant)) => {
-                    wire::body(wire_type, buf)?;
-                    if data.as_ref().is_none_or(|d| d.variant != variant) {
-                        data = Some(Data {
-                            variant,
-                            from: start,
-                            replaced: data.is_some(),
-                        });
+                    let body = wire::body(wire_type, buf)?;
+                    match &mut data {
+                        Some(d) if d.variant == variant => d.only = None,
+                        _ => {
+                            data = Some(Data {
+                                variant,
+                                from: start,
+                                replaced: data.is_some(),
+                                only: Some(body),
+                            })
+                        }
                     }
                 }
                 _ => skip(wire_type, tag, buf)?,
@@ -419,7 +429,7 @@ impl<'a, 'c> Reader<'a, 'c> {
     /// and monotonicity, a histogram's temporality (the last given of each
     /// in its fields, as prost merges them). Checks with prost the fields
     /// given for the oneof before its last member.
-    fn shape(&mut self, m: &'a [u8], data: &Data) -> Result<Shape, ViewError> {
+    fn shape(&mut self, m: &'a [u8], data: &Data<'a>) -> Result<Shape, ViewError> {
         let (mut temporality, mut monotonic) = (0i32, false);
         let variant = data.variant;
         if variant == Variant::Gauge && !data.replaced {

@@ -220,10 +220,10 @@ impl<'a> ViewBuilder<'a> {
     }
 
     fn source_index(&mut self, source: &'a str) -> u32 {
-        if let Some(at) = self
-            .last
-            .filter(|&at| same(self.names[at as usize], source))
-        {
+        // The same slice when a parser passes one name for many series
+        // (an OTLP resource's source): no compare.
+        let known = |name: &str| std::ptr::eq(name, source) || same(name, source);
+        if let Some(at) = self.last.filter(|&at| known(self.names[at as usize])) {
             return at;
         }
         let next = self.names.len() as u32;
