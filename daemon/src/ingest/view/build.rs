@@ -259,23 +259,25 @@ impl<'a> ViewBuilder<'a> {
         let grouped = self.source_of.windows(2).all(|w| w[0] <= w[1]);
         let mut ended = Vec::new();
         if !grouped {
-            let mut order: Vec<(u32, u32, SeriesCols<'a>)> = self
-                .source_of
-                .iter()
-                .copied()
-                .zip(0u32..)
-                .zip(self.view.series.drain(..))
-                .map(|((at, i), s)| (at, i, s))
-                .collect();
-            // Stable: a source's series keep their order.
-            order.sort_by_key(|(at, _, _)| *at);
-            self.source_of.clear();
-            ended.reserve_exact(order.len());
-            for (at, i, s) in order {
-                self.source_of.push(at);
-                ended.push(i);
-                self.view.series.push(s);
+            // A counting sort, stable: each source's series keep their
+            // order. (A comparison sort of the series, tens of bytes each,
+            // was a twentieth of reading a Graphite connection's lines.)
+            let mut next = vec![0u32; self.names.len() + 1];
+            for &at in &self.source_of {
+                next[at as usize + 1] += 1;
             }
+            for i in 1..next.len() {
+                next[i] += next[i - 1];
+            }
+            ended = vec![0u32; self.source_of.len()];
+            for (i, &at) in self.source_of.iter().enumerate() {
+                let slot = &mut next[at as usize];
+                ended[*slot as usize] = i as u32;
+                *slot += 1;
+            }
+            let series = std::mem::take(&mut self.view.series);
+            self.view.series = ended.iter().map(|&i| series[i as usize].clone()).collect();
+            self.source_of = ended.iter().map(|&i| self.source_of[i as usize]).collect();
         }
         let mut start = 0;
         for (at, &source) in self.names.iter().enumerate() {
