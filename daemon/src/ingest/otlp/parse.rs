@@ -14,7 +14,7 @@
 //! walked twice, first for what must be known, then for the rest; a
 //! metric once for its name and type, then from where the data that
 //! counts starts, for the data's shape (a sum's temporality) and its
-//! points. A
+//! points (found while the shape is read, when the data is one body). A
 //! message field sent twice is merged, as prost merges it: a resource's
 //! attributes are those of all its `resource` fields, and a metric's data
 //! is the last run of its oneof's last member, their points in order.
@@ -115,6 +115,10 @@ pub fn parse<'a>(
         refused_points: r.refused_points,
     })
 }
+
+/// Most points of one metric whose places are kept while its shape is
+/// read (16 bytes each); a metric with more is walked again for them.
+const GATHERED_POINTS: usize = 4096;
 
 /// The members of `Metric`'s `data` oneof, by tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,6 +226,8 @@ pub(super) struct Reader<'a, 'c> {
     pub(super) bounds: Vec<f64>,
     pub(super) quantiles: Vec<(f64, f64)>,
     pub(super) scratch_counts: Vec<u64>,
+    /// The metric's points' bytes, found while reading its shape.
+    gathered: Vec<&'a [u8]>,
     /// Where text is made before it goes to the arena.
     pub(super) scratch: String,
     /// The open point's start time in milliseconds (0: not given).
@@ -260,6 +266,7 @@ impl<'a, 'c> Reader<'a, 'c> {
             bounds: Vec::new(),
             quantiles: Vec::new(),
             scratch_counts: Vec::new(),
+            gathered: Vec::new(),
             scratch: String::new(),
             start_ms: 0,
             ended: false,
@@ -401,45 +408,74 @@ impl<'a, 'c> Reader<'a, 'c> {
             }
             return Ok(());
         };
-        let shape = self.shape(m, &data)?;
+        let (shape, gathered) = self.shape(m, &data)?;
         let names = map::Names::new(self.arena, name, data.variant, &mut self.scratch);
         let mut missing = 0u64;
-        data.bodies(m, |body| {
-            fields(body, |buf, tag, wire_type| match tag {
-                1 => {
-                    let point = wire::body(wire_type, buf)?;
-                    let p = self.read_point(data.variant, point)?;
-                    if self.source.is_none() {
-                        missing += 1;
-                        return Ok(());
+        let variant = data.variant;
+        let in_data = |e: ParseError| e.at("Metric", variant.field());
+        if gathered {
+            for i in 0..self.gathered.len() {
+                let point = self.gathered[i];
+                self.take_point(&names, variant, shape, point, &mut missing)
+                    .map_err(in_data)?;
+            }
+        } else {
+            data.bodies(m, |body| {
+                fields(body, |buf, tag, wire_type| match tag {
+                    1 => {
+                        let point = wire::body(wire_type, buf)?;
+                        self.take_point(&names, variant, shape, point, &mut missing)
                     }
-                    self.point(&names, data.variant, shape, &p)
-                }
-                _ => Ok(skip(wire_type, tag, buf)?),
-            })
-            .map_err(|e: ParseError| e.at("Metric", data.variant.field()))
-        })?;
+                    _ => Ok(skip(wire_type, tag, buf)?),
+                })
+                .map_err(in_data)
+            })?;
+        }
         if self.source.is_none() {
             self.missing_source(name, missing);
         }
         Ok(())
     }
 
+    /// Reads one data point of the metric's and makes its series; one of
+    /// a resource without a source is only counted, in `missing`.
+    fn take_point(
+        &mut self,
+        names: &map::Names<'a>,
+        variant: Variant,
+        shape: Shape,
+        point: &'a [u8],
+        missing: &mut u64,
+    ) -> Result<(), ParseError> {
+        let p = self.read_point(variant, point)?;
+        if self.source.is_none() {
+            *missing += 1;
+            return Ok(());
+        }
+        self.point(names, variant, shape, &p)
+    }
+
     /// What the metric's data says of all its points: a sum's temporality
     /// and monotonicity, a histogram's temporality (the last given of each
     /// in its fields, as prost merges them). Checks with prost the fields
-    /// given for the oneof before its last member.
-    fn shape(&mut self, m: &'a [u8], data: &Data<'a>) -> Result<Shape, ViewError> {
+    /// given for the oneof before its last member. When the data is one
+    /// body, the walk also keeps where its points are (up to
+    /// [`GATHERED_POINTS`]) in `gathered`, so that they are not looked for
+    /// again; true when it kept them all.
+    fn shape(&mut self, m: &'a [u8], data: &Data<'a>) -> Result<(Shape, bool), ViewError> {
         let (mut temporality, mut monotonic) = (0i32, false);
         let variant = data.variant;
         if variant == Variant::Gauge && !data.replaced {
             // A gauge has no shape, and nothing came before it to check:
             // the points' pass reads and checks the same fields.
-            return Ok(Shape {
+            let shape = Shape {
                 temporality,
                 monotonic,
-            });
+            };
+            return Ok((shape, false));
         }
+        self.gathered.clear();
+        let mut gathered = data.only.is_some();
         if data.replaced {
             fields(&m[..data.from], |buf, tag, wire_type| {
                 match Variant::of(tag) {
@@ -462,16 +498,24 @@ impl<'a, 'c> Reader<'a, 'c> {
                         "Sum",
                         "is_monotonic",
                     ),
-                    (1, _) => wire::body(wire_type, buf).map(drop),
+                    (1, _) => {
+                        let point = wire::body(wire_type, buf)?;
+                        gathered &= self.gathered.len() < GATHERED_POINTS;
+                        if gathered {
+                            self.gathered.push(point);
+                        }
+                        Ok(())
+                    }
                     _ => skip(wire_type, tag, buf),
                 }
             })
             .map_err(|e| e.at("Metric", variant.field()))
         })?;
-        Ok(Shape {
+        let shape = Shape {
             temporality,
             monotonic,
-        })
+        };
+        Ok((shape, gathered))
     }
 
     /// Counts and refuses the points of a metric whose resource names no

@@ -518,16 +518,14 @@ proptest! {
     }
 }
 
-/// A request over its budget is refused whole, unless its bytes are
-/// damaged further on, which prost says first.
-#[test]
-fn a_request_over_budget_is_full_unless_it_does_not_decode() {
-    use prost::Message as _;
-    let req = ExportMetricsServiceRequest {
+/// A request of one resource, whose `key` attribute is "h", holding
+/// `metric`.
+fn one_metric(key: &str, metric: Metric) -> ExportMetricsServiceRequest {
+    ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
             resource: Some(Resource {
                 attributes: vec![KeyValue {
-                    key: "host.name".into(),
+                    key: key.into(),
                     value: Some(AnyValue {
                         value: Some(Value::StringValue("h".into())),
                     }),
@@ -536,27 +534,36 @@ fn a_request_over_budget_is_full_unless_it_does_not_decode() {
                 ..Default::default()
             }),
             scope_metrics: vec![ScopeMetrics {
-                metrics: vec![Metric {
-                    name: "m".into(),
-                    data: Some(Data::Gauge(
-                        opentelemetry_proto::tonic::metrics::v1::Gauge {
-                            data_points: vec![
-                                NumberDataPoint {
-                                    time_unix_nano: 1,
-                                    value: Some(number_data_point::Value::AsInt(1)),
-                                    ..Default::default()
-                                };
-                                3
-                            ],
-                        },
-                    )),
-                    ..Default::default()
-                }],
+                metrics: vec![metric],
                 ..Default::default()
             }],
             ..Default::default()
         }],
+    }
+}
+
+/// A request over its budget is refused whole, unless its bytes are
+/// damaged further on, which prost says first.
+#[test]
+fn a_request_over_budget_is_full_unless_it_does_not_decode() {
+    use prost::Message as _;
+    let metric = Metric {
+        name: "m".into(),
+        data: Some(Data::Gauge(
+            opentelemetry_proto::tonic::metrics::v1::Gauge {
+                data_points: vec![
+                    NumberDataPoint {
+                        time_unix_nano: 1,
+                        value: Some(number_data_point::Value::AsInt(1)),
+                        ..Default::default()
+                    };
+                    3
+                ],
+            },
+        )),
+        ..Default::default()
     };
+    let req = one_metric("host.name", metric);
     let small = Budget {
         samples: 2,
         bytes: 1 << 20,
@@ -574,4 +581,42 @@ fn a_request_over_budget_is_full_unless_it_does_not_decode() {
         parse(&bytes, &arena, &cfg, 10, small),
         Err(ParseError::Wire(_))
     ));
+}
+
+/// A sum's points are found while its shape is read up to
+/// `GATHERED_POINTS`; past that the metric is walked again for them. Both
+/// read as the conversion reads them.
+#[test]
+fn a_sum_with_more_points_than_are_gathered_parses_as_its_conversion() {
+    use opentelemetry_proto::tonic::metrics::v1::Sum;
+    use prost::Message as _;
+    for n in [GATHERED_POINTS, GATHERED_POINTS + 3] {
+        let point = |i: usize| NumberDataPoint {
+            attributes: vec![KeyValue {
+                key: "i".into(),
+                value: Some(AnyValue {
+                    value: Some(Value::IntValue(i as i64 % 7)),
+                }),
+                ..Default::default()
+            }],
+            time_unix_nano: 1_000_000 * (i as u64 + 1),
+            value: Some(number_data_point::Value::AsDouble(i as f64)),
+            ..Default::default()
+        };
+        let metric = Metric {
+            name: "requests_total".into(),
+            data: Some(Data::Sum(Sum {
+                data_points: (0..n).map(point).collect(),
+                aggregation_temporality: 2,
+                is_monotonic: true,
+            })),
+            ..Default::default()
+        };
+        let req = one_metric("service.instance.id", metric);
+        let bytes = req.encode_to_vec();
+        holds(&bytes, &OtlpConfig::default()).unwrap();
+        let arena = Bump::new();
+        let got = parse(&bytes, &arena, &OtlpConfig::default(), 10, budget()).unwrap();
+        assert_eq!(got.view.samples(), n, "{n} points");
+    }
 }
