@@ -338,14 +338,28 @@ impl Ingestor {
                 .await
                 .map_err(IngestError::Log)?;
         }
-        let mut folding = self.agg.folding(now_ms, req.series_len());
         if !denied {
-            let fold = |chunk: &[SeriesBatch<'_>]| folding.fold(chunk);
-            groups(req, labels.as_ref(), &p, cap, &mut outcome, fold);
+            self.fold(req, labels.as_ref(), &p, now_ms, &mut outcome);
         }
         drop(open);
-        outcome.merge(folding.finish(), cap);
         Ok(outcome)
+    }
+
+    /// Folds the series of `req` whose sources `p` kept, counting the
+    /// per-series refusals (label sets, key lengths, stale samples) into
+    /// `outcome`.
+    fn fold(
+        &self,
+        req: &PushView<'_>,
+        labels: Option<&LabelArena>,
+        p: &Prepared,
+        now_ms: i64,
+        outcome: &mut IngestOutcome,
+    ) {
+        let cap = self.agg.limits().max_rejections_reported;
+        let mut folding = self.agg.folding(now_ms, req.series_len());
+        groups(req, labels, p, cap, outcome, |chunk| folding.fold(chunk));
+        outcome.merge(folding.finish(), cap);
     }
 
     /// Folds a request read back from the write-ahead log, making the
@@ -361,11 +375,13 @@ impl Ingestor {
         let limits = self.agg.limits();
         let labels = encode_labels(&view, limits.max_labels);
         let p = self.prepare(&view, now_ms, by_log);
-        let mut refused = IngestOutcome::default();
-        let cap = limits.max_rejections_reported;
-        let mut folding = self.agg.folding(now_ms, view.series_len());
-        let fold = |chunk: &[SeriesBatch<'_>]| folding.fold(chunk);
-        groups(&view, labels.as_ref(), &p, cap, &mut refused, fold);
+        self.fold(
+            &view,
+            labels.as_ref(),
+            &p,
+            now_ms,
+            &mut IngestOutcome::default(),
+        );
     }
 
     /// Declares a logged request's rollup groups without folding it (its
