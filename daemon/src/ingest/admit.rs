@@ -408,7 +408,7 @@ impl Ingestor {
         by_token: impl Fn(usize, &str) -> Option<String>,
     ) -> Prepared {
         let mut p = Prepared {
-            refusals: Vec::with_capacity(req.sources().len()),
+            refusals: Vec::new(),
             allowed_sources: 0,
             refused_sources: Vec::new(),
         };
@@ -425,11 +425,12 @@ impl Ingestor {
                         .map(|why| (RejectReason::InvalidGroup, why))
                 }
             };
-            if refusal.is_none() {
-                self.rollups
-                    .declare(src.source(), src.groups(), now_ms.div_euclid(1000));
+            match refusal {
+                Some((reason, why)) => p.refusals.push((si, reason, why)),
+                None => self
+                    .rollups
+                    .declare(src.source(), src.groups(), now_ms.div_euclid(1000)),
             }
-            p.refusals.push(refusal);
         }
         p
     }
@@ -437,8 +438,9 @@ impl Ingestor {
 
 /// A request's sources, judged.
 struct Prepared {
-    /// Why each source is refused, by its place in the request.
-    refusals: Vec<Option<(RejectReason, String)>>,
+    /// The refused sources' places in the request, in order, and why:
+    /// none in steady state, so a request allocates no list for them.
+    refusals: Vec<(usize, RejectReason, String)>,
     allowed_sources: usize,
     /// Sources refused by the token, for the log.
     refused_sources: Vec<u32>,
@@ -458,7 +460,11 @@ fn groups<'r>(
 ) {
     let mut chunk = Vec::with_capacity(req.series_len().min(FOLD_CHUNK));
     let mut series_at = 0;
-    for ((si, src), refusal) in req.sources().enumerate().zip(&p.refusals) {
+    let mut refusals = p.refusals.iter().peekable();
+    for (si, src) in req.sources().enumerate() {
+        let refusal = refusals
+            .next_if(|r| r.0 == si)
+            .map(|(_, reason, why)| (reason, why));
         let source = src.source();
         for (mi, series) in src.series().enumerate() {
             let at = series_at;
