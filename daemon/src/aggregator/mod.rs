@@ -15,11 +15,13 @@
 //! inside a minute can take that minute's later samples out.
 
 mod config;
+mod folding;
 mod names;
 mod outcome;
 mod prealloc;
 mod ring;
 pub use config::AggregatorConfig;
+pub use folding::Folding;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
 mod sources;
@@ -258,17 +260,12 @@ impl Aggregator {
     /// 5,000-series request, a stream of cache misses). `groups` bounds how
     /// many come, to size its scratch.
     pub fn folding(&self, now_ms: i64, groups: usize) -> Folding<'_> {
-        let room = groups.min(FOLD_CHUNK);
-        Folding {
-            agg: self,
-            window: Window {
-                oldest_ms: now_ms - self.limits.lateness_ms,
-                newest_ms: now_ms + self.limits.future_skew_ms,
-                arrived: arrival_minute(now_ms),
-            },
-            keys: Vec::with_capacity(2 * room),
-            out: IngestOutcome::default(),
-        }
+        let window = Window {
+            oldest_ms: now_ms - self.limits.lateness_ms,
+            newest_ms: now_ms + self.limits.future_skew_ms,
+            arrived: arrival_minute(now_ms),
+        };
+        Folding::new(self, window, groups)
     }
 
     /// Validates and folds one series group whose key hashes to `hash`.
@@ -316,36 +313,6 @@ impl Aggregator {
             return false;
         }
         true
-    }
-
-    /// Loads the series table entries of a chunk's series into the cache
-    /// before they are folded. With a large fleet the table outgrows the
-    /// caches and each series' lookup waits on memory; folding one series
-    /// after another (each under its own lock, whose atomic instruction
-    /// waits for every load before it) takes those waits one at a time.
-    /// Here the chunk's series are visited a shard at a time under one lock,
-    /// with nothing but independent loads in between, so the processor
-    /// overlaps their misses. The tag match is enough: a wrong entry only
-    /// warms a line for nothing. `keys` holds the chunk's (shard, hash)
-    /// pairs; their sorted copy is made after them and dropped again, so
-    /// that a request needs no room of its own for it (an inline array of
-    /// a whole chunk's room was copied on every call, 4 KB for a real-time
-    /// request of 40 series).
-    fn warm(&self, keys: &mut Vec<(usize, u64)>) {
-        let n = keys.len();
-        keys.extend_from_within(..);
-        let order = &mut keys[n..];
-        order.sort_unstable_by_key(|&(shard, _)| shard);
-        for run in order.chunk_by(|a, b| a.0 == b.0) {
-            let shard = self.shards[run[0].0].shard.lock();
-            for &(_, hash) in run {
-                if let Some(s) = shard.series.first_under(hash) {
-                    // One field on each of the entry's three cache lines.
-                    std::hint::black_box((s.hash, s.last_minute, s.kind));
-                }
-            }
-        }
-        keys.truncate(n);
     }
 
     /// Takes every pending slot out of the aggregator, each series' minutes
@@ -618,48 +585,6 @@ impl Aggregator {
             names.metrics.remove(&id.metric);
         }
         gone.len()
-    }
-}
-
-/// One request being folded: [`Aggregator::folding`].
-pub struct Folding<'g> {
-    agg: &'g Aggregator,
-    window: Window,
-    /// A chunk's (shard, hash) pairs in request order, then the copy
-    /// `warm` sorts behind them: one allocation per request.
-    keys: Vec<(usize, u64)>,
-    out: IngestOutcome,
-}
-
-impl Folding<'_> {
-    /// Folds `groups`, in order, a chunk of [`FOLD_CHUNK`] at a time.
-    pub fn fold(&mut self, groups: &[SeriesBatch<'_>]) {
-        let agg = self.agg;
-        // Groups are folded in request order, each under its own shard
-        // lock (uncontended, a few nanoseconds): walking the decoded
-        // request sequentially keeps its arrays in cache, which measured
-        // faster than regrouping the series by shard to take each lock
-        // once. Each chunk of the request is first warmed (see `warm`).
-        for chunk in groups.chunks(FOLD_CHUNK) {
-            self.keys.clear();
-            self.keys.extend(chunk.iter().map(|b| {
-                let hash = agg.hasher.hash_one(SeriesRef {
-                    source: b.source,
-                    metric: b.metric,
-                    labels: b.labels,
-                });
-                (agg.shard_of(hash), hash)
-            }));
-            agg.warm(&mut self.keys);
-            for (b, &(_, hash)) in chunk.iter().zip(&self.keys) {
-                agg.ingest_one(b, hash, self.window, &mut self.out);
-            }
-        }
-    }
-
-    /// What became of the groups folded.
-    pub fn finish(self) -> IngestOutcome {
-        self.out
     }
 }
 

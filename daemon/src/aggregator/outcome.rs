@@ -3,7 +3,7 @@
 //! [`IngestOutcome`] into its own answer (per-sample rejections, partial
 //! success, counts).
 
-use crate::model::SampleKind;
+use crate::model::{SampleKind, SeriesRef};
 
 /// Why a sample (or a whole series group) was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -120,6 +120,18 @@ pub struct SeriesBatch<'a> {
     pub series_index: u32,
 }
 
+impl<'a> SeriesBatch<'a> {
+    /// The series the group is of.
+    #[inline]
+    pub fn key(&self) -> SeriesRef<'a> {
+        SeriesRef {
+            source: self.source,
+            metric: self.metric,
+            labels: self.labels,
+        }
+    }
+}
+
 /// What happened to one request's samples.
 #[derive(Debug, Clone, Default)]
 pub struct IngestOutcome {
@@ -131,6 +143,11 @@ pub struct IngestOutcome {
     pub rejected_by_reason: [u64; RejectReason::ALL.len()],
     /// Cumulative counters seen going down (a restart of the counted process).
     pub counter_resets: u64,
+    /// When set, how many rejections this outcome lists, in place of the
+    /// cap its callers pass: a chunk folded out of request order keeps
+    /// more, to be put back in order and capped as it is merged (see
+    /// `aggregator::folding`).
+    pub(super) detail_cap: Option<usize>,
 }
 
 impl IngestOutcome {
@@ -200,7 +217,7 @@ impl IngestOutcome {
     ) {
         self.rejected += count;
         self.rejected_by_reason[reason.index()] += count;
-        if self.rejections.len() < cap {
+        if self.rejections.len() < self.detail_cap.unwrap_or(cap) {
             self.rejections.push(Rejection {
                 source_index: b.source_index,
                 series_index: b.series_index,

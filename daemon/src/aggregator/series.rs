@@ -355,8 +355,19 @@ fn recent_of<'r>(
     }
 }
 
+/// A series found in its shard, with the shard's lists its fold may add
+/// it to.
+struct Found<'s> {
+    pos: u32,
+    state: &'s mut SeriesState,
+    recent: &'s mut RecentRings,
+    dirty: &'s mut Vec<u32>,
+    rebased: &'s mut Vec<u32>,
+}
+
 impl Aggregator {
-    /// Folds one series group into its shard; returns the new slots created.
+    /// Folds one series group into its shard, creating its series if new;
+    /// returns the new slots created.
     pub(super) fn fold_series(
         &self,
         shard: &mut Shard,
@@ -365,28 +376,71 @@ impl Aggregator {
         window: Window,
         out: &mut IngestOutcome,
     ) -> usize {
-        let cap = self.limits.max_rejections_reported;
         let Some(kind) = b.kind else { return 0 };
+        // The hot path: one probe for a known series (`series_for`, which
+        // the cold paths use, probes for an insert slot as well).
+        if let Some(created) = self.fold_known(shard, b, kind, hash, window, out) {
+            return created;
+        }
+        if self
+            .series_for(&mut shard.series, b, hash, b.key(), out)
+            .is_none()
+        {
+            return 0;
+        }
+        // Made: folded as the known series it now is.
+        self.fold_known(shard, b, kind, hash, window, out)
+            .unwrap_or(0)
+    }
+
+    /// Folds `b`, of `kind`, into its series if the shard holds it (the
+    /// new slots created); None, having done nothing, if it does not.
+    #[inline]
+    pub(super) fn fold_known(
+        &self,
+        shard: &mut Shard,
+        b: &SeriesBatch<'_>,
+        kind: SampleKind,
+        hash: u64,
+        window: Window,
+        out: &mut IngestOutcome,
+    ) -> Option<usize> {
         let Shard {
             series,
             recent,
             dirty,
             rebased,
         } = shard;
-        let key = SeriesRef {
-            source: b.source,
-            metric: b.metric,
-            labels: b.labels,
+        let key = b.key();
+        let (pos, state) = series.find_mut(hash, |s| s.hash == hash && s.is(key))?;
+        let found = Found {
+            pos,
+            state,
+            recent,
+            dirty,
+            rebased,
         };
-        // The hot path: one probe for a known series (`series_for`, which
-        // the cold paths use, probes for an insert slot as well).
-        let (pos, state) = match series.find_mut(hash, |s| s.hash == hash && s.is(key)) {
-            Some(found) => found,
-            None => match self.series_for(series, b, hash, key, out) {
-                Some(found) => found,
-                None => return 0,
-            },
-        };
+        Some(self.fold_found(found, b, kind, window, out))
+    }
+
+    /// Folds `b`'s samples into its found series.
+    #[inline]
+    fn fold_found(
+        &self,
+        found: Found<'_>,
+        b: &SeriesBatch<'_>,
+        kind: SampleKind,
+        window: Window,
+        out: &mut IngestOutcome,
+    ) -> usize {
+        let cap = self.limits.max_rejections_reported;
+        let Found {
+            pos,
+            state,
+            recent,
+            dirty,
+            rebased,
+        } = found;
         if state.kind != kind {
             reject_kind_conflict(cap, b, state.kind, kind, out);
             return 0;
@@ -704,58 +758,5 @@ fn fmt_ms(ts_ms: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    /// The series of one shard keep every tag of its table: a shard
-    /// picked from the tag's bits left each table as few as two of 128,
-    /// and a lookup compared an entry for nearly every series in its group.
-    #[test]
-    fn a_shards_series_spread_over_all_the_tables_tags() {
-        use crate::aggregator::{Aggregator, AggregatorConfig};
-        use crate::ingest::IngestConfig;
-        use crate::model::SeriesRef;
-        let agg = Aggregator::new(&AggregatorConfig { shards: 64 }, &IngestConfig::default());
-        let mut tags = std::collections::HashSet::new();
-        for i in 0..100_000 {
-            let source = format!("src-{i}");
-            let hash = agg.hasher.hash_one(SeriesRef {
-                source: &source,
-                metric: "m",
-                labels: "",
-            });
-            if agg.shard_of(hash) == 0 {
-                // hashbrown's tag: the hash's top seven bits.
-                tags.insert(hash >> 57);
-            }
-        }
-        assert!(tags.len() >= 120, "{} of 128 tags in shard 0", tags.len());
-    }
-
-    #[test]
-    fn a_series_entry_takes_three_cache_lines() {
-        assert_eq!(std::mem::size_of::<super::SeriesState>(), 192);
-        // The table keeps entries as options; the id's pointer is the niche.
-        assert_eq!(std::mem::size_of::<Option<super::SeriesState>>(), 192);
-    }
-
-    proptest::proptest! {
-        /// The inline comparison agrees with `==` at every length, for
-        /// slices that differ in any one byte or not at all.
-        #[test]
-        fn same_bytes_is_equality(
-            a in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
-            flip in proptest::option::of((0usize..40, 1u8..=255)),
-            shorter in proptest::prelude::any::<bool>(),
-        ) {
-            let mut b = a.clone();
-            if let Some((at, x)) = flip {
-                if let Some(byte) = b.get_mut(at) {
-                    *byte ^= x;
-                }
-            }
-            if shorter {
-                b.pop();
-            }
-            proptest::prop_assert_eq!(super::same_bytes(&a, &b), a == b);
-        }
-    }
-}
+#[path = "series_tests.rs"]
+mod tests;

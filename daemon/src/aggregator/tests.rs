@@ -14,7 +14,7 @@ fn sweep(minutes: i64) -> i64 {
     NOW + 2 * 3_600_000 + minutes * 60_000
 }
 
-fn batch<'a>(
+pub(super) fn batch<'a>(
     source: &'a str,
     metric: &'a str,
     kind: SampleKind,
