@@ -47,7 +47,7 @@ impl<'g> Folding<'g> {
             window,
             keys: Vec::with_capacity(2 * groups.min(FOLD_CHUNK)),
             later: Vec::new(),
-            out: IngestOutcome::default(),
+            out: IngestOutcome::listing(agg.limits.max_rejections_reported),
         }
     }
 
@@ -65,10 +65,11 @@ impl<'g> Folding<'g> {
 
     fn fold_chunk(&mut self, chunk: &[SeriesBatch<'_>]) {
         let agg = self.agg;
-        let cap = agg.limits.max_rejections_reported;
         // Each group may list as many rejections as the request still has
         // room for: the first that many in request order are among them.
-        let room = cap.saturating_sub(self.out.rejections.len());
+        // The chunk's own outcome is therefore given a limit before each
+        // group, and the request's applies as the chunk is merged.
+        let room = self.out.limit.saturating_sub(self.out.rejections.len());
         let mut out = IngestOutcome::default();
         self.keys.clear();
         self.keys.extend(chunk.iter().map(|b| {
@@ -101,13 +102,13 @@ impl<'g> Folding<'g> {
         }
         later.sort_unstable();
         for &i in later.iter() {
-            out.detail_cap = Some(out.rejections.len() + room);
+            out.limit = out.rejections.len() + room;
             agg.ingest_one(&chunk[i], hashes[i].1, pass.window, &mut out);
         }
         // Stable: a group's own rejections keep their order.
         out.rejections
             .sort_by_key(|r| (r.source_index, r.series_index));
-        self.out.merge(out, cap);
+        self.out.merge(out);
     }
 }
 
@@ -149,7 +150,7 @@ impl Pass<'_, '_> {
                     continue;
                 }
             };
-            out.detail_cap = Some(out.rejections.len() + self.room);
+            out.limit = out.rejections.len() + self.room;
             match self
                 .agg
                 .fold_known(shard, b, kind, hashes[i].1, self.window, out)

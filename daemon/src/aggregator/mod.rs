@@ -293,22 +293,21 @@ impl Aggregator {
     /// them: source, metric, kind, lengths. False when it has none.
     #[cold]
     pub(super) fn reject_invalid(&self, b: &SeriesBatch<'_>, out: &mut IngestOutcome) -> bool {
-        let cap = self.limits.max_rejections_reported;
         let count = b.timestamps_ms.len().max(b.values.len()) as u64;
         if let Err(e) = validate_source(b.source) {
-            out.reject(cap, b, None, count, RejectReason::InvalidSource, || {
+            out.reject(b, None, count, RejectReason::InvalidSource, || {
                 format!("source {:?} {e}", truncate(b.source))
             });
         } else if let Err(e) = validate_metric(b.metric) {
-            out.reject(cap, b, None, count, RejectReason::InvalidMetric, || {
+            out.reject(b, None, count, RejectReason::InvalidMetric, || {
                 format!("metric {:?} {e}", truncate(b.metric))
             });
         } else if b.kind.is_none() {
-            out.reject(cap, b, None, count, RejectReason::InvalidKind, || {
+            out.reject(b, None, count, RejectReason::InvalidKind, || {
                 "kind must be gauge, delta counter or cumulative counter".into()
             });
         } else if let Some(why) = length_mismatch(b) {
-            out.reject(cap, b, None, count, RejectReason::LengthMismatch, || why);
+            out.reject(b, None, count, RejectReason::LengthMismatch, || why);
         } else {
             return false;
         }

@@ -133,6 +133,11 @@ impl<'a> SeriesBatch<'a> {
 }
 
 /// What happened to one request's samples.
+///
+/// Every rejection is counted; at most [`IngestOutcome::listing`]'s limit
+/// are listed with their detail (`ingest.max_rejections_reported` for a
+/// request), so that a request refused sample by sample costs a bounded
+/// answer. The default lists none.
 #[derive(Debug, Clone, Default)]
 pub struct IngestOutcome {
     pub accepted: u64,
@@ -143,24 +148,28 @@ pub struct IngestOutcome {
     pub rejected_by_reason: [u64; RejectReason::ALL.len()],
     /// Cumulative counters seen going down (a restart of the counted process).
     pub counter_resets: u64,
-    /// When set, how many rejections this outcome lists, in place of the
-    /// cap its callers pass: a chunk folded out of request order keeps
-    /// more, to be put back in order and capped as it is merged (see
-    /// `aggregator::folding`).
-    pub(super) detail_cap: Option<usize>,
+    /// Most rejections listed; the rest only counted.
+    pub(super) limit: usize,
 }
 
 impl IngestOutcome {
+    /// An outcome that lists up to `limit` rejections.
+    pub fn listing(limit: usize) -> IngestOutcome {
+        IngestOutcome {
+            limit,
+            ..IngestOutcome::default()
+        }
+    }
+
     /// Refuses all of `b`'s samples, for checks made before the aggregator.
     pub fn reject_series(
         &mut self,
-        cap: usize,
         b: &SeriesBatch<'_>,
         reason: RejectReason,
         detail: impl FnOnce() -> String,
     ) {
         let count = b.values.len().max(b.timestamps_ms.len()) as u64;
-        self.reject(cap, b, None, count, reason, detail);
+        self.reject(b, None, count, reason, detail);
     }
 
     /// Refuses `count` samples a front door dropped while turning its
@@ -168,7 +177,6 @@ impl IngestOutcome {
     /// request, so their rejection carries `u32::MAX` indices.
     pub fn reject_unplaced(
         &mut self,
-        cap: usize,
         count: u64,
         reason: RejectReason,
         detail: impl FnOnce() -> String,
@@ -184,12 +192,12 @@ impl IngestOutcome {
             source_index: u32::MAX,
             series_index: u32::MAX,
         };
-        self.reject(cap, &nowhere, None, count, reason, detail);
+        self.reject(&nowhere, None, count, reason, detail);
     }
 
-    /// Adds `other`'s counts and rejections to these, keeping at most `cap`
-    /// rejections.
-    pub fn merge(&mut self, other: IngestOutcome, cap: usize) {
+    /// Adds `other`'s counts and rejections to these, listing no more than
+    /// this outcome's limit.
+    pub fn merge(&mut self, other: IngestOutcome) {
         self.accepted += other.accepted;
         self.rejected += other.rejected;
         self.counter_resets += other.counter_resets;
@@ -200,7 +208,7 @@ impl IngestOutcome {
         {
             *mine += theirs;
         }
-        let room = cap.saturating_sub(self.rejections.len());
+        let room = self.limit.saturating_sub(self.rejections.len());
         self.rejections_truncated |= other.rejections_truncated || other.rejections.len() > room;
         self.rejections
             .extend(other.rejections.into_iter().take(room));
@@ -208,7 +216,6 @@ impl IngestOutcome {
 
     pub(super) fn reject(
         &mut self,
-        cap: usize,
         b: &SeriesBatch<'_>,
         sample_index: Option<u32>,
         count: u64,
@@ -217,7 +224,7 @@ impl IngestOutcome {
     ) {
         self.rejected += count;
         self.rejected_by_reason[reason.index()] += count;
-        if self.rejections.len() < self.detail_cap.unwrap_or(cap) {
+        if self.rejections.len() < self.limit {
             self.rejections.push(Rejection {
                 source_index: b.source_index,
                 series_index: b.series_index,
@@ -228,5 +235,65 @@ impl IngestOutcome {
         } else {
             self.rejections_truncated = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refuse(out: &mut IngestOutcome, n: u32) {
+        for i in 0..n {
+            let b = SeriesBatch {
+                source: "s",
+                metric: "m",
+                labels: "",
+                kind: None,
+                timestamps_ms: &[1],
+                values: &[1.0],
+                start_times_ms: &[],
+                source_index: 0,
+                series_index: i,
+            };
+            out.reject_series(&b, RejectReason::TooOld, || format!("group {i}"));
+        }
+    }
+
+    #[test]
+    fn an_outcome_lists_up_to_its_limit_and_counts_the_rest() {
+        let mut out = IngestOutcome::listing(2);
+        refuse(&mut out, 3);
+        assert_eq!(out.rejected, 3);
+        assert_eq!(out.rejected_by_reason[RejectReason::TooOld.index()], 3);
+        let listed: Vec<u32> = out.rejections.iter().map(|r| r.series_index).collect();
+        assert_eq!(listed, [0, 1]);
+        assert!(out.rejections_truncated);
+
+        let mut none = IngestOutcome::default();
+        refuse(&mut none, 1);
+        assert_eq!((none.rejected, none.rejections.len()), (1, 0));
+        assert!(none.rejections_truncated);
+    }
+
+    #[test]
+    fn a_merge_lists_no_more_than_the_outcome_merged_into_allows() {
+        let mut request = IngestOutcome::listing(3);
+        refuse(&mut request, 2);
+        let mut part = IngestOutcome::listing(10);
+        refuse(&mut part, 2);
+        request.merge(part);
+        assert_eq!(request.rejected, 4);
+        assert_eq!(request.rejections.len(), 3);
+        assert!(request.rejections_truncated);
+
+        let mut roomy = IngestOutcome::listing(10);
+        let mut full = IngestOutcome::listing(1);
+        refuse(&mut full, 2);
+        roomy.merge(full);
+        assert_eq!(roomy.rejections.len(), 1);
+        assert!(
+            roomy.rejections_truncated,
+            "what the part left out stays told"
+        );
     }
 }

@@ -433,7 +433,6 @@ impl Aggregator {
         window: Window,
         out: &mut IngestOutcome,
     ) -> usize {
-        let cap = self.limits.max_rejections_reported;
         let Found {
             pos,
             state,
@@ -442,7 +441,7 @@ impl Aggregator {
             rebased,
         } = found;
         if state.kind != kind {
-            reject_kind_conflict(cap, b, state.kind, kind, out);
+            reject_kind_conflict(b, state.kind, kind, out);
             return 0;
         }
         state.arrived = state.arrived.max(window.arrived);
@@ -465,7 +464,7 @@ impl Aggregator {
             if let Some(value) = adds {
                 let sum = at.map_or(0.0, |i| state.pending[i].1.sum) + value;
                 if !sum_in_range(sum) {
-                    reject_overflow(cap, b, sample, value, out);
+                    reject_overflow(b, sample, value, out);
                     // A counter's baseline moved without a sample kept:
                     // the ring's increases would be taken from the wrong one.
                     if let Some(r) = kept.as_deref_mut() {
@@ -539,9 +538,8 @@ impl Aggregator {
         let max_series = self.limits.max_series;
         if self.series_count.load(Ordering::Relaxed) >= max_series {
             let n = b.values.len() as u64;
-            let cap = self.limits.max_rejections_reported;
             metrics::counter!("tally_series_refused_total", "limit" => "daemon").increment(1);
-            out.reject(cap, b, None, n, RejectReason::SeriesLimit, || {
+            out.reject(b, None, n, RejectReason::SeriesLimit, || {
                 format!("the daemon already tracks {max_series} series (ingest.max_series)")
             });
             return None;
@@ -569,8 +567,7 @@ impl Aggregator {
                 drop(names);
                 metrics::counter!("tally_series_refused_total", "limit" => "source").increment(1);
                 let count = b.values.len() as u64;
-                let cap = self.limits.max_rejections_reported;
-                out.reject(cap, b, None, count, RejectReason::SourceSeriesLimit, || {
+                out.reject(b, None, count, RejectReason::SourceSeriesLimit, || {
                     format!(
                         "source {:?} already has {max} series in memory (ingest.max_series_per_source); \
                          check for a label with unbounded values",
@@ -633,9 +630,8 @@ impl Aggregator {
         window: (i64, i64),
         out: &mut IngestOutcome,
     ) -> Option<Option<f64>> {
-        let cap = self.limits.max_rejections_reported;
         let mut reject = |reason, detail: &dyn Fn() -> String| {
-            out.reject(cap, b, Some(index), 1, reason, detail);
+            out.reject(b, Some(index), 1, reason, detail);
             None
         };
         if v.is_infinite() {
@@ -696,14 +692,13 @@ impl Aggregator {
 /// Refuses a group whose kind is not its series' kind.
 #[cold]
 fn reject_kind_conflict(
-    cap: usize,
     b: &SeriesBatch<'_>,
     was: SampleKind,
     kind: SampleKind,
     out: &mut IngestOutcome,
 ) {
     let n = b.values.len() as u64;
-    out.reject(cap, b, None, n, RejectReason::KindConflict, || {
+    out.reject(b, None, n, RejectReason::KindConflict, || {
         format!(
             "series is a {} but this batch says {}",
             was.as_str(),
@@ -716,14 +711,8 @@ fn reject_kind_conflict(
 /// [`MAX_SUM`]. A cumulative counter's sample is already the baseline of
 /// the next one: its own increase is what cannot be kept.
 #[cold]
-fn reject_overflow(
-    cap: usize,
-    b: &SeriesBatch<'_>,
-    sample: Sample,
-    added: f64,
-    out: &mut IngestOutcome,
-) {
-    out.reject(cap, b, Some(sample.index), 1, RejectReason::Overflow, || {
+fn reject_overflow(b: &SeriesBatch<'_>, sample: Sample, added: f64, out: &mut IngestOutcome) {
+    out.reject(b, Some(sample.index), 1, RejectReason::Overflow, || {
         format!(
             "value {} would add {added} to its minute, taking the minute's sum beyond ±{MAX_SUM:e}, the largest Tally keeps so that hour and day totals stay finite",
             sample.v

@@ -70,8 +70,9 @@ impl IngestService {
         let view = push
             .view(max_series)
             .inspect_err(|_| self.ingest.count_unread(protocol))?;
+        let listed = IngestOutcome::listing(self.ingest.limits().max_rejections_reported);
         self.ingest
-            .ingest_read(&view, grant, protocol, IngestOutcome::default())
+            .ingest_read(&view, grant, protocol, listed)
             .await
             .map_err(status)
     }

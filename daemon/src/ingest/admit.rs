@@ -318,13 +318,12 @@ impl Ingestor {
         let by_grant = |_: usize, source: &str| grant.source_refusal(source);
         let labels = encode_labels(req, limits.max_labels);
         let p = self.prepare(req, now_ms, by_grant);
-        let cap = limits.max_rejections_reported;
         let mut outcome = refused;
         // Every source refused by the token: nothing is folded, and a
         // request with any series is refused whole.
         let denied = p.allowed_sources == 0 && grant.limits_sources();
         if denied {
-            groups(req, labels.as_ref(), &p, cap, &mut outcome, |_| {});
+            groups(req, labels.as_ref(), &p, &mut outcome, |_| {});
             if outcome.rejected > 0 {
                 let why = outcome.rejections.first().map_or("", |r| r.detail.as_str());
                 return Err(IngestError::Denied(why.to_owned()));
@@ -356,10 +355,9 @@ impl Ingestor {
         now_ms: i64,
         outcome: &mut IngestOutcome,
     ) {
-        let cap = self.agg.limits().max_rejections_reported;
         let mut folding = self.agg.folding(now_ms, req.series_len());
-        groups(req, labels, p, cap, outcome, |chunk| folding.fold(chunk));
-        outcome.merge(folding.finish(), cap);
+        groups(req, labels, p, outcome, |chunk| folding.fold(chunk));
+        outcome.merge(folding.finish());
     }
 
     /// Folds a request read back from the write-ahead log, making the
@@ -454,7 +452,6 @@ fn groups<'r>(
     req: &'r PushView<'_>,
     labels: Option<&'r LabelArena>,
     p: &Prepared,
-    cap: usize,
     refused: &mut IngestOutcome,
     mut fold: impl FnMut(&[SeriesBatch<'r>]),
 ) {
@@ -481,7 +478,7 @@ fn groups<'r>(
                 series_index: mi as u32,
             };
             if let Some((reason, why)) = refusal {
-                refused.reject_series(cap, &b, *reason, || why.clone());
+                refused.reject_series(&b, *reason, || why.clone());
                 continue;
             }
             let encoded = match labels {
@@ -492,9 +489,7 @@ fn groups<'r>(
             };
             match encoded {
                 Ok(l) => chunk.push(SeriesBatch { labels: l, ..b }),
-                Err(e) => {
-                    refused.reject_series(cap, &b, RejectReason::InvalidLabel, || e.to_string())
-                }
+                Err(e) => refused.reject_series(&b, RejectReason::InvalidLabel, || e.to_string()),
             }
             if chunk.len() == FOLD_CHUNK {
                 fold(&chunk);

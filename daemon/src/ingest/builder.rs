@@ -28,7 +28,6 @@ pub struct RequestBuilder {
     /// The source of the previous push: points come grouped by source, so
     /// this saves hashing the source name for each.
     last: Option<usize>,
-    cap: usize,
     /// Bytes of names and labels held, against `budget.bytes`.
     bytes: usize,
     budget: Budget,
@@ -61,7 +60,7 @@ impl RequestBuilder {
     /// A builder keeping at most `cap` rejection details, within `budget`.
     pub fn new(cap: usize, budget: Budget) -> RequestBuilder {
         RequestBuilder {
-            cap,
+            refused: IngestOutcome::listing(cap),
             budget,
             ..RequestBuilder::default()
         }
@@ -108,8 +107,7 @@ impl RequestBuilder {
 
     /// Counts `count` samples the conversion refused.
     pub fn refuse(&mut self, count: u64, reason: RejectReason, detail: impl FnOnce() -> String) {
-        self.refused
-            .reject_unplaced(self.cap, count, reason, detail);
+        self.refused.reject_unplaced(count, reason, detail);
     }
 
     /// Samples added so far.

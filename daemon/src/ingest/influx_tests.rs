@@ -291,7 +291,7 @@ fn refusals_find_their_line_through_the_grouping_by_host() {
     assert_eq!(hosts, [("a", vec![1.0, 3.0]), ("b", vec![2.0, 4.0])]);
     // The admission refuses host a's second series (line 3) and host b's
     // first (line 2).
-    let mut out = IngestOutcome::default();
+    let mut out = IngestOutcome::listing(10);
     for (source_index, series_index) in [(0, 1), (1, 0)] {
         let series = &req.sources[source_index as usize].series[series_index as usize];
         let b = crate::aggregator::SeriesBatch {
@@ -305,7 +305,7 @@ fn refusals_find_their_line_through_the_grouping_by_host() {
             source_index,
             series_index,
         };
-        out.reject_series(10, &b, RejectReason::TooOld, || "too old".into());
+        out.reject_series(&b, RejectReason::TooOld, || "too old".into());
     }
     let (problems, count) = r.refused_lines(&out, 10);
     assert_eq!(problems.iter().map(|p| p.line).collect::<Vec<_>>(), [2, 3]);

@@ -75,7 +75,6 @@ pub struct ViewBuilder<'a> {
     /// so this saves hashing the name for each.
     last: Option<u32>,
     refused: IngestOutcome,
-    cap: usize,
     budget: Budget,
     samples: usize,
     bytes: usize,
@@ -98,8 +97,7 @@ impl<'a> ViewBuilder<'a> {
             names: Vec::new(),
             index: HashMap::new(),
             last: None,
-            refused: IngestOutcome::default(),
-            cap,
+            refused: IngestOutcome::listing(cap),
             budget,
             samples: 0,
             bytes: 0,
@@ -237,8 +235,7 @@ impl<'a> ViewBuilder<'a> {
 
     /// Counts `count` samples the parser refused (no series to show them).
     pub fn refuse(&mut self, count: u64, reason: RejectReason, detail: impl FnOnce() -> String) {
-        self.refused
-            .reject_unplaced(self.cap, count, reason, detail);
+        self.refused.reject_unplaced(count, reason, detail);
     }
 
     /// Series ended so far.
