@@ -365,6 +365,31 @@ struct Found<'s> {
     rebased: &'s mut Vec<u32>,
 }
 
+impl Shard {
+    /// The series `find` takes from the table, with the lists its fold
+    /// writes to.
+    #[inline]
+    fn found<'s>(
+        &'s mut self,
+        find: impl FnOnce(&'s mut Table<SeriesState>) -> Option<(u32, &'s mut SeriesState)>,
+    ) -> Option<Found<'s>> {
+        let Shard {
+            series,
+            recent,
+            dirty,
+            rebased,
+        } = self;
+        let (pos, state) = find(series)?;
+        Some(Found {
+            pos,
+            state,
+            recent,
+            dirty,
+            rebased,
+        })
+    }
+}
+
 impl Aggregator {
     /// Folds one series group into its shard, creating its series if new;
     /// returns the new slots created.
@@ -382,15 +407,13 @@ impl Aggregator {
         if let Some(created) = self.fold_known(shard, b, kind, hash, window, out) {
             return created;
         }
-        if self
-            .series_for(&mut shard.series, b, hash, b.key(), out)
-            .is_none()
-        {
-            return 0;
+        // New (the probe above, under this lock, found none): made, then
+        // folded where it was put, without probing for it again.
+        let made = shard.found(|series| self.insert_series(series, b, hash, kind, out));
+        match made {
+            Some(found) => self.fold_found(found, b, kind, window, out),
+            None => 0,
         }
-        // Made: folded as the known series it now is.
-        self.fold_known(shard, b, kind, hash, window, out)
-            .unwrap_or(0)
     }
 
     /// Folds `b`, of `kind`, into its series if the shard holds it (the
@@ -405,21 +428,8 @@ impl Aggregator {
         window: Window,
         out: &mut IngestOutcome,
     ) -> Option<usize> {
-        let Shard {
-            series,
-            recent,
-            dirty,
-            rebased,
-        } = shard;
         let key = b.key();
-        let (pos, state) = series.find_mut(hash, |s| s.hash == hash && s.is(key))?;
-        let found = Found {
-            pos,
-            state,
-            recent,
-            dirty,
-            rebased,
-        };
+        let found = shard.found(|series| series.find_mut(hash, |s| s.hash == hash && s.is(key)))?;
         Some(self.fold_found(found, b, kind, window, out))
     }
 
