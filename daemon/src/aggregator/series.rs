@@ -402,8 +402,7 @@ impl Aggregator {
         out: &mut IngestOutcome,
     ) -> usize {
         let Some(kind) = b.kind else { return 0 };
-        // The hot path: one probe for a known series (`series_for`, which
-        // the cold paths use, probes for an insert slot as well).
+        // The hot path: one probe for a known series.
         if let Some(created) = self.fold_known(shard, b, kind, hash, window, out) {
             return created;
         }
@@ -532,7 +531,9 @@ impl Aggregator {
     }
 
     /// A new series' state, unless the series limit is reached (then the
-    /// group is rejected and `None` returned).
+    /// group is rejected and `None` returned). The caller has just probed
+    /// `series` for it, under the same lock, and not found it: the table
+    /// would otherwise hold it twice.
     #[cold]
     fn insert_series<'t>(
         &self,
