@@ -131,8 +131,8 @@ fn an_empty_store_file_stops_the_daemon_at_start() {
 const MARK: f64 = 8_675_309.125;
 
 /// Damaged pages in the store file, as a failing disk might leave them:
-/// the pages holding one series' documents, and every page past the first
-/// 64 KiB. The storage engine panics on such damage rather than report it.
+/// the pages holding one series' documents wherever they are, and every
+/// page past the first 64 KiB. The storage engine panics on such damage rather than report it.
 /// tallyd must refuse the file at start, naming it, or, where the damage
 /// only shows once it reads those pages (the retention sweep at start
 /// reads every document), turn unready and acknowledge nothing; never
@@ -201,9 +201,13 @@ async fn damaged_store(broad: bool) -> Daemon {
     assert!(bytes.len() > 256 * 1024, "a store of many pages");
     let mark = MARK.to_le_bytes();
     let mut damaged = 0;
-    for page in (64 * 1024..bytes.len()).step_by(4096) {
+    // Page 0 is the file's header. A page holding the mark may sit in the
+    // first 64 KiB (freed pages there are reused first), and only one of
+    // those pages is the live document: every one of them is damaged.
+    for page in (4096..bytes.len()).step_by(4096) {
         let end = (page + 4096).min(bytes.len());
-        if broad || bytes[page..end].windows(8).any(|w| w == mark) {
+        let past_head = page >= 64 * 1024;
+        if (broad && past_head) || bytes[page..end].windows(8).any(|w| w == mark) {
             bytes[page..page + 64].fill(0xA5);
             damaged += 1;
         }
