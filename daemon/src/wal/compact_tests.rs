@@ -245,6 +245,53 @@ proptest! {
     }
 }
 
+/// Calls `f` with series `s` as a view sees it.
+fn with_series<R>(s: &pb::SeriesSamples, f: impl FnOnce(&SeriesView<'_>) -> R) -> R {
+    let req = pb::PushRequest {
+        sources: vec![pb::SourceBatch {
+            series: vec![s.clone()],
+            ..Default::default()
+        }],
+    };
+    let view = PushView::of(&req);
+    let series = view.sources().flat_map(|src| src.series()).next();
+    f(&series.expect("one series"))
+}
+
+fn key_of(s: &pb::SeriesSamples, source: u32) -> Vec<u8> {
+    let mut key = Vec::new();
+    put_varint(u64::from(source), &mut key);
+    with_series(s, |view| put_series_key(view, &mut key));
+    key
+}
+
+fn source_number() -> impl Strategy<Value = u32> {
+    // Varints of one byte and of two.
+    prop_oneof![0u32..3, 126u32..130]
+}
+
+proptest! {
+    /// A stored key is taken for a series in place exactly when the key
+    /// built for that series is the same bytes.
+    #[test]
+    fn keys_are_recognised_in_place_exactly(
+        a in series(),
+        b in series(),
+        source_a in source_number(),
+        source_b in source_number(),
+    ) {
+        let stored = key_of(&a, source_a);
+        prop_assert!(with_series(&a, |view| key_is(&stored, source_a, view)));
+        let same = stored == key_of(&b, source_b);
+        prop_assert_eq!(with_series(&b, |view| key_is(&stored, source_b, view)), same);
+        // A key cut short, or with bytes after it, is not the series'.
+        prop_assert!(!with_series(&a, |view| key_is(&stored[..stored.len() - 1], source_a, view)));
+        let mut longer = stored.clone();
+        longer.push(0);
+        prop_assert!(!with_series(&a, |view| key_is(&longer, source_a, view)));
+    }
+}
+
 #[test]
 fn varints_are_protobufs_bytes() {
     for v in [
