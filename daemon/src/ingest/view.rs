@@ -104,25 +104,73 @@ impl std::error::Error for ViewError {}
 const _: () = assert!(std::mem::size_of::<Result<(), ViewError>>() <= 16);
 const _: () = assert!(std::mem::size_of::<Result<(), ParseError>>() <= 16);
 
+/// A run of one of a request's columns. Its ends are 32-bit because every
+/// fold reads a series' row (88 bytes with `usize` ranges, 56 with these):
+/// a column holds at most one element per byte of a request (under 2^31
+/// by `ingest.max_message_bytes`) or per sample of a converted one. Past
+/// that, which no request can reach, a run would read as empty, never out
+/// of bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Run {
+    start: u32,
+    end: u32,
+}
+
+impl Run {
+    /// The run from `start` to `end`.
+    fn new(start: usize, end: usize) -> Run {
+        let at = |i: usize| u32::try_from(i).unwrap_or(u32::MAX);
+        Run {
+            start: at(start),
+            end: at(end),
+        }
+    }
+
+    /// An empty run at the end of `column`, to be ended later.
+    fn at_end<T>(column: &[T]) -> Run {
+        Run::new(column.len(), column.len())
+    }
+
+    /// This run, ended at the end of `column`.
+    fn ended<T>(self, column: &[T]) -> Run {
+        Run::new(self.start as usize, column.len())
+    }
+
+    fn range(self) -> Range<usize> {
+        self.start as usize..self.end as usize
+    }
+
+    fn len(self) -> usize {
+        self.range().len()
+    }
+
+    /// The run's elements of `column`.
+    fn of<T>(self, column: &[T]) -> &[T] {
+        column.get(self.range()).unwrap_or_default()
+    }
+}
+
 /// One source's part of a request.
 #[derive(Debug, Clone, PartialEq)]
 struct SourceCols<'a> {
     source: &'a str,
-    series: Range<usize>,
-    groups: Range<usize>,
+    series: Run,
+    groups: Run,
 }
 
 /// One series' part of a request: its strings borrowed, its numbers and
-/// labels as ranges of the request's columns.
+/// labels as runs of the request's columns.
 #[derive(Debug, Clone, PartialEq)]
 struct SeriesCols<'a> {
     metric: &'a str,
     kind: i32,
-    labels: Range<usize>,
-    timestamps_ms: Range<usize>,
-    values: Range<usize>,
-    start_times_ms: Range<usize>,
+    labels: Run,
+    timestamps_ms: Run,
+    values: Run,
+    start_times_ms: Run,
 }
+
+const _: () = assert!(std::mem::size_of::<SeriesCols<'static>>() <= 56);
 
 /// A push request's sources, series, labels and samples, borrowed from its
 /// bytes or from its decoded form.
@@ -163,20 +211,22 @@ impl<'v, 'a> SourceView<'v, 'a> {
 
     /// The rollup groups the source declares.
     pub fn groups(&self) -> &'v [&'a str] {
-        &self.view.groups[self.cols.groups.clone()]
+        self.cols.groups.of(&self.view.groups)
     }
 
     pub fn series(&self) -> impl ExactSizeIterator<Item = SeriesView<'v>> + 'v {
         let view = self.view;
-        view.series[self.cols.series.clone()]
+        self.cols
+            .series
+            .of(&view.series)
             .iter()
             .map(move |s| SeriesView {
                 metric: s.metric,
                 kind: s.kind,
-                labels: &view.labels[s.labels.clone()],
-                timestamps_ms: &view.timestamps_ms[s.timestamps_ms.clone()],
-                values: &view.values[s.values.clone()],
-                start_times_ms: &view.start_times_ms[s.start_times_ms.clone()],
+                labels: s.labels.of(&view.labels),
+                timestamps_ms: s.timestamps_ms.of(&view.timestamps_ms),
+                values: s.values.of(&view.values),
+                start_times_ms: s.start_times_ms.of(&view.start_times_ms),
             })
     }
 
@@ -198,8 +248,8 @@ impl<'a> PushView<'a> {
     /// of source `source_index`, as rejections name them.
     pub fn series_at(&self, source_index: u32, series_index: u32) -> Option<usize> {
         let cols = self.sources.get(source_index as usize)?;
-        let at = cols.series.start + series_index as usize;
-        (at < cols.series.end).then_some(at)
+        let at = cols.series.start as usize + series_index as usize;
+        cols.series.range().contains(&at).then_some(at)
     }
 
     /// How many series the request carries, over all sources.
@@ -247,17 +297,17 @@ impl<'a> PushView<'a> {
         v.values.reserve_exact(values);
         v.start_times_ms.reserve_exact(starts);
         for src in &req.sources {
-            let series = v.series.len()..v.series.len() + src.series.len();
-            let groups = v.groups.len()..v.groups.len() + src.groups.len();
+            let series = Run::at_end(&v.series);
+            let groups = Run::at_end(&v.groups);
             v.groups.extend(src.groups.iter().map(String::as_str));
             for s in &src.series {
-                let labels = v.labels.len()..v.labels.len() + s.labels.len();
+                let labels = Run::at_end(&v.labels);
                 v.labels
                     .extend(s.labels.iter().map(|l| (l.name.as_str(), l.value.as_str())));
                 let cols = SeriesCols {
                     metric: &s.metric,
                     kind: s.kind,
-                    labels,
+                    labels: labels.ended(&v.labels),
                     timestamps_ms: extend(&mut v.timestamps_ms, &s.timestamps_ms),
                     values: extend(&mut v.values, &s.values),
                     start_times_ms: extend(&mut v.start_times_ms, &s.start_times_ms),
@@ -266,8 +316,8 @@ impl<'a> PushView<'a> {
             }
             v.sources.push(SourceCols {
                 source: &src.source,
-                series,
-                groups,
+                series: series.ended(&v.series),
+                groups: groups.ended(&v.groups),
             });
         }
         v
@@ -316,8 +366,8 @@ impl<'a> PushView<'a> {
     fn source_batch(&mut self, buf: &mut &'a [u8], max_series: usize) -> Result<(), ViewError> {
         let mut cols = SourceCols {
             source: "",
-            series: self.series.len()..self.series.len(),
-            groups: self.groups.len()..self.groups.len(),
+            series: Run::at_end(&self.series),
+            groups: Run::at_end(&self.groups),
         };
         nested(buf, |buf, tag, wire_type| match tag {
             1 => borrow_str(wire_type, buf)
@@ -331,8 +381,8 @@ impl<'a> PushView<'a> {
                 .map_err(|e| e.at("SourceBatch", "groups")),
             _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
         })?;
-        cols.series.end = self.series.len();
-        cols.groups.end = self.groups.len();
+        cols.series = cols.series.ended(&self.series);
+        cols.groups = cols.groups.ended(&self.groups);
         if self.sources.len() >= max_series {
             return Err(ViewError::TooManySeries { limit: max_series });
         }
@@ -350,10 +400,10 @@ impl<'a> PushView<'a> {
         let mut cols = SeriesCols {
             metric: "",
             kind: 0,
-            labels: self.labels.len()..self.labels.len(),
-            timestamps_ms: self.timestamps_ms.len()..self.timestamps_ms.len(),
-            values: self.values.len()..self.values.len(),
-            start_times_ms: self.start_times_ms.len()..self.start_times_ms.len(),
+            labels: Run::at_end(&self.labels),
+            timestamps_ms: Run::at_end(&self.timestamps_ms),
+            values: Run::at_end(&self.values),
+            start_times_ms: Run::at_end(&self.start_times_ms),
         };
         nested(buf, |buf, tag, wire_type| {
             let ctx = DecodeContext::default();
@@ -384,10 +434,10 @@ impl<'a> PushView<'a> {
         })?;
         // A series' elements are contiguous in each column: it is decoded
         // whole before the next one starts.
-        cols.labels.end = self.labels.len();
-        cols.timestamps_ms.end = self.timestamps_ms.len();
-        cols.values.end = self.values.len();
-        cols.start_times_ms.end = self.start_times_ms.len();
+        cols.labels = cols.labels.ended(&self.labels);
+        cols.timestamps_ms = cols.timestamps_ms.ended(&self.timestamps_ms);
+        cols.values = cols.values.ended(&self.values);
+        cols.start_times_ms = cols.start_times_ms.ended(&self.start_times_ms);
         if self.series.len() >= max_series {
             return Err(ViewError::TooManySeries { limit: max_series });
         }
@@ -441,10 +491,10 @@ impl PushView<'_> {
 }
 
 /// Appends `from` to a column, returning where it went.
-fn extend<T: Copy>(column: &mut Vec<T>, from: &[T]) -> Range<usize> {
-    let start = column.len();
+fn extend<T: Copy>(column: &mut Vec<T>, from: &[T]) -> Run {
+    let start = Run::at_end(column);
     column.extend_from_slice(from);
-    start..column.len()
+    start.ended(column)
 }
 
 pub(crate) fn own(why: &'static str) -> ViewError {

@@ -14,11 +14,9 @@
 //! reordering the series table alone, in order of each source's first
 //! appearance.
 
-use std::ops::Range;
-
 use hashbrown::HashMap;
 
-use super::{PushView, SeriesCols, SourceCols, ViewError};
+use super::{PushView, Run, SeriesCols, SourceCols, ViewError};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::{Budget, Full};
 use crate::ingest::text::same;
@@ -192,11 +190,12 @@ impl<'a> ViewBuilder<'a> {
         metric: &'a str,
         kind: i32,
     ) -> Result<(), Full> {
-        let labels = mark.labels..self.view.labels.len();
-        let samples = mark.samples..self.view.values.len();
+        let labels = Run::new(mark.labels, self.view.labels.len());
+        let samples = Run::new(mark.samples, self.view.values.len());
         self.bytes += SERIES_OVERHEAD
             + metric.len()
-            + self.view.labels[labels.clone()]
+            + labels
+                .of(&self.view.labels)
                 .iter()
                 .map(|(n, v)| n.len() + v.len() + SERIES_OVERHEAD / 2)
                 .sum::<usize>();
@@ -210,9 +209,9 @@ impl<'a> ViewBuilder<'a> {
             metric,
             kind,
             labels,
-            timestamps_ms: samples.clone(),
+            timestamps_ms: samples,
             values: samples,
-            start_times_ms: mark.start_times..self.view.start_times_ms.len(),
+            start_times_ms: Run::new(mark.start_times, self.view.start_times_ms.len()),
         });
         Ok(())
     }
@@ -284,17 +283,13 @@ impl<'a> ViewBuilder<'a> {
                 .count();
             self.view.sources.push(SourceCols {
                 source,
-                series: range(start, len),
-                groups: 0..0,
+                series: Run::new(start, start + len),
+                groups: Run::default(),
             });
             start += len;
         }
         (self.view, self.refused, ended)
     }
-}
-
-fn range(start: usize, len: usize) -> Range<usize> {
-    start..start + len
 }
 
 #[cfg(test)]
