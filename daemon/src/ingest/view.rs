@@ -107,7 +107,8 @@ const _: () = assert!(std::mem::size_of::<Result<(), ParseError>>() <= 16);
 /// A run of one of a request's columns. Its ends are 32-bit because every
 /// fold reads a series' row (88 bytes with `usize` ranges, 56 with these):
 /// a column holds at most one element per byte of a request (under 2^31
-/// by `ingest.max_message_bytes`) or per sample of a converted one. Past
+/// by `ingest.max_message_bytes`), or, converted from another protocol,
+/// per sample of its body or per 32 bytes of its label budget. Past
 /// that, which no request can reach, a run would read as empty, never out
 /// of bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

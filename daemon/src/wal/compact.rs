@@ -422,7 +422,7 @@ impl Encoder {
         self.key.clear();
         put_varint(u64::from(source), &mut self.key);
         put_series_key(s, &mut self.key);
-        self.series.find(&self.key, u32::MAX)
+        self.series.find_by_hash(&self.key)
     }
 }
 

@@ -80,6 +80,12 @@ impl<S> Dict<S> {
         if self.key(hint) == Some(key) {
             return Some(hint);
         }
+        self.find_by_hash(key)
+    }
+
+    /// The number of `key`, by its hash alone (the caller has already
+    /// ruled out the likely one).
+    pub fn find_by_hash(&self, key: &[u8]) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
         self.table
             .find(hash, |&id| self.key(id) == Some(key))
