@@ -406,12 +406,16 @@ fn check_answer(s: &Script, out: &[u8]) -> Result<(), TestCaseError> {
     match s.target {
         Target::Http => {
             let text = String::from_utf8_lossy(out);
-            prop_assert!(text.starts_with("HTTP/1.1 "), "not HTTP: {text:?}");
+            // An HTTP/1.0 request is answered in HTTP/1.0, as hyper does.
+            let is_status = |t: &str| t.starts_with("HTTP/1.1 ") || t.starts_with("HTTP/1.0 ");
+            prop_assert!(is_status(&text), "not HTTP: {text:?}");
             // 503 is a limit of the house; 505 the answer to an HTTP/2
             // preface on this HTTP/1.1 port.
             for status in text
-                .match_indices("HTTP/1.1 5")
+                .match_indices("HTTP/1.")
+                .filter(|(i, _)| text.get(*i..).is_some_and(is_status))
                 .filter_map(|(i, _)| text.get(i + 9..i + 12))
+                .filter(|status| status.starts_with('5'))
             {
                 prop_assert!(matches!(status, "503" | "505"), "a {status}: {text}");
             }
@@ -469,4 +473,37 @@ fn fuzz_connection_behaviours() {
     if let Err(e) = harness.join() {
         std::panic::resume_unwind(e);
     }
+}
+
+/// The case the fuzzer once found: an HTTP/1.0 request, answered in
+/// HTTP/1.0, is an answer in the server's protocol.
+#[test]
+fn an_http_1_0_request_is_answered_in_kind() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let pki = pki();
+    let l = rt.block_on(async { listeners(dir.path(), &pki.server) });
+    let s = Script {
+        target: Target::Http,
+        tls: Tls::Off,
+        steps: vec![
+            Step::Send(b"POST /prometheus/api/v1/query HTTP/1.".to_vec()),
+            Step::Send(b"0\r\n\r\n".to_vec()),
+            Step::Send(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n".to_vec()),
+        ],
+        close: true,
+    };
+    let out = rt
+        .block_on(run(&s, &l, &pki, &[]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.starts_with(b"HTTP/1.0 400 "),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    check_answer(&s, &out).unwrap_or_else(|e| panic!("{e}"));
 }
