@@ -49,6 +49,9 @@ impl GrpcServe {
         let mut builder = http2::Builder::new(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())
+            // gRPC has no use for a `date` on each response; leaving it out
+            // spares a clock read and its header's encoding per call.
+            .auto_date_header(false)
             .max_concurrent_streams(cfg.max_concurrent_streams)
             .keep_alive_interval(cfg.keepalive_interval)
             .keep_alive_timeout(cfg.keepalive_timeout);
