@@ -426,6 +426,20 @@ fn check_answer(s: &Script, out: &[u8]) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// A paused single-threaded runtime, the data directory, the certificates
+/// and the four listeners a script meets.
+fn setting() -> (tokio::runtime::Runtime, tempfile::TempDir, Pki, Listeners) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
+    let pki = pki();
+    let l = rt.block_on(async { listeners(dir.path(), &pki.server) });
+    (rt, dir, pki, l)
+}
+
 fn count_panics() {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
@@ -445,15 +459,8 @@ fn fuzz_connection_behaviours() {
     let harness = std::thread::Builder::new()
         .name(THREAD.into())
         .spawn(|| {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .start_paused(true)
-                .build()
-                .unwrap_or_else(|e| panic!("runtime: {e}"));
-            let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-            let pki = pki();
+            let (rt, _dir, pki, l) = setting();
             let hello = client_hello(&pki.client);
-            let l = rt.block_on(async { listeners(dir.path(), &pki.server) });
             let mut runner = TestRunner::new(super::runner());
             let result = runner.run(&script(), |s| {
                 let before = PANICS.load(Ordering::Relaxed);
@@ -479,14 +486,7 @@ fn fuzz_connection_behaviours() {
 /// HTTP/1.0, is an answer in the server's protocol.
 #[test]
 fn an_http_1_0_request_is_answered_in_kind() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .unwrap_or_else(|e| panic!("runtime: {e}"));
-    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir: {e}"));
-    let pki = pki();
-    let l = rt.block_on(async { listeners(dir.path(), &pki.server) });
+    let (rt, _dir, pki, l) = setting();
     let s = Script {
         target: Target::Http,
         tls: Tls::Off,
