@@ -1,6 +1,7 @@
 //! Reading a `tally.v1.PushRequest` off the wire: prost's generated types
 //! (an owned string for every name, a vector for every series' numbers)
-//! against the borrowed view the ingest path reads; and a remote-write
+//! against the borrowed view the ingest path reads, for W2's labelled
+//! message and W1's unlabelled one; and a remote-write
 //! request and a line-protocol body of W1's shape read into that view; and
 //! a read of Graphite plaintext lines of W1's shape gathered into a batch
 //! and its view, as a connection does; and an OTLP request of the load
@@ -57,6 +58,35 @@ fn w2_message() -> Vec<u8> {
                         values: vec![(s * 200 + m * 10 + l) as f64 * 1.5],
                         start_times_ms: Vec::new(),
                     })
+                })
+                .collect(),
+        })
+        .collect();
+    pb::PushRequest { sources }.encode_to_vec()
+}
+
+/// One message as the load generator sends W1: 5,000 unlabelled series
+/// of one sample each, 250 sources × 20 metrics, gauges 2 : delta 1 :
+/// cumulative 1.
+fn w1_message() -> Vec<u8> {
+    let kinds = [
+        pb::SampleKind::Gauge,
+        pb::SampleKind::Gauge,
+        pb::SampleKind::DeltaCounter,
+        pb::SampleKind::CumulativeCounter,
+    ];
+    let sources = (0..250)
+        .map(|s| pb::SourceBatch {
+            source: format!("src-{s:04}"),
+            groups: Vec::new(),
+            series: (0..20)
+                .map(|m| pb::SeriesSamples {
+                    metric: format!("m_{:02}", m + 1),
+                    kind: kinds[m % 4] as i32,
+                    labels: Vec::new(),
+                    timestamps_ms: vec![1_795_305_600_000 + m as i64],
+                    values: vec![(s * 20 + m) as f64 * 0.37],
+                    start_times_ms: Vec::new(),
                 })
                 .collect(),
         })
@@ -220,6 +250,10 @@ fn decode(c: &mut Criterion) {
     });
     g.bench_function("w2_message_5000_series/borrowed_view", |b| {
         b.iter(|| touch(&PushView::decode(&bytes, usize::MAX).unwrap()))
+    });
+    let w1 = w1_message();
+    g.bench_function("w1_message_5000_series/borrowed_view", |b| {
+        b.iter(|| touch(&PushView::decode(&w1, usize::MAX).unwrap()))
     });
     let body = w1_remote_write();
     let cfg = RemoteWriteConfig {

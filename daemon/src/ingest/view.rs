@@ -14,25 +14,25 @@
 //! out as a `tally.v1` request for the log (`encode`), with no owned
 //! request in between.
 //!
-//! The decoding is prost's: its primitives read keys, varints and the
-//! numeric fields (packed or not), skip unknown fields and check nested
-//! lengths, and the few checks written here (a string's length and UTF-8)
-//! fail with prost's own messages, naming the field. A property test holds
-//! the view to what `pb::PushRequest::decode` makes of the same bytes,
-//! errors included. One difference is left: prost's recursion limit for
+//! A series in the layout every encoder writes (its fields in number
+//! order, numbers packed) is read in one tight pass (`fast`); anything
+//! else goes to the exact reader, which is prost's: its primitives read
+//! keys, varints and the numeric fields (packed or not), skip unknown
+//! fields and check nested lengths, and the few checks written here (a
+//! string's length and UTF-8) fail with prost's own messages, naming the
+//! field. A property test holds the view to what `pb::PushRequest::decode`
+//! makes of the same bytes, errors included. One difference is left: prost's recursion limit for
 //! unknown groups is counted from each of the request's own messages here,
 //! not from the request, so it allows at most three levels more.
 
 mod build;
 mod encode;
+pub(crate) mod fast;
 
 use std::fmt;
 use std::ops::Range;
 
-use prost::encoding::{
-    check_wire_type, decode_key, decode_varint, double, int32, int64, skip_field, DecodeContext,
-    WireType,
-};
+use prost::encoding::{check_wire_type, double, int32, int64, skip_field, DecodeContext, WireType};
 use tally_proto::v1 as pb;
 
 pub use build::{Mark, ParseError, ViewBuilder};
@@ -330,7 +330,7 @@ impl<'a> PushView<'a> {
         let mut v = PushView::with_room_for(bytes.len());
         let ctx = DecodeContext::default();
         while !bytes.is_empty() {
-            let (tag, wire_type) = decode_key(&mut bytes)?;
+            let (tag, wire_type) = fast::key(&mut bytes)?;
             match tag {
                 1 => {
                     check_wire_type(WireType::LengthDelimited, wire_type)
@@ -398,14 +398,21 @@ impl<'a> PushView<'a> {
         max_series: usize,
     ) -> Result<(), ViewError> {
         check_wire_type(WireType::LengthDelimited, wire_type)?;
-        let mut cols = SeriesCols {
-            metric: "",
-            kind: 0,
-            labels: Run::at_end(&self.labels),
-            timestamps_ms: Run::at_end(&self.timestamps_ms),
-            values: Run::at_end(&self.values),
-            start_times_ms: Run::at_end(&self.start_times_ms),
+        let cols = match self.fast_series(buf) {
+            Some(cols) => cols,
+            None => self.exact_series(buf)?,
         };
+        if self.series.len() >= max_series {
+            return Err(ViewError::TooManySeries { limit: max_series });
+        }
+        self.series.push(cols);
+        Ok(())
+    }
+
+    /// A `SeriesSamples` read field by field with prost's primitives, in
+    /// any layout the wire allows.
+    fn exact_series(&mut self, buf: &mut &'a [u8]) -> Result<SeriesCols<'a>, ViewError> {
+        let mut cols = self.open_series();
         nested(buf, |buf, tag, wire_type| {
             let ctx = DecodeContext::default();
             let named = |field| move |e: ViewError| e.at("SeriesSamples", field);
@@ -433,17 +440,32 @@ impl<'a> PushView<'a> {
                 _ => Ok(skip_field(wire_type, tag, buf, ctx)?),
             }
         })?;
-        // A series' elements are contiguous in each column: it is decoded
-        // whole before the next one starts.
-        cols.labels = cols.labels.ended(&self.labels);
-        cols.timestamps_ms = cols.timestamps_ms.ended(&self.timestamps_ms);
-        cols.values = cols.values.ended(&self.values);
-        cols.start_times_ms = cols.start_times_ms.ended(&self.start_times_ms);
-        if self.series.len() >= max_series {
-            return Err(ViewError::TooManySeries { limit: max_series });
+        Ok(self.end_series(cols))
+    }
+
+    /// A series' row with its runs opened at the columns' ends.
+    fn open_series(&self) -> SeriesCols<'a> {
+        SeriesCols {
+            metric: "",
+            kind: 0,
+            labels: Run::at_end(&self.labels),
+            timestamps_ms: Run::at_end(&self.timestamps_ms),
+            values: Run::at_end(&self.values),
+            start_times_ms: Run::at_end(&self.start_times_ms),
         }
-        self.series.push(cols);
-        Ok(())
+    }
+
+    /// `cols` with its runs ended at the columns' ends. A series' elements
+    /// are contiguous in each column: it is decoded whole before the next
+    /// one starts.
+    fn end_series(&self, cols: SeriesCols<'a>) -> SeriesCols<'a> {
+        SeriesCols {
+            labels: cols.labels.ended(&self.labels),
+            timestamps_ms: cols.timestamps_ms.ended(&self.timestamps_ms),
+            values: cols.values.ended(&self.values),
+            start_times_ms: cols.start_times_ms.ended(&self.start_times_ms),
+            ..cols
+        }
     }
 
     fn label(&mut self, wire_type: WireType, buf: &mut &'a [u8]) -> Result<(), ViewError> {
@@ -512,13 +534,13 @@ pub(crate) fn nested<'a>(
     buf: &mut &'a [u8],
     mut field: impl FnMut(&mut &'a [u8], u32, WireType) -> Result<(), ViewError>,
 ) -> Result<(), ViewError> {
-    let len = decode_varint(buf)?;
+    let len = fast::read_varint(buf)?;
     let limit = usize::try_from(len)
         .ok()
         .and_then(|len| buf.len().checked_sub(len))
         .ok_or_else(|| own("buffer underflow"))?;
     while buf.len() > limit {
-        let (tag, wire_type) = decode_key(buf)?;
+        let (tag, wire_type) = fast::key(buf)?;
         field(buf, tag, wire_type)?;
     }
     if buf.len() != limit {
@@ -533,7 +555,7 @@ pub(crate) fn borrow_str<'a>(
     buf: &mut &'a [u8],
 ) -> Result<&'a str, ViewError> {
     check_wire_type(WireType::LengthDelimited, wire_type)?;
-    let len = decode_varint(buf)?;
+    let len = fast::read_varint(buf)?;
     let bytes = usize::try_from(len)
         .ok()
         .and_then(|len| buf.get(..len))

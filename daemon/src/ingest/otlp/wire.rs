@@ -21,11 +21,11 @@ use opentelemetry_proto::tonic::common::v1::{
     any_value::Value, AnyValue, ArrayValue, EntityRef, KeyValueList,
 };
 use prost::encoding::{
-    bool as pbool, check_wire_type, decode_varint, double, fixed64, int32, int64, message,
-    sfixed64, sint32, skip_field, uint32, uint64, DecodeContext, WireType,
+    bool as pbool, check_wire_type, double, fixed64, int32, int64, message, sfixed64, sint32,
+    skip_field, uint32, uint64, DecodeContext, WireType,
 };
 
-use crate::ingest::view::{borrow_str, own, ViewError};
+use crate::ingest::view::{borrow_str, fast, own, ViewError};
 
 /// Walks the fields of a message whose bytes are `body`, as prost's
 /// `merge_loop` does within a message's length.
@@ -35,8 +35,7 @@ pub(super) fn fields<'a, E: From<ViewError>>(
 ) -> Result<(), E> {
     let mut buf = body;
     while !buf.is_empty() {
-        let (tag, wire_type) =
-            prost::encoding::decode_key(&mut buf).map_err(|e| E::from(ViewError::Wire(e)))?;
+        let (tag, wire_type) = fast::key(&mut buf).map_err(|e| E::from(ViewError::Wire(e)))?;
         field(&mut buf, tag, wire_type)?;
     }
     Ok(())
@@ -46,7 +45,7 @@ pub(super) fn fields<'a, E: From<ViewError>>(
 /// lets fields come in any order, and some must be read before others).
 pub(super) fn body<'a>(wire_type: WireType, buf: &mut &'a [u8]) -> Result<&'a [u8], ViewError> {
     check_wire_type(WireType::LengthDelimited, wire_type)?;
-    let len = decode_varint(buf)?;
+    let len = fast::read_varint(buf)?;
     let bytes = usize::try_from(len)
         .ok()
         .and_then(|len| buf.get(..len))

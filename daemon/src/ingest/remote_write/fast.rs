@@ -16,6 +16,7 @@
 //! makes the run fail the check; such a series (a long Kubernetes label,
 //! say) then has each name and value checked on its own, still here.
 
+use crate::ingest::view::fast::{delimited, varint};
 use crate::ingest::view::ViewBuilder;
 
 /// `Label.name` and `Sample.value` as keys: field 1, length-delimited
@@ -140,56 +141,10 @@ fn sample(mut m: &[u8]) -> Option<(i64, f64)> {
     m.is_empty().then_some((ts_ms, value))
 }
 
-/// The length-delimited bytes at the front of `buf`, and what follows.
-fn delimited(buf: &[u8]) -> Option<(&[u8], &[u8])> {
-    let (len, n) = varint(buf)?;
-    let len = usize::try_from(len).ok()?;
-    let rest = &buf[n..];
-    (len <= rest.len()).then(|| rest.split_at(len))
-}
-
-/// A varint and its length in bytes; None where prost would refuse it
-/// (or find it cut short).
-#[inline]
-fn varint(buf: &[u8]) -> Option<(u64, usize)> {
-    match buf.first() {
-        Some(&byte) if byte < 0x80 => Some((u64::from(byte), 1)),
-        _ => long_varint(buf),
-    }
-}
-
-fn long_varint(buf: &[u8]) -> Option<(u64, usize)> {
-    let mut v = 0u64;
-    let mut shift = 0;
-    for (i, &byte) in buf.iter().enumerate().take(10) {
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return (i < 9 || byte <= 1).then_some((v, i + 1));
-        }
-        shift += 7;
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ingest::builder::Budget;
-
-    #[test]
-    fn varints_as_prost_reads_them() {
-        for v in [0u64, 1, 127, 128, 300, 1 << 35, u64::MAX] {
-            let mut bytes = Vec::new();
-            prost::encoding::encode_varint(v, &mut bytes);
-            assert_eq!(varint(&bytes), Some((v, bytes.len())), "{v}");
-            assert_eq!(varint(&bytes[..bytes.len() - 1]), None);
-        }
-        // Ten bytes whose last carries more than the 64th bit.
-        assert_eq!(
-            varint(&[0xff; 9].iter().chain(&[2]).copied().collect::<Vec<_>>()),
-            None
-        );
-    }
 
     #[test]
     fn a_label_without_its_value_has_an_empty_one() {

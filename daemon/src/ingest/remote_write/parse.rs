@@ -13,14 +13,13 @@
 //! module.
 
 use hashbrown::HashMap;
-use prost::encoding::{
-    check_wire_type, decode_key, double, int32, int64, skip_field, DecodeContext, WireType,
-};
+use prost::encoding::{check_wire_type, double, int32, int64, skip_field, DecodeContext, WireType};
 
 use super::{family_type_of, fast, kind_by_metadata, kind_given, KnownKind, RemoteWriteConfig};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::Budget;
 use crate::ingest::text::same;
+use crate::ingest::view::fast::key as wire_key;
 pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, nested, Mark, PushView, ViewBuilder, ViewError};
 use crate::metadata::{FamilyType, MetadataBook};
@@ -51,7 +50,7 @@ impl Parse<'_> {
         };
         let mut buf = bytes;
         while !buf.is_empty() {
-            let (tag, wire_type) = decode_key(&mut buf)?;
+            let (tag, wire_type) = wire_key(&mut buf)?;
             match tag {
                 1 => {
                     check_wire_type(WireType::LengthDelimited, wire_type)
@@ -68,7 +67,7 @@ impl Parse<'_> {
     fn metadata<'a>(&self, mut buf: &'a [u8]) -> Result<HashMap<&'a str, FamilyType>, ParseError> {
         let mut types = HashMap::new();
         while !buf.is_empty() {
-            let (tag, wire_type) = decode_key(&mut buf)?;
+            let (tag, wire_type) = wire_key(&mut buf)?;
             if tag != 3 {
                 skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
                 continue;
