@@ -21,9 +21,10 @@
 //! fields and check nested lengths, and the few checks written here (a
 //! string's length and UTF-8) fail with prost's own messages, naming the
 //! field. A property test holds the view to what `pb::PushRequest::decode`
-//! makes of the same bytes, errors included. One difference is left: prost's recursion limit for
-//! unknown groups is counted from each of the request's own messages here,
-//! not from the request, so it allows at most three levels more.
+//! makes of the same bytes, errors included. One difference is left:
+//! prost's recursion limit for unknown groups is counted from each of the
+//! request's own messages here, not from the request, so it allows at
+//! most three levels more.
 
 mod build;
 mod encode;
