@@ -19,24 +19,16 @@ use std::marker::PhantomData;
 
 use bytes::{BufMut, Bytes};
 use prost::encoding::{encode_varint, encoded_len_varint};
+use tally_proto::keys::{
+    LABEL_NAME, LABEL_VALUE, PUSH_SOURCES, SERIES_KIND, SERIES_LABELS, SERIES_METRIC,
+    SERIES_TIMESTAMPS, SERIES_VALUES, SOURCE_NAME, SOURCE_SERIES,
+};
 use tally_proto::v1 as pb;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
 use crate::batch::{Plan, Timeline, WorkerSeries};
 use crate::fleet::Fleet;
-
-/// Field keys (field number << 3 | wire type 2 = length-delimited, 0 = varint).
-const PUSH_SOURCES: u8 = 1 << 3 | 2;
-const SOURCE_NAME: u8 = 1 << 3 | 2;
-const SOURCE_SERIES: u8 = 2 << 3 | 2;
-const SERIES_METRIC: u8 = 1 << 3 | 2;
-const SERIES_KIND: u8 = 2 << 3;
-const SERIES_TIMESTAMPS: u8 = 3 << 3 | 2;
-const SERIES_VALUES: u8 = 4 << 3 | 2;
-const SERIES_LABELS: u8 = 5 << 3 | 2;
-const LABEL_NAME: u8 = 1 << 3 | 2;
-const LABEL_VALUE: u8 = 2 << 3 | 2;
 
 /// Reusable scratch space, so encoding a message allocates only its output,
 /// and the label sets' fields, encoded once.

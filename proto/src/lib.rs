@@ -10,6 +10,8 @@ pub mod v1 {
     tonic::include_proto!("tally.v1");
 }
 
+pub mod keys;
+
 /// Prometheus remote-write 1.0 messages (`prometheus.WriteRequest`), which
 /// the daemon receives on `POST /api/v1/write` and the load generator sends.
 #[allow(clippy::all, missing_docs)]

@@ -15,18 +15,12 @@
 
 use prost::encoding::WireType;
 
-use super::{PushView, SeriesCols};
+use tally_proto::keys::{
+    LABEL_NAME, LABEL_VALUE, SERIES_KIND, SERIES_LABELS, SERIES_METRIC, SERIES_START_TIMES,
+    SERIES_TIMESTAMPS, SERIES_VALUES,
+};
 
-/// `SeriesSamples`' fields as keys (field number, wire type).
-const METRIC: u8 = 1 << 3 | 2;
-const KIND: u8 = 2 << 3;
-const TIMESTAMPS: u8 = 3 << 3 | 2;
-const VALUES: u8 = 4 << 3 | 2;
-const LABELS: u8 = 5 << 3 | 2;
-const START_TIMES: u8 = 6 << 3 | 2;
-/// `Label.name` and `Label.value`.
-const LABEL_NAME: u8 = 1 << 3 | 2;
-const LABEL_VALUE: u8 = 2 << 3 | 2;
+use super::{PushView, SeriesCols};
 
 impl<'a> PushView<'a> {
     /// The length-delimited `SeriesSamples` at the front of `buf`, appended
@@ -57,19 +51,19 @@ impl<'a> PushView<'a> {
 
     fn series_fields(&mut self, mut m: &'a [u8]) -> Option<SeriesCols<'a>> {
         let mut cols = self.open_series();
-        if let Some(field) = after_key(&mut m, METRIC) {
+        if let Some(field) = after_key(&mut m, SERIES_METRIC) {
             cols.metric = std::str::from_utf8(field).ok()?;
         }
-        if let Some((&KIND, rest)) = m.split_first() {
+        if let Some((&SERIES_KIND, rest)) = m.split_first() {
             let (v, n) = varint(rest)?;
             // As prost's `int32`: the varint's low 32 bits.
             cols.kind = v as i32;
             m = &rest[n..];
         }
-        if let Some(packed) = after_key(&mut m, TIMESTAMPS) {
+        if let Some(packed) = after_key(&mut m, SERIES_TIMESTAMPS) {
             int64s(packed, &mut self.timestamps_ms)?;
         }
-        if let Some(packed) = after_key(&mut m, VALUES) {
+        if let Some(packed) = after_key(&mut m, SERIES_VALUES) {
             let mut chunks = packed.chunks_exact(8);
             for c in chunks.by_ref() {
                 self.values.push(f64::from_le_bytes(c.try_into().ok()?));
@@ -78,10 +72,10 @@ impl<'a> PushView<'a> {
                 return None;
             }
         }
-        while let Some(label) = after_key(&mut m, LABELS) {
+        while let Some(label) = after_key(&mut m, SERIES_LABELS) {
             self.labels.push(self::label(label)?);
         }
-        if let Some(packed) = after_key(&mut m, START_TIMES) {
+        if let Some(packed) = after_key(&mut m, SERIES_START_TIMES) {
             int64s(packed, &mut self.start_times_ms)?;
         }
         if !m.is_empty() {
@@ -96,7 +90,7 @@ impl<'a> PushView<'a> {
 /// there; a cut-short field leaves `m` pointing at its key, which then
 /// fails the caller's check that every byte was read.
 #[inline(always)]
-fn after_key<'a>(m: &mut &'a [u8], key: u8) -> Option<&'a [u8]> {
+pub(crate) fn after_key<'a>(m: &mut &'a [u8], key: u8) -> Option<&'a [u8]> {
     match m.split_first() {
         Some((&k, rest)) if k == key => {
             let (field, rest) = delimited(rest)?;
@@ -294,20 +288,20 @@ mod tests {
         let mut unusual = Vec::new();
         // The fields out of order: values before the metric.
         let mut s = Vec::new();
-        s.extend_from_slice(&[VALUES, 8]);
+        s.extend_from_slice(&[SERIES_VALUES, 8]);
         s.extend_from_slice(&1.0f64.to_le_bytes());
-        s.extend_from_slice(&[METRIC, 1, b'm']);
+        s.extend_from_slice(&[SERIES_METRIC, 1, b'm']);
         unusual.push(s);
         // A metric that is not UTF-8.
-        unusual.push(vec![METRIC, 1, 0xff]);
+        unusual.push(vec![SERIES_METRIC, 1, 0xff]);
         // Packed values cut at seven bytes.
-        unusual.push(vec![VALUES, 7, 0, 0, 0, 0, 0, 0, 0]);
+        unusual.push(vec![SERIES_VALUES, 7, 0, 0, 0, 0, 0, 0, 0]);
         // A timestamp sent unpacked (field 3 as a varint).
         unusual.push(vec![3 << 3, 5]);
         // An unknown field.
         unusual.push(vec![9 << 3, 1]);
         // A label with its name left out.
-        unusual.push(vec![LABELS, 3, LABEL_VALUE, 1, b'x']);
+        unusual.push(vec![SERIES_LABELS, 3, LABEL_VALUE, 1, b'x']);
         for body in unusual {
             let mut bytes = Vec::new();
             prost::encoding::encode_varint(body.len() as u64, &mut bytes);
