@@ -39,6 +39,7 @@ pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, PushView, ViewBuilder, ViewError};
 use crate::labels::label_name_from_key_cow;
 
+mod fast;
 mod map;
 
 /// An OTLP request read into a view of its bytes.
@@ -373,54 +374,33 @@ impl<'a, 'c> Reader<'a, 'c> {
 
     /// One `Metric`: its name and type first, then its points.
     fn metric(&mut self, m: &'a [u8]) -> Result<(), ParseError> {
-        let (mut name, mut data, mut end) = ("", None::<Data<'a>>, 0usize);
-        fields(m, |buf, tag, wire_type| {
-            // Where this field's key starts: where the one before ended.
-            let start = end;
-            let at = |field| move |e: ViewError| e.at("Metric", field);
-            match (tag, Variant::of(tag)) {
-                (1, _) => name = borrow_str(wire_type, buf).map_err(at("name"))?,
-                (2, _) => drop(borrow_str(wire_type, buf).map_err(at("description"))?),
-                (3, _) => drop(borrow_str(wire_type, buf).map_err(at("unit"))?),
-                (12, _) => drop(key_value(wire_type, buf).map_err(at("metadata"))?),
-                (_, Some(variant)) => {
-                    let body = wire::body(wire_type, buf)?;
-                    match &mut data {
-                        Some(d) if d.variant == variant => d.only = None,
-                        _ => {
-                            data = Some(Data {
-                                variant,
-                                from: start,
-                                replaced: data.is_some(),
-                                only: Some(body),
-                            })
-                        }
+        let (name, variant, shape, data) = match self.fast_metric(m) {
+            // The usual layout: its points are in `gathered`.
+            Some((name, variant, shape)) => (name, variant, shape, None),
+            None => {
+                let (name, data) = metric_fields(m)?;
+                let Some(data) = data else {
+                    if self.source.is_none() {
+                        self.missing_source(name, 0);
                     }
-                }
-                _ => skip(wire_type, tag, buf)?,
+                    return Ok(());
+                };
+                let (shape, gathered) = self.shape(m, &data)?;
+                (name, data.variant, shape, (!gathered).then_some(data))
             }
-            end = m.len() - buf.len();
-            Ok::<(), ViewError>(())
-        })?;
-        let Some(data) = data else {
-            if self.source.is_none() {
-                self.missing_source(name, 0);
-            }
-            return Ok(());
         };
-        let (shape, gathered) = self.shape(m, &data)?;
-        let names = map::Names::new(self.arena, name, data.variant, &mut self.scratch);
+        let names = map::Names::new(self.arena, name, variant, &mut self.scratch);
         let mut missing = 0u64;
-        let variant = data.variant;
         let in_data = |e: ParseError| e.at("Metric", variant.field());
-        if gathered {
-            for i in 0..self.gathered.len() {
-                let point = self.gathered[i];
-                self.take_point(&names, variant, shape, point, &mut missing)
-                    .map_err(in_data)?;
+        match data {
+            None => {
+                for i in 0..self.gathered.len() {
+                    let point = self.gathered[i];
+                    self.take_point(&names, variant, shape, point, &mut missing)
+                        .map_err(in_data)?;
+                }
             }
-        } else {
-            data.bodies(m, |body| {
+            Some(data) => data.bodies(m, |body| {
                 fields(body, |buf, tag, wire_type| match tag {
                     1 => {
                         let point = wire::body(wire_type, buf)?;
@@ -429,7 +409,7 @@ impl<'a, 'c> Reader<'a, 'c> {
                     _ => Ok(skip(wire_type, tag, buf)?),
                 })
                 .map_err(in_data)
-            })?;
+            })?,
         }
         if self.source.is_none() {
             self.missing_source(name, missing);
@@ -536,11 +516,23 @@ impl<'a, 'c> Reader<'a, 'c> {
     /// [`Point`], its attributes, bucket counts, bounds and quantiles into
     /// the reader's buffers.
     fn read_point(&mut self, variant: Variant, point: &'a [u8]) -> Result<Point, ViewError> {
-        let mut p = Point::default();
         self.attrs.clear();
         self.counts.clear();
         self.bounds.clear();
         self.quantiles.clear();
+        if matches!(variant, Variant::Gauge | Variant::Sum) {
+            if let Some(p) = self.fast_number_point(point) {
+                return Ok(p);
+            }
+            self.attrs.clear();
+        }
+        self.exact_point(variant, point)
+    }
+
+    /// [`Reader::read_point`] for any layout, field by field as prost
+    /// reads it (`self.attrs` and the arrays empty).
+    fn exact_point(&mut self, variant: Variant, point: &'a [u8]) -> Result<Point, ViewError> {
+        let mut p = Point::default();
         let (attributes, exemplars, flags) = match variant {
             Variant::Gauge | Variant::Sum => (7, 5, 8),
             Variant::Histogram => (9, 8, 10),
@@ -659,6 +651,41 @@ impl<'a, 'c> Reader<'a, 'c> {
             _ => skip(wire_type, tag, buf),
         }
     }
+}
+
+/// A `Metric`'s name and the data that counts, read field by field as
+/// prost reads them.
+fn metric_fields(m: &[u8]) -> Result<(&str, Option<Data<'_>>), ViewError> {
+    let (mut name, mut data, mut end) = ("", None::<Data<'_>>, 0usize);
+    fields(m, |buf, tag, wire_type| {
+        // Where this field's key starts: where the one before ended.
+        let start = end;
+        let at = |field| move |e: ViewError| e.at("Metric", field);
+        match (tag, Variant::of(tag)) {
+            (1, _) => name = borrow_str(wire_type, buf).map_err(at("name"))?,
+            (2, _) => drop(borrow_str(wire_type, buf).map_err(at("description"))?),
+            (3, _) => drop(borrow_str(wire_type, buf).map_err(at("unit"))?),
+            (12, _) => drop(key_value(wire_type, buf).map_err(at("metadata"))?),
+            (_, Some(variant)) => {
+                let body = wire::body(wire_type, buf)?;
+                match &mut data {
+                    Some(d) if d.variant == variant => d.only = None,
+                    _ => {
+                        data = Some(Data {
+                            variant,
+                            from: start,
+                            replaced: data.is_some(),
+                            only: Some(body),
+                        })
+                    }
+                }
+            }
+            _ => skip(wire_type, tag, buf)?,
+        }
+        end = m.len() - buf.len();
+        Ok::<(), ViewError>(())
+    })?;
+    Ok((name, data))
 }
 
 fn f64_field_of(
