@@ -180,7 +180,9 @@ mod tests {
         let cfg = OtlpConfig::default();
         let mut r = Reader::new(&arena, &cfg, 10, Budget::default());
         let shown = |r: &Reader| r.attrs.iter().map(|a| format!("{a:?}")).collect();
-        let fast = r.fast_number_point(bytes).map(|p| (format!("{p:?}"), shown(&r)));
+        let fast = r
+            .fast_number_point(bytes)
+            .map(|p| (format!("{p:?}"), shown(&r)));
         r.attrs.clear();
         let exact = r.exact_point(Variant::Gauge, bytes).expect("valid");
         (fast, (format!("{exact:?}"), shown(&r)))

@@ -23,6 +23,7 @@ pub(in crate::ingest::otlp) struct Names<'a> {
 }
 
 impl<'a> Names<'a> {
+    #[inline]
     pub(in crate::ingest::otlp) fn new(
         arena: &'a Bump,
         name: &'a str,
@@ -137,6 +138,20 @@ impl<'a> Reader<'a, '_> {
     /// their values with `;`), then the resource's labels it lacks.
     fn point_labels(&mut self) {
         self.labels.clear();
+        // Most points of some agents have no attributes: no drain to set up.
+        if !self.attrs.is_empty() {
+            self.attribute_labels();
+        }
+        for &(name, value) in &self.resource_labels {
+            if !self.labels.iter().any(|l| l.0 == name) {
+                self.labels.push((name, value));
+            }
+        }
+    }
+
+    /// The open point's attributes as labels, colliding names joining
+    /// their values with `;`.
+    fn attribute_labels(&mut self) {
         let arena = self.arena;
         for (key, attr) in self.attrs.drain(..) {
             let Some(value) = attr.text(arena, &mut self.scratch) else {
@@ -152,11 +167,6 @@ impl<'a> Reader<'a, '_> {
                     l.1 = arena.alloc_str(&self.scratch);
                 }
                 None => self.labels.push((name, value)),
-            }
-        }
-        for &(name, value) in &self.resource_labels {
-            if !self.labels.iter().any(|l| l.0 == name) {
-                self.labels.push((name, value));
             }
         }
     }
