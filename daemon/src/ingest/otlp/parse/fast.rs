@@ -4,22 +4,23 @@
 //! a `NumberDataPoint` of one-byte keys for its times, its value, its flags
 //! and attributes that are a key and a string, in any order. Anything else
 //! (metadata, a histogram, a data field given twice, an exemplar, an
-//! attribute of another type or of an unusual layout, a
-//! field Tally does not know, a varint prost would refuse, a string that
-//! is not UTF-8) is left to the exact reader in the parent module, which
-//! reads the metric or the point again from its start as prost does and
-//! names what is wrong.
+//! attribute of another type or of an unusual layout, a field Tally does
+//! not know, a varint prost would refuse, a string that is not UTF-8) is
+//! left to the exact reader in the parent module, which reads the metric
+//! or the point again from its start as prost does and names what is
+//! wrong.
 //!
 //! Why: the exact reader walks each field through a closure, a metric's
 //! data twice (for its shape, then its points), and each attribute through
 //! three nested walks (the `KeyValue`, its `AnyValue`, the string), each
 //! with prost's generic primitives. W1 sends a metric per point: the walks
-//! were most of what the OTLP parser spent. The same layout rule as `tally.v1`'s fast reader
-//! (`ingest/view/fast.rs`), whose primitives this shares.
+//! were most of what the OTLP parser spent. The same layout rule as
+//! `tally.v1`'s fast reader (`ingest/view/fast.rs`), whose primitives this
+//! shares.
 
 use super::wire::Attr;
 use super::{Point, Reader, Shape, Variant, GATHERED_POINTS};
-use crate::ingest::view::fast::{after_key, delimited, read_varint, varint};
+use crate::ingest::view::fast::{after_key, delimited, varint};
 
 /// `Metric`'s fields as keys (field number << 3 | wire type).
 const NAME: u8 = 1 << 3 | 2;
@@ -78,12 +79,13 @@ impl<'a> Reader<'a, '_> {
         };
         if variant == Variant::Sum {
             // prost reads an `int32` and a `bool` as varints, cut to 32
-            // bits and compared with zero.
+            // bits and compared with zero. A varint it would refuse is left
+            // unread, so `data` is not empty below.
             if let Some(v) = after_varint_key(&mut data, TEMPORALITY) {
-                shape.temporality = v? as i32;
+                shape.temporality = v as i32;
             }
             if let Some(v) = after_varint_key(&mut data, MONOTONIC) {
-                shape.monotonic = v? != 0;
+                shape.monotonic = v != 0;
             }
         }
         data.is_empty().then_some((name, variant, shape))
@@ -107,7 +109,11 @@ impl<'a> Reader<'a, '_> {
                     b = rest;
                 }
                 // prost reads a `uint32` as a varint cut to 32 bits.
-                FLAGS => p.flags = read_varint(&mut b).ok()? as u32,
+                FLAGS => {
+                    let (v, n) = varint(b)?;
+                    p.flags = v as u32;
+                    b = &b[n..];
+                }
                 _ => return None,
             }
         }
@@ -116,17 +122,17 @@ impl<'a> Reader<'a, '_> {
 }
 
 /// The varint field keyed `key` at the front of `b`, with `b` moved past
-/// it: None if another field is there, Some(None) if it is one prost
-/// would refuse.
+/// it; None, `b` untouched, if another field is there or prost would
+/// refuse the varint.
 #[inline(always)]
-fn after_varint_key(b: &mut &[u8], key: u8) -> Option<Option<u64>> {
-    match b.split_first() {
-        Some((&k, rest)) if k == key => Some(varint(rest).map(|(v, n)| {
-            *b = &rest[n..];
-            v
-        })),
-        _ => None,
+fn after_varint_key(b: &mut &[u8], key: u8) -> Option<u64> {
+    let (&k, rest) = b.split_first()?;
+    if k != key {
+        return None;
     }
+    let (v, n) = varint(rest)?;
+    *b = &rest[n..];
+    Some(v)
 }
 
 /// Eight little-endian bytes at the front of `b`.
