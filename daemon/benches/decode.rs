@@ -4,7 +4,9 @@
 //! message and W1's unlabelled one; and a remote-write
 //! request and a line-protocol body of W1's shape read into that view; and
 //! a read of Graphite plaintext lines of W1's shape gathered into a batch
-//! and its view, as a connection does; and an OTLP request of the load
+//! and its view, as a connection does; both text protocols again as the
+//! load generator renders W1 (full-precision values, and twenty fields
+//! to a line of line protocol); and an OTLP request of the load
 //! generator's W1 (a resource per source, a metric per series, one point
 //! each) read into the view. Run with `cargo bench -p tallyd
 //! --bench decode`; figures are in BENCHMARKS.md.
@@ -158,6 +160,43 @@ fn w1_graphite() -> Vec<u8> {
     body.into_bytes()
 }
 
+/// A gauge's value as the load generator writes it: a fraction printed at
+/// full precision, sixteen or seventeen digits.
+fn full_precision(i: usize) -> f64 {
+    (i as f64 * 0.618_033_988_749_895).fract() * 1000.0 - 100.0
+}
+
+/// One line-protocol body as the load generator renders W1 for `influx`
+/// (5,000 samples): a line per source and tick with its twenty gauges as
+/// fields, at millisecond precision.
+fn w1_full_line_protocol() -> Vec<u8> {
+    let mut body = String::new();
+    for s in 0..250 {
+        body.push_str(&format!("m,host=src-{s:04} "));
+        let fields: Vec<String> = (1..=20)
+            .map(|m| format!("{m:02}={}", full_precision(s * 20 + m)))
+            .collect();
+        body.push_str(&fields.join(","));
+        body.push_str(" 1795305600123\n");
+    }
+    body.into_bytes()
+}
+
+/// 5,000 Graphite plaintext lines as the load generator renders W1 for
+/// `graphite`: `<source>.<metric> <value> <seconds>.<milliseconds>`.
+fn w1_full_graphite() -> Vec<u8> {
+    let mut body = String::new();
+    for i in 0..5_000 {
+        body.push_str(&format!(
+            "src-{:04}.m_{:02} {} 1795305600.123\n",
+            i / 20,
+            i % 20 + 1,
+            full_precision(i)
+        ));
+    }
+    body.into_bytes()
+}
+
 /// One OTLP request as the load generator renders W1 for `otlp-grpc` and
 /// `otlp-http`: 250 resources (`service.instance.id` the source) of 20
 /// metrics, each a metric of one point without attributes; of every four
@@ -288,6 +327,20 @@ fn decode(c: &mut Criterion) {
             touch(&r.view)
         })
     });
+    let body = w1_full_line_protocol();
+    g.bench_function(
+        "w1_full_precision_line_protocol_5000_fields/borrowed_view",
+        |b| {
+            b.iter(|| {
+                let arena = bumpalo::Bump::new();
+                let r =
+                    influx::convert(&body, &arena, Precision::Milliseconds, 0, &cfg, 10, budget)
+                        .unwrap();
+                assert_eq!(r.refused.rejected, 0);
+                touch(&r.view)
+            })
+        },
+    );
     let body = w1_otlp();
     let otlp_cfg = OtlpConfig::default();
     g.bench_function("w1_otlp_5000_points/borrowed_view", |b| {
@@ -298,19 +351,27 @@ fn decode(c: &mut Criterion) {
             touch(&r.view)
         })
     });
-    let body = w1_graphite();
-    let text = std::str::from_utf8(&body).unwrap();
-    let mut batch = Batch::new(2, 10, budget);
-    g.bench_function("w1_graphite_5000_lines/batch_and_view", |b| {
-        b.iter(|| {
-            batch.clear();
-            for line in text.lines() {
-                let line = graphite::parse_text(line).unwrap();
-                batch.push(&line, 0).unwrap();
-            }
-            touch(&batch.view())
-        })
-    });
+    for (name, body, source_component) in [
+        ("w1_graphite_5000_lines/batch_and_view", w1_graphite(), 2),
+        (
+            "w1_full_precision_graphite_5000_lines/batch_and_view",
+            w1_full_graphite(),
+            1,
+        ),
+    ] {
+        let text = std::str::from_utf8(&body).unwrap();
+        let mut batch = Batch::new(source_component, 10, budget);
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                batch.clear();
+                for line in text.lines() {
+                    let line = graphite::parse_text(line).unwrap();
+                    batch.push(&line, 0).unwrap();
+                }
+                touch(&batch.view())
+            })
+        });
+    }
     g.finish();
 }
 

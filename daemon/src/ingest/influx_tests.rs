@@ -336,7 +336,59 @@ fn metric_names_follow_each_line_when_fields_change_order_or_measurement() {
     assert_eq!(got, want);
 }
 
+/// A line of few keys, some given twice, some string fields: (measurement,
+/// fields as key and whether it is a string).
+fn keyed_line() -> impl Strategy<Value = (bool, Vec<(u8, bool)>)> {
+    (
+        any::<bool>(),
+        proptest::collection::vec((0u8..2, any::<bool>()), 1..4),
+    )
+}
+
+#[test]
+fn names_kept_after_a_string_field_vouch_for_no_line() {
+    // The second line leaves `y` as the first name kept; the third, whose
+    // first field is a string, must not leave `y` kept twice.
+    let body =
+        "m,host=a x=1,y=1 1\nm,host=a y=1,x=\"s\" 1\nm,host=a x=\"s\",y=1 1\nm,host=a y=1,y=2 1\n";
+    let r = run(body, Precision::Seconds);
+    let (problems, _) = r.refused_lines(&r.refused, 10);
+    let got: Vec<u32> = problems.iter().map(|p| p.line).collect();
+    assert_eq!(got, [4], "{problems:?}");
+}
+
 proptest! {
+    /// Whatever the lines before it, a line is refused for a field given
+    /// twice exactly when it gives one twice (the names kept from the
+    /// line before must never vouch for keys they do not cover).
+    #[test]
+    fn a_field_given_twice_is_refused_whatever_came_before(lines in proptest::collection::vec(keyed_line(), 1..24)) {
+        let mut body = String::new();
+        let mut want = Vec::new();
+        for (i, (m, fields)) in lines.iter().enumerate() {
+            body.push_str(if *m { "m,host=a " } else { "n,host=a " });
+            let text: Vec<String> = fields
+                .iter()
+                .map(|&(k, string)| {
+                    let key = ["x", "y"][usize::from(k)];
+                    if string { format!("{key}=\"s\"") } else { format!("{key}=1") }
+                })
+                .collect();
+            body.push_str(&text.join(","));
+            body.push_str(" 1\n");
+            let mut keys: Vec<u8> = fields.iter().map(|f| f.0).collect();
+            keys.sort_unstable();
+            if keys.windows(2).any(|w| w[0] == w[1]) {
+                want.push(i as u32 + 1);
+            }
+        }
+        let cfg = InfluxConfig::default();
+        let r = convert(body.as_bytes(), arena(), Precision::Seconds, 0, &cfg, 100, BUDGET).unwrap();
+        let (problems, _) = r.refused_lines(&r.refused, 100);
+        let got: Vec<u32> = problems.iter().map(|p| p.line).collect();
+        prop_assert_eq!(got, want, "{}", body);
+    }
+
     /// Splitting at newlines is InfluxDB's own rule for bodies without
     /// quotes or backslashes.
     #[test]

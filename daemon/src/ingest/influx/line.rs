@@ -169,23 +169,39 @@ fn number(s: &str) -> Option<f64> {
 }
 
 /// `-?D(.D)?([eE][+-]?D)?` with `D` one or more digits: the float shapes
-/// the reference reads (`1`, `1.5`, `1e5`, `1.5e-5`).
+/// the reference reads (`1`, `1.5`, `1e5`, `1.5e-5`). One walk of the
+/// bytes: a search for the exponent, then one for the point, then a
+/// check of each part's digits were each a walk of a full-precision
+/// value, the form W1's gauges come in.
 fn float_shape(s: &str) -> bool {
-    let s = s.strip_prefix('-').unwrap_or(s);
-    let (mantissa, exponent) = match s.find(['e', 'E']) {
-        Some(at) => (&s[..at], Some(&s[at + 1..])),
-        None => (s, None),
+    let b = s.as_bytes();
+    let mut at = usize::from(b.first() == Some(&b'-'));
+    let digits = |at: &mut usize| {
+        let start = *at;
+        while b.get(*at).is_some_and(u8::is_ascii_digit) {
+            *at += 1;
+        }
+        *at > start
     };
-    let digits = |d: &str| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit());
-    let mantissa_ok = match mantissa.split_once('.') {
-        Some((int, frac)) => digits(int) && digits(frac),
-        None => digits(mantissa),
-    };
-    let exponent_ok = match exponent {
-        None => true,
-        Some(e) => digits(e.strip_prefix(['+', '-']).unwrap_or(e)),
-    };
-    mantissa_ok && exponent_ok
+    if !digits(&mut at) {
+        return false;
+    }
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        if !digits(&mut at) {
+            return false;
+        }
+    }
+    if matches!(b.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(b.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        if !digits(&mut at) {
+            return false;
+        }
+    }
+    at == b.len()
 }
 
 /// The reference parser's reading, into `out` in the same form; `keep`
