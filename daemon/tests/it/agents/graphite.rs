@@ -193,8 +193,22 @@ async fn connections_and_idle_time_are_bounded() {
 /// by the time the daemon closes its side, none twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_batches_over_one_connection_are_all_kept() {
-    let d =
-        Daemon::start_async(with_graphite(tallyd()).env("TALLYD_GRAPHITE_BATCH_LINES", "10")).await;
+    let opts = with_graphite(tallyd()).env("TALLYD_GRAPHITE_BATCH_LINES", "10");
+    all_lines_of_one_connection_kept(opts).await;
+}
+
+/// A batch whose bytes reach the request budget (four times
+/// `ingest.max_message_bytes`) before its line count: the line it has no
+/// room for waits for its admission and starts the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_past_a_batch_budget_start_the_next_batch() {
+    let opts = with_graphite(tallyd()).env("TALLYD_INGEST_MAX_MESSAGE_BYTES", "1024");
+    all_lines_of_one_connection_kept(opts).await;
+}
+
+/// Sends 1,000 lines in 50 writes over one connection: every one is kept.
+async fn all_lines_of_one_connection_kept(opts: DaemonOpts) {
+    let d = Daemon::start_async(opts).await;
     let ts = now_ms() / 60_000 * 60 - 120;
     let mut s = connect(&d).await;
     let mut want = 0.0;
