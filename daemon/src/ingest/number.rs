@@ -42,6 +42,29 @@ pub(crate) fn short_decimal(s: &str) -> Option<f64> {
     Some(if negative { -v } else { v })
 }
 
+/// The eight digits `b` starts with, as a number, read as one word
+/// rather than digit by digit (a Unix timestamp is ten digits); None when
+/// its first eight bytes are not all digits.
+pub(crate) fn eight_digits(b: &[u8]) -> Option<u64> {
+    const NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    let w = u64::from_le_bytes(*b.first_chunk::<8>()?);
+    // A byte is a digit when its high nibble is 3 and adding 6 leaves it
+    // so (0x3A-0x3F become 0x40-0x45); no byte carries into the next.
+    let digits = w & NIBBLES == ZEROS && w.wrapping_add(0x0606_0606_0606_0606) & NIBBLES == ZEROS;
+    if !digits {
+        return None;
+    }
+    // The first digit is the lowest byte. Pairs of digits, then pairs of
+    // pairs, each combined in one multiplication.
+    let d = w - ZEROS;
+    let pairs = d.wrapping_mul(10).wrapping_add(d >> 8);
+    const LOW: u64 = 0x0000_00FF_0000_00FF;
+    let outer = (pairs & LOW).wrapping_mul(100 + (1_000_000 << 32));
+    let inner = ((pairs >> 16) & LOW).wrapping_mul(1 + (10_000 << 32));
+    Some(outer.wrapping_add(inner) >> 32)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -61,6 +84,34 @@ mod tests {
             let plain = plain_shape(&text);
             prop_assert_eq!(ours.is_some(), plain, "{}", text);
         }
+    }
+
+    proptest! {
+        /// Eight digits read as a word are the number they write; any
+        /// other byte among the first eight, or fewer than eight, is None.
+        #[test]
+        fn eight_digits_read_as_a_word(text in "[0-9]{6,10}|[0-9:/.a-]{8,9}|[\\x00-\\xff]{8}") {
+            let b = text.as_bytes();
+            let want = b
+                .get(..8)
+                .filter(|d| d.iter().all(u8::is_ascii_digit))
+                .map(|d| d.iter().fold(0u64, |v, c| v * 10 + u64::from(c - b'0')));
+            prop_assert_eq!(eight_digits(b), want, "{:?}", text);
+        }
+    }
+
+    #[test]
+    fn eight_digits_of_every_byte_next_to_a_digit() {
+        for c in 0..=255u8 {
+            let mut b = *b"12345678";
+            b[3] = c;
+            let want = c
+                .is_ascii_digit()
+                .then(|| 12_305_678 + u64::from(c - b'0') * 10_000);
+            assert_eq!(eight_digits(&b), want, "{c:#x}");
+        }
+        assert_eq!(eight_digits(b"99999999"), Some(99_999_999));
+        assert_eq!(eight_digits(b"00000000"), Some(0));
     }
 
     /// `-?D(.D)?` with at most fifteen digits.
