@@ -197,8 +197,8 @@ impl Reader {
     /// are checked as UTF-8 in one pass; only when that fails is each
     /// checked on its own, to refuse just the lines that are not text.
     /// Lines are taken in a plain loop that stops only when the batch must
-    /// be admitted: awaiting each line moved the connection's nested
-    /// futures line by line, a tenth of reading a Graphite stream.
+    /// be admitted: awaiting each line stepped through the connection's
+    /// nested futures line by line, 6% of the daemon's time on W1.
     async fn take(&mut self, data: &[u8]) {
         let now_ms = chrono::Utc::now().timestamp_millis();
         let whole = memchr::memrchr(b'\n', data).map_or(0, |at| at + 1);

@@ -263,11 +263,11 @@ impl<'a> Names<'a> {
         }
     }
 
-    /// True when `line`'s fields are, in order, among the keys of the
-    /// last line of its measurement: that line's keys were found distinct,
-    /// so these are. Agents repeat a measurement's fields line after line,
-    /// and sorting each line's keys to look for one given twice was a
-    /// fiftieth of reading W1's lines (twenty fields each).
+    /// True when `line`'s fields are, in order, the leading keys kept from
+    /// the last line of its measurement: that line's keys were found
+    /// distinct, so these are. Agents repeat a measurement's fields line
+    /// after line, and sorting each line's keys to look for one given
+    /// twice took 1.6% of the daemon's time on W1 (twenty fields a line).
     fn known_fields(&self, line: &Line<'_>) -> bool {
         same(self.measurement, line.measurement)
             && line.fields.len() <= self.fields.len()

@@ -169,10 +169,10 @@ fn number(s: &str) -> Option<f64> {
 }
 
 /// `-?D(.D)?([eE][+-]?D)?` with `D` one or more digits: the float shapes
-/// the reference reads (`1`, `1.5`, `1e5`, `1.5e-5`). One walk of the
-/// bytes: a search for the exponent, then one for the point, then a
-/// check of each part's digits were each a walk of a full-precision
-/// value, the form W1's gauges come in.
+/// the reference reads (`1`, `1.5`, `1e5`, `1.5e-5`), in one walk of the
+/// bytes: searching for the exponent, then for the point, then checking
+/// each part's digits walked a full-precision value (W1's gauges) three
+/// times.
 fn float_shape(s: &str) -> bool {
     let b = s.as_bytes();
     let mut at = usize::from(b.first() == Some(&b'-'));
