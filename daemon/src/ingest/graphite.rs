@@ -17,6 +17,8 @@
 //!   millisecond); a line without one, or with `-1`, is stamped with the
 //!   time it was read.
 
+mod fields;
+
 use std::ops::Range;
 
 use tally_proto::v1 as pb;
@@ -108,40 +110,28 @@ pub fn parse_line(bytes: &[u8]) -> Result<Line<'_>, LineError> {
 
 /// [`parse_line`] for a line known to be text: the listener checks a
 /// read's whole lines at once, since checking each line on its own was a
-/// fiftieth of the daemon's time.
-///
-/// The path's end, its tags' start and its dots are each found a word at
-/// a time ([`find`]): splitting it into fields, then into components,
-/// then finding the source's component (one search per part) was a fifth
-/// of reading a Graphite stream, and a walk of it byte by byte, with a
-/// jump per byte, still most of the parser. The refusals are the same,
-/// and in the same order: the count of fields first.
+/// fiftieth of the daemon's time. Its parts are found in one reading of
+/// it ([`fields::split`]); the refusals come in the order of the parts:
+/// the count of fields first.
 pub fn parse_text(text: &str) -> Result<Line<'_>, LineError> {
-    let b = text.as_bytes();
-    let start = skip_blanks(b, 0);
-    let field = text.get(start..).unwrap_or_default();
-    let at = start + find(field, [b' ', b'\t', b'\r']).unwrap_or(field.len());
-    let field = text.get(start..at).unwrap_or_default();
-    let semi = find(field, [b';'; 3]).map(|i| start + i);
-    let (value, after) = next_field(text, at);
-    let (ts, after) = next_field(text, after);
-    let (extra, _) = next_field(text, after);
-    let (true, Some(value), None) = (at > start, value, extra) else {
-        return Err(LineError::Fields(fields(text).count()));
+    let f = fields::split(text);
+    let part = |(start, end): (usize, usize)| text.get(start..end).unwrap_or_default();
+    let (true, Some(value), false) = (f.end > f.start, f.value.map(part), f.extra) else {
+        return Err(LineError::Fields(fields::count(text)));
     };
-    let path = text.get(start..semi.unwrap_or(at)).unwrap_or_default();
-    if has_empty_component(path) {
+    if f.empty_component {
         return Err(LineError::Path);
     }
-    let tags = match semi {
-        Some(semi) => Tags::parse(text.get(semi + 1..at).unwrap_or_default())?,
+    let path = part((f.start, f.semi.unwrap_or(f.end)));
+    let tags = match f.semi {
+        Some(semi) => Tags::parse(part((semi + 1, f.end)))?,
         None => Tags::default(),
     };
     let value = short_decimal(value)
         .or_else(|| value.parse::<f64>().ok())
         .filter(|v| !v.is_infinite())
         .ok_or_else(|| LineError::Value(clip(value)))?;
-    let ts_ms = match ts {
+    let ts_ms = match f.ts.map(part) {
         None | Some("-1") => None,
         Some(ts) => Some(seconds_to_ms(ts).ok_or_else(|| LineError::Timestamp(clip(ts)))?),
     };
@@ -150,50 +140,6 @@ pub fn parse_text(text: &str) -> Result<Line<'_>, LineError> {
         tags,
         value,
         ts_ms,
-    })
-}
-
-/// True when a dotted path is empty, or one of its components is.
-fn has_empty_component(path: &str) -> bool {
-    let mut rest = path;
-    while let Some(dot) = find(rest, [b'.'; 3]) {
-        if dot == 0 {
-            return true;
-        }
-        rest = rest.get(dot + 1..).unwrap_or_default();
-    }
-    rest.is_empty()
-}
-
-fn is_blank(c: u8) -> bool {
-    c == b' ' || c == b'\t' || c == b'\r'
-}
-
-fn skip_blanks(b: &[u8], mut at: usize) -> usize {
-    while b.get(at).is_some_and(|&c| is_blank(c)) {
-        at += 1;
-    }
-    at
-}
-
-/// The field after the blanks at `at`, if any, and where it ends.
-fn next_field(text: &str, at: usize) -> (Option<&str>, usize) {
-    let start = skip_blanks(text.as_bytes(), at);
-    let Some(rest) = text.get(start..).filter(|r| !r.is_empty()) else {
-        return (None, start);
-    };
-    let end = find(rest, [b' ', b'\t', b'\r']).map_or(text.len(), |n| start + n);
-    (text.get(start..end), end)
-}
-
-/// A line's fields: the runs between spaces, tabs and carriage returns
-/// (counted when a line has the wrong number of them).
-fn fields(text: &str) -> impl Iterator<Item = &str> + '_ {
-    let mut at = 0;
-    std::iter::from_fn(move || {
-        let (field, end) = next_field(text, at);
-        at = end;
-        field
     })
 }
 
@@ -428,6 +374,7 @@ pub enum PushError {
 mod tests {
     use proptest::prelude::*;
 
+    use super::fields::fields;
     use super::*;
 
     const BUDGET: Budget = Budget {
