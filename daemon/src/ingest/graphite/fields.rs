@@ -56,18 +56,24 @@ fn nonzero(x: u64) -> u64 {
     ((x & LOW) + LOW) | x
 }
 
+/// A word whose bytes have their high bit set exactly where `w`'s bytes
+/// are not `c` (low bits as in [`nonzero`]).
+#[inline(always)]
+fn differs(w: u64, c: u8) -> u64 {
+    nonzero(w ^ (ONES * u64::from(c)))
+}
+
 /// The high bit of each byte of `w` that is `c`, and no other bit.
 #[inline(always)]
 fn equal(w: u64, c: u8) -> u64 {
-    !nonzero(w ^ (ONES * u64::from(c))) & HIGH
+    !differs(w, c) & HIGH
 }
 
 /// The high bit of each byte of `w` that is a blank (space, tab,
 /// carriage return), and no other bit.
 #[inline(always)]
 fn blanks(w: u64) -> u64 {
-    let other = |c: u8| nonzero(w ^ (ONES * u64::from(c)));
-    !(other(b' ') & other(b'\t') & other(b'\r')) & HIGH
+    !(differs(w, b' ') & differs(w, b'\t') & differs(w, b'\r')) & HIGH
 }
 
 /// The high bits of a word's bytes gathered into its lowest eight bits,
