@@ -17,18 +17,14 @@
 //!   millisecond); a line without one, or with `-1`, is stamped with the
 //!   time it was read.
 
+mod batch;
 mod fields;
 
-use std::ops::Range;
+pub use batch::{Batch, PushError};
 
-use tally_proto::v1 as pb;
-
-use super::builder::Budget;
 use super::number::{eight_digits, short_decimal};
-use super::view::{PushView, ViewBuilder};
 use crate::aggregator::RejectReason;
 use crate::ingest::text::find;
-use crate::labels::label_name_from_key_cow;
 
 /// One parsed line, borrowing from its text.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +34,10 @@ pub struct Line<'a> {
     pub value: f64,
     /// None: stamp it with the time of arrival.
     pub ts_ms: Option<i64>,
+    /// Where the path's first component ends (its first `.`, or its
+    /// length): the source's under the default `graphite.source_component`,
+    /// found while the line was split rather than searched for again.
+    pub first_end: usize,
 }
 
 /// A line's tags: the text after its path's first `;`, checked to be
@@ -140,6 +140,7 @@ pub fn parse_text(text: &str) -> Result<Line<'_>, LineError> {
         tags,
         value,
         ts_ms,
+        first_end: f.first_dot.map_or(path.len(), |dot| dot - f.start),
     })
 }
 
@@ -160,6 +161,9 @@ fn component(path: &str, n: usize) -> Option<(usize, usize)> {
 /// through a float, and in one pass (splitting it first and parsing its
 /// parts was a thirtieth of the daemon's time on a Graphite stream).
 fn seconds_to_ms(text: &str) -> Option<i64> {
+    if let Some(ms) = agents_seconds_to_ms(text.as_bytes()) {
+        return Some(ms);
+    }
     let (negative, b) = match text.as_bytes() {
         [b'-', rest @ ..] => (true, rest),
         b => (false, b),
@@ -196,6 +200,29 @@ fn seconds_to_ms(text: &str) -> Option<i64> {
     Some(if negative { -total } else { total })
 }
 
+/// [`seconds_to_ms`] for the forms agents write today, ten digits with
+/// three decimals or none (`1700000000.123`, `1700000000`), read by
+/// place; None for any other text, which the general reading takes. It
+/// took a tenth of parsing a line of W1 digit by digit.
+fn agents_seconds_to_ms(b: &[u8]) -> Option<i64> {
+    let digit = |c: u8| {
+        let d = c.wrapping_sub(b'0');
+        (d < 10).then_some(i64::from(d))
+    };
+    let (secs, ms) = match b {
+        [secs @ .., b'.', x, y, z] if secs.len() == 10 => {
+            (secs, digit(*x)? * 100 + digit(*y)? * 10 + digit(*z)?)
+        }
+        secs if secs.len() == 10 => (secs, 0),
+        _ => return None,
+    };
+    let [.., tens, ones] = secs else {
+        return None;
+    };
+    let whole = eight_digits(secs)? as i64 * 100 + digit(*tens)? * 10 + digit(*ones)?;
+    Some(whole * 1000 + ms)
+}
+
 fn clip(s: &str) -> String {
     let mut end = s.len().min(64);
     while !s.is_char_boundary(end) {
@@ -204,183 +231,12 @@ fn clip(s: &str) -> String {
     s[..end].to_owned()
 }
 
-/// Lines gathered into one request. A line's text is gone by the time
-/// its batch is admitted (the connection's buffer is read into again), so
-/// the batch keeps what it needs of each line in one text buffer, and
-/// hands admission a view borrowing from it. Clearing keeps the buffers:
-/// a connection's batches cost no allocation once the first has grown them.
-pub struct Batch {
-    /// Sources, metrics, label names and values, one after another.
-    text: String,
-    series: Vec<Gathered>,
-    labels: Vec<(Range<usize>, Range<usize>)>,
-    source_component: usize,
-    cap: usize,
-    budget: Budget,
-    /// Bytes of names and labels held, against `budget.bytes`, counted as
-    /// the view counts them.
-    bytes: usize,
-    /// Lines added, kept or refused.
-    pub lines: usize,
-}
-
-/// One line's series, its strings as ranges of the batch's text.
-struct Gathered {
-    source: Range<usize>,
-    metric: Range<usize>,
-    labels: Range<usize>,
-    ts_ms: i64,
-    value: f64,
-}
-
-/// What each series costs beyond its names, for [`Budget::bytes`], as the
-/// view builder counts it.
-const SERIES_OVERHEAD: usize = 64;
-
-impl Batch {
-    /// An empty batch; `source_component` is 1-based.
-    pub fn new(source_component: usize, cap: usize, budget: Budget) -> Batch {
-        Batch {
-            text: String::new(),
-            series: Vec::new(),
-            labels: Vec::new(),
-            source_component,
-            cap,
-            budget,
-            bytes: 0,
-            lines: 0,
-        }
-    }
-
-    /// Samples in the batch.
-    pub fn samples(&self) -> usize {
-        self.series.len()
-    }
-
-    /// Adds a parsed line, stamped `now_ms` if it has no timestamp. `Full`
-    /// when the batch cannot take it (the caller admits the batch and adds
-    /// the line to the next one).
-    pub fn push(&mut self, line: &Line<'_>, now_ms: i64) -> Result<(), PushError> {
-        let n = self.source_component;
-        let path = line.path;
-        // A path without a dot is one component: nothing is left for the
-        // metric.
-        let Some((s, e)) = component(path, n).filter(|&(s, e)| e - s < path.len()) else {
-            return Err(PushError::Line(LineError::NoMetric {
-                path: clip(path),
-                component: n,
-            }));
-        };
-        let source = &path[s..e];
-        let label_bytes: usize = line
-            .tags
-            .iter()
-            .map(|(k, v)| label_name_from_key_cow(k).len() + v.len() + SERIES_OVERHEAD / 2)
-            .sum();
-        // The metric is the path without the source and one dot.
-        let bytes = SERIES_OVERHEAD + line.path.len() - source.len() - 1 + label_bytes;
-        if self.series.len() + 1 > self.budget.samples || self.bytes + bytes > self.budget.bytes {
-            return Err(PushError::Full);
-        }
-        self.bytes += bytes;
-        let source = self.put(source);
-        // The path without the source's component and one dot.
-        let start = self.text.len();
-        if s > 0 {
-            self.text.push_str(&path[..s - 1]);
-        }
-        if e < path.len() {
-            if s > 0 {
-                self.text.push('.');
-            }
-            self.text.push_str(&path[e + 1..]);
-        }
-        let metric = start..self.text.len();
-        let first = self.labels.len();
-        for (k, v) in line.tags.iter() {
-            let name = self.put(&label_name_from_key_cow(k));
-            let value = self.put(v);
-            self.labels.push((name, value));
-        }
-        self.series.push(Gathered {
-            source,
-            metric,
-            labels: first..self.labels.len(),
-            ts_ms: line.ts_ms.unwrap_or(now_ms),
-            value: line.value,
-        });
-        self.lines += 1;
-        Ok(())
-    }
-
-    fn put(&mut self, s: &str) -> Range<usize> {
-        let start = self.text.len();
-        self.text.push_str(s);
-        start..self.text.len()
-    }
-
-    /// The batch as the view admission reads (the conversion refuses
-    /// nothing: refused lines are counted by the listener).
-    pub fn view(&self) -> PushView<'_> {
-        // Within its budget already: the builder's own check cannot fail.
-        let unbounded = Budget {
-            samples: usize::MAX,
-            bytes: usize::MAX,
-        };
-        let mut b = ViewBuilder::new(self.cap, unbounded);
-        b.reserve(self.series.len(), self.labels.len());
-        let text = self.text.as_str();
-        for g in &self.series {
-            let mark = b.mark();
-            for (name, value) in &self.labels[g.labels.clone()] {
-                b.label(&text[name.clone()], &text[value.clone()]);
-            }
-            b.sample(g.ts_ms, g.value);
-            let gauge = pb::SampleKind::Gauge as i32;
-            if b.end_series(
-                mark,
-                &text[g.source.clone()],
-                &text[g.metric.clone()],
-                gauge,
-            )
-            .is_err()
-            {
-                break;
-            }
-        }
-        b.finish().0
-    }
-
-    /// Empties the batch, keeping its buffers.
-    pub fn clear(&mut self) {
-        self.text.clear();
-        self.series.clear();
-        self.labels.clear();
-        self.bytes = 0;
-        self.lines = 0;
-    }
-}
-
-/// Why [`Batch::push`] did not take a line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PushError {
-    /// The batch is at its budget.
-    Full,
-    /// The line itself is refused.
-    Line(LineError),
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
 
     use super::fields::fields;
     use super::*;
-
-    const BUDGET: Budget = Budget {
-        samples: 100,
-        bytes: 1 << 20,
-    };
 
     #[test]
     fn lines_parse() {
@@ -395,6 +251,28 @@ mod tests {
         assert_eq!(parse_line(b"a.b 1 -1").unwrap().ts_ms, None);
         assert_eq!(parse_line(b"a.b 1 .5").unwrap().ts_ms, Some(500));
         assert!(parse_line(b"a.b nan 1").unwrap().value.is_nan());
+    }
+
+    /// The agents' forms read by place, and their near misses by the
+    /// general reading, to the same values and refusals.
+    #[test]
+    fn agents_timestamps_read_by_place() {
+        for (text, want) in [
+            ("1700000000.123", Some(1_700_000_000_123)),
+            ("1700000000", Some(1_700_000_000_000)),
+            ("0000000000.000", Some(0)),
+            ("9999999999.999", Some(9_999_999_999_999)),
+            ("1700000000.1234", Some(1_700_000_000_123)),
+            ("1700000000.12", Some(1_700_000_000_120)),
+            ("170000000x.123", None),
+            ("1700000000.12x", None),
+            ("1700000000x123", None),
+            ("17000000.0.123", None),
+        ] {
+            assert_eq!(seconds_to_ms(text), want, "{text}");
+            assert_eq!(seconds_by_parts(text), want, "{text}");
+        }
+        assert_eq!(agents_seconds_to_ms(b"1700000000.1234"), None);
     }
 
     #[test]
@@ -504,60 +382,8 @@ mod tests {
             tags,
             value,
             ts_ms,
+            first_end: path.find('.').unwrap_or(path.len()),
         })
-    }
-
-    #[test]
-    fn the_source_is_one_path_component() {
-        let mut batch = Batch::new(1, 10, BUDGET);
-        let l = parse_line(b"web-01.cpu-0.cpu-idle;dc=eu 97 1700000000").unwrap();
-        batch.push(&l, 0).unwrap();
-        let mut second = Batch::new(2, 10, BUDGET);
-        let l = parse_line(b"collectd.web_01.load.load.shortterm 0.5").unwrap();
-        second.push(&l, 42).unwrap();
-        let only = parse_line(b"web-01 1").unwrap();
-        assert!(matches!(
-            second.push(&only, 0),
-            Err(PushError::Line(LineError::NoMetric { .. }))
-        ));
-        let c = batch.view().to_request();
-        assert_eq!(c.sources[0].source, "web-01");
-        let s = &c.sources[0].series[0];
-        assert_eq!(s.metric, "cpu-0.cpu-idle");
-        assert_eq!(
-            (s.labels[0].name.as_str(), s.labels[0].value.as_str()),
-            ("dc", "eu")
-        );
-        let c = second.view().to_request();
-        assert_eq!(c.sources[0].source, "web_01");
-        assert_eq!(
-            c.sources[0].series[0].metric,
-            "collectd.load.load.shortterm"
-        );
-        assert_eq!(c.sources[0].series[0].timestamps_ms, [42]);
-        let mut last = Batch::new(3, 10, BUDGET);
-        last.push(&parse_line(b"a.b.host-9 1").unwrap(), 0).unwrap();
-        let too_short = parse_line(b"a.b 1").unwrap();
-        assert!(last.push(&too_short, 0).is_err());
-        let c = last.view().to_request();
-        assert_eq!(c.sources[0].source, "host-9");
-        assert_eq!(c.sources[0].series[0].metric, "a.b");
-    }
-
-    #[test]
-    fn a_full_batch_says_so() {
-        let mut batch = Batch::new(
-            1,
-            10,
-            Budget {
-                samples: 2,
-                bytes: 1 << 20,
-            },
-        );
-        let l = parse_line(b"h.m 1 1").unwrap();
-        batch.push(&l, 0).unwrap();
-        batch.push(&l, 0).unwrap();
-        assert_eq!(batch.push(&l, 0), Err(PushError::Full));
     }
 
     proptest! {
@@ -603,6 +429,14 @@ mod tests {
         #[test]
         fn seconds_read_in_one_pass_as_split_parts_are(text in "-?[0-9]{0,17}\\.?[0-9.x+-]{0,6}") {
             prop_assert_eq!(seconds_to_ms(&text), seconds_by_parts(&text), "{:?}", text);
+        }
+
+        #[test]
+        fn agents_seconds_read_as_the_general_reading_does(text in "[0-9]{0,10}[0-9x.]{0,2}\\.?[0-9x.]{0,4}") {
+            if let Some(ms) = agents_seconds_to_ms(text.as_bytes()) {
+                prop_assert_eq!(Some(ms), seconds_by_parts(&text));
+            }
+            prop_assert_eq!(seconds_to_ms(&text), seconds_by_parts(&text));
         }
 
         #[test]

@@ -29,6 +29,8 @@ pub(super) struct Fields {
     /// The path (the first field up to its first `;`) is empty or has an
     /// empty component.
     pub empty_component: bool,
+    /// The path's first `.`.
+    pub first_dot: Option<usize>,
 }
 
 /// The parts of `text`, a line without its newline.
@@ -162,6 +164,7 @@ fn by_masks(b: &[u8]) -> Option<Fields> {
         ts,
         extra,
         empty_component,
+        first_dot: (dots != 0).then(|| dots.trailing_zeros() as usize),
     })
 }
 
@@ -185,6 +188,7 @@ fn by_search(text: &str) -> Fields {
         ts,
         extra,
         empty_component: has_empty_component(path),
+        first_dot: find(path, [b'.'; 3]).map(|i| start + i),
     }
 }
 
