@@ -35,9 +35,11 @@ pub struct Line<'a> {
     /// None: stamp it with the time of arrival.
     pub ts_ms: Option<i64>,
     /// Where the path's first component ends (its first `.`, or its
-    /// length): the source's under the default `graphite.source_component`,
-    /// found while the line was split rather than searched for again.
-    pub first_end: usize,
+    /// length), found while the line was split: under the default
+    /// `graphite.source_component` that component is the source, and the
+    /// batch takes its end from here rather than searching again. Set by
+    /// the parser alone, so that it always agrees with `path`.
+    first_end: usize,
 }
 
 /// A line's tags: the text after its path's first `;`, checked to be
@@ -417,7 +419,7 @@ mod tests {
             let theirs = parse_by_splitting(&text);
             match (&ours, &theirs) {
                 (Ok(a), Ok(b)) => {
-                    prop_assert_eq!((a.path, &a.tags, a.ts_ms), (b.path, &b.tags, b.ts_ms), "{:?}", text);
+                    prop_assert_eq!((a.path, &a.tags, a.ts_ms, a.first_end), (b.path, &b.tags, b.ts_ms, b.first_end), "{:?}", text);
                     prop_assert_eq!(a.value.to_bits(), b.value.to_bits(), "{:?}", text);
                 }
                 _ => prop_assert_eq!(ours, theirs, "{:?}", text),

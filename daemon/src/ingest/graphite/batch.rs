@@ -12,9 +12,10 @@
 //! names a source again after the others. So each source is numbered as
 //! its lines are added, its name kept once, and its lines chained in the
 //! order they came; the view then walks the chains, source by source.
-//! (Handing the builder the lines in their own order made it hash every
-//! line's source again and reorder the whole request behind it: about a
-//! seventh of reading a Graphite stream in a profile of W1.)
+//! (Handing the builder the lines in their own order made it hash a
+//! line's source again whenever it was not the line before's, and reorder
+//! the whole request behind it once a source came again: the view was
+//! about a seventh of reading a Graphite stream in a profile of W1.)
 
 use std::ops::Range;
 
@@ -34,6 +35,7 @@ const END: u32 = u32::MAX;
 /// view builder counts it.
 const SERIES_OVERHEAD: usize = 64;
 
+/// Lines gathered into one request; see the module's documentation.
 pub struct Batch {
     /// Sources, metrics, label names and values, one after another.
     text: String,
@@ -149,7 +151,9 @@ impl Batch {
             let value = self.put(v);
             self.labels.push((name, value));
         }
-        // Within the budget's samples, which a request's u32 counts bound.
+        // The bytes budget takes SERIES_OVERHEAD for each line, which
+        // keeps a batch far below u32::MAX lines (a request's counts are
+        // u32 too).
         let at = u32::try_from(self.series.len()).unwrap_or(END);
         self.series.push(Gathered {
             metric,
@@ -301,6 +305,22 @@ mod tests {
             second.push(&only, 0),
             Err(PushError::Line(LineError::NoMetric { .. }))
         ));
+        assert!(matches!(
+            batch.push(&only, 0),
+            Err(PushError::Line(LineError::NoMetric { .. }))
+        ));
+        // Leading blanks: the first component is found within the path.
+        let indented = parse_line(b"  web-02.load 1").unwrap();
+        let mut third = Batch::new(1, 10, BUDGET);
+        third.push(&indented, 0).unwrap();
+        let c = third.view().to_request();
+        assert_eq!(
+            (
+                c.sources[0].source.as_str(),
+                c.sources[0].series[0].metric.as_str()
+            ),
+            ("web-02", "load")
+        );
         let c = batch.view().to_request();
         assert_eq!(c.sources[0].source, "web-01");
         let s = &c.sources[0].series[0];
