@@ -1,7 +1,8 @@
 //! Protocol-neutral ingest: the `[ingest]` limits (`config`), the shutdown
 //! gate (`gate`), the borrowed form every request is read in (`view`),
-//! numbers as text protocols write them (`number`) and the admission
-//! every receiver shares (`admit`). The receivers themselves
+//! numbers as text protocols write them (`number`), names numbered as a
+//! stream repeats them (`dict`) and the admission every receiver shares
+//! (`admit`). The receivers themselves
 //! live with their listeners: `tally.v1` and OTLP/gRPC in [`crate::grpc`],
 //! OTLP/HTTP, Prometheus remote-write and InfluxDB line protocol in
 //! [`crate::http`], Graphite plaintext in [`crate::graphite`]. What each
@@ -12,6 +13,7 @@
 mod admit;
 pub mod builder;
 pub mod config;
+pub(crate) mod dict;
 mod gate;
 pub mod graphite;
 pub mod influx;

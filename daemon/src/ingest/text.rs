@@ -11,7 +11,12 @@
 /// overlap when shorter than the pair); longer strings as `==` does.
 #[inline(always)]
 pub(crate) fn same(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
+    same_bytes(a.as_bytes(), b.as_bytes())
+}
+
+/// [`same`] on bytes.
+#[inline(always)]
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();
     if n != b.len() {
         return false;

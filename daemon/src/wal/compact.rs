@@ -37,7 +37,7 @@ use prost::encoding::encoded_len_varint;
 use tally_proto::v1 as pb;
 
 use super::decode::DecodeError;
-use super::dict::Dict;
+use crate::ingest::dict::Dict;
 use crate::ingest::view::fast::read_varint;
 use crate::ingest::view::{PushView, SeriesView};
 

@@ -112,7 +112,7 @@ fn a_reset_record_starts_the_reader_again() {
 fn a_full_dictionary_spells_series_out() {
     let (mut enc, mut dec) = (Encoder::default(), Decoder::default());
     // Fill the dictionaries as if the segment had met their bound.
-    let big = "x".repeat(super::super::dict::MAX_KEY_BYTES - 40);
+    let big = "x".repeat(crate::ingest::dict::MAX_KEY_BYTES - 40);
     let filler = pb::PushRequest {
         sources: vec![pb::SourceBatch {
             source: big,

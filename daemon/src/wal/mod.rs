@@ -19,7 +19,6 @@ mod baselines;
 mod compact;
 mod config;
 mod decode;
-mod dict;
 mod front;
 mod read;
 mod record;

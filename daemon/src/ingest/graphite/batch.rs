@@ -10,8 +10,9 @@
 //! come so: an agent that sends its metrics one after another names each
 //! source once per metric, and a batch that spans two of a sender's rounds
 //! names a source again after the others. So each source is numbered as
-//! its lines are added, its name kept once, and its lines chained in the
-//! order they came; the view then walks the chains, source by source.
+//! its lines are added (the `dict` the write-ahead log numbers series
+//! with), its name kept once, and its lines chained in the order they
+//! came; the view then walks the chains, source by source.
 //! (Handing the builder the lines in their own order made it hash a
 //! line's source again whenever it was not the line before's, and reorder
 //! the whole request behind it once a source came again: the view was
@@ -19,12 +20,11 @@
 
 use std::ops::Range;
 
-use hashbrown::HashTable;
 use tally_proto::v1 as pb;
 
 use super::{clip, component, Line, LineError};
 use crate::ingest::builder::Budget;
-use crate::ingest::text::same;
+use crate::ingest::dict::Dict;
 use crate::ingest::view::{PushView, ViewBuilder};
 use crate::labels::label_name_from_key_cow;
 
@@ -41,13 +41,11 @@ pub struct Batch {
     text: String,
     series: Vec<Gathered>,
     labels: Vec<(Range<usize>, Range<usize>)>,
-    /// The batch's sources in the order they first came.
-    sources: Vec<Chain>,
-    /// Each source's number, found by the hash of its name.
-    numbers: HashTable<u32>,
-    hasher: ahash::RandomState,
+    /// The batch's sources, numbered in the order they first came, each
+    /// with its chain of lines.
+    sources: Dict<Chain>,
     /// The number of the last line's source.
-    last: usize,
+    last: u32,
     source_component: usize,
     cap: usize,
     budget: Budget,
@@ -68,9 +66,8 @@ struct Gathered {
     next: u32,
 }
 
-/// One source's name and its lines, first to last.
+/// One source's lines, first to last.
 struct Chain {
-    name: Range<usize>,
     first: u32,
     last: u32,
 }
@@ -82,10 +79,8 @@ impl Batch {
             text: String::new(),
             series: Vec::new(),
             labels: Vec::new(),
-            sources: Vec::new(),
-            numbers: HashTable::new(),
-            hasher: ahash::RandomState::new(),
-            last: usize::MAX,
+            sources: Dict::default(),
+            last: END,
             source_component,
             cap,
             budget,
@@ -131,8 +126,8 @@ impl Batch {
         if self.series.len() + 1 > self.budget.samples || self.bytes + bytes > self.budget.bytes {
             return Err(PushError::Full);
         }
+        let source = self.number(source).ok_or(PushError::Full)?;
         self.bytes += bytes;
-        let source = self.number(source);
         // The path without the source's component and one dot.
         let start = self.text.len();
         if s > 0 {
@@ -167,47 +162,29 @@ impl Batch {
         Ok(())
     }
 
-    /// The number of source `name`, numbering it if it is new. The last
+    /// The number of source `name`, numbering it if it is new; `None`
+    /// when the batch holds as many sources as a dictionary does. The last
     /// line's source is tried first: most agents send a source's metrics
     /// together, and then no hash is taken.
-    fn number(&mut self, name: &str) -> usize {
-        let Batch {
-            text,
-            sources,
-            numbers,
-            hasher,
-            last,
-            ..
-        } = self;
-        let named = |c: &Chain| text.get(c.name.clone()).is_some_and(|n| same(n, name));
-        if sources.get(*last).is_some_and(named) {
-            return *last;
-        }
-        let hash = hasher.hash_one(name);
-        if let Some(&at) = numbers.find(hash, |&at| named(&sources[at as usize])) {
-            *last = at as usize;
-            return *last;
-        }
-        let at = sources.len();
-        let start = text.len();
-        text.push_str(name);
-        sources.push(Chain {
-            name: start..text.len(),
-            first: END,
-            last: END,
-        });
-        let rehash = |&at: &u32| {
-            let c: &Chain = &sources[at as usize];
-            hasher.hash_one(&text[c.name.clone()])
+    fn number(&mut self, name: &str) -> Option<u32> {
+        let name = name.as_bytes();
+        let at = match self.sources.find(name, self.last) {
+            Some(at) => at,
+            None => self.sources.insert(
+                name,
+                Chain {
+                    first: END,
+                    last: END,
+                },
+            )?,
         };
-        numbers.insert_unique(hash, at as u32, rehash);
-        *last = at;
-        at
+        self.last = at;
+        Some(at)
     }
 
     /// Puts line `at` at the end of source `source`'s chain.
-    fn chain(&mut self, source: usize, at: u32) {
-        let Some(c) = self.sources.get_mut(source) else {
+    fn chain(&mut self, source: u32, at: u32) {
+        let Some((_, c)) = self.sources.entry_mut(source) else {
             return;
         };
         match self.series.get_mut(c.last as usize) {
@@ -236,10 +213,16 @@ impl Batch {
         b.reserve(self.series.len(), self.labels.len());
         let text = self.text.as_str();
         let gauge = pb::SampleKind::Gauge as i32;
-        for chain in &self.sources {
+        'sources: for id in 0..self.sources.len() as u32 {
             // One slice for all its lines: the builder knows it again
-            // without comparing.
-            let source = &text[chain.name.clone()];
+            // without comparing. Every name was a `&str` when it was
+            // numbered, so none is skipped here.
+            let Some((source, chain)) = self.sources.entry(id) else {
+                continue;
+            };
+            let Ok(source) = std::str::from_utf8(source) else {
+                continue;
+            };
             let mut at = chain.first;
             while let Some(g) = self.series.get(at as usize) {
                 let mark = b.mark();
@@ -250,7 +233,7 @@ impl Batch {
                 if b.end_series(mark, source, &text[g.metric.clone()], gauge)
                     .is_err()
                 {
-                    return b.finish().0;
+                    break 'sources;
                 }
                 at = g.next;
             }
@@ -264,8 +247,7 @@ impl Batch {
         self.series.clear();
         self.labels.clear();
         self.sources.clear();
-        self.numbers.clear();
-        self.last = usize::MAX;
+        self.last = END;
         self.bytes = 0;
         self.lines = 0;
     }

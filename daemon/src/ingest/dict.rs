@@ -1,23 +1,29 @@
-//! A segment's dictionary for compact request records (`compact`): each
-//! key (a source's name; a series' source number, metric, kind and labels)
-//! is numbered the first time the segment holds it, and later records name
-//! it by that number. Each entry also keeps a small state (`S`) the
-//! records' encoding predicts from: a series' last timestamp and value.
+//! Names numbered as a stream repeats them: each key is numbered the
+//! first time it comes, found again by that number or by its hash, and
+//! keeps a small state (`S`) beside it. Keys live end to end in one buffer
+//! and the table holds only their numbers, so a steady stream of known
+//! keys allocates nothing, and clearing keeps the memory for the next use.
 //!
-//! The encoder and the reader keep one each, built the same way from the
-//! same records, and both start afresh with every segment (so that a
-//! segment reads on its own once its predecessors are deleted). It is
-//! bounded: past [`MAX_KEYS`] keys or [`MAX_KEY_BYTES`] bytes of them,
-//! nothing more is added and the encoder spells new keys out in full; the
-//! reader refuses a record that would take it past the bound, which an
-//! intact log never holds.
+//! Two users:
+//! - the write-ahead log's compact records (`wal::compact`): a segment
+//!   numbers each source and series the first time it holds them, and
+//!   later records name them by number; the state is what a series' last
+//!   sample predicts of its next. Encoder and reader each keep one, built
+//!   the same way from the same records, started afresh with every
+//!   segment.
+//! - a Graphite batch (`graphite::batch`): each line's source is numbered
+//!   as the line is added, and the state chains the source's lines.
 //!
-//! Keys live end to end in one buffer and the table holds only their
-//! numbers, so a steady stream of known keys allocates nothing.
+//! It is bounded: past [`MAX_KEYS`] keys or [`MAX_KEY_BYTES`] bytes of
+//! them, nothing more is added. The log's encoder then spells new keys out
+//! in full, and its reader refuses a record that would take it past the
+//! bound, which an intact log never holds; a Graphite batch counts as full.
 
 use std::ops::Range;
 
 use hashbrown::HashTable;
+
+use super::text::same_bytes;
 
 /// Most keys a dictionary holds.
 pub const MAX_KEYS: usize = 1 << 21;
@@ -55,18 +61,26 @@ impl<S> Dict<S> {
         self.states.clear();
     }
 
-    #[cfg(test)]
+    /// Keys held; they are numbered from 0 in the order they came.
     pub fn len(&self) -> usize {
         self.spans.len()
     }
 
+    /// Key `id` and its state, if it is known.
+    #[inline]
+    pub fn entry(&self, id: u32) -> Option<(&[u8], &S)> {
+        Some((self.key(id)?, self.states.get(id as usize)?))
+    }
+
     /// Key `id`, if it is known.
+    #[inline]
     pub fn key(&self, id: u32) -> Option<&[u8]> {
         let span = self.spans.get(id as usize)?;
         self.arena.get(span.start as usize..span.end as usize)
     }
 
     /// Key `id` and its state, if it is known.
+    #[inline]
     pub fn entry_mut(&mut self, id: u32) -> Option<(&[u8], &mut S)> {
         let span = self.spans.get(id as usize)?;
         let key = self.arena.get(span.start as usize..span.end as usize)?;
@@ -76,8 +90,9 @@ impl<S> Dict<S> {
     /// The number of `key`, trying `hint` first: agents send their series
     /// in the same order every time, so the key after the last one found
     /// is usually the next, and then no hash is taken.
+    #[inline]
     pub fn find(&self, key: &[u8], hint: u32) -> Option<u32> {
-        if self.key(hint) == Some(key) {
+        if self.key(hint).is_some_and(|k| same_bytes(k, key)) {
             return Some(hint);
         }
         self.find_by_hash(key)
@@ -88,7 +103,7 @@ impl<S> Dict<S> {
     pub fn find_by_hash(&self, key: &[u8]) -> Option<u32> {
         let hash = self.hasher.hash_one(key);
         self.table
-            .find(hash, |&id| self.key(id) == Some(key))
+            .find(hash, |&id| self.key(id).is_some_and(|k| same_bytes(k, key)))
             .copied()
     }
 
@@ -135,6 +150,9 @@ mod tests {
         assert_eq!(d.find(b"x", 0), None);
         let (key, state) = d.entry_mut(1).unwrap();
         assert_eq!((key, *state), (&b"bc"[..], 2));
+        assert_eq!(d.entry(2), Some((&b""[..], &3)));
+        assert_eq!(d.entry(3), None);
+        assert_eq!(d.len(), 3);
         d.clear();
         assert_eq!(d.len(), 0);
         assert_eq!(d.find(b"a", 0), None);
