@@ -15,6 +15,7 @@ use super::ring::Ring;
 use super::steps::MinuteSteps;
 use super::{Aggregator, ArrivalMinute, IngestOutcome, RejectReason, SeriesBatch, Window};
 use crate::catalog::Mark;
+use crate::ingest::text::same_bytes;
 use crate::labels::Labels;
 use crate::model::{
     is_stale_marker, minute_of_ms, sum_in_range, EpochMinute, SampleKind, SeriesId, SeriesRef,
@@ -241,34 +242,6 @@ impl SeriesState {
             && same_bytes(&k[s.len() + 1..at], m)
             && same_bytes(&k[at..], l)
     }
-}
-
-/// `a == b` for slices of the same length, inline: names are short, and
-/// three calls to the C library's `memcmp` per series took 9% of ingest's
-/// CPU on W1 (a `perf` profile), more than the bytes they compared. Words
-/// are compared whole, the last one overlapping the one before it.
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    let word = |s: &[u8], at: usize| -> u64 {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&s[at..at + 8]);
-        u64::from_ne_bytes(w)
-    };
-    if n < 8 {
-        return a.iter().zip(b).all(|(x, y)| x == y);
-    }
-    let mut at = 0;
-    while at + 8 < n {
-        if word(a, at) != word(b, at) {
-            return false;
-        }
-        at += 8;
-    }
-    word(a, n - 8) == word(b, n - 8)
 }
 
 /// The recent samples of the series that keep them, by their position in

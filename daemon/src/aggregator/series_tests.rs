@@ -29,25 +29,3 @@ fn a_series_entry_takes_three_cache_lines() {
     // The table keeps entries as options; the id's pointer is the niche.
     assert_eq!(std::mem::size_of::<Option<super::SeriesState>>(), 192);
 }
-
-proptest::proptest! {
-    /// The inline comparison agrees with `==` at every length, for
-    /// slices that differ in any one byte or not at all.
-    #[test]
-    fn same_bytes_is_equality(
-        a in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
-        flip in proptest::option::of((0usize..40, 1u8..=255)),
-        shorter in proptest::prelude::any::<bool>(),
-    ) {
-        let mut b = a.clone();
-        if let Some((at, x)) = flip {
-            if let Some(byte) = b.get_mut(at) {
-                *byte ^= x;
-            }
-        }
-        if shorter {
-            b.pop();
-        }
-        proptest::prop_assert_eq!(super::same_bytes(&a, &b), a == b);
-    }
-}

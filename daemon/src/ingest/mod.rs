@@ -20,7 +20,7 @@ pub mod influx;
 mod number;
 pub mod otlp;
 pub mod remote_write;
-mod text;
+pub(crate) mod text;
 pub mod view;
 
 pub(crate) use admit::{first_problems, kind_from_proto};
