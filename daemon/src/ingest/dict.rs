@@ -30,6 +30,8 @@ pub const MAX_KEYS: usize = 1 << 21;
 /// Most bytes of keys a dictionary holds.
 pub const MAX_KEY_BYTES: usize = 128 << 20;
 
+/// Keys numbered in the order they came, each with a state; see the
+/// module's documentation.
 pub struct Dict<S> {
     /// Numbers, found by the hash of their key.
     table: HashTable<u32>,
@@ -53,7 +55,8 @@ impl<S> Default for Dict<S> {
 }
 
 impl<S> Dict<S> {
-    /// Forgets every key, keeping the memory for the next segment's.
+    /// Forgets every key, keeping the memory for the next use (a segment,
+    /// a batch).
     pub fn clear(&mut self) {
         self.table.clear();
         self.spans.clear();
@@ -87,9 +90,11 @@ impl<S> Dict<S> {
         Some((key, self.states.get_mut(id as usize)?))
     }
 
-    /// The number of `key`, trying `hint` first: agents send their series
-    /// in the same order every time, so the key after the last one found
-    /// is usually the next, and then no hash is taken.
+    /// The number of `key`, trying `hint` first, then its hash. The caller
+    /// picks the likely number: the log the one after the last series
+    /// found (agents send their series in the same order every time), a
+    /// Graphite batch the last line's source (agents send a source's
+    /// metrics together). When it is right, no hash is taken.
     #[inline]
     pub fn find(&self, key: &[u8], hint: u32) -> Option<u32> {
         if self.key(hint).is_some_and(|k| same_bytes(k, key)) {

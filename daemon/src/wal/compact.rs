@@ -4,9 +4,9 @@
 //!
 //! A `tally.v1` request spells out every series' source, metric and labels
 //! and an 8-byte value in every request. Here, as in Prometheus' log, a
-//! segment names each source and series once (`dict`) and later records
-//! refer to it by number; samples are written against what the series'
-//! previous sample predicts:
+//! segment names each source and series once (`crate::ingest::dict`) and
+//! later records refer to it by number; samples are written against what
+//! the series' previous sample predicts:
 //!
 //! - the series: its number is usually the one after the previous series'
 //!   (agents send their series in the same order each time), which costs
@@ -38,6 +38,7 @@ use tally_proto::v1 as pb;
 
 use super::decode::DecodeError;
 use crate::ingest::dict::Dict;
+use crate::ingest::text::same_bytes;
 use crate::ingest::view::fast::read_varint;
 use crate::ingest::view::{PushView, SeriesView};
 
@@ -438,7 +439,7 @@ fn key_is(mut key: &[u8], source: u32, s: &SeriesView<'_>) -> bool {
     }
     #[inline(always)]
     fn text(k: &mut &[u8], t: &str) -> bool {
-        number(k, t.len() as u64) && take(k, t.len()).is_ok_and(|b| b == t.as_bytes())
+        number(k, t.len() as u64) && take(k, t.len()).is_ok_and(|b| same_bytes(b, t.as_bytes()))
     }
     let k = &mut key;
     number(k, u64::from(source))

@@ -1,7 +1,8 @@
 //! The write-ahead log: every admitted request is appended here, and
 //! written (or synced) before it is acknowledged, so that a crash loses no
 //! acknowledged sample. See `record` for what it holds (requests in the
-//! compact form of `compact`, against the segment's dictionary `dict`),
+//! compact form of `compact`, against the segment's dictionaries,
+//! `crate::ingest::dict`),
 //! `front` for where requests are encoded and queued, `segment` for the
 //! files, `writer` for the group commit (by the appender itself, or by the
 //! writer thread); replaying it at start is

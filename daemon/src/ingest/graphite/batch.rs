@@ -2,8 +2,8 @@
 //!
 //! A line's text is gone by the time its batch is admitted (the
 //! connection's buffer is read into again), so the batch keeps what it
-//! needs of each line in one text buffer, and hands admission a view
-//! borrowing from it. Clearing keeps the buffers: a connection's batches
+//! needs of each line in one text buffer (and each source's name once, in
+//! its dictionary), and hands admission a view borrowing from them. Clearing keeps the buffers: a connection's batches
 //! cost no allocation once the first has grown them.
 //!
 //! Admission takes a request's series grouped by source. Lines need not
@@ -37,7 +37,8 @@ const SERIES_OVERHEAD: usize = 64;
 
 /// Lines gathered into one request; see the module's documentation.
 pub struct Batch {
-    /// Sources, metrics, label names and values, one after another.
+    /// Metrics, label names and values, one after another (sources are
+    /// kept in `sources`).
     text: String,
     series: Vec<Gathered>,
     labels: Vec<(Range<usize>, Range<usize>)>,
@@ -163,9 +164,10 @@ impl Batch {
     }
 
     /// The number of source `name`, numbering it if it is new; `None`
-    /// when the batch holds as many sources as a dictionary does. The last
-    /// line's source is tried first: most agents send a source's metrics
-    /// together, and then no hash is taken.
+    /// when the dictionary is full (`dict::MAX_KEYS` sources or
+    /// `dict::MAX_KEY_BYTES` of their names). The last line's source is
+    /// tried first: most agents send a source's metrics together, and then
+    /// no hash is taken.
     fn number(&mut self, name: &str) -> Option<u32> {
         let name = name.as_bytes();
         let at = match self.sources.find(name, self.last) {
@@ -256,7 +258,8 @@ impl Batch {
 /// Why [`Batch::push`] did not take a line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PushError {
-    /// The batch is at its budget.
+    /// The batch is at its budget, or holds as many sources (or bytes of
+    /// their names) as a dictionary does.
     Full,
     /// The line itself is refused.
     Line(LineError),
