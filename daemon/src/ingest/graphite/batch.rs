@@ -3,8 +3,9 @@
 //! A line's text is gone by the time its batch is admitted (the
 //! connection's buffer is read into again), so the batch keeps what it
 //! needs of each line in one text buffer (and each source's name once, in
-//! its dictionary), and hands admission a view borrowing from them. Clearing keeps the buffers: a connection's batches
-//! cost no allocation once the first has grown them.
+//! its dictionary), and hands admission a view borrowing from them.
+//! Clearing keeps the buffers: a connection's batches cost no allocation
+//! once the first has grown them.
 //!
 //! Admission takes a request's series grouped by source. Lines need not
 //! come so: an agent that sends its metrics one after another names each
