@@ -64,19 +64,37 @@ fn family_type_of(t: i32) -> FamilyType {
     }
 }
 
-/// A series' kind, given what its family's metadata (the request's or
-/// the book's) says of it: that, else its name; but where the two
-/// disagree, the kind of the series in memory (`known`) when there is one.
-fn kind_given(
-    name: &str,
-    by_metadata: Option<pb::SampleKind>,
-    known: impl FnOnce() -> Option<pb::SampleKind>,
-) -> pb::SampleKind {
-    let by_name = kind_by_name(name);
-    match by_metadata {
-        None => by_name,
-        Some(said) if said == by_name => said,
-        Some(said) => known().unwrap_or(said),
+/// How the series of one metric name take their kind, given what the
+/// family's metadata (the request's or the book's) says of it: that,
+/// else the name; but where the two disagree, the kind of the series in
+/// memory when there is one. Decided once per name in a request, as a
+/// request repeats a few names over thousands of series.
+#[derive(Debug, Clone, Copy)]
+enum KindRule {
+    /// Metadata and name agree, or only the name speaks.
+    Is(pb::SampleKind),
+    /// They disagree: the series held keeps its kind; a new one takes
+    /// this, the metadata's.
+    HeldElse(pb::SampleKind),
+}
+
+impl KindRule {
+    fn of(name: &str, by_metadata: Option<pb::SampleKind>) -> KindRule {
+        let by_name = kind_by_name(name);
+        match by_metadata {
+            None => KindRule::Is(by_name),
+            Some(said) if said == by_name => KindRule::Is(said),
+            Some(said) => KindRule::HeldElse(said),
+        }
+    }
+
+    /// A series' kind; `known` (a look into memory) is asked only where
+    /// the rule needs it.
+    fn kind(self, known: impl FnOnce() -> Option<pb::SampleKind>) -> pb::SampleKind {
+        match self {
+            KindRule::Is(kind) => kind,
+            KindRule::HeldElse(said) => known().unwrap_or(said),
+        }
     }
 }
 
@@ -131,7 +149,7 @@ mod tests {
         book: &MetadataBook,
         known: impl FnOnce() -> Option<pb::SampleKind>,
     ) -> pb::SampleKind {
-        kind_given(name, kind_by_metadata(name, types, book), known)
+        KindRule::of(name, kind_by_metadata(name, types, book)).kind(known)
     }
 
     fn series(labels: &[(&str, &str)], samples: &[(i64, f64)]) -> rw::TimeSeries {

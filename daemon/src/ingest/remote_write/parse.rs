@@ -12,17 +12,24 @@
 //! decoding of the same bytes, read through the mapping of the parent
 //! module.
 
-use hashbrown::HashMap;
+use std::hash::BuildHasher as _;
+
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 use prost::encoding::{check_wire_type, double, int32, int64, skip_field, DecodeContext, WireType};
 
-use super::{family_type_of, fast, kind_by_metadata, kind_given, KnownKind, RemoteWriteConfig};
+use super::{family_type_of, fast, kind_by_metadata, KindRule, KnownKind, RemoteWriteConfig};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::Budget;
 use crate::ingest::text::same;
-use crate::ingest::view::fast::key as wire_key;
+use crate::ingest::view::fast::{delimited, key as wire_key};
 pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, nested, Mark, PushView, ViewBuilder, ViewError};
 use crate::metadata::{FamilyType, MetadataBook};
+
+/// `WriteRequest.timeseries`' key: field 1, length-delimited.
+const SERIES: u8 = 0x0a;
+/// The label that names a series' metric.
+const NAME: &str = "__name__";
 
 /// What a parse needs besides the bytes.
 pub struct Parse<'c> {
@@ -46,7 +53,8 @@ impl Parse<'_> {
         b.reserve_for(bytes.len(), 32, 3);
         let mut said = Said {
             types: &types,
-            by_name: HashMap::new(),
+            by_name: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
         };
         let mut buf = bytes;
         while !buf.is_empty() {
@@ -66,7 +74,15 @@ impl Parse<'_> {
     /// The request's metadata, by family, recorded in the book too.
     fn metadata<'a>(&self, mut buf: &'a [u8]) -> Result<HashMap<&'a str, FamilyType>, ParseError> {
         let mut types = HashMap::new();
-        while !buf.is_empty() {
+        while let Some((&key, rest)) = buf.split_first() {
+            // Series, nearly all of a body, stepped over without prost's
+            // generic skip (a fortieth of the parse).
+            if key == SERIES {
+                if let Some((_, after)) = delimited(rest) {
+                    buf = after;
+                    continue;
+                }
+            }
             let (tag, wire_type) = wire_key(&mut buf)?;
             if tag != 3 {
                 skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
@@ -125,15 +141,12 @@ impl Parse<'_> {
             b.drop_series(mark);
             return Ok(());
         };
-        b.retain_labels(mark, |n| n != "__name__" && !same(n, id.source_label));
+        b.retain_labels(mark, |n| !same(n, NAME) && !same(n, id.source_label));
         let labels = b.labels_since(mark);
-        let by_metadata = *said
-            .by_name
-            .entry(id.name)
-            .or_insert_with(|| kind_by_metadata(id.name, said.types, self.book));
-        let kind = kind_given(id.name, by_metadata, || {
-            (self.known)(id.source, id.name, &*labels)
+        let rule = said.rule(id.name, |types| {
+            KindRule::of(id.name, kind_by_metadata(id.name, types, self.book))
         });
+        let kind = rule.kind(|| (self.known)(id.source, id.name, &*labels));
         b.end_series(mark, id.source, id.name, kind as i32)?;
         Ok(())
     }
@@ -147,7 +160,7 @@ impl Parse<'_> {
         count: u64,
     ) -> Option<Identity<'a>> {
         let labels = b.labels_since(mark);
-        let Some(&(_, name)) = labels.iter().find(|l| l.0 == "__name__") else {
+        let Some(&(_, name)) = labels.iter().find(|l| same(l.0, NAME)) else {
             b.refuse(count, RejectReason::InvalidPoint, || {
                 "a series without a __name__ label".into()
             });
@@ -182,7 +195,29 @@ impl Parse<'_> {
 /// series, and each look into the book takes its lock.
 struct Said<'t, 'a> {
     types: &'t HashMap<&'a str, FamilyType>,
-    by_name: HashMap<&'a str, Option<tally_proto::v1::SampleKind>>,
+    /// Names compared inline (`same`): a map keyed by `&str` called
+    /// `memcmp` once a series.
+    by_name: HashTable<(&'a str, KindRule)>,
+    hasher: DefaultHashBuilder,
+}
+
+impl<'a> Said<'_, 'a> {
+    /// The rule for `name`'s series, decided by `decide` the first time.
+    fn rule(
+        &mut self,
+        name: &'a str,
+        decide: impl FnOnce(&HashMap<&'a str, FamilyType>) -> KindRule,
+    ) -> KindRule {
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one(name);
+        if let Some(&(_, rule)) = self.by_name.find(hash, |&(n, _)| same(n, name)) {
+            return rule;
+        }
+        let rule = decide(self.types);
+        self.by_name
+            .insert_unique(hash, (name, rule), |&(n, _)| hasher.hash_one(n));
+        rule
+    }
 }
 
 /// Who a series is: its source (and the label that named it) and metric.
