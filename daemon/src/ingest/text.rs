@@ -68,6 +68,65 @@ pub(crate) fn find(s: &str, stops: [u8; 3]) -> Option<usize> {
     tail.iter().position(|x| stops.contains(x)).map(|i| at + i)
 }
 
+/// Bits of a [`TextMemo`]'s slot number.
+const MEMO_BITS: u32 = 7;
+
+/// Names checked as UTF-8 once a request: a slice equal, byte for byte, to
+/// one checked before is answered with that one's text, which is as good
+/// (a view holds text, not places in the body).
+///
+/// Why: `std::str::from_utf8` reads a short name about a byte a step,
+/// some ten instructions a byte; a metric name of nine bytes cost more
+/// than a hundred, once a point on W1's OTLP and once a series on
+/// `tally.v1`. A request repeats its names (twenty metrics over hundreds
+/// of sources), so most are found here for a hash of one word and a
+/// compare. The memo is direct-mapped: a name whose slot another took is
+/// checked again, never wrongly answered.
+pub(crate) struct TextMemo<'a> {
+    slots: [&'a str; 1 << MEMO_BITS],
+}
+
+impl Default for TextMemo<'_> {
+    fn default() -> Self {
+        TextMemo {
+            slots: [""; 1 << MEMO_BITS],
+        }
+    }
+}
+
+impl<'a> TextMemo<'a> {
+    /// `bytes` as text, None where they are not UTF-8.
+    #[inline(always)]
+    pub(crate) fn text(&mut self, bytes: &'a [u8]) -> Option<&'a str> {
+        let slot = &mut self.slots[memo_slot(bytes)];
+        if same_bytes(slot.as_bytes(), bytes) {
+            return Some(*slot);
+        }
+        let text = std::str::from_utf8(bytes).ok()?;
+        *slot = text;
+        Some(text)
+    }
+}
+
+/// A slot for `b`: its length and up to eight of its bytes (the last
+/// eight, where names differ most), mixed by a multiply.
+#[inline(always)]
+fn memo_slot(b: &[u8]) -> usize {
+    let n = b.len();
+    let bytes = match n {
+        0 => 0,
+        1..=3 => u64::from(b[0]) | u64::from(b[n / 2]) << 8 | u64::from(b[n - 1]) << 16,
+        4..=7 => {
+            let (first, last) = (word::<4>(b, 0), word::<4>(b, n - 4));
+            u64::from(first.map_or(0, u32::from_le_bytes)) << 32
+                | u64::from(last.map_or(0, u32::from_le_bytes))
+        }
+        _ => word::<8>(b, n - 8).map_or(0, u64::from_le_bytes),
+    };
+    let mixed = (bytes ^ n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (mixed >> (64 - MEMO_BITS)) as usize
+}
+
 /// The `N` bytes of `s` from `at`, if it has them.
 #[inline(always)]
 fn word<const N: usize>(s: &[u8], at: usize) -> Option<[u8; N]> {
@@ -107,6 +166,21 @@ mod tests {
                 b.pop();
             }
             prop_assert_eq!(same_bytes(&a, &b), a == b);
+        }
+
+        /// The memo answers what `from_utf8` answers, for names that
+        /// repeat, collide and differ in one byte, valid or not.
+        #[test]
+        fn the_memo_answers_as_from_utf8(
+            names in proptest::collection::vec(
+                proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(0xc3u8), Just(0xa9u8)], 0..20),
+                0..200,
+            ),
+        ) {
+            let mut memo = TextMemo::default();
+            for name in &names {
+                prop_assert_eq!(memo.text(name), std::str::from_utf8(name).ok());
+            }
         }
 
         /// The word-wide search finds what a byte-by-byte one finds, in

@@ -36,6 +36,8 @@ use std::ops::Range;
 use prost::encoding::{check_wire_type, double, int32, int64, skip_field, DecodeContext, WireType};
 use tally_proto::v1 as pb;
 
+use crate::ingest::text::TextMemo;
+
 pub use build::{Mark, ParseError, ViewBuilder};
 
 /// Why a request's bytes do not decode. Displays as prost's own message.
@@ -329,6 +331,7 @@ impl<'a> PushView<'a> {
     /// refuses one of more than `max_series` series or sources.
     pub fn decode(mut bytes: &'a [u8], max_series: usize) -> Result<PushView<'a>, ViewError> {
         let mut v = PushView::with_room_for(bytes.len());
+        let mut memo = TextMemo::default();
         let ctx = DecodeContext::default();
         while !bytes.is_empty() {
             let (tag, wire_type) = fast::key(&mut bytes)?;
@@ -336,7 +339,7 @@ impl<'a> PushView<'a> {
                 1 => {
                     check_wire_type(WireType::LengthDelimited, wire_type)
                         .map_err(|e| ViewError::Wire(e).at("PushRequest", "sources"))?;
-                    v.source_batch(&mut bytes, max_series)
+                    v.source_batch(&mut bytes, max_series, &mut memo)
                         .map_err(|e| e.at("PushRequest", "sources"))?
                 }
                 _ => skip_field(wire_type, tag, &mut bytes, ctx.clone())?,
@@ -365,7 +368,12 @@ impl<'a> PushView<'a> {
         }
     }
 
-    fn source_batch(&mut self, buf: &mut &'a [u8], max_series: usize) -> Result<(), ViewError> {
+    fn source_batch(
+        &mut self,
+        buf: &mut &'a [u8],
+        max_series: usize,
+        memo: &mut TextMemo<'a>,
+    ) -> Result<(), ViewError> {
         let mut cols = SourceCols {
             source: "",
             series: Run::at_end(&self.series),
@@ -376,7 +384,7 @@ impl<'a> PushView<'a> {
                 .map(|s| cols.source = s)
                 .map_err(|e| e.at("SourceBatch", "source")),
             2 => self
-                .series_samples(wire_type, buf, max_series)
+                .series_samples(wire_type, buf, max_series, memo)
                 .map_err(|e| e.at("SourceBatch", "series")),
             3 => borrow_str(wire_type, buf)
                 .map(|g| self.groups.push(g))
@@ -397,9 +405,10 @@ impl<'a> PushView<'a> {
         wire_type: WireType,
         buf: &mut &'a [u8],
         max_series: usize,
+        memo: &mut TextMemo<'a>,
     ) -> Result<(), ViewError> {
         check_wire_type(WireType::LengthDelimited, wire_type)?;
-        let cols = match self.fast_series(buf) {
+        let cols = match self.fast_series(buf, memo) {
             Some(cols) => cols,
             None => self.exact_series(buf)?,
         };

@@ -35,6 +35,7 @@ use super::wire::{self, fields, key_value, prim, skip, Attr};
 use super::OtlpConfig;
 use crate::aggregator::{IngestOutcome, RejectReason, Rejection};
 use crate::ingest::builder::Budget;
+use crate::ingest::text::TextMemo;
 pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, PushView, ViewBuilder, ViewError};
 use crate::labels::label_name_from_key_cow;
@@ -231,6 +232,8 @@ pub(super) struct Reader<'a, 'c> {
     gathered: Vec<&'a [u8]>,
     /// Where text is made before it goes to the arena.
     pub(super) scratch: String,
+    /// Names and attributes already checked as UTF-8 in this request.
+    memo: TextMemo<'a>,
     /// The open point's start time in milliseconds (0: not given).
     pub(super) start_ms: i64,
     /// Whether the open point is flagged "no recorded value": each of its
@@ -269,6 +272,7 @@ impl<'a, 'c> Reader<'a, 'c> {
             scratch_counts: Vec::new(),
             gathered: Vec::new(),
             scratch: String::new(),
+            memo: TextMemo::default(),
             start_ms: 0,
             ended: false,
         }

@@ -21,12 +21,17 @@ use tally_proto::keys::{
 };
 
 use super::{PushView, SeriesCols};
+use crate::ingest::text::TextMemo;
 
 impl<'a> PushView<'a> {
     /// The length-delimited `SeriesSamples` at the front of `buf`, appended
     /// to the columns with `buf` moved past it, when it has the usual
     /// layout; otherwise the columns and `buf` are left as they were.
-    pub(super) fn fast_series(&mut self, buf: &mut &'a [u8]) -> Option<SeriesCols<'a>> {
+    pub(super) fn fast_series(
+        &mut self,
+        buf: &mut &'a [u8],
+        memo: &mut TextMemo<'a>,
+    ) -> Option<SeriesCols<'a>> {
         let (m, rest) = delimited(buf)?;
         let lens = (
             self.labels.len(),
@@ -34,7 +39,7 @@ impl<'a> PushView<'a> {
             self.values.len(),
             self.start_times_ms.len(),
         );
-        match self.series_fields(m) {
+        match self.series_fields(m, memo) {
             Some(cols) => {
                 *buf = rest;
                 Some(cols)
@@ -49,10 +54,14 @@ impl<'a> PushView<'a> {
         }
     }
 
-    fn series_fields(&mut self, mut m: &'a [u8]) -> Option<SeriesCols<'a>> {
+    fn series_fields(
+        &mut self,
+        mut m: &'a [u8],
+        memo: &mut TextMemo<'a>,
+    ) -> Option<SeriesCols<'a>> {
         let mut cols = self.open_series();
         if let Some(field) = after_key(&mut m, SERIES_METRIC) {
-            cols.metric = std::str::from_utf8(field).ok()?;
+            cols.metric = memo.text(field)?;
         }
         if let Some((&SERIES_KIND, rest)) = m.split_first() {
             let (v, n) = varint(rest)?;
@@ -73,7 +82,7 @@ impl<'a> PushView<'a> {
             }
         }
         while let Some(label) = after_key(&mut m, SERIES_LABELS) {
-            self.labels.push(self::label(label)?);
+            self.labels.push(self::label(label, memo)?);
         }
         if let Some(packed) = after_key(&mut m, SERIES_START_TIMES) {
             int64s(packed, &mut self.start_times_ms)?;
@@ -113,10 +122,10 @@ fn int64s(mut packed: &[u8], column: &mut Vec<i64>) -> Option<()> {
 
 /// A `Label`: a name, then a value unless it is empty (an encoder leaves
 /// an empty string out).
-fn label(mut m: &[u8]) -> Option<(&str, &str)> {
-    let name = std::str::from_utf8(after_key(&mut m, LABEL_NAME)?).ok()?;
+fn label<'a>(mut m: &'a [u8], memo: &mut TextMemo<'a>) -> Option<(&'a str, &'a str)> {
+    let name = memo.text(after_key(&mut m, LABEL_NAME)?)?;
     let value = match after_key(&mut m, LABEL_VALUE) {
-        Some(v) => std::str::from_utf8(v).ok()?,
+        Some(v) => memo.text(v)?,
         None => "",
     };
     m.is_empty().then_some((name, value))
@@ -269,7 +278,9 @@ mod tests {
         let bytes = series(&s);
         let mut v = PushView::default();
         let mut buf = &bytes[..];
-        let cols = v.fast_series(&mut buf).expect("the usual layout");
+        let cols = v
+            .fast_series(&mut buf, &mut TextMemo::default())
+            .expect("the usual layout");
         assert!(buf.is_empty());
         v.series.push(cols);
         v.sources.push(super::super::SourceCols {
@@ -310,7 +321,10 @@ mod tests {
             v.values.push(9.0);
             v.labels.push(("a", "b"));
             let mut buf = &bytes[..];
-            assert!(v.fast_series(&mut buf).is_none(), "{body:?}");
+            assert!(
+                v.fast_series(&mut buf, &mut TextMemo::default()).is_none(),
+                "{body:?}"
+            );
             assert_eq!(buf.len(), bytes.len());
             assert_eq!((v.values.len(), v.labels.len()), (1, 1));
             assert!(v.timestamps_ms.is_empty());

@@ -20,6 +20,7 @@
 
 use super::wire::Attr;
 use super::{Point, Reader, Shape, Variant, GATHERED_POINTS};
+use crate::ingest::text::TextMemo;
 use crate::ingest::view::fast::{after_key, delimited, varint};
 
 /// `Metric`'s fields as keys (field number << 3 | wire type).
@@ -50,10 +51,10 @@ impl<'a> Reader<'a, '_> {
     /// shape, with the places of its points in `self.gathered`. None
     /// leaves it to the exact reader.
     pub(super) fn fast_metric(&mut self, mut m: &'a [u8]) -> Option<(&'a str, Variant, Shape)> {
-        let name = std::str::from_utf8(after_key(&mut m, NAME)?).ok()?;
+        let name = self.memo.text(after_key(&mut m, NAME)?)?;
         for key in [DESCRIPTION, UNIT] {
             if let Some(text) = after_key(&mut m, key) {
-                std::str::from_utf8(text).ok()?;
+                self.memo.text(text)?;
             }
         }
         let key = *m.first()?;
@@ -105,7 +106,8 @@ impl<'a> Reader<'a, '_> {
                 AS_INT => p.value = Some(fixed64(&mut b)? as i64 as f64),
                 ATTRIBUTES => {
                     let (kv, rest) = delimited(b)?;
-                    self.attrs.push(string_attribute(kv)?);
+                    let attr = string_attribute(kv, &mut self.memo)?;
+                    self.attrs.push(attr);
                     b = rest;
                 }
                 // prost reads a `uint32` as a varint cut to 32 bits.
@@ -145,10 +147,10 @@ fn fixed64(b: &mut &[u8]) -> Option<u64> {
 
 /// A `KeyValue` of a key and a string value, each given once.
 #[inline(always)]
-fn string_attribute(mut kv: &[u8]) -> Option<(&str, Attr<'_>)> {
-    let key = std::str::from_utf8(after_key(&mut kv, KEY)?).ok()?;
+fn string_attribute<'a>(mut kv: &'a [u8], memo: &mut TextMemo<'a>) -> Option<(&'a str, Attr<'a>)> {
+    let key = memo.text(after_key(&mut kv, KEY)?)?;
     let mut any = after_key(&mut kv, VALUE)?;
-    let value = std::str::from_utf8(after_key(&mut any, STRING_VALUE)?).ok()?;
+    let value = memo.text(after_key(&mut any, STRING_VALUE)?)?;
     (kv.is_empty() && any.is_empty()).then_some((key, Attr::Str(value)))
 }
 
