@@ -201,6 +201,33 @@ fn request() -> impl Strategy<Value = pb::PushRequest> {
 }
 
 proptest! {
+    /// A decimal is found with the fewest decimals that give its bits
+    /// back, whichever way it was made: a mantissa over a power of ten
+    /// (of any size), or any bits at all.
+    #[test]
+    fn decimals_take_the_fewest_digits(
+        m in prop_oneof![-1_000_000i64..1_000_000, any::<i64>().prop_map(|m| m >> 8)],
+        k in 0usize..9,
+        bits in any::<u64>(),
+    ) {
+        for v in [m as f64 / 10f64.powi(k as i32), f64::from_bits(bits)] {
+            let exact = |k: usize| {
+                let m = nearest(v * POW10[k]);
+                v.abs() * POW10[k] < MAX_MANTISSA && (m as f64 / POW10[k]).to_bits() == v.to_bits()
+            };
+            let fewest = (0..POW10.len()).find(|&k| !v.is_nan() && exact(k));
+            match decimal(v) {
+                Some((m, k)) => {
+                    prop_assert_eq!((m as f64 / POW10[k as usize]).to_bits(), v.to_bits());
+                    prop_assert_eq!(Some(k as usize), fewest, "{}", v);
+                }
+                None => prop_assert!(fewest.is_none(), "{} has {:?}", v, fewest),
+            }
+        }
+    }
+}
+
+proptest! {
     /// Requests encoded one after another against the same dictionaries
     /// (repeating names, so that series are defined, referred to, predicted
     /// and not), with failed writes and new segments between them, decode
