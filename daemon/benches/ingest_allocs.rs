@@ -159,7 +159,8 @@ fn graphite(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
 }
 
 /// Request `k` in OTLP protobuf, one resource per host (its `host.name`
-/// the source), one gauge point per metric with two string attributes, as
+/// the source), one gauge point per metric with two string attributes
+/// named as the semantic conventions name a CPU's, as
 /// an OpenTelemetry SDK or Collector sends it over HTTP.
 fn otlp_protobuf(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -183,7 +184,9 @@ fn otlp_protobuf(hosts: usize, k: usize, ts_ms: i64) -> Vec<u8> {
                     let i = h * METRICS + m;
                     let (_, metric, cpu, mode) = series(i);
                     let point = NumberDataPoint {
-                        attributes: vec![text("cpu", &cpu), text("mode", mode)],
+                        // The semantic conventions' names for `system.cpu.time`:
+                        // dotted keys, which become labels by a renaming.
+                        attributes: vec![text("cpu.logical_number", &cpu), text("cpu.mode", mode)],
                         time_unix_nano: ts_ms as u64 * 1_000_000,
                         value: Some(number_data_point::Value::AsDouble(value(k, i))),
                         ..Default::default()

@@ -72,15 +72,20 @@ pub fn label_name_from_key(key: &str) -> String {
 
 /// [`label_name_from_key`], borrowing `key` when it is already the name.
 pub fn label_name_from_key_cow(key: &str) -> std::borrow::Cow<'_, str> {
+    if key_is_its_label_name(key) {
+        return std::borrow::Cow::Borrowed(key);
+    }
+    std::borrow::Cow::Owned(rename_key(key))
+}
+
+/// Whether [`label_name_from_key`] leaves `key` as it is.
+pub fn key_is_its_label_name(key: &str) -> bool {
     let plain = key.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
     let renamed = key.starts_with(|c: char| c.is_ascii_digit())
         || key.starts_with("__")
         || key == SOURCE_LABEL
         || key == TALLY_METRIC_LABEL;
-    if plain && !renamed {
-        return std::borrow::Cow::Borrowed(key);
-    }
-    std::borrow::Cow::Owned(rename_key(key))
+    plain && !renamed
 }
 
 fn rename_key(key: &str) -> String {

@@ -31,7 +31,6 @@ mod line;
 
 pub use config::InfluxConfig;
 
-use std::borrow::Cow;
 use std::fmt;
 
 use bumpalo::Bump;
@@ -43,10 +42,10 @@ use line::{Line, Value};
 use tally_proto::v1 as pb;
 
 use super::builder::{Budget, Full};
+use super::key_names::label_name;
 use super::text::same;
 use super::view::{PushView, ViewBuilder};
 use crate::aggregator::{IngestOutcome, RejectReason};
-use crate::labels::label_name_from_key_cow;
 
 /// The unit of the timestamps in a body (`precision` in the query string).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -439,15 +438,6 @@ impl<'a> Reading<'a> {
             EscapedStr::SingleSlice(s) => s,
             EscapedStr::CopiedValue(s) => self.arena.alloc_str(s),
         }
-    }
-}
-
-/// A tag key as a label name, borrowed when it already is one, else made
-/// in `arena`.
-fn label_name<'a>(arena: &'a Bump, key: &'a str) -> &'a str {
-    match label_name_from_key_cow(key) {
-        Cow::Borrowed(name) => name,
-        Cow::Owned(name) => arena.alloc_str(&name),
     }
 }
 

@@ -2,7 +2,8 @@
 //! gate (`gate`), the borrowed form every request is read in (`view`),
 //! numbers as text protocols write them (`number`), short names compared
 //! and searched inline (`text`, the aggregator's series-key check too),
-//! names numbered as a stream repeats them (`dict`) and the admission
+//! names numbered as a stream repeats them (`dict`), label names made
+//! from foreign keys (`key_names`) and the admission
 //! every receiver shares (`admit`). The receivers themselves
 //! live with their listeners: `tally.v1` and OTLP/gRPC in [`crate::grpc`],
 //! OTLP/HTTP, Prometheus remote-write and InfluxDB line protocol in
@@ -18,6 +19,7 @@ pub(crate) mod dict;
 mod gate;
 pub mod graphite;
 pub mod influx;
+pub(crate) mod key_names;
 mod number;
 pub mod otlp;
 pub mod remote_write;

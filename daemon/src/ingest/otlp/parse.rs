@@ -19,8 +19,6 @@
 //! attributes are those of all its `resource` fields, and a metric's data
 //! is the last run of its oneof's last member, their points in order.
 
-use std::borrow::Cow;
-
 use bumpalo::Bump;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -35,10 +33,10 @@ use super::wire::{self, fields, key_value, prim, skip, Attr};
 use super::OtlpConfig;
 use crate::aggregator::{IngestOutcome, RejectReason, Rejection};
 use crate::ingest::builder::Budget;
+use crate::ingest::key_names::KeyNames;
 use crate::ingest::text::TextMemo;
 pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, PushView, ViewBuilder, ViewError};
-use crate::labels::label_name_from_key_cow;
 
 mod fast;
 mod map;
@@ -234,6 +232,8 @@ pub(super) struct Reader<'a, 'c> {
     pub(super) scratch: String,
     /// Names and attributes already checked as UTF-8 in this request.
     memo: TextMemo<'a>,
+    /// Attribute keys renamed as labels in this request.
+    pub(super) key_names: KeyNames<'a>,
     /// The open point's start time in milliseconds (0: not given).
     pub(super) start_ms: i64,
     /// Whether the open point is flagged "no recorded value": each of its
@@ -273,6 +273,7 @@ impl<'a, 'c> Reader<'a, 'c> {
             gathered: Vec::new(),
             scratch: String::new(),
             memo: TextMemo::default(),
+            key_names: KeyNames::default(),
             start_ms: 0,
             ended: false,
         }
@@ -722,15 +723,6 @@ pub(super) struct Point {
     pub(super) value: Option<f64>,
     pub(super) count: u64,
     pub(super) sum: Option<f64>,
-}
-
-/// An attribute key as a label name: borrowed from the body when it
-/// already is one, else made in `arena`.
-pub(super) fn label_name<'a>(arena: &'a Bump, key: &'a str) -> &'a str {
-    match label_name_from_key_cow(key) {
-        Cow::Borrowed(name) => name,
-        Cow::Owned(name) => arena.alloc_str(&name),
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use tally_proto::v1 as pb;
 
 use super::super::points::{check_buckets, counter, temporality, NO_RECORDED_VALUE};
 use super::super::MAX_POINT_ATTRIBUTES;
-use super::{label_name, ParseError, Point, Reader, Shape, Variant};
+use super::{ParseError, Point, Reader, Shape, Variant};
 use crate::aggregator::RejectReason;
 use crate::model::stale_marker;
 
@@ -157,7 +157,7 @@ impl<'a> Reader<'a, '_> {
             let Some(value) = attr.text(arena, &mut self.scratch) else {
                 continue;
             };
-            let name = label_name(arena, key);
+            let name = self.key_names.name(arena, key);
             match self.labels.iter_mut().find(|l| l.0 == name) {
                 Some(l) => {
                     self.scratch.clear();
