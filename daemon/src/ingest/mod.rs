@@ -1,10 +1,10 @@
 //! Protocol-neutral ingest: the `[ingest]` limits (`config`), the shutdown
 //! gate (`gate`), the borrowed form every request is read in (`view`),
 //! numbers as text protocols write them (`number`), short names compared
-//! and searched inline (`text`, the aggregator's series-key check too),
-//! names numbered as a stream repeats them (`dict`), label names made
-//! from foreign keys (`key_names`) and the admission
-//! every receiver shares (`admit`). The receivers themselves
+//! and searched inline and checked as UTF-8 once a request (`text`, the
+//! aggregator's series-key check too), names numbered as a stream repeats
+//! them (`dict`), label names made from foreign keys (`key_names`) and the
+//! admission every receiver shares (`admit`). The receivers themselves
 //! live with their listeners: `tally.v1` and OTLP/gRPC in [`crate::grpc`],
 //! OTLP/HTTP, Prometheus remote-write and InfluxDB line protocol in
 //! [`crate::http`], Graphite plaintext in [`crate::graphite`]. What each

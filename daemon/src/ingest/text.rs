@@ -1,7 +1,8 @@
-//! Comparing and searching the short names and fields the protocol
-//! readers and the aggregator meet on every line or series: a measurement,
-//! a tag key, a field key, a source, a Graphite line's fields, a series'
-//! names against the one the table found.
+//! Comparing, searching and checking the short names and fields the
+//! protocol readers and the aggregator meet on every line or series: a
+//! measurement, a tag key, a field key, a source, a Graphite line's
+//! fields, a series' names against the one the table found; and a wire
+//! protocol's names checked as UTF-8 once a request ([`TextMemo`]).
 //!
 //! Why: `==` on strings calls the C library's `memcmp` once the lengths
 //! agree. For names of a few bytes the call costs more than the compare;
