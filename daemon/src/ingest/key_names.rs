@@ -9,13 +9,10 @@
 //! that carried it: four allocations a sample for a CPU's two attributes.
 //! A request repeats its keys, so each is renamed once.
 
-use std::borrow::Cow;
-use std::hash::BuildHasher as _;
-
 use bumpalo::Bump;
-use hashbrown::{DefaultHashBuilder, HashTable};
+use std::borrow::Cow;
 
-use super::text::same;
+use super::text::NameTable;
 use crate::labels::{key_is_its_label_name, label_name_from_key_cow};
 
 /// Most renamed keys one request remembers; past them a key is renamed
@@ -32,10 +29,16 @@ pub(crate) fn label_name<'a>(arena: &'a Bump, key: &'a str) -> &'a str {
 }
 
 /// The renamed keys of one request; see the module's documentation.
-#[derive(Default)]
 pub(crate) struct KeyNames<'a> {
-    renamed: HashTable<(&'a str, &'a str)>,
-    hasher: DefaultHashBuilder,
+    renamed: NameTable<'a, &'a str>,
+}
+
+impl Default for KeyNames<'_> {
+    fn default() -> Self {
+        KeyNames {
+            renamed: NameTable::with_cap(MAX_RENAMED),
+        }
+    }
 }
 
 impl<'a> KeyNames<'a> {
@@ -44,17 +47,7 @@ impl<'a> KeyNames<'a> {
         if key_is_its_label_name(key) {
             return key;
         }
-        let hasher = &self.hasher;
-        let hash = hasher.hash_one(key);
-        if let Some(&(_, renamed)) = self.renamed.find(hash, |&(k, _)| same(k, key)) {
-            return renamed;
-        }
-        let renamed = label_name(arena, key);
-        if self.renamed.len() < MAX_RENAMED {
-            self.renamed
-                .insert_unique(hash, (key, renamed), |&(k, _)| hasher.hash_one(k));
-        }
-        renamed
+        self.renamed.get_or_make(key, || label_name(arena, key))
     }
 }
 

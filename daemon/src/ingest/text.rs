@@ -2,12 +2,17 @@
 //! protocol readers and the aggregator meet on every line or series: a
 //! measurement, a tag key, a field key, a source, a Graphite line's
 //! fields, a series' names against the one the table found; and a wire
-//! protocol's names checked as UTF-8 once a request ([`TextMemo`]).
+//! protocol's names checked as UTF-8 once a request ([`TextMemo`]) and
+//! values kept by name for one request ([`NameTable`]).
 //!
 //! Why: `==` on strings calls the C library's `memcmp` once the lengths
 //! agree. For names of a few bytes the call costs more than the compare;
 //! reading a W1 line-protocol body made five such calls a line, an eighth
 //! of its reading, and three a series took 9% of ingest's CPU on W1.
+
+use std::hash::BuildHasher as _;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 /// `a == b`; see [`same_bytes`].
 #[inline(always)]
@@ -67,6 +72,40 @@ pub(crate) fn find(s: &str, stops: [u8; 3]) -> Option<usize> {
     }
     let tail = bytes.get(at..)?;
     tail.iter().position(|x| stops.contains(x)).map(|i| at + i)
+}
+
+/// Values kept by name for one request, the names compared inline
+/// ([`same`]; a table keyed by `&str` calls `memcmp` for each lookup),
+/// at most `cap` of them: past that a value is made again at each use.
+pub(crate) struct NameTable<'a, V> {
+    table: HashTable<(&'a str, V)>,
+    hasher: DefaultHashBuilder,
+    cap: usize,
+}
+
+impl<'a, V: Copy> NameTable<'a, V> {
+    pub(crate) fn with_cap(cap: usize) -> Self {
+        NameTable {
+            table: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            cap,
+        }
+    }
+
+    /// `name`'s value, made by `make` the first time.
+    pub(crate) fn get_or_make(&mut self, name: &'a str, make: impl FnOnce() -> V) -> V {
+        let hasher = &self.hasher;
+        let hash = hasher.hash_one(name);
+        if let Some(&(_, v)) = self.table.find(hash, |&(n, _)| same(n, name)) {
+            return v;
+        }
+        let v = make();
+        if self.table.len() < self.cap {
+            self.table
+                .insert_unique(hash, (name, v), |&(n, _)| hasher.hash_one(n));
+        }
+        v
+    }
 }
 
 /// Bits of a [`TextMemo`]'s slot number.

@@ -12,15 +12,13 @@
 //! decoding of the same bytes, read through the mapping of the parent
 //! module.
 
-use std::hash::BuildHasher as _;
-
-use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+use hashbrown::HashMap;
 use prost::encoding::{check_wire_type, double, int32, int64, skip_field, DecodeContext, WireType};
 
 use super::{family_type_of, fast, kind_by_metadata, KindRule, KnownKind, RemoteWriteConfig};
 use crate::aggregator::{IngestOutcome, RejectReason};
 use crate::ingest::builder::Budget;
-use crate::ingest::text::same;
+use crate::ingest::text::{same, NameTable};
 use crate::ingest::view::fast::{delimited, key as wire_key};
 pub use crate::ingest::view::ParseError;
 use crate::ingest::view::{borrow_str, nested, Mark, PushView, ViewBuilder, ViewError};
@@ -53,8 +51,7 @@ impl Parse<'_> {
         b.reserve_for(bytes.len(), 32, 3);
         let mut said = Said {
             types: &types,
-            by_name: HashTable::new(),
-            hasher: DefaultHashBuilder::default(),
+            by_name: NameTable::with_cap(usize::MAX),
         };
         let mut buf = bytes;
         while !buf.is_empty() {
@@ -195,10 +192,8 @@ impl Parse<'_> {
 /// series, and each look into the book takes its lock.
 struct Said<'t, 'a> {
     types: &'t HashMap<&'a str, FamilyType>,
-    /// Names compared inline (`same`): a map keyed by `&str` called
-    /// `memcmp` once a series.
-    by_name: HashTable<(&'a str, KindRule)>,
-    hasher: DefaultHashBuilder,
+    /// A request's names are bounded by its size.
+    by_name: NameTable<'a, KindRule>,
 }
 
 impl<'a> Said<'_, 'a> {
@@ -208,15 +203,8 @@ impl<'a> Said<'_, 'a> {
         name: &'a str,
         decide: impl FnOnce(&HashMap<&'a str, FamilyType>) -> KindRule,
     ) -> KindRule {
-        let hasher = &self.hasher;
-        let hash = hasher.hash_one(name);
-        if let Some(&(_, rule)) = self.by_name.find(hash, |&(n, _)| same(n, name)) {
-            return rule;
-        }
-        let rule = decide(self.types);
-        self.by_name
-            .insert_unique(hash, (name, rule), |&(n, _)| hasher.hash_one(n));
-        rule
+        let types = self.types;
+        self.by_name.get_or_make(name, || decide(types))
     }
 }
 
