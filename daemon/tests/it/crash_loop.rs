@@ -207,7 +207,8 @@ async fn sigkill_loses_no_acknowledged_sample_on_the_mongodb_standin() {
     assert_eq!(
         counts(&hours),
         counts(&days),
-        "counts per series: hour documents, then day documents"
+        "counts per series: hour documents, then day documents; the daemon's warnings:\n{}",
+        warnings(&d.logs())
     );
     for (series, (_, sum)) in &hours {
         let day = days.get(series).map_or(f64::NAN, |d| d.1);
@@ -249,4 +250,13 @@ async fn totals(
         entry.1 += total.get_f64("sum").unwrap();
     }
     out
+}
+
+/// The daemon's warnings and errors, for a failure's message: what sealing
+/// said about itself.
+fn warnings(logs: &str) -> String {
+    logs.lines()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

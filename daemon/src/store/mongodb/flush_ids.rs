@@ -135,8 +135,13 @@ impl Conn {
         let Some(doc) = self.writer_doc().await? else {
             return Ok(0);
         };
-        match doc.get("next").and_then(as_i64) {
+        let next = doc.get("next");
+        match next.and_then(as_i64) {
             Some(n) if n >= 0 => Ok(n as u64),
+            // A first start records where its seals begin before it
+            // reserves ids: killed in between, it left a document with no
+            // reservation, and nothing written under one.
+            _ if next.is_none() => Ok(0),
             _ => Err(StoreError::Corrupt {
                 doc: format!(
                     "{}.{WRITERS_COLLECTION}/{}",

@@ -18,7 +18,9 @@ per_mongo_target!(
     statements_per_flush_in_steady_state_and_at_boundaries,
     a_restart_seals_what_a_crash_left,
     a_writer_that_never_comes_back_is_taken_over,
-    two_writers_of_one_series_seal_it_once
+    two_writers_of_one_series_seal_it_once,
+    a_seal_given_up_in_flight_is_finished_by_the_close,
+    a_first_start_killed_before_its_reservation_starts_again
 );
 
 /// 2026-11-03 00:00 UTC: a midnight, so one hour before it is an hour
@@ -181,6 +183,58 @@ async fn a_restart_seals_what_a_crash_left(target: MongoTarget) {
         let docs = read(&b, s, "m", Tier::Day, Resolution::Day, day, MIDNIGHT).await;
         let n: u64 = docs.iter().flat_map(|d| &d.slots).map(|(_, s)| s.n).sum();
         assert_eq!(n, 30, "{s}: every sample once");
+    }
+    target.cleanup().await;
+}
+
+/// The daemon's shutdown cancels the upkeep's step wherever it is, a share
+/// of an hour's seals in flight included: the close seals that share, so a
+/// clean stop leaves every day document equal to its hours.
+async fn a_seal_given_up_in_flight_is_finished_by_the_close(target: MongoTarget) {
+    let sources = names(5, "cut");
+    let hour = MIDNIGHT - 4 * HOUR_S;
+    let a = store_with(&target, "w-cut").await;
+    for i in 0..10i64 {
+        let t = hour + 30 + 300 * i;
+        apply_then_upkeep(&a, &flush(t + 1, &sources, &[t])).await;
+    }
+    // The flush after the hour's grace: the upkeep that follows takes the
+    // hour's seals out of the queue, and is dropped at its first wait on
+    // the server.
+    let t = hour + HOUR_S + GRACE;
+    a.apply(&flush(t, &sources, &[t - 1])).await.unwrap();
+    let cut = tokio::time::timeout(Duration::ZERO, a.upkeep()).await;
+    assert!(
+        cut.is_err(),
+        "the upkeep finished without waiting on the server"
+    );
+    a.close().await.unwrap();
+    for s in &sources {
+        check_day_doc_equals_hours(&target, s, &[hour, hour + HOUR_S]).await;
+    }
+    target.cleanup().await;
+}
+
+/// A first start records where its seals begin before it reserves flush
+/// ids; killed in between, it leaves a writer's document without a
+/// reservation. The next start reads that as no reservation, not as a
+/// corrupt document it cannot start from.
+async fn a_first_start_killed_before_its_reservation_starts_again(target: MongoTarget) {
+    let hour = MIDNIGHT - 2 * HOUR_S;
+    let writers = target.db().await.collection::<Document>("tally_writers");
+    writers
+        .insert_one(mongodb::bson::doc! { "_id": "w-first", "sealed": hour })
+        .await
+        .unwrap();
+    let a = store_with(&target, "w-first").await;
+    assert_eq!(a.last_flush_id().await.unwrap(), 0);
+    let sources = names(2, "first");
+    let t = hour + 30;
+    apply_then_upkeep(&a, &flush(t + 1, &sources, &[t])).await;
+    assert!(a.last_flush_id().await.unwrap() >= flush_id(t + 1));
+    a.close().await.unwrap();
+    for s in &sources {
+        check_day_doc_equals_hours(&target, s, &[hour]).await;
     }
     target.cleanup().await;
 }

@@ -302,12 +302,16 @@ impl Seals {
         done: bool,
     ) {
         self.untake(share);
-        let Some(pass) = self.queue.front_mut() else {
+        // Not necessarily the front: late passes go ahead of a pass while
+        // its page is read, and the reader is past that page by now.
+        let Some(at) = self
+            .queue
+            .iter()
+            .position(|p| p.hour == share.hour && p.loading)
+        else {
             return;
         };
-        if pass.hour != share.hour || !pass.loading {
-            return;
-        }
+        let pass = &mut self.queue[at];
         match &mut pass.items {
             Items::Ids(v) if !restarted => v.append(&mut ids),
             slot => *slot = Items::Ids(ids),
@@ -315,7 +319,7 @@ impl Seals {
         if done {
             pass.loading = false;
             if pass.items.len() == 0 {
-                self.queue.pop_front();
+                self.queue.remove(at);
             }
         }
     }

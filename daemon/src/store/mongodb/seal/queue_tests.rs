@@ -156,6 +156,34 @@ fn a_restart_loads_every_hour_from_the_record_on_page_by_page() {
     assert_eq!(seals.record_due(), Some(H0 + HOUR_S));
 }
 
+/// A flush with late minutes while a recovered hour's page is read puts its
+/// pass ahead of the loading one: the page still counts.
+#[test]
+fn a_page_read_while_a_late_pass_arrives_is_kept() {
+    let mut seals = Seals::default();
+    seals.start_from_record(H0, H0 + 30, H0 - 100 * HOUR_S);
+    seals.close_hours(H0 + HOUR_S + SEAL_GRACE_S, false);
+    let now = us(H0 + HOUR_S + SEAL_GRACE_S);
+    let first = seals.next_share(now, 1, false).unwrap();
+    assert!(matches!(first.items, Items::Load));
+    let late = batch(H0 + HOUR_S + 61, &["late"], &[H0 + 100]);
+    seals.wrote(&late, late.id.0);
+    seals.loaded(&first, vec!["x".into()], true, false);
+    let mut sealed = Vec::new();
+    while let Some(share) = seals.next_share(now, 1, false) {
+        match share.items {
+            Items::Load => seals.loaded(&share, vec!["y".into()], false, true),
+            Items::Ids(ref ids) => {
+                sealed.extend(ids.iter().cloned());
+                seals.done(&share);
+            }
+            Items::Series(_) => seals.done(&share),
+        }
+    }
+    sealed.sort();
+    assert_eq!(sealed, ["x", "y"]);
+}
+
 #[test]
 fn a_share_is_never_larger_than_the_cap() {
     let mut seals = Seals::default();

@@ -10,7 +10,9 @@ use bson::doc;
 use futures::TryStreamExt;
 use tracing::{debug, warn};
 
-use super::queue::Seals;
+use parking_lot::Mutex;
+
+use super::queue::{Items, Seals, Share};
 use super::write::Sealed;
 use super::Sealer;
 use crate::model::FlushBatch;
@@ -34,6 +36,40 @@ pub(super) const DEFAULT_LAG: Duration = Duration::from_secs(3 * 3600);
 
 pub(super) fn wall_us() -> u64 {
     u64::try_from(chrono::Utc::now().timestamp_micros()).unwrap_or(0)
+}
+
+/// A share out of the queue while it is sealed. Dropped unfinished, by an
+/// error or by the caller giving up on the call (the upkeep's step is
+/// cancelled at shutdown, a close's seal is timed), it goes back to the
+/// front of the queue: otherwise its series would be sealed by no one
+/// before the next start, and a clean stop would leave day documents short.
+struct Taken<'a> {
+    seals: &'a Mutex<Seals>,
+    share: Share,
+    finished: bool,
+}
+
+impl Taken<'_> {
+    /// The share is through: `f` tells the queue how.
+    fn finish(mut self, f: impl FnOnce(&mut Seals, &Share)) {
+        f(&mut self.seals.lock(), &self.share);
+        self.finished = true;
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let placeholder = Share {
+            hour: self.share.hour,
+            items: Items::Load,
+            late_since: self.share.late_since,
+        };
+        let share = std::mem::replace(&mut self.share, placeholder);
+        self.seals.lock().failed(share);
+    }
 }
 
 impl Sealer {
@@ -85,32 +121,35 @@ impl Sealer {
             let Some(share) = self.seals.lock().next_share(now_us, spread, all) else {
                 break;
             };
-            let normal = share.late_since.is_none();
+            let (hour, normal) = (share.hour, share.late_since.is_none());
+            let taken = Taken {
+                seals: &self.seals,
+                share,
+                finished: false,
+            };
             late_shares += usize::from(!normal);
-            match self.seal_share(&share).await {
+            match self.seal_share(&taken.share).await {
                 Ok(Sealed::Page {
                     ids,
                     restarted,
                     done,
                 }) => {
                     debug!(
-                        hour = share.hour,
+                        hour,
                         documents = ids.len(),
                         done,
                         "hour documents to seal loaded"
                     );
-                    self.seals.lock().loaded(&share, ids, restarted, done);
+                    taken.finish(|seals, share| seals.loaded(share, ids, restarted, done));
                     pages += 1;
                     if pages >= LOAD_PAGES_PER_CALL && !all {
                         break;
                     }
                     continue;
                 }
-                Ok(Sealed::Done) => self.seals.lock().done(&share),
-                Err(e) => {
-                    self.seals.lock().failed(share);
-                    return Err(e);
-                }
+                Ok(Sealed::Done) => taken.finish(Seals::done),
+                // Dropped, it waits again at the front.
+                Err(e) => return Err(e),
             }
             did = true;
             // Late minutes first, but a replay's worth of them over several

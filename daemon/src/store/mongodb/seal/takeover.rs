@@ -77,21 +77,16 @@ impl Sealer {
             *slot = None;
             return Ok(true);
         };
-        let (ids, exhausted) = match self.takeover_page(t, hour).await {
-            Ok(page) => page,
-            Err(e) => {
-                t.cursor = None;
-                return Err(e);
-            }
-        };
-        if let Err(e) = self.seal_hour_ids(hour, &ids).await {
-            // The cursor is past these ids: the hour is read again.
-            t.cursor = None;
-            return Err(e);
-        }
+        // Out of the takeover until its page is sealed: a step that fails,
+        // or is given up (the upkeep is cancelled at shutdown), leaves the
+        // cursor past ids nobody sealed, so the hour is read again instead.
+        let mut cursor = t.cursor.take();
+        let (ids, exhausted) = self.takeover_page(&mut cursor, &t.writer, hour).await?;
+        self.seal_hour_ids(hour, &ids).await?;
         if exhausted {
-            t.cursor = None;
             t.hours.pop_front();
+        } else {
+            t.cursor = cursor;
         }
         Ok(true)
     }
@@ -165,16 +160,15 @@ impl Sealer {
     /// the hour has no more.
     async fn takeover_page(
         &self,
-        t: &mut Takeover,
+        cursor: &mut Option<mongodb::Cursor<RawDocumentBuf>>,
+        writer: &str,
         hour: i64,
     ) -> Result<(Vec<String>, bool), StoreError> {
-        let path = format!("w.{}", t.writer);
+        let path = format!("w.{writer}");
         let page = async {
-            let cursor = match t.cursor.as_mut() {
+            let cursor = match cursor.as_mut() {
                 Some(cursor) => cursor,
-                None => t
-                    .cursor
-                    .insert(self.written_in(hour, &path, STEP_IDS).await?),
+                None => cursor.insert(self.written_in(hour, &path, STEP_IDS).await?),
             };
             next_ids(cursor, STEP_IDS).await
         };
