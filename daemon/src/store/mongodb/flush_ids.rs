@@ -140,8 +140,10 @@ impl Conn {
             Some(n) if n >= 0 => Ok(n as u64),
             // A first start records where its seals begin before it
             // reserves ids: killed in between, it left a document with no
-            // reservation, and nothing written under one.
-            _ if next.is_none() => Ok(0),
+            // reservation, and nothing written under one. A document that
+            // records a complete flush had a reservation: without it, it
+            // is corrupt.
+            _ if next.is_none() && doc.get("complete").is_none() => Ok(0),
             _ => Err(StoreError::Corrupt {
                 doc: format!(
                     "{}.{WRITERS_COLLECTION}/{}",

@@ -218,7 +218,8 @@ async fn a_seal_given_up_in_flight_is_finished_by_the_close(target: MongoTarget)
 /// A first start records where its seals begin before it reserves flush
 /// ids; killed in between, it leaves a writer's document without a
 /// reservation. The next start reads that as no reservation, not as a
-/// corrupt document it cannot start from.
+/// corrupt document it cannot start from. A document that records a
+/// complete flush without a reservation is still corrupt.
 async fn a_first_start_killed_before_its_reservation_starts_again(target: MongoTarget) {
     let hour = MIDNIGHT - 2 * HOUR_S;
     let writers = target.db().await.collection::<Document>("tally_writers");
@@ -226,6 +227,14 @@ async fn a_first_start_killed_before_its_reservation_starts_again(target: MongoT
         .insert_one(mongodb::bson::doc! { "_id": "w-first", "sealed": hour })
         .await
         .unwrap();
+    let complete = flush_id(hour + 60) as i64;
+    writers
+        .insert_one(mongodb::bson::doc! { "_id": "w-odd", "sealed": hour, "complete": complete })
+        .await
+        .unwrap();
+    let odd = store_with(&target, "w-odd").await;
+    let err = odd.last_flush_id().await.unwrap_err();
+    assert!(err.to_string().contains("expected a flush id"), "{err}");
     let a = store_with(&target, "w-first").await;
     assert_eq!(a.last_flush_id().await.unwrap(), 0);
     let sources = names(2, "first");

@@ -119,16 +119,21 @@ impl Sealer {
                 return Err(e);
             }
         }
-        let did = self.run_seals(now, all).await;
+        // Recorded before the upkeep's reads: a shutdown that cancels the
+        // step there must not cost the record (the next start would replay
+        // more of the log than it needs).
+        let recorded = match self.run_seals(now, all).await {
+            Ok(true) => {
+                let complete = self.durable_through(self.applied_through.load(Ordering::Acquire));
+                self.note_complete(complete).await.map(|()| Some(complete))
+            }
+            Ok(false) => Ok(None),
+            Err(e) => Err(e),
+        };
         if !all {
             self.upkeep(run::wall_us()).await;
         }
-        if !did? {
-            return Ok(None);
-        }
-        let complete = self.durable_through(self.applied_through.load(Ordering::Acquire));
-        self.note_complete(complete).await?;
-        Ok(Some(complete))
+        recorded
     }
 
     /// Records that every flush through `complete` is in both tiers.
