@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use bson::doc;
 use futures::TryStreamExt;
-use tracing::{debug, warn};
-
 use parking_lot::Mutex;
+use tracing::{debug, warn};
 
 use super::queue::{Items, Seals, Share};
 use super::write::Sealed;
