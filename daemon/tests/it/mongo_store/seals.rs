@@ -88,6 +88,16 @@ async fn apply_then_upkeep(store: &MongoStore, b: &FlushBatch) {
     store.upkeep().await.unwrap();
 }
 
+/// `flushes` flushes from `hour` + 30 s on, `every` seconds apart, each
+/// one sample of every source a second before it, each followed by its
+/// upkeep.
+async fn write_spread(store: &MongoStore, sources: &[String], hour: i64, flushes: i64, every: i64) {
+    for i in 0..flushes {
+        let t = hour + 30 + every * i;
+        apply_then_upkeep(store, &flush(t + 1, sources, &[t])).await;
+    }
+}
+
 /// With N series at one sample a second, every flush sends N hour
 /// statements; a flush whose minutes lie in two hours 2N; and the flush a
 /// minute after an hour ends also seals that hour's N day documents (N is
@@ -194,10 +204,7 @@ async fn a_seal_given_up_in_flight_is_finished_by_the_close(target: MongoTarget)
     let sources = names(5, "cut");
     let hour = MIDNIGHT - 4 * HOUR_S;
     let a = store_with(&target, "w-cut").await;
-    for i in 0..10i64 {
-        let t = hour + 30 + 300 * i;
-        apply_then_upkeep(&a, &flush(t + 1, &sources, &[t])).await;
-    }
+    write_spread(&a, &sources, hour, 10, 300).await;
     // The flush after the hour's grace: the upkeep that follows takes the
     // hour's seals out of the queue, and is dropped at its first wait on
     // the server.
@@ -256,10 +263,7 @@ async fn a_writer_that_never_comes_back_is_taken_over(target: MongoTarget) {
     let sources = names(4, "gone");
     let hour = MIDNIGHT - 7 * HOUR_S;
     let a = store_with(&target, "w-gone").await;
-    for i in 0..12i64 {
-        let t = hour + 30 + 500 * i;
-        apply_then_upkeep(&a, &flush(t + 1, &sources, &[t])).await;
-    }
+    write_spread(&a, &sources, hour, 12, 500).await;
     drop(a);
     // Two hours pass without a word from A: its reservation (flush ids of
     // the data's time) is old already; its last write is made so too.
