@@ -3,7 +3,8 @@
 //! path has an empty component.
 //!
 //! A line of up to 64 bytes, as nearly every line is, is read once into
-//! three bitmasks of its bytes (blanks, `;`, `.`), eight bytes at a time;
+//! three bitmasks of its bytes (blanks, `;`, `.`), sixteen bytes at a time
+//! on x86-64 (eight elsewhere, and in lines under sixteen bytes);
 //! each field's bounds and the path's check are then a few bit searches
 //! without a branch per byte. Searched part by part (the path's end, its
 //! `;`, its dots, then each field after it, a call and a scan each), the
@@ -94,12 +95,68 @@ fn bits(from: usize, to: usize) -> u64 {
     below(to) & !below(from)
 }
 
-/// [`split`] for a line of at most 64 bytes; None for a longer one.
-fn by_masks(b: &[u8]) -> Option<Fields> {
-    let n = b.len();
-    if n > 64 {
-        return None;
+/// Where a line's blanks, `;`s and `.`s are: bit `i` of each mask is
+/// byte `i`'s (a line of at most 64 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Masks {
+    blank: u64,
+    semi: u64,
+    dot: u64,
+}
+
+/// [`Masks`] sixteen bytes a step with SSE2, which every x86-64 has (by
+/// `safe_arch`, as the standard library's intrinsics need `unsafe` here):
+/// a compare per class and one gather of the high bits, about a fifth of
+/// the instructions of eight bytes a step in general-purpose registers
+/// ([`masks_by_words`], which lines under sixteen bytes still take).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn masks(b: &[u8]) -> Masks {
+    use safe_arch::{cmp_eq_mask_i8_m128i, m128i, move_mask_i8_m128i, set_splat_i8_m128i};
+    let class = |c: &[u8; 16]| {
+        let v = m128i::from(*c);
+        let is = |c: u8| cmp_eq_mask_i8_m128i(v, set_splat_i8_m128i(c as i8));
+        // Sixteen bits each, as the gather of the high bits leaves them.
+        let bits = |m: m128i| u64::from(move_mask_i8_m128i(m) as u16);
+        Masks {
+            blank: bits(is(b' ') | is(b'\t') | is(b'\r')),
+            semi: bits(is(b';')),
+            dot: bits(is(b'.')),
+        }
+    };
+    let Some(last) = b.last_chunk::<16>() else {
+        return masks_by_words(b);
+    };
+    let mut m = Masks {
+        blank: 0,
+        semi: 0,
+        dot: 0,
+    };
+    let mut put = |at: usize, c: Masks, drop: usize| {
+        m.blank |= (c.blank >> drop) << at;
+        m.semi |= (c.semi >> drop) << at;
+        m.dot |= (c.dot >> drop) << at;
+    };
+    let mut chunks = b.chunks_exact(16);
+    for (i, chunk) in chunks.by_ref().enumerate() {
+        if let Some(chunk) = chunk.first_chunk::<16>() {
+            put(16 * i, class(chunk), 0);
+        }
     }
+    let rest = chunks.remainder().len();
+    if rest > 0 {
+        // The line's last sixteen bytes, less those already read.
+        put(b.len() - rest, class(last), 16 - rest);
+    }
+    m
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn masks(b: &[u8]) -> Masks {
+    masks_by_words(b)
+}
+
+/// [`Masks`] eight bytes a step in general-purpose registers.
+fn masks_by_words(b: &[u8]) -> Masks {
     let (mut blank, mut semi, mut dot) = (0u64, 0u64, 0u64);
     let mut add = |i: usize, w: u64| {
         let at = 8 * i;
@@ -123,8 +180,18 @@ fn by_masks(b: &[u8]) -> Option<Fields> {
             Some(last) => u64::from_le_bytes(*last) >> (8 * (8 - rest.len())),
             None => rest.iter().rev().fold(0, |w, &c| (w << 8) | u64::from(c)),
         };
-        add(n / 8, last);
+        add(b.len() / 8, last);
     }
+    Masks { blank, semi, dot }
+}
+
+/// [`split`] for a line of at most 64 bytes; None for a longer one.
+fn by_masks(b: &[u8]) -> Option<Fields> {
+    let n = b.len();
+    if n > 64 {
+        return None;
+    }
+    let Masks { blank, semi, dot } = masks(b);
     // A field starts where text follows a blank (or the line's start),
     // and ends where a blank follows text. Past the line no bit is text,
     // so a field running to its end has its end at bit `n`, except in a
@@ -295,6 +362,23 @@ mod tests {
         let f = split(&line);
         assert_eq!((f.start, f.end, f.extra), (0, 63, false));
         assert_eq!((f.value, f.ts), (Some((64, 65)), Some((66, 67))));
+    }
+
+    proptest! {
+        /// The vector masks are the word masks, at every length to 64 and
+        /// for every byte (a class's byte with its high bit set is not it).
+        #[test]
+        fn vector_masks_are_the_word_masks(
+            bytes in proptest::collection::vec(
+                prop_oneof![
+                    Just(b' '), Just(b'\t'), Just(b'\r'), Just(b';'), Just(b'.'),
+                    Just(0xa0u8), Just(0xaeu8), Just(0xbbu8), any::<u8>(),
+                ],
+                0..=64,
+            ),
+        ) {
+            prop_assert_eq!(masks(&bytes), masks_by_words(&bytes), "{:?}", bytes);
+        }
     }
 
     proptest! {
