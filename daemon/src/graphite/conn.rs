@@ -25,6 +25,7 @@ use tracing::{debug, warn};
 use super::GraphiteConfig;
 use crate::aggregator::RejectReason;
 use crate::auth::Grant;
+use crate::ingest::bytemask::Positions;
 use crate::ingest::graphite::{parse_line, parse_text, Batch, LineError, PushError};
 use crate::ingest::{first_problems, IngestError, Ingestor, Protocol};
 
@@ -484,7 +485,7 @@ struct Lines<'d> {
     /// The lines' bytes, when they are all text.
     text: Option<&'d str>,
     bytes: &'d [u8],
-    ends: memchr::Memchr<'d>,
+    ends: Positions<'d>,
     start: usize,
 }
 
@@ -493,7 +494,7 @@ impl<'d> Lines<'d> {
         Lines {
             text: std::str::from_utf8(bytes).ok(),
             bytes,
-            ends: memchr::memchr_iter(b'\n', bytes),
+            ends: Positions::new(bytes, b'\n'),
             start: 0,
         }
     }

@@ -1,6 +1,7 @@
 //! Protocol-neutral ingest: the `[ingest]` limits (`config`), the shutdown
 //! gate (`gate`), the borrowed form every request is read in (`view`),
-//! numbers as text protocols write them (`number`), short names compared
+//! numbers as text protocols write them (`number`), where a short slice's
+//! bytes of a few classes are (`bytemask`), short names compared
 //! and searched inline and checked as UTF-8 once a request (`text`, the
 //! aggregator's series-key check too), names numbered as a stream repeats
 //! them (`dict`), label names made from foreign keys (`key_names`) and the
@@ -14,6 +15,7 @@
 
 mod admit;
 pub mod builder;
+pub(crate) mod bytemask;
 pub mod config;
 pub(crate) mod dict;
 mod gate;

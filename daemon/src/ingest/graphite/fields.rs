@@ -3,8 +3,7 @@
 //! path has an empty component.
 //!
 //! A line of up to 64 bytes, as nearly every line is, is read once into
-//! three bitmasks of its bytes (blanks, `;`, `.`), sixteen bytes at a time
-//! on x86-64 (eight elsewhere, and in lines under sixteen bytes);
+//! three bitmasks of its bytes (blanks, `;`, `.`; [`bytemask`]);
 //! each field's bounds and the path's check are then a few bit searches
 //! without a branch per byte. Searched part by part (the path's end, its
 //! `;`, its dots, then each field after it, a call and a scan each), the
@@ -12,6 +11,7 @@
 //! over Graphite, and mispredicted three times the branches. Longer lines
 //! are searched part by part, as the reference the masks are held to.
 
+use crate::ingest::bytemask;
 use crate::ingest::text::find;
 
 /// Byte offsets of a line's parts.
@@ -44,145 +44,11 @@ pub(super) fn count(text: &str) -> usize {
     fields(text).count()
 }
 
-const ONES: u64 = u64::from_ne_bytes([1; 8]);
-const HIGH: u64 = ONES << 7;
-const LOW: u64 = !HIGH;
-
-/// A word whose bytes have their high bit set exactly where `x`'s bytes
-/// are not zero (the low bits are noise: callers keep the high ones).
-/// Exact for every byte, unlike the usual zero-byte test, whose borrow
-/// can flag a byte above a zero: a byte's low seven bits plus 0x7f sum to
-/// at most 0xfe, so they carry into its own high bit, unless they are all
-/// zero, and never into the next byte.
-#[inline(always)]
-fn nonzero(x: u64) -> u64 {
-    ((x & LOW) + LOW) | x
-}
-
-/// A word whose bytes have their high bit set exactly where `w`'s bytes
-/// are not `c` (low bits as in [`nonzero`]).
-#[inline(always)]
-fn differs(w: u64, c: u8) -> u64 {
-    nonzero(w ^ (ONES * u64::from(c)))
-}
-
-/// The high bit of each byte of `w` that is `c`, and no other bit.
-#[inline(always)]
-fn equal(w: u64, c: u8) -> u64 {
-    !differs(w, c) & HIGH
-}
-
-/// The high bit of each byte of `w` that is a blank (space, tab,
-/// carriage return), and no other bit.
-#[inline(always)]
-fn blanks(w: u64) -> u64 {
-    !(differs(w, b' ') & differs(w, b'\t') & differs(w, b'\r')) & HIGH
-}
-
-/// The high bits of a word's bytes gathered into its lowest eight bits,
-/// byte `i`'s as bit `i`: the multiply moves each to its own bit of the
-/// top byte, and no two partial products share a bit, so nothing carries
-/// into it.
-#[inline(always)]
-fn gather(high: u64) -> u64 {
-    ((high >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56
-}
-
 /// The bits `from..to` of a 64-bit mask (`from <= to <= 64`).
 #[inline(always)]
 fn bits(from: usize, to: usize) -> u64 {
     let below = |k: usize| u64::MAX.checked_shr(64 - k as u32).unwrap_or(0);
     below(to) & !below(from)
-}
-
-/// Where a line's blanks, `;`s and `.`s are: bit `i` of each mask is
-/// byte `i`'s (a line of at most 64 bytes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Masks {
-    blank: u64,
-    semi: u64,
-    dot: u64,
-}
-
-/// [`Masks`] sixteen bytes a step with SSE2, which every x86-64 has (by
-/// `safe_arch`, as the standard library's intrinsics need `unsafe` here):
-/// a compare per class and one gather of the high bits, about a fifth of
-/// the instructions of eight bytes a step in general-purpose registers
-/// ([`masks_by_words`], which lines under sixteen bytes still take).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn masks(b: &[u8]) -> Masks {
-    use safe_arch::{cmp_eq_mask_i8_m128i, m128i, move_mask_i8_m128i, set_splat_i8_m128i};
-    let class = |c: &[u8; 16]| {
-        let v = m128i::from(*c);
-        let is = |c: u8| cmp_eq_mask_i8_m128i(v, set_splat_i8_m128i(c as i8));
-        // Sixteen bits each, as the gather of the high bits leaves them.
-        let bits = |m: m128i| u64::from(move_mask_i8_m128i(m) as u16);
-        Masks {
-            blank: bits(is(b' ') | is(b'\t') | is(b'\r')),
-            semi: bits(is(b';')),
-            dot: bits(is(b'.')),
-        }
-    };
-    let Some(last) = b.last_chunk::<16>() else {
-        return masks_by_words(b);
-    };
-    let mut m = Masks {
-        blank: 0,
-        semi: 0,
-        dot: 0,
-    };
-    let mut put = |at: usize, c: Masks, drop: usize| {
-        m.blank |= (c.blank >> drop) << at;
-        m.semi |= (c.semi >> drop) << at;
-        m.dot |= (c.dot >> drop) << at;
-    };
-    let mut chunks = b.chunks_exact(16);
-    for (i, chunk) in chunks.by_ref().enumerate() {
-        if let Some(chunk) = chunk.first_chunk::<16>() {
-            put(16 * i, class(chunk), 0);
-        }
-    }
-    let rest = chunks.remainder().len();
-    if rest > 0 {
-        // The line's last sixteen bytes, less those already read.
-        put(b.len() - rest, class(last), 16 - rest);
-    }
-    m
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn masks(b: &[u8]) -> Masks {
-    masks_by_words(b)
-}
-
-/// [`Masks`] eight bytes a step in general-purpose registers.
-fn masks_by_words(b: &[u8]) -> Masks {
-    let (mut blank, mut semi, mut dot) = (0u64, 0u64, 0u64);
-    let mut add = |i: usize, w: u64| {
-        let at = 8 * i;
-        blank |= gather(blanks(w)) << at;
-        semi |= gather(equal(w, b';')) << at;
-        dot |= gather(equal(w, b'.')) << at;
-    };
-    let mut words = b.chunks_exact(8);
-    for (i, word) in words.by_ref().enumerate() {
-        if let Some(word) = word.first_chunk::<8>() {
-            add(i, u64::from_le_bytes(*word));
-        }
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        // The last bytes as the low end of a word padded with zeros: the
-        // line's last eight bytes shifted past those already read (a copy
-        // into a padded buffer called `memcpy` for each line), or, in a
-        // line shorter than a word, its bytes one by one.
-        let last = match b.last_chunk::<8>() {
-            Some(last) => u64::from_le_bytes(*last) >> (8 * (8 - rest.len())),
-            None => rest.iter().rev().fold(0, |w, &c| (w << 8) | u64::from(c)),
-        };
-        add(b.len() / 8, last);
-    }
-    Masks { blank, semi, dot }
 }
 
 /// [`split`] for a line of at most 64 bytes; None for a longer one.
@@ -191,7 +57,7 @@ fn by_masks(b: &[u8]) -> Option<Fields> {
     if n > 64 {
         return None;
     }
-    let Masks { blank, semi, dot } = masks(b);
+    let [blank, semi, dot] = bytemask::masks(b, [b" \t\r", b";", b"."]);
     // A field starts where text follows a blank (or the line's start),
     // and ends where a blank follows text. Past the line no bit is text,
     // so a field running to its end has its end at bit `n`, except in a
@@ -362,23 +228,6 @@ mod tests {
         let f = split(&line);
         assert_eq!((f.start, f.end, f.extra), (0, 63, false));
         assert_eq!((f.value, f.ts), (Some((64, 65)), Some((66, 67))));
-    }
-
-    proptest! {
-        /// The vector masks are the word masks, at every length to 64 and
-        /// for every byte (a class's byte with its high bit set is not it).
-        #[test]
-        fn vector_masks_are_the_word_masks(
-            bytes in proptest::collection::vec(
-                prop_oneof![
-                    Just(b' '), Just(b'\t'), Just(b'\r'), Just(b';'), Just(b'.'),
-                    Just(0xa0u8), Just(0xaeu8), Just(0xbbu8), any::<u8>(),
-                ],
-                0..=64,
-            ),
-        ) {
-            prop_assert_eq!(masks(&bytes), masks_by_words(&bytes), "{:?}", bytes);
-        }
     }
 
     proptest! {
