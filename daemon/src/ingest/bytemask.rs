@@ -1,7 +1,7 @@
 //! Where a short slice's bytes of a few classes are, as bitmasks: bit `i`
 //! of a class's mask is set when byte `i` is one of the class's bytes.
-//! The text readers split a line, and a read into lines, by these masks
-//! and then find each part with a bit search, rather than by a scan per
+//! Graphite's reader splits a line, and a read into lines, by these masks
+//! and then finds each part with a bit search, rather than by a scan per
 //! part (a call and a loop each, and a mispredicted branch per stop).
 //!
 //! On x86-64 sixteen bytes are classed a step with SSE2, which every
