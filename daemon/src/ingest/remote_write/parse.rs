@@ -41,18 +41,43 @@ pub struct Parse<'c> {
 
 impl Parse<'_> {
     /// The request in `bytes` as a view, and what the mapping refused
-    /// (series without a name or a source). Records its metadata first,
-    /// since metadata decides the kinds of the series beside it.
+    /// (series without a name or a source). Metadata decides the kinds of
+    /// the series beside it, so it is recorded before any series is
+    /// mapped.
+    ///
+    /// Prometheus sends metadata in requests of their own, and an encoder
+    /// writes it after the series (field order): the series are read in
+    /// one pass, metadata read in place while none has come before it,
+    /// and only a request whose metadata follows a series is read again,
+    /// its metadata first. (Stepping over every series to look for
+    /// metadata first was about a twentieth of the parse.)
     pub fn view<'a>(&self, bytes: &'a [u8]) -> Result<(PushView<'a>, IngestOutcome), ParseError> {
-        let types = self.metadata(bytes)?;
+        let mut ahead = None;
+        loop {
+            // Twice at most: with the types read ahead, a pass finishes.
+            if let Some(done) = self.read(bytes, ahead.take())? {
+                return Ok(done);
+            }
+            ahead = Some(self.metadata(bytes)?);
+        }
+    }
+
+    /// One pass over the request; None when metadata comes after a
+    /// series and `known` (the request's metadata, read beforehand) is
+    /// None.
+    fn read<'a>(
+        &self,
+        bytes: &'a [u8],
+        known: Option<HashMap<&'a str, FamilyType>>,
+    ) -> Result<Option<(PushView<'a>, IngestOutcome)>, ParseError> {
+        let read_ahead = known.is_some();
+        let mut types = known.unwrap_or_default();
         let mut b = ViewBuilder::new(self.cap, self.budget);
         // A series of a name, a source and a sample is about 32 bytes;
         // most senders' have a label or so besides.
         b.reserve_for(bytes.len(), 32, 3);
-        let mut said = Said {
-            types: &types,
-            by_name: NameTable::with_cap(usize::MAX),
-        };
+        let mut by_name = NameTable::with_cap(usize::MAX);
+        let mut series_seen = false;
         let mut buf = bytes;
         while !buf.is_empty() {
             let (tag, wire_type) = wire_key(&mut buf)?;
@@ -60,12 +85,23 @@ impl Parse<'_> {
                 1 => {
                     check_wire_type(WireType::LengthDelimited, wire_type)
                         .map_err(|e| ViewError::Wire(e).at("WriteRequest", "timeseries"))?;
+                    series_seen = true;
+                    let mut said = Said {
+                        types: &types,
+                        by_name: &mut by_name,
+                    };
                     self.series(&mut b, &mut buf, &mut said)?;
+                }
+                3 if !read_ahead => {
+                    if series_seen {
+                        return Ok(None);
+                    }
+                    self.one_metadata(wire_type, &mut buf, &mut types)?;
                 }
                 _ => skip_field(wire_type, tag, &mut buf, DecodeContext::default())?,
             }
         }
-        Ok(b.finish())
+        Ok(Some(b.finish()))
     }
 
     /// The request's metadata, by family, recorded in the book too.
@@ -85,31 +121,43 @@ impl Parse<'_> {
                 skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
                 continue;
             }
-            check_wire_type(WireType::LengthDelimited, wire_type)?;
-            let (mut kind, mut family, mut help, mut unit) = (0i32, "", "", "");
-            nested(&mut buf, |buf, tag, wire_type| {
-                let named = |field| move |e: ViewError| e.at("MetricMetadata", field);
-                match tag {
-                    1 => int32::merge(wire_type, &mut kind, buf, DecodeContext::default())
-                        .map_err(|e| ViewError::Wire(e).at("MetricMetadata", "type")),
-                    2 => borrow_str(wire_type, buf)
-                        .map(|s| family = s)
-                        .map_err(named("metric_family_name")),
-                    4 => borrow_str(wire_type, buf)
-                        .map(|s| help = s)
-                        .map_err(named("help")),
-                    5 => borrow_str(wire_type, buf)
-                        .map(|s| unit = s)
-                        .map_err(named("unit")),
-                    _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
-                }
-            })
-            .map_err(|e| e.at("WriteRequest", "metadata"))?;
-            let t = family_type_of(kind);
-            self.book.record(family, t, help, unit);
-            types.insert(family, t);
+            self.one_metadata(wire_type, &mut buf, &mut types)?;
         }
         Ok(types)
+    }
+
+    /// One `MetricMetadata` at the front of `buf`, recorded in the book
+    /// and in `types`.
+    fn one_metadata<'a>(
+        &self,
+        wire_type: WireType,
+        buf: &mut &'a [u8],
+        types: &mut HashMap<&'a str, FamilyType>,
+    ) -> Result<(), ParseError> {
+        check_wire_type(WireType::LengthDelimited, wire_type)?;
+        let (mut kind, mut family, mut help, mut unit) = (0i32, "", "", "");
+        nested(buf, |buf, tag, wire_type| {
+            let named = |field| move |e: ViewError| e.at("MetricMetadata", field);
+            match tag {
+                1 => int32::merge(wire_type, &mut kind, buf, DecodeContext::default())
+                    .map_err(|e| ViewError::Wire(e).at("MetricMetadata", "type")),
+                2 => borrow_str(wire_type, buf)
+                    .map(|s| family = s)
+                    .map_err(named("metric_family_name")),
+                4 => borrow_str(wire_type, buf)
+                    .map(|s| help = s)
+                    .map_err(named("help")),
+                5 => borrow_str(wire_type, buf)
+                    .map(|s| unit = s)
+                    .map_err(named("unit")),
+                _ => Ok(skip_field(wire_type, tag, buf, DecodeContext::default())?),
+            }
+        })
+        .map_err(|e| e.at("WriteRequest", "metadata"))?;
+        let t = family_type_of(kind);
+        self.book.record(family, t, help, unit);
+        types.insert(family, t);
+        Ok(())
     }
 
     /// One `TimeSeries`: appended, mapped and ended, or refused and taken
@@ -193,7 +241,7 @@ impl Parse<'_> {
 struct Said<'t, 'a> {
     types: &'t HashMap<&'a str, FamilyType>,
     /// A request's names are bounded by its size.
-    by_name: NameTable<'a, KindRule>,
+    by_name: &'t mut NameTable<'a, KindRule>,
 }
 
 impl<'a> Said<'_, 'a> {
@@ -345,12 +393,13 @@ mod tests {
         (out, refused)
     }
 
-    fn parse(bytes: &[u8]) -> Result<(pb::PushRequest, u64), ParseError> {
+    /// `bytes` parsed with the default mapping, metadata recorded in
+    /// `book`.
+    fn parse_into(book: &MetadataBook, bytes: &[u8]) -> Result<(pb::PushRequest, u64), ParseError> {
         let cfg = RemoteWriteConfig::default();
-        let book = MetadataBook::new();
         let p = Parse {
             cfg: &cfg,
-            book: &book,
+            book,
             cap: 10,
             budget: Budget {
                 samples: usize::MAX,
@@ -359,6 +408,78 @@ mod tests {
             known: &|_, _, _| None,
         };
         p.view(bytes).map(|(v, out)| (v.to_request(), out.rejected))
+    }
+
+    fn parse(bytes: &[u8]) -> Result<(pb::PushRequest, u64), ParseError> {
+        parse_into(&MetadataBook::new(), bytes)
+    }
+
+    /// Metadata decides the kinds of every series of its request, before
+    /// them, after them (the encoders' order) or between them, and a
+    /// request of metadata alone is recorded.
+    #[test]
+    fn metadata_anywhere_in_a_request_decides_its_kinds() {
+        use rw::metric_metadata::MetricType as T;
+        let one = |name: &str, host: &str| rw::TimeSeries {
+            labels: vec![
+                rw::Label {
+                    name: "__name__".into(),
+                    value: name.into(),
+                },
+                rw::Label {
+                    name: "instance".into(),
+                    value: host.into(),
+                },
+            ],
+            samples: vec![rw::Sample {
+                value: 1.0,
+                timestamp: 1000,
+            }],
+        };
+        let series = |ts: Vec<rw::TimeSeries>| {
+            rw::WriteRequest {
+                timeseries: ts,
+                metadata: vec![],
+            }
+            .encode_to_vec()
+        };
+        let (a, b) = (
+            series(vec![one("requests", "h1")]),
+            series(vec![one("requests", "h2")]),
+        );
+        let meta = rw::WriteRequest {
+            timeseries: vec![],
+            metadata: vec![rw::MetricMetadata {
+                r#type: T::Counter as i32,
+                metric_family_name: "requests".into(),
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec();
+        let counter = pb::SampleKind::CumulativeCounter as i32;
+        for body in [
+            [&meta[..], &a, &b].concat(),
+            [&a[..], &meta, &b].concat(),
+            [&a[..], &b, &meta].concat(),
+        ] {
+            let book = MetadataBook::new();
+            let req = parse_into(&book, &body).unwrap().0;
+            let kinds: Vec<i32> = req.sources.iter().map(|s| s.series[0].kind).collect();
+            assert_eq!(kinds, [counter, counter]);
+            assert_eq!(
+                book.get("requests").map(|f| f.kind),
+                Some(FamilyType::Counter)
+            );
+        }
+        // Without the metadata the name alone says gauge.
+        let req = parse(&[&a[..], &b].concat()).unwrap().0;
+        assert_eq!(req.sources[0].series[0].kind, pb::SampleKind::Gauge as i32);
+        let only = MetadataBook::new();
+        assert!(parse_into(&only, &meta).unwrap().0.sources.is_empty());
+        assert_eq!(
+            only.get("requests").map(|f| f.kind),
+            Some(FamilyType::Counter)
+        );
     }
 
     proptest! {
