@@ -22,7 +22,7 @@ mod fields;
 
 pub use batch::{Batch, PushError};
 
-use super::number::{eight_digits, short_decimal};
+use super::number::{decimal, eight_digits};
 use crate::aggregator::RejectReason;
 use crate::ingest::text::find;
 
@@ -129,8 +129,7 @@ pub fn parse_text(text: &str) -> Result<Line<'_>, LineError> {
         Some(semi) => Tags::parse(part((semi + 1, f.end)))?,
         None => Tags::default(),
     };
-    let value = short_decimal(value)
-        .or_else(|| value.parse::<f64>().ok())
+    let value = decimal(value)
         .filter(|v| !v.is_infinite())
         .ok_or_else(|| LineError::Value(clip(value)))?;
     let ts_ms = match f.ts.map(part) {

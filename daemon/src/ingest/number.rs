@@ -42,6 +42,17 @@ pub(crate) fn short_decimal(s: &str) -> Option<f64> {
     Some(if negative { -v } else { v })
 }
 
+/// Any number the standard parse reads (`97.5`, `-1.5e-3`, `inf`,
+/// `NaN`), as it reads it, bit for bit: a short plain decimal in one pass
+/// ([`short_decimal`]), anything else through `fast_float2`, the algorithm
+/// the standard library adopted, read straight from the bytes. A float
+/// printed in full (seventeen digits: any measured fraction an agent
+/// prints, W1's gauges) took about 260 instructions through the standard
+/// parse and takes about 170 this way.
+pub(crate) fn decimal(s: &str) -> Option<f64> {
+    short_decimal(s).or_else(|| fast_float2::parse(s).ok())
+}
+
 /// The eight digits `b` starts with, as a number, read as one word
 /// rather than digit by digit (a Unix timestamp is ten digits); None when
 /// its first eight bytes are not all digits.
@@ -83,6 +94,59 @@ mod tests {
             }
             let plain = plain_shape(&text);
             prop_assert_eq!(ours.is_some(), plain, "{}", text);
+        }
+    }
+
+    proptest! {
+        /// Any text reads as the standard parse reads it, bit for bit
+        /// (NaN as NaN, its sign kept): numbers of every shape and length,
+        /// the words for infinity and NaN, and text that is neither.
+        #[test]
+        fn decimal_reads_as_the_standard_parse(
+            text in prop_oneof![
+                "[+-]?[0-9]{0,25}(\\.[0-9]{0,25})?([eE][+-]?[0-9]{0,4})?",
+                "[+-]?(?i:inf|infinity|nan|in|infinit|na)",
+                "[0-9.eE+-]{0,8}",
+                "\\PC{0,12}",
+            ]
+        ) {
+            let ours = decimal(&text);
+            let theirs = text.parse::<f64>().ok();
+            match (ours, theirs) {
+                (Some(a), Some(b)) if a.is_nan() && b.is_nan() => {
+                    prop_assert_eq!(a.is_sign_negative(), b.is_sign_negative(), "{}", text);
+                }
+                _ => prop_assert_eq!(ours.map(f64::to_bits), theirs.map(f64::to_bits), "{}", text),
+            }
+        }
+    }
+
+    #[test]
+    fn decimal_reads_what_agents_print_and_refuses_the_rest() {
+        for text in [
+            "53.28571428571429",
+            "-0.00012345678901234567",
+            "1e300",
+            "1.7976931348623157e308",
+            "4.9e-324",
+            "2.2250738585072011e-308",
+            "+5",
+            ".5",
+            "5.",
+            "-inf",
+            "Infinity",
+            "-NaN",
+            "123456789012345678901234567890",
+        ] {
+            let want = text.parse::<f64>().ok().map(f64::to_bits);
+            assert_eq!(decimal(text).map(f64::to_bits), want, "{text}");
+        }
+        for text in [
+            "", "-", "+", ".", "e5", "1e", "1e+", "1.2.3", "0x10", "1_000", " 1", "1 ", "--1",
+            "+-1", "nan1", "in",
+        ] {
+            assert!(text.parse::<f64>().is_err(), "{text}");
+            assert_eq!(decimal(text), None, "{text}");
         }
     }
 
