@@ -76,7 +76,8 @@ pub(crate) fn find(s: &str, stops: [u8; 3]) -> Option<usize> {
 
 /// Values kept by name for one request, the names compared inline
 /// ([`same`]; a table keyed by `&str` calls `memcmp` for each lookup),
-/// at most `cap` of them: past that a value is made again at each use.
+/// at most `cap` of them: past that a value is made again at each use the
+/// memo below does not answer.
 ///
 /// A direct-mapped memo of the names last asked for sits in front of the
 /// table, as in [`TextMemo`]: a request asks for a few names thousands of
