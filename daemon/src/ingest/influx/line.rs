@@ -13,7 +13,7 @@
 
 use influxdb_line_protocol::{FieldValue, ParsedLine};
 
-use crate::ingest::number::{decimal, short_decimal};
+use crate::ingest::number::{full_decimal, short_decimal};
 use crate::ingest::text::find;
 
 /// A field's value, as Tally reads it: a number, or a string it skips.
@@ -165,7 +165,7 @@ fn number(s: &str) -> Option<f64> {
         "f" | "F" | "false" | "False" | "FALSE" => return Some(0.0),
         _ => {}
     }
-    float_shape(s).then(|| decimal(s))?
+    float_shape(s).then(|| full_decimal(s))?
 }
 
 /// `-?D(.D)?([eE][+-]?D)?` with `D` one or more digits: the float shapes
