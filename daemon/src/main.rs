@@ -440,12 +440,12 @@ impl Parts {
             metrics: Some(metrics),
             draining,
             auth: security.auth().clone(),
-            push: http::PushState {
+            push: http::PushState::new(http::PushShared {
                 ingest: self.ingestor.clone(),
                 otlp: config.otlp.clone(),
                 remote_write: config.remote_write.clone(),
                 influx: config.influx.clone(),
-            },
+            }),
             fleet: self.fleet.clone(),
             ui: config.ui.clone(),
             prometheus: config.prometheus.clone(),

@@ -303,12 +303,12 @@ pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
             Ok(a) => a,
             Err(e) => panic!("auth off: {e}"),
         },
-        push: super::super::http::PushState {
+        push: super::super::http::PushState::new(super::super::http::PushShared {
             ingest,
             otlp: Default::default(),
             remote_write: Default::default(),
             influx: Default::default(),
-        },
+        }),
         fleet,
         ui: Default::default(),
         prometheus: Default::default(),

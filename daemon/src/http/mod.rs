@@ -41,7 +41,7 @@ use ops::OpsState;
 use prometheus::PromState;
 
 pub use config::{HttpConfig, RESERVE_HEADER_TIMEOUT};
-pub use push::PushState;
+pub use push::{PushShared, PushState};
 pub use ui::{UiConfig, CONTENT_SECURITY_POLICY};
 
 #[derive(Clone)]
