@@ -440,7 +440,7 @@ impl Parts {
             metrics: Some(metrics),
             draining,
             auth: security.auth().clone(),
-            push: http::PushState::new(http::PushShared {
+            push: Arc::new(http::PushShared {
                 ingest: self.ingestor.clone(),
                 otlp: config.otlp.clone(),
                 remote_write: config.remote_write.clone(),

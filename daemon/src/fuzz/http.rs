@@ -303,7 +303,7 @@ pub(crate) fn state(dir: &std::path::Path) -> crate::http::HttpState {
             Ok(a) => a,
             Err(e) => panic!("auth off: {e}"),
         },
-        push: super::super::http::PushState::new(super::super::http::PushShared {
+        push: std::sync::Arc::new(super::super::http::PushShared {
             ingest,
             otlp: Default::default(),
             remote_write: Default::default(),

@@ -31,29 +31,14 @@ use crate::ingest::{IngestError, Ingestor, Protocol, PUSHBACK_RETRY_AFTER};
 /// reference: owned, the protocols' lists of names were a dozen
 /// allocations and frees per request, about 1% of the daemon's CPU on a
 /// fleet's small remote-write requests.
-#[derive(Clone)]
-pub struct PushState(Arc<PushShared>);
+pub type PushState = Arc<PushShared>;
 
-/// The ingest endpoints' shared part.
+/// The ingest endpoints' settings and ingestor, behind [`PushState`].
 pub struct PushShared {
     pub ingest: Arc<Ingestor>,
     pub otlp: OtlpConfig,
     pub remote_write: RemoteWriteConfig,
     pub influx: InfluxConfig,
-}
-
-impl PushState {
-    pub fn new(shared: PushShared) -> PushState {
-        PushState(Arc::new(shared))
-    }
-}
-
-impl std::ops::Deref for PushState {
-    type Target = PushShared;
-
-    fn deref(&self) -> &PushShared {
-        &self.0
-    }
 }
 
 /// The ingest routes, each reading bodies up to `ingest.max_message_bytes`
