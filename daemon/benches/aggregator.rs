@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use tally::aggregator::{Aggregator, AggregatorConfig, RecentWanted, SeriesBatch};
+use tally::aggregator::{Aggregator, AggregatorConfig, BaselineLog, RecentWanted, SeriesBatch};
 use tally::ingest::IngestConfig;
 use tally::model::{FlushBatch, FlushId, SampleKind, SeriesRef};
 use tally::rollup::{RollupConfig, Rollups};
@@ -241,7 +241,7 @@ fn flush(c: &mut Criterion) {
                 id += 1;
                 // Drained with the series' hashes, as a flush is.
                 let mut hashes = Vec::new();
-                let series = agg.drain_into(Vec::new(), None, 0, Some(&mut hashes));
+                let series = agg.drain_into(Vec::new(), BaselineLog::Skip, 0, Some(&mut hashes));
                 let batch = FlushBatch {
                     hashes,
                     id: FlushId(id),

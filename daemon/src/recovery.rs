@@ -2,11 +2,16 @@
 //!
 //! The store's durable flush id says how far it is complete. The log is
 //! read in order:
-//! - up to the marker of that flush (or the newest before it), requests
+//! - up to the newest marker at or below that flush that carries baselines
+//!   (one in about ten does, `crate::aggregator::BaselineLog`), requests
 //!   are already in the store: only their rollup group declarations are
 //!   replayed, and checkpoints and markers give each cumulative counter's
 //!   baseline as of that point;
-//! - after it, the baselines are restored, every request is folded again as
+//! - from there to the marker of that flush (or the newest before it), the
+//!   baselines are restored and the requests folded again only to bring
+//!   them forward: their samples are in the store, so what they leave
+//!   pending is dropped at that marker;
+//! - after it, every request is folded again as
 //!   it was taken (same clock, same sources refused), and at each marker the
 //!   flush cut there before the crash is cut again with its own id and
 //!   applied, so the documents' watermarks skip whatever the store already
@@ -55,6 +60,8 @@ pub struct Replayed {
     /// The newest flush id in the log: new flushes must be numbered above.
     pub max_flush_id: u64,
     pub requests: u64,
+    /// Requests the store had, folded again for their baselines.
+    pub refolded: u64,
     /// Flushes cut again and applied.
     pub flushes: u64,
     /// Flushes merged into the next cut.
@@ -80,20 +87,63 @@ pub struct StoreAt {
 /// A record's place in the log: segment index, record index.
 type At = (usize, usize);
 
-/// Where the store is complete: the position just after the newest marker
-/// at or below `durable` (segment index, record index), or the start.
-fn resume_point(segments: &[RecoveredSegment], durable: u64) -> At {
+/// The position just after the newest marker at or below `durable`
+/// (segment index, record index), or the start; `id` says which entries
+/// count as markers and their flush ids. With every marker, where the
+/// store is complete; with those that carry baselines, where they are
+/// known.
+fn after_marker(
+    segments: &[RecoveredSegment],
+    durable: u64,
+    id: impl Fn(&Entry) -> Option<u64>,
+) -> At {
     let mut at = (0, 0);
     for (si, seg) in segments.iter().enumerate() {
         for (ri, e) in seg.entries.iter().enumerate() {
-            if let Entry::Marker(flush_id) = e {
-                if *flush_id <= durable {
-                    at = (si, ri + 1);
-                }
+            if id(e).is_some_and(|flush_id| flush_id <= durable) {
+                at = (si, ri + 1);
             }
         }
     }
     at
+}
+
+fn resume_point(segments: &[RecoveredSegment], durable: u64) -> At {
+    after_marker(segments, durable, Entry::flush_id)
+}
+
+fn baselines_point(segments: &[RecoveredSegment], durable: u64) -> At {
+    after_marker(segments, durable, |e| match e {
+        Entry::Marker(id) => Some(*id),
+        _ => None,
+    })
+}
+
+/// Where replay is in the log: before the baselines' point, between it and
+/// the resume point (folding for the baselines only), or after.
+struct Zones {
+    baselines_at: At,
+    resume: At,
+    seeded: bool,
+    resumed: bool,
+}
+
+impl Zones {
+    /// Called before each record but checkpoints at `at` is handled, and
+    /// at the end: restores the baselines as the fold begins, and drops
+    /// what folding for them left pending as the store's part ends.
+    fn enter(&mut self, at: Option<At>, agg: &Aggregator, baselines: &Baselines) {
+        if !self.seeded && at.is_none_or(|at| at >= self.baselines_at) {
+            seed(agg, baselines);
+            self.seeded = true;
+        }
+        if !self.resumed && at.is_none_or(|at| at >= self.resume) {
+            if self.baselines_at < self.resume {
+                agg.discard_pending();
+            }
+            self.resumed = true;
+        }
+    }
 }
 
 /// The markers from `resume` on at which replay cuts a flush: each one at
@@ -107,9 +157,9 @@ fn cut_points(segments: &[RecoveredSegment], resume: At, held: u64) -> HashSet<A
     let mut declaring: Vec<At> = Vec::new();
     for (si, seg) in segments.iter().enumerate() {
         for (ri, e) in seg.entries.iter().enumerate() {
-            match e {
-                Entry::Marker(id) if (si, ri) >= resume => markers.push(((si, ri), *id)),
-                Entry::Declaring if (si, ri) >= resume => declaring.push((si, ri)),
+            match (e, e.flush_id()) {
+                (_, Some(id)) if (si, ri) >= resume => markers.push(((si, ri), id)),
+                (Entry::Declaring, _) if (si, ri) >= resume => declaring.push((si, ri)),
                 _ => {}
             }
         }
@@ -232,8 +282,13 @@ pub async fn replay(
 ) -> Result<Replayed, WalError> {
     let resume = resume_point(segments, store.complete);
     let cuts = cut_points(segments, resume, store.held);
+    let mut zones = Zones {
+        baselines_at: baselines_point(segments, store.complete),
+        resume,
+        seeded: false,
+        resumed: false,
+    };
     let mut out = Replayed::default();
-    let mut seeded = false;
     for (si, seg) in segments.iter().enumerate() {
         // Read with `next` so that each request read is handed back to be
         // decoded into again (`recycle`).
@@ -243,27 +298,26 @@ pub async fn replay(
             let record = record?;
             let at = (si, ri);
             ri += 1;
-            let after = at >= resume;
             if let Record::Checkpoint { baselines } = &record {
                 // Once folding has begun, a checkpoint repeats what the
                 // markers gave.
-                if !seeded {
+                if !zones.seeded {
                     out.baselines.clear();
                     merge(&mut out.baselines, baselines);
                 }
                 continue;
             }
-            if after && !seeded {
-                seed(agg, &out.baselines);
-                seeded = true;
-            }
+            zones.enter(Some(at), agg, &out.baselines);
+            let after = at >= resume;
             match &record {
                 Record::Checkpoint { .. } => {}
                 Record::Marker {
                     flush_id,
                     baselines,
                 } => {
-                    merge(&mut out.baselines, baselines);
+                    if let Some(baselines) = baselines {
+                        merge(&mut out.baselines, baselines);
+                    }
                     out.max_flush_id = out.max_flush_id.max(*flush_id);
                     if after && cuts.contains(&at) {
                         if !pipeline.replay_flush(*flush_id, give_up).await {
@@ -276,29 +330,30 @@ pub async fn replay(
                 }
                 Record::Request {
                     now_ms,
-                    refused_sources,
+                    refused_sources: refused,
                     request,
-                } if after => {
-                    ingest.replay(request, *now_ms, refused_sources);
-                    out.requests += 1;
-                }
-                Record::Request {
-                    now_ms,
-                    refused_sources,
-                    request,
-                } => ingest.replay_groups(request, *now_ms, refused_sources),
+                } => match (zones.seeded, after) {
+                    (false, _) => ingest.replay_groups(request, *now_ms, refused),
+                    (true, fresh) => {
+                        ingest.replay(request, *now_ms, refused);
+                        *if fresh {
+                            &mut out.requests
+                        } else {
+                            &mut out.refolded
+                        } += 1;
+                    }
+                },
             }
             if let Record::Request { request, .. } = record {
                 records.recycle(request);
             }
         }
     }
-    if !seeded {
-        seed(agg, &out.baselines);
-    }
+    zones.enter(None, agg, &out.baselines);
     if out.requests > 0 || out.flushes > 0 {
         info!(
             requests = out.requests,
+            refolded = out.refolded,
             flushes = out.flushes,
             merged = out.merged,
             durable_flush_id = store.complete,
@@ -353,6 +408,96 @@ mod tests {
             .collect();
         ids.sort();
         ids.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// A counter pushed 10, 13, 17, 20 in one minute, a marker after each
+    /// of the first three: only the first carries baselines, and the store
+    /// is complete through the third. Replay restores 10 at the first,
+    /// folds 13 and 17 again only to bring it forward, drops what they
+    /// left pending at the third, and folds 20 as new: 3 pending, where
+    /// skipping either step would leave 10.
+    #[tokio::test]
+    async fn replay_brings_baselines_forward_from_the_last_marker_that_carries_them() {
+        use std::sync::Arc;
+
+        use tally_proto::v1 as pb;
+
+        use crate::ingest::view::PushView;
+        use crate::ingest::{IngestConfig, IngestGate};
+        use crate::store::embedded::EmbeddedStore;
+        use crate::wal::{Wal, WalConfig};
+
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join("wal");
+        std::fs::create_dir_all(&log_dir).unwrap();
+        let now = chrono::Utc::now().timestamp_millis();
+        let minute = (now / 60_000 - 1) * 60_000;
+        let push = |i: i64, v: f64| pb::PushRequest {
+            sources: vec![pb::SourceBatch {
+                source: "s".into(),
+                series: vec![pb::SeriesSamples {
+                    metric: "c".into(),
+                    kind: pb::SampleKind::CumulativeCounter as i32,
+                    timestamps_ms: vec![minute + i],
+                    values: vec![v],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        let wal = Wal::start(
+            &log_dir,
+            WalConfig::default(),
+            &[],
+            Baselines::default(),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+        for (i, v) in [10.0, 13.0, 17.0, 20.0].into_iter().enumerate() {
+            let req = push(i as i64, v);
+            wal.append_request(now, &[], &PushView::of(&req))
+                .await
+                .unwrap();
+            let id = i as u64 + 1;
+            let baselines = match id {
+                1 => Some(vec![Baseline::new(
+                    Arc::new(crate::model::SeriesId::new("s", "c")),
+                    minute,
+                    10.0,
+                    now,
+                )]),
+                2 | 3 => None,
+                _ => break,
+            };
+            wal.marker(id, baselines).unwrap().written().await.unwrap();
+        }
+        wal.close().await;
+        let segments = crate::wal::recover(&log_dir).unwrap();
+
+        let agg = Arc::new(Aggregator::new(
+            &crate::aggregator::AggregatorConfig::default(),
+            &IngestConfig::default(),
+        ));
+        let store = Arc::new(EmbeddedStore::open(&dir.path().join("db")).unwrap());
+        let pipeline = Pipeline::new(agg.clone(), store, Default::default(), 3);
+        let rollups = Arc::new(crate::rollup::Rollups::disabled());
+        let ingest = Ingestor::new(agg.clone(), rollups, Arc::new(IngestGate::default()));
+        let at = StoreAt {
+            complete: 3,
+            held: 3,
+        };
+        let cancel = CancellationToken::new();
+        let out = replay(&segments, at, &agg, &ingest, &pipeline, &cancel)
+            .await
+            .unwrap();
+        assert_eq!((out.refolded, out.requests, out.flushes), (2, 1, 0));
+        let pending = agg.drain(None);
+        let sums: Vec<f64> = pending
+            .iter()
+            .flat_map(|s| s.minutes.iter().map(|(_, slot)| slot.sum))
+            .collect();
+        assert_eq!(sums, [3.0]);
+        assert_eq!(out.max_flush_id, 3);
     }
 
     #[test]

@@ -16,12 +16,14 @@
 
 mod config;
 mod folding;
+mod logged;
 mod names;
 mod outcome;
 mod prealloc;
 mod ring;
 pub use config::AggregatorConfig;
 pub use folding::Folding;
+pub use logged::BaselineLog;
 pub use prealloc::{PreallocMarks, PreallocWindow};
 mod series;
 mod sources;
@@ -316,10 +318,10 @@ impl Aggregator {
 
     /// Takes every pending slot out of the aggregator, each series' minutes
     /// sorted ascending. With `baselines`, also the baseline of every
-    /// cumulative counter that changed since the last drain (for the
-    /// write-ahead log's marker).
+    /// cumulative counter that changed since the last drain that took them
+    /// (for the write-ahead log's marker, see [`BaselineLog`]).
     pub fn drain(&self, baselines: Option<&mut Vec<Baseline>>) -> Vec<SeriesMinutes> {
-        self.drain_into(Vec::new(), baselines, 0, None)
+        self.drain_into(Vec::new(), BaselineLog::take_or_skip(baselines), 0, None)
     }
 
     /// [`Aggregator::drain`] into `spare`, an empty batch an earlier drain
@@ -342,7 +344,7 @@ impl Aggregator {
     pub fn drain_into(
         &self,
         spare: Vec<SeriesMinutes>,
-        mut baselines: Option<&mut Vec<Baseline>>,
+        mut baselines: BaselineLog<'_>,
         room: usize,
         mut hashes: Option<&mut Vec<u64>>,
     ) -> Vec<SeriesMinutes> {
@@ -370,7 +372,7 @@ impl Aggregator {
             let Shard {
                 series,
                 dirty,
-                rebased,
+                unlogged,
                 ..
             } = &mut *guard;
             let mut slots = 0;
@@ -384,16 +386,14 @@ impl Aggregator {
                     if let Some(h) = hashes.as_deref_mut() {
                         h.push(st.hash);
                     }
-                    let taken = self.take_pending(st, baselines.as_deref_mut());
+                    baselines.drained(st, pos, unlogged);
+                    let taken = self.take_pending(st);
                     slots += taken.minutes.len();
                     all.push(taken);
                 }
             }
             dirty.clear();
-            match baselines.as_deref_mut() {
-                Some(out) => rebased_baselines(series, rebased.drain(..), out),
-                None => rebased.clear(),
-            }
+            baselines.shard_drained(&mut guard);
             // Under the shard lock, like the additions in `ingest`, so the
             // counter never wraps below zero.
             cell.pending.fetch_sub(slots, Ordering::Relaxed);
@@ -401,23 +401,31 @@ impl Aggregator {
         all
     }
 
-    /// A dirty series' pending minutes, sorted, moved out for the flush;
-    /// with `baselines`, its baseline too if it is a cumulative counter.
-    fn take_pending(
-        &self,
-        st: &mut series::SeriesState,
-        baselines: Option<&mut Vec<Baseline>>,
-    ) -> SeriesMinutes {
-        let id = st.id.clone();
-        if let (Some(out), Some((ts_ms, value))) = (baselines, st.baseline()) {
-            out.push(Baseline::hashed(
-                id.clone(),
-                st.hash,
-                ts_ms,
-                value,
-                arrival_ms(st.arrived),
-            ));
+    /// Drops every pending slot, as replay does with the requests it
+    /// folded only to bring the counters' baselines forward to its resume
+    /// point (their samples are in the store already). The baselines that
+    /// moved are marked for the next cut that logs them; the catalog's
+    /// marks stay as they were, since nothing dropped reaches it.
+    pub fn discard_pending(&self) {
+        for cell in self.shards.iter() {
+            let mut guard = cell.shard.lock();
+            let shard = &mut *guard;
+            let mut slots = 0;
+            for pos in shard.dirty.drain(..) {
+                if let Some(st) = shard.series.get_mut(pos) {
+                    slots += st.pending.len();
+                    st.pending.clear();
+                    BaselineLog::Defer.drained(st, pos, &mut shard.unlogged);
+                }
+            }
+            BaselineLog::Defer.shard_drained(shard);
+            cell.pending.fetch_sub(slots, Ordering::Relaxed);
         }
+    }
+
+    /// A dirty series' pending minutes, sorted, moved out for the flush.
+    fn take_pending(&self, st: &mut series::SeriesState) -> SeriesMinutes {
+        let id = st.id.clone();
         // Moved, inline as it was when one minute (nearly always); a rare
         // longer list gives back what it does not use.
         let mut minutes = std::mem::take(&mut st.pending);
@@ -561,6 +569,7 @@ impl Aggregator {
                 }
                 keep
             });
+            logged::prune_unlogged(&s.series, &mut s.unlogged);
             // An evicted series' position may be given to a new one; a
             // series no read asked for in the idle timeout (a one-off wide
             // query) stops paying for its recent samples.
@@ -617,38 +626,6 @@ fn warm_drained(series: &crate::table::Table<series::SeriesState>, chunk: &[u32]
             std::hint::black_box((Arc::strong_count(&st.id), st.pending.len(), st.kind));
         }
     }
-}
-
-/// The baselines of the `rebased` counters that hold no slot (those with
-/// one were logged with the drained series).
-fn rebased_baselines(
-    series: &crate::table::Table<series::SeriesState>,
-    rebased: impl Iterator<Item = u32>,
-    out: &mut Vec<Baseline>,
-) {
-    for pos in rebased {
-        // Evicted since (and the position taken by another series): logging
-        // that one's baseline again is harmless.
-        let Some(st) = series.get(pos).filter(|s| s.pending.is_empty()) else {
-            continue;
-        };
-        if let Some((ts_ms, value)) = st.baseline() {
-            out.push(Baseline::hashed(
-                st.id.clone(),
-                st.hash,
-                ts_ms,
-                value,
-                arrival_ms(st.arrived),
-            ));
-        }
-    }
-}
-
-/// The last millisecond of an [`ArrivalMinute`], Unix ms: rounded up, so
-/// that a baseline is never given up earlier than its series' arrival
-/// says.
-fn arrival_ms(m: ArrivalMinute) -> i64 {
-    (i64::from(m) + 1) * 60_000 - 1
 }
 
 /// The minute `ms` falls in, as an [`ArrivalMinute`] (clamped).

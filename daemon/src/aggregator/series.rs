@@ -60,7 +60,8 @@ pub(super) struct SeriesState {
     /// key is at most 2,048 bytes).
     labels_at: u16,
     pub(super) kind: SampleKind,
-    /// [`INCREASED`] and [`RECENT`], in the entry's padding byte.
+    /// [`INCREASED`], [`RECENT`] and [`UNLOGGED`], in the entry's padding
+    /// byte.
     pub(super) marks: u8,
     /// The minute the series was last pushed (or its baseline restored):
     /// idleness is judged by it, never by the samples' own times, so a
@@ -77,6 +78,10 @@ const INCREASED: u8 = 1;
 /// from then on (see [`SeriesState::keep_recent`]). A series no read asks
 /// for pays nothing for them on ingest but the test of this bit.
 const RECENT: u8 = 2;
+/// A mark: a cumulative counter's baseline moved, and the cuts since have
+/// logged no baselines; its position is in [`Shard::unlogged`] until a cut
+/// that logs them takes it (see `Aggregator::drain_into`).
+const UNLOGGED: u8 = 4;
 
 /// A series' newest (timestamp, value), or none yet. An `Option` would
 /// take 8 more bytes per series; no accepted sample has the timestamp
@@ -227,6 +232,27 @@ impl SeriesState {
         self.marks &= !RECENT;
     }
 
+    /// Marks the counter's baseline as moved and not logged; true if it
+    /// was not marked already (its position is then to be listed).
+    #[inline]
+    pub(super) fn mark_unlogged(&mut self) -> bool {
+        let new = self.marks & UNLOGGED == 0;
+        self.marks |= UNLOGGED;
+        new
+    }
+
+    /// Whether the counter's baseline moved since a cut last logged it.
+    #[inline]
+    pub(super) fn is_unlogged(&self) -> bool {
+        self.marks & UNLOGGED != 0
+    }
+
+    /// Its baseline is being logged.
+    #[inline]
+    pub(super) fn logged(&mut self) {
+        self.marks &= !UNLOGGED;
+    }
+
     #[inline]
     pub(super) fn is(&self, key: SeriesRef<'_>) -> bool {
         let k = self.key.as_slice();
@@ -296,6 +322,10 @@ pub(super) struct Shard {
     /// moved to it; or a retry of samples already counted), so a drain
     /// that logs baselines sees them.
     pub(super) rebased: Vec<u32>,
+    /// Positions of the cumulative counters marked [`UNLOGGED`], each
+    /// once: what the next cut that logs baselines adds to those it
+    /// drains. Kept to live marked series as idle ones are evicted.
+    pub(super) unlogged: Vec<u32>,
 }
 
 /// One shard and its pending-slot count, on its own cache lines so cores
@@ -351,6 +381,7 @@ impl Shard {
             recent,
             dirty,
             rebased,
+            ..
         } = self;
         let (pos, state) = find(series)?;
         Some(Found {

@@ -591,7 +591,7 @@ fn a_drain_reuses_a_spare_batch_unless_it_is_far_too_large() {
     first.clear();
     let (ptr, cap) = (first.as_ptr(), first.capacity());
     push(10);
-    let second = a.drain_into(first, None, 0, None);
+    let second = a.drain_into(first, BaselineLog::Skip, 0, None);
     assert_eq!(second.len(), 10, "the spare is filled like a new batch");
     assert_eq!(
         (second.as_ptr(), second.capacity()),
@@ -602,7 +602,7 @@ fn a_drain_reuses_a_spare_batch_unless_it_is_far_too_large() {
     // A spare far larger than the drain needs is given back.
     let huge: Vec<SeriesMinutes> = Vec::with_capacity(2 * 10 + SPARE_SLACK + 1);
     push(10);
-    let third = a.drain_into(huge, None, 0, None);
+    let third = a.drain_into(huge, BaselineLog::Skip, 0, None);
     assert_eq!(third.len(), 10);
     assert!(third.capacity() < SPARE_SLACK, "{}", third.capacity());
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::aggregator::{Aggregator, RecentWanted};
+use crate::aggregator::{Aggregator, BaselineLog, RecentWanted};
 use crate::model::{
     series_hash, EpochMinute, FlushBatch, FlushId, SampleKind, SeriesId, SeriesMinutes, SeriesRef,
     Slot,
@@ -75,12 +75,25 @@ impl InflightBatch {
     }
 }
 
-/// How a batch is cut: with the baselines the write-ahead log's marker
-/// needs, and (replaying the log) with the id it had.
+/// How a batch is cut: what becomes of the baselines that moved (for the
+/// write-ahead log's marker), and (replaying the log) with the id it had.
 #[derive(Default, Clone, Copy)]
 pub struct Cut {
-    pub baselines: bool,
+    pub baselines: Logs,
     pub id: Option<FlushId>,
+}
+
+/// What a cut's marker does with the cumulative counters' baselines (see
+/// [`crate::aggregator::BaselineLog`]).
+#[derive(Default, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Logs {
+    /// There is no marker.
+    #[default]
+    Nothing,
+    /// The marker carries none; a later one carries them.
+    Later,
+    /// The marker carries every one that moved since the last that did.
+    Baselines,
 }
 
 /// Everything about one series that is not in the store yet.
@@ -151,7 +164,8 @@ impl Inflight {
 
     /// Drains the aggregator into a new batch, unless `max_batches` are
     /// already in flight (backpressure) or there is nothing to flush.
-    /// `drained` is called with the batch's id and the baselines as soon as
+    /// `drained` is called with the batch's id and, if the cut logs them,
+    /// the baselines as soon as
     /// the aggregator is drained: what must happen before ingest goes on
     /// (the log's marker) happens there, and the rest of the cut (the
     /// rollups and the batch's index) no longer holds ingest back.
@@ -166,7 +180,7 @@ impl Inflight {
         expand: impl FnOnce(Vec<SeriesMinutes>) -> Vec<SeriesMinutes>,
         expand_room: usize,
         cut: Cut,
-        drained: impl FnOnce(FlushId, Vec<Baseline>) -> R,
+        drained: impl FnOnce(FlushId, Option<Vec<Baseline>>) -> R,
     ) -> Option<(Arc<InflightBatch>, R)> {
         let mut batches = self.batches.lock();
         if batches.len() >= max_batches {
@@ -179,15 +193,17 @@ impl Inflight {
         // the same series drained now wins. A cut that logs no marker
         // leaves them for one that does.
         let mut baselines: Vec<Baseline> = match cut.baselines {
-            true => self.carried.lock().drain().map(|(_, b)| b).collect(),
-            false => Vec::new(),
+            Logs::Baselines => self.carried.lock().drain().map(|(_, b)| b).collect(),
+            Logs::Nothing | Logs::Later => Vec::new(),
         };
-        let series = self.agg.drain_into(
-            spare,
-            cut.baselines.then_some(&mut baselines),
-            expand_room,
-            Some(&mut hashes),
-        );
+        let log = match cut.baselines {
+            Logs::Nothing => BaselineLog::Skip,
+            Logs::Later => BaselineLog::Defer,
+            Logs::Baselines => BaselineLog::Take(&mut baselines),
+        };
+        let series = self
+            .agg
+            .drain_into(spare, log, expand_room, Some(&mut hashes));
         if series.is_empty() && cut.id.is_none() {
             *self.spare.lock() = series;
             *self.spare_hashes.lock() = hashes;
@@ -209,7 +225,7 @@ impl Inflight {
         let slots: usize = series.iter().map(|s| s.minutes.len()).sum();
         let held: usize = batches.iter().map(|b| b.slot_count()).sum();
         self.agg.set_inflight_slots(held + slots);
-        let r = drained(id, baselines);
+        let r = drained(id, (cut.baselines == Logs::Baselines).then_some(baselines));
         let series = expand(series);
         let batch = Arc::new(InflightBatch::new(id, series, hashes));
         batches.push_back(batch.clone());

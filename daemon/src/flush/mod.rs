@@ -43,11 +43,20 @@ use crate::wal::{Baseline, Wal};
 pub(crate) use apply::Mode;
 pub use catalog::CATALOG_WRITE_ENTRIES;
 pub use config::FlushConfig;
-use inflight::Cut;
 pub(crate) use inflight::Unflushed;
+use inflight::{Cut, Logs};
 pub use inflight::{Inflight, InflightBatch};
 pub use letters::LettersReplayed;
 use pace::Pace;
+
+/// A flush's marker carries the cumulative counters' baselines that moved
+/// once this long or this many cuts after the last that did (the others
+/// carry none, see `crate::aggregator::BaselineLog`): every 10 s at the
+/// default interval. Replay folds at most that much of the log again to
+/// bring them forward to where it resumes, and the log keeps a segment
+/// that much longer.
+const BASELINES_EVERY: Duration = Duration::from_secs(10);
+const BASELINES_EVERY_CUTS: u32 = 10;
 
 pub struct Pipeline {
     agg: Arc<Aggregator>,
@@ -76,6 +85,9 @@ pub struct Pipeline {
     /// Where refused documents are set aside (`apply.rs`); None only for
     /// pipelines without a data directory (unit tests).
     dead_letters: Option<DeadLetters>,
+    /// When a marker last carried the baselines that moved, and the cuts
+    /// since (see [`BASELINES_EVERY`]).
+    baselines_logged: parking_lot::Mutex<Option<(Instant, u32)>>,
     /// Set while the store refuses whole flushes; ingest and readiness
     /// read it.
     refusing: Arc<Refusing>,
@@ -107,6 +119,7 @@ impl Pipeline {
             upkeep_kick: Notify::new(),
             applied: Notify::new(),
             dead_letters: None,
+            baselines_logged: parking_lot::Mutex::new(None),
             refusing: Refusing::shared(),
             refusal_errors: Default::default(),
         }
@@ -192,7 +205,7 @@ impl Pipeline {
     fn cut_with<R>(
         &self,
         cut: Cut,
-        drained: impl FnOnce(FlushId, Vec<Baseline>) -> R,
+        drained: impl FnOnce(FlushId, Option<Vec<Baseline>>) -> R,
     ) -> Option<(Arc<InflightBatch>, R)> {
         // Rollups join the batch under the in-flight lock, so a reader never
         // sees a member's slots without its group's or the reverse.
@@ -224,7 +237,9 @@ impl Pipeline {
     /// are built after the barrier is lifted (readers still wait for them,
     /// on the in-flight lock), since under it they were most of the wait,
     /// the p99.9 of ingest's acknowledgements.
-    async fn cut_logged(&self) -> Option<Arc<InflightBatch>> {
+    /// With `last`, its marker carries the baselines whatever the time:
+    /// shutdown's, so that the log's closing checkpoint has them all.
+    async fn cut_logged(&self, last: bool) -> Option<Arc<InflightBatch>> {
         let Some((wal, gate)) = self.wal.get() else {
             return self.cut_batch();
         };
@@ -232,11 +247,21 @@ impl Pipeline {
         // while it waits for those in progress.
         let started = Instant::now();
         let barrier = gate.barrier().await;
+        let due = last
+            || self.baselines_logged.lock().is_none_or(|(at, cuts)| {
+                at.elapsed() >= BASELINES_EVERY || cuts + 1 >= BASELINES_EVERY_CUTS
+            });
         let cut = Cut {
-            baselines: true,
+            baselines: if due { Logs::Baselines } else { Logs::Later },
             id: None,
         };
         let (batch, receipt) = self.cut_with(cut, |id, baselines| {
+            let mut logged = self.baselines_logged.lock();
+            *logged = match (&baselines, *logged) {
+                (Some(_), _) | (None, None) => Some((Instant::now(), 0)),
+                (None, Some((at, cuts))) => Some((at, cuts + 1)),
+            };
+            drop(logged);
             let receipt = wal.marker(id.0, baselines);
             drop(barrier);
             metrics::histogram!("tally_ingest_held_seconds").record(started.elapsed());
@@ -257,7 +282,7 @@ impl Pipeline {
     /// the crash, with its id, applies it and records its catalog entries.
     pub async fn replay_flush(&self, id: u64, give_up: &CancellationToken) -> bool {
         let cut = Cut {
-            baselines: false,
+            baselines: Logs::Later,
             id: Some(FlushId(id)),
         };
         let Some((batch, ())) = self.cut_with(cut, |_, _| {}) else {
@@ -348,7 +373,7 @@ impl Pipeline {
                 metrics::counter!("tally_flush_paced_total").increment(1);
                 continue;
             }
-            let sent = self.send_batch(&tx).await;
+            let sent = self.send_batch(&tx, false).await;
             deferred = !sent && self.inflight.len() >= self.cfg.queue_depth;
             if !sent && self.unfinished.load(Ordering::SeqCst) == 0 {
                 self.idle().await;
@@ -360,7 +385,7 @@ impl Pipeline {
             "flushing before exit"
         );
         while self.agg.pending_slots() > 0 && !give_up.is_cancelled() {
-            if !self.send_batch(&tx).await {
+            if !self.send_batch(&tx, true).await {
                 // Queue full: wait for the applier to make room.
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(5)) => {}
@@ -399,8 +424,8 @@ impl Pipeline {
         }
     }
 
-    async fn send_batch(&self, tx: &mpsc::Sender<Arc<InflightBatch>>) -> bool {
-        let Some(batch) = self.cut_logged().await else {
+    async fn send_batch(&self, tx: &mpsc::Sender<Arc<InflightBatch>>, last: bool) -> bool {
+        let Some(batch) = self.cut_logged(last).await else {
             return false;
         };
         if tx.send(batch).await.is_ok() {
@@ -471,10 +496,12 @@ mod tests {
             |ts_ms: i64, v: f64| ingest_one(&agg, "c", SampleKind::CumulativeCounter, ts_ms, v);
         let cut = || {
             let how = Cut {
-                baselines: true,
+                baselines: Logs::Baselines,
                 id: None,
             };
-            inflight.cut(8, |s| s, 0, how, |_, b| b).map(|(_, b)| b)
+            inflight
+                .cut(8, |s| s, 0, how, |_, b| b)
+                .map(|(_, b)| b.unwrap_or_default())
         };
         let now = chrono::Utc::now().timestamp_millis();
         counter(now, 0.0);

@@ -44,12 +44,13 @@ pub(super) enum Cmd {
     /// A request's record, encoded and framed; `done` hears when it is
     /// written (and synced).
     Append { frame: Vec<u8>, done: Done },
-    /// A flush was cut: its marker, written in order with the appends;
-    /// `done` hears when it is written, which may be in a later group than
-    /// its own if that one fails.
+    /// A flush was cut: its marker, written in order with the appends,
+    /// with the baselines that moved since the last marker that carried
+    /// them, or none; `done` hears when it is written, which may be in a
+    /// later group than its own if that one fails.
     Marker {
         flush_id: u64,
-        baselines: Vec<record::Baseline>,
+        baselines: Option<Vec<record::Baseline>>,
         done: Done,
     },
     /// The store holds every flush up to this id durably.
@@ -257,7 +258,7 @@ mod tests {
     fn marker(flush_id: u64) -> Cmd {
         Cmd::Marker {
             flush_id,
-            baselines: Vec::new(),
+            baselines: None,
             done: oneshot::channel().0,
         }
     }

@@ -116,7 +116,7 @@ impl Wal {
             .map_err(io)?;
         let markers: VecDeque<(u64, u64)> = recovered
             .iter()
-            .flat_map(|s| s.markers().map(move |id| (id, s.number)))
+            .flat_map(|s| s.baseline_markers().map(move |id| (id, s.number)))
             .collect();
         let kept = recovered
             .iter()
@@ -214,7 +214,8 @@ impl Wal {
     }
 
     /// Records that flush `flush_id` was cut here, with the baselines that
-    /// changed since the previous one: queued at once, in order with the
+    /// moved since the last marker that carried them, or none (see
+    /// `crate::aggregator::BaselineLog`): queued at once, in order with the
     /// appends, without waiting for room (see `Front::send_marker`); the
     /// receipt says when it is written. The flush must not reach the store
     /// before that: replay finds flushes by their markers. Only the flush
@@ -223,7 +224,7 @@ impl Wal {
     pub(crate) fn marker(
         &self,
         flush_id: u64,
-        baselines: Vec<Baseline>,
+        baselines: Option<Vec<Baseline>>,
     ) -> Result<MarkerReceipt, WalError> {
         let (done, wait) = oneshot::channel();
         self.front

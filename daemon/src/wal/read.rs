@@ -30,12 +30,22 @@ pub enum Entry {
     /// not merge the flush before it with the flush it begins (see
     /// `crate::recovery`).
     Declaring,
-    /// A flush's marker, with its id.
+    /// A flush's marker that carries baselines, with its id.
     Marker(u64),
+    /// A flush's marker that carries none, with its id.
+    Bare(u64),
     Checkpoint,
 }
 
 impl Entry {
+    /// A marker's flush id, whether it carries baselines or not.
+    pub fn flush_id(&self) -> Option<u64> {
+        match self {
+            Entry::Marker(id) | Entry::Bare(id) => Some(*id),
+            _ => None,
+        }
+    }
+
     fn of(record: &Record) -> Entry {
         match record {
             Record::Request { request, .. }
@@ -44,7 +54,11 @@ impl Entry {
                 Entry::Declaring
             }
             Record::Request { .. } => Entry::Request,
-            Record::Marker { flush_id, .. } => Entry::Marker(*flush_id),
+            Record::Marker {
+                flush_id,
+                baselines: Some(_),
+            } => Entry::Marker(*flush_id),
+            Record::Marker { flush_id, .. } => Entry::Bare(*flush_id),
             Record::Checkpoint { .. } => Entry::Checkpoint,
         }
     }
@@ -61,6 +75,11 @@ pub struct RecoveredSegment {
 impl RecoveredSegment {
     /// Its flushes' ids, in order.
     pub fn markers(&self) -> impl Iterator<Item = u64> + '_ {
+        self.entries.iter().filter_map(Entry::flush_id)
+    }
+
+    /// The ids of its flushes whose markers carry baselines, in order.
+    pub fn baseline_markers(&self) -> impl Iterator<Item = u64> + '_ {
         self.entries.iter().filter_map(|e| match e {
             Entry::Marker(id) => Some(*id),
             _ => None,
@@ -241,6 +260,7 @@ mod tests {
             encode_request(5, &[0], &request("a")),
             encode_marker(9, std::slice::from_ref(&baseline)),
             encode_request(6, &[], &request("b")),
+            record::encode_bare_marker(10),
         ];
         write(&dir.path().join(segment::name(1)), &records, &[]);
         // A torn frame: a whole header whose length has too few bytes after it.
@@ -260,10 +280,12 @@ mod tests {
                 Entry::Checkpoint,
                 Entry::Request,
                 Entry::Marker(9),
-                Entry::Request
+                Entry::Request,
+                Entry::Bare(10)
             ]
         );
-        assert_eq!(segments[0].markers().collect::<Vec<_>>(), [9]);
+        assert_eq!(segments[0].markers().collect::<Vec<_>>(), [9, 10]);
+        assert_eq!(segments[0].baseline_markers().collect::<Vec<_>>(), [9]);
         assert_eq!(segments[1].entries, [Entry::Request]);
         assert_eq!(
             std::fs::metadata(&torn).unwrap().len(),

@@ -9,8 +9,9 @@
 //!   written before keep it as `tally.v1` bytes (kind 1), still read.
 //! - [`Record::Marker`]: a flush was cut here. Every request before it in
 //!   the log was folded into that flush or an earlier one, every request
-//!   after it into a later one. It carries the cumulative-counter baselines
-//!   that changed since the previous marker.
+//!   after it into a later one. One in about ten seconds carries the
+//!   cumulative-counter baselines that changed since the previous one that
+//!   did; the others (kind 8) carry none (`crate::aggregator::BaselineLog`).
 //! - [`Record::Checkpoint`]: every baseline as of the markers before it;
 //!   each segment starts with one, so a segment's predecessors can go.
 //!
@@ -96,7 +97,8 @@ pub enum Record {
     },
     Marker {
         flush_id: u64,
-        baselines: Vec<Baseline>,
+        /// None: a marker that carries no baselines.
+        baselines: Option<Vec<Baseline>>,
     },
     Checkpoint {
         baselines: Vec<Baseline>,
@@ -114,6 +116,8 @@ pub const COMPACT: u8 = 6;
 /// A marker or checkpoint packed with zstd: the kind, the unpacked length
 /// (`u32`), the zstd frame.
 const PACKED: u8 = 7;
+/// A marker without baselines: the kind and the flush id.
+const BARE_MARKER: u8 = 8;
 /// zstd's level for markers and checkpoints: its fastest positive one.
 const PACK_LEVEL: i32 = 1;
 /// Largest unpacked record read (as `segment::MAX_RECORD`): a larger
@@ -190,6 +194,13 @@ pub fn encode_marker(flush_id: u64, baselines: &[Baseline]) -> Vec<u8> {
     out.extend_from_slice(&flush_id.to_le_bytes());
     put_baselines(&mut out, baselines);
     pack(out)
+}
+
+/// A marker that carries no baselines: 9 bytes, not packed.
+pub fn encode_bare_marker(flush_id: u64) -> Vec<u8> {
+    let mut out = vec![BARE_MARKER];
+    out.extend_from_slice(&flush_id.to_le_bytes());
+    out
 }
 
 /// A checkpoint, packed.
@@ -352,7 +363,11 @@ pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         }
         MARKER | MARKER_V1 => Ok(Record::Marker {
             flush_id: r.u64()?,
-            baselines: r.baselines(kind == MARKER)?,
+            baselines: Some(r.baselines(kind == MARKER)?),
+        }),
+        BARE_MARKER => Ok(Record::Marker {
+            flush_id: r.u64()?,
+            baselines: None,
         }),
         CHECKPOINT | CHECKPOINT_V1 => Ok(Record::Checkpoint {
             baselines: r.baselines(kind == CHECKPOINT)?,
@@ -448,6 +463,7 @@ mod tests {
         else {
             panic!("not a marker");
         };
+        let baselines = baselines.expect("a marker with baselines");
         assert_eq!(flush_id, 9);
         assert_eq!(baselines.len(), 1);
         assert_eq!((baselines[0].ts_ms, baselines[0].value), (1_000, 5.0));
@@ -483,7 +499,7 @@ mod tests {
         );
         let want = Record::Marker {
             flush_id: 9,
-            baselines: baselines.clone(),
+            baselines: Some(baselines.clone()),
         };
         assert_eq!(decode(&packed).unwrap(), want);
         assert_eq!(decode(&plain).unwrap(), want, "as older logs hold it");
@@ -527,8 +543,10 @@ mod tests {
             wire.extend_from_slice(&[15 << 3, 1]);
             let logged = [request_head(now_ms, &refused, 0), wire].concat();
             prop_assert!(same(&decode(&logged).unwrap(), &r));
-            let m = Record::Marker { flush_id, baselines: baselines.clone() };
+            let m = Record::Marker { flush_id, baselines: Some(baselines.clone()) };
             prop_assert!(same(&decode(&encode_marker(flush_id, &baselines)).unwrap(), &m));
+            let bare = Record::Marker { flush_id, baselines: None };
+            prop_assert!(same(&decode(&encode_bare_marker(flush_id)).unwrap(), &bare));
             let c = Record::Checkpoint { baselines: baselines.clone() };
             prop_assert!(same(&decode(&encode_checkpoint(baselines.iter())).unwrap(), &c));
         }
@@ -541,6 +559,8 @@ mod tests {
             let bytes = encode_marker(7, &baselines);
             let at = cut.index(bytes.len());
             prop_assert!(decode(&bytes[..at]).is_err());
+            let bare = encode_bare_marker(7);
+            prop_assert!(decode(&bare[..cut.index(bare.len())]).is_err());
         }
     }
 }

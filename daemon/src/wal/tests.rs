@@ -79,7 +79,11 @@ async fn appends_across_rolls_read_back_exactly(sync: SyncMode) {
         }));
     }
     for id in 1..=20 {
-        wal.marker(id, Vec::new()).unwrap().written().await.unwrap();
+        wal.marker(id, Some(Vec::new()))
+            .unwrap()
+            .written()
+            .await
+            .unwrap();
         tokio::task::yield_now().await;
     }
     for t in tasks {

@@ -57,9 +57,10 @@ pub(super) struct Writer {
     pub open: Open,
     /// Older segments still needed, oldest first.
     pub kept: VecDeque<(u64, PathBuf)>,
-    /// Each marker's flush id and the segment it is in, oldest first.
+    /// Each marker's with baselines flush id and the segment it is in,
+    /// oldest first.
     pub markers: VecDeque<(u64, u64)>,
-    /// Every baseline as of the last marker written.
+    /// Every baseline as of the last marker with baselines written.
     pub baselines: Baselines,
     /// Baselines whose series has not been pushed for this long are
     /// dropped at each segment roll (`IngestConfig::baseline_keep`): the
@@ -246,11 +247,16 @@ impl Writer {
                     done,
                 } => {
                     let at = buf.len();
-                    segment::frame(buf, &record::encode_marker(flush_id, &baselines));
+                    match baselines {
+                        Some(baselines) => {
+                            segment::frame(buf, &record::encode_marker(flush_id, &baselines));
+                            self.markers.push_back((flush_id, self.open.number));
+                            self.baselines.extend(baselines);
+                        }
+                        None => segment::frame(buf, &record::encode_bare_marker(flush_id)),
+                    }
                     markers.frames.extend_from_slice(&buf[at..]);
                     markers.done.push(done);
-                    self.markers.push_back((flush_id, self.open.number));
-                    self.baselines.extend(baselines);
                 }
                 Cmd::Durable(id) => self.release(id),
                 Cmd::Close { done } => return Some(done),
@@ -386,10 +392,10 @@ impl Writer {
         }
     }
 
-    /// Deletes the segments every record of which is durable in the store:
-    /// those before the segment holding the newest marker at or below
-    /// `durable` (that segment's checkpoint and markers carry the baselines
-    /// forward).
+    /// Deletes the segments every record of which is durable in the store
+    /// and that replay cannot need: those before the segment holding the
+    /// newest marker with baselines at or below `durable` (replay brings
+    /// the baselines forward from it, `crate::recovery`).
     fn release(&mut self, durable: u64) {
         let Some(&(_, seg)) = self.markers.iter().rev().find(|(id, _)| *id <= durable) else {
             return;
