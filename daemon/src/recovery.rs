@@ -129,9 +129,10 @@ struct Zones {
 }
 
 impl Zones {
-    /// Called before each record but checkpoints at `at` is handled, and
-    /// at the end: restores the baselines as the fold begins, and drops
-    /// what folding for them left pending as the store's part ends.
+    /// Called before each record other than a checkpoint, with its place,
+    /// and once after the last: restores the baselines where the fold
+    /// begins, and drops what folding for them left pending where the
+    /// store's part ends.
     fn enter(&mut self, at: Option<At>, agg: &Aggregator, baselines: &Baselines) {
         if !self.seeded && at.is_none_or(|at| at >= self.baselines_at) {
             seed(agg, baselines);
