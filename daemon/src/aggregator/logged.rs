@@ -113,7 +113,7 @@ fn take(st: &mut SeriesState, out: &mut Vec<Baseline>) {
 /// The last millisecond of an [`ArrivalMinute`], Unix ms: rounded up, so
 /// that a baseline is never given up earlier than its series' arrival
 /// says.
-pub(super) fn arrival_ms(m: ArrivalMinute) -> i64 {
+fn arrival_ms(m: ArrivalMinute) -> i64 {
     (i64::from(m) + 1) * 60_000 - 1
 }
 

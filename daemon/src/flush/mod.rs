@@ -256,12 +256,13 @@ impl Pipeline {
             id: None,
         };
         let (batch, receipt) = self.cut_with(cut, |id, baselines| {
-            let mut logged = self.baselines_logged.lock();
-            *logged = match (&baselines, *logged) {
-                (Some(_), _) | (None, None) => Some((Instant::now(), 0)),
-                (None, Some((at, cuts))) => Some((at, cuts + 1)),
-            };
-            drop(logged);
+            {
+                let mut logged = self.baselines_logged.lock();
+                *logged = match baselines {
+                    Some(_) => Some((Instant::now(), 0)),
+                    None => logged.map(|(at, cuts)| (at, cuts + 1)),
+                };
+            }
             let receipt = wal.marker(id.0, baselines);
             drop(barrier);
             metrics::histogram!("tally_ingest_held_seconds").record(started.elapsed());
