@@ -246,6 +246,7 @@ fn flush(c: &mut Criterion) {
                     hashes,
                     id: FlushId(id),
                     series,
+                    resumable: true,
                 };
                 let started = Instant::now();
                 rt.block_on(store.apply(&batch)).expect("apply");

@@ -77,6 +77,7 @@ async fn fill(store: &EmbeddedStore, now_minute: i64) -> Rollups {
     let expanded = rollups.expand(drained);
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(1),
         series: expanded.clone(),
     };

@@ -264,6 +264,7 @@ async fn run_interval(
         let drained = agg.drain(None);
         let batch = FlushBatch {
             hashes: Vec::new(),
+            resumable: true,
             // Flush ids are microseconds of the (simulated) clock, as the
             // daemon's are, so id reservations come once a simulated minute.
             id: FlushId((t_ms * 1000) as u64),

@@ -112,6 +112,7 @@ async fn fill(store: &EmbeddedStore, end_minute: i64) -> Rollups {
         let expanded = rollups.expand(drained);
         let batch = FlushBatch {
             hashes: Vec::new(),
+            resumable: true,
             id: FlushId(hour as u64 + 1),
             series: expanded,
         };

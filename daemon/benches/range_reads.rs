@@ -66,6 +66,7 @@ fn batches(n: usize) -> Vec<FlushBatch> {
                 .collect();
             FlushBatch {
                 hashes: Vec::new(),
+                resumable: true,
                 id: FlushId(h as u64 + 1),
                 series,
             }

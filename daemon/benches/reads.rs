@@ -74,6 +74,7 @@ async fn apply(
     *id += 1;
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(*id),
         series: expanded.clone(),
     };

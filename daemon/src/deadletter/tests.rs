@@ -32,6 +32,7 @@ fn letters_survive_the_file_exactly_and_a_rewrite_replaces_them() {
     let dead = DeadLetters::new(dir.path(), "mongodb");
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(42),
         series: vec![
             series("a", &[(100, odd_slot())]),
@@ -110,6 +111,7 @@ fn an_unfinished_replay_stops_the_daemon_and_a_finished_one_is_cleaned_up() {
     );
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(1),
         series: vec![series("m", &[(5, Slot::of(1.0))])],
     };
@@ -147,6 +149,7 @@ fn the_list_names_each_error_once_with_its_count() {
     let dead = DeadLetters::new(dir.path(), "mongodb");
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(3),
         series: vec![
             series("a", &[(5, Slot::of(1.0))]),
@@ -203,6 +206,7 @@ fn a_part_reads_only_its_own_files() {
     for id in 1..=3 {
         let batch = FlushBatch {
             hashes: Vec::new(),
+            resumable: true,
             id: FlushId(id),
             series: vec![series("m", &[(5, Slot::of(id as f64))])],
         };
@@ -225,6 +229,7 @@ fn the_byte_count_follows_writes_and_removals_and_the_bound_refuses_growth() {
     let dir = tempfile::tempdir().unwrap();
     let batch = |v: f64| FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(1),
         series: vec![series("m", &[(5, Slot::of(v)), (6, Slot::of(v))])],
     };
@@ -280,6 +285,7 @@ fn a_damaged_documents_minutes_get_a_file_no_flush_replaces() {
     // A flush of the same id writes its own file beside it.
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(7),
         series: vec![series("n", &[(5, Slot::of(2.0))])],
     };

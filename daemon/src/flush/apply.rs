@@ -343,6 +343,7 @@ fn refused_part(batch: &FlushBatch, refused: &[Refusal]) -> FlushBatch {
     }
     FlushBatch {
         hashes: Vec::new(),
+        resumable: batch.resumable,
         id: batch.id,
         series,
     }

@@ -189,6 +189,7 @@ async fn a_replay_goes_in_parts_and_finishes_an_interrupted_one_once() {
         .unwrap();
     let part = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: crate::model::FlushId(first.flush_id),
         series: crate::deadletter::as_series(&dead.letters_of(&first).unwrap()).unwrap(),
     };
@@ -307,6 +308,7 @@ fn the_refused_part_keeps_only_the_refused_hours() {
     };
     let batch = FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(7),
         series: vec![sm.clone(), sm],
     };

@@ -67,6 +67,7 @@ impl Store for Faulty {
         } else {
             let part = Arc::new(FlushBatch {
                 hashes: Vec::new(),
+                resumable: batch.resumable,
                 id: batch.id,
                 series: kept,
             });

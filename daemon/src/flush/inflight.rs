@@ -47,8 +47,18 @@ impl InflightBatch {
     /// every series' names again took about a quarter of the cut, during
     /// which ingest waits; the batch keeps them for the store, whose
     /// pending minutes find each series by the same hash.
-    fn new(id: FlushId, series: Vec<SeriesMinutes>, hashes: Vec<u64>) -> InflightBatch {
-        let flush = FlushBatch { id, series, hashes };
+    fn new(
+        id: FlushId,
+        series: Vec<SeriesMinutes>,
+        hashes: Vec<u64>,
+        resumable: bool,
+    ) -> InflightBatch {
+        let flush = FlushBatch {
+            id,
+            series,
+            hashes,
+            resumable,
+        };
         let mut index = hashbrown::HashTable::with_capacity(flush.series.len());
         for i in 0..flush.series.len() {
             index.insert_unique(flush.hash_of(i), i as u32, |&j| flush.hash_of(j as usize));
@@ -227,7 +237,9 @@ impl Inflight {
         self.agg.set_inflight_slots(held + slots);
         let r = drained(id, (cut.baselines == Logs::Baselines).then_some(baselines));
         let series = expand(series);
-        let batch = Arc::new(InflightBatch::new(id, series, hashes));
+        // A replayed flush is not: its marker is not read again.
+        let resumable = cut.baselines != Logs::Later;
+        let batch = Arc::new(InflightBatch::new(id, series, hashes, resumable));
         batches.push_back(batch.clone());
         self.note(&batches);
         Some((batch, r))

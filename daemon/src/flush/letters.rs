@@ -88,6 +88,7 @@ impl Pipeline {
             out.samples += samples;
             let batch = Arc::new(FlushBatch {
                 hashes: Vec::new(),
+                resumable: false,
                 id: FlushId(marker.flush_id),
                 series: as_series(&letters)?,
             });

@@ -247,7 +247,10 @@ impl Pipeline {
         // while it waits for those in progress.
         let started = Instant::now();
         let barrier = gate.barrier().await;
+        // And where the store is about to take a checkpoint, which replay
+        // then begins at without folding the log before it again.
         let due = last
+            || self.store.checkpoint_due()
             || self.baselines_logged.lock().is_none_or(|(at, cuts)| {
                 at.elapsed() >= BASELINES_EVERY || cuts + 1 >= BASELINES_EVERY_CUTS
             });

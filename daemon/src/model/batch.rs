@@ -186,6 +186,11 @@ pub struct FlushBatch {
     /// drained, whose hashes it kept. The rest (a flush's rollups, a batch
     /// read back from elsewhere) are hashed when asked for.
     pub hashes: Vec<u64>,
+    /// Replay may begin at this flush: its marker in the write-ahead log
+    /// carries the counters' baselines, or there is no log. The embedded
+    /// store takes its checkpoints at such flushes, so that a replay from
+    /// one folds no earlier part of the log again (`recovery.rs`).
+    pub resumable: bool,
 }
 
 impl FlushBatch {

@@ -342,6 +342,14 @@ pub trait Store: Send + Sync + 'static {
         applied
     }
 
+    /// Whether the store is about to make the next flush it is given a
+    /// point to resume from after a crash (the embedded store's
+    /// checkpoint): the daemon then has that flush's marker carry what
+    /// replay needs to begin there ([`crate::model::FlushBatch::resumable`]).
+    fn checkpoint_due(&self) -> bool {
+        false
+    }
+
     /// How long after a flush another daemon's reads may still miss its
     /// minutes in the day documents (this daemon's own reads never do): the
     /// query engine reads the hours that recent from the hour documents.

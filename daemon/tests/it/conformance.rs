@@ -117,6 +117,7 @@ pub async fn run_case(store: Arc<dyn Store>, case: &Case) {
         let drained = agg.drain(None);
         let batch = FlushBatch {
             hashes: Vec::new(),
+            resumable: true,
             id: FlushId(next_id),
             series: drained,
         };

@@ -14,7 +14,8 @@
 //! - **Checkpoints**, every `embedded.checkpoint_interval` (60 s): the
 //!   minutes changed since the last one, as they now stand, of every series
 //!   that changed, into `checkpoint_log` (`flush_log.rs`), and
-//!   `last_flush_id` raised to the newest flush applied. Once that commits,
+//!   `last_flush_id` raised to the newest flush applied, taken where that
+//!   flush is one replay may begin at (`FlushBatch::resumable`). Once that commits,
 //!   the write-ahead log may let go of every flush up to it. A crash
 //!   replays at most one interval of the log.
 //! - **Folds**, which write a series' pending run into its documents, once
@@ -70,6 +71,13 @@ const FOLD_GRACE_US: u64 = 60_000_000;
 /// second `fsync`, which a fold at every flush paid once a second.
 const FOLD_EVERY_US: u64 = 5_000_000;
 
+/// How long past its interval a checkpoint waits for a flush replay may
+/// begin at ([`crate::model::FlushBatch::resumable`]) before it is taken
+/// at another: while flushes come the daemon cuts such a flush at least
+/// every 10 s, and at once when the interval has passed; idle, none may
+/// come.
+const RESUMABLE_WAIT_US: u64 = 10_000_000;
+
 /// Series folded in one transaction at most: its dirty pages stay in
 /// memory until it commits (about 7 KB a series).
 const MAX_FOLDS_PER_TXN: usize = 10_000;
@@ -123,7 +131,10 @@ impl Db {
                 ..ApplyStats::default()
             }
         };
-        self.applied_flush_id.fetch_max(id, Ordering::AcqRel);
+        if self.applied_flush_id.fetch_max(id, Ordering::AcqRel) < id {
+            self.applied_resumable
+                .store(batch.resumable, Ordering::Release);
+        }
         super::fold::pending_gauges(&self.pending.lock());
         Ok(stats)
     }
@@ -211,12 +222,30 @@ impl Db {
             return Ok(());
         }
         let applied = self.applied_flush_id.load(Ordering::Acquire);
-        let interval =
-            u64::try_from(self.config.checkpoint_interval.as_micros()).unwrap_or(u64::MAX);
+        let since = now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire));
+        let interval = self.checkpoint_interval_us();
+        // Counted from the first look that found it due, not from the last
+        // checkpoint: after a restart that is long past, yet the flushes
+        // replay applied are not ones to begin at.
+        let waited = (since >= interval).then(|| {
+            let due_since = self.checkpoint_due_since_us.load(Ordering::Acquire);
+            if due_since == 0 {
+                self.checkpoint_due_since_us
+                    .store(now_us, Ordering::Release);
+                0
+            } else {
+                now_us.saturating_sub(due_since)
+            }
+        });
+        // At a flush replay may begin at, once the interval has passed: a
+        // replay from a checkpoint elsewhere would first fold the log back
+        // to the last such flush again, only to bring the counters'
+        // baselines forward.
         let checkpoint = applied > self.committed_flush_id.load(Ordering::Acquire)
             && (force
-                || now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire))
-                    >= interval);
+                || waited.is_some_and(|w| {
+                    w >= RESUMABLE_WAIT_US || self.applied_resumable.load(Ordering::Acquire)
+                }));
         let (n, by_hour) = self.fold_count(&self.pending.lock(), now_us);
         if n == 0 && !checkpoint {
             return Ok(());
@@ -233,6 +262,19 @@ impl Db {
             checkpoint.then_some((applied, now_us)),
             damaged,
         )
+    }
+
+    /// Whether the checkpoint interval has passed by the clock: the
+    /// daemon then has the next flush's marker carry what replay needs to
+    /// begin at it, and the checkpoint is taken there.
+    pub(super) fn checkpoint_due(&self, now_us: u64) -> bool {
+        !self.config.write_through
+            && now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire))
+                >= self.checkpoint_interval_us()
+    }
+
+    fn checkpoint_interval_us(&self) -> u64 {
+        u64::try_from(self.config.checkpoint_interval.as_micros()).unwrap_or(u64::MAX)
     }
 
     /// Puts the runs a close folds in series order, once an hour, before
@@ -308,6 +350,7 @@ impl Db {
                             .set((m.blocks() * 512).min(m.len()) as f64);
                     }
                     self.last_checkpoint_us.store(now_us, Ordering::Release);
+                    self.checkpoint_due_since_us.store(0, Ordering::Release);
                     metrics::counter!("tally_store_checkpoints_total", "store" => "embedded")
                         .increment(1);
                 }

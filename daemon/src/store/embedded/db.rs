@@ -34,7 +34,7 @@
 //! durable and few: one checkpoint a minute and the folds.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -116,11 +116,19 @@ pub(super) struct Db {
     /// Highest flush id applied: in checkpointed mode, in the pending
     /// minutes at least (see `checkpoint.rs`).
     pub(super) applied_flush_id: AtomicU64,
+    /// Whether replay may begin at the flush `applied_flush_id` names
+    /// ([`crate::model::FlushBatch::resumable`]): a checkpoint waits for
+    /// one that is (see `checkpoint.rs`).
+    pub(super) applied_resumable: AtomicBool,
     /// `meta.max_fold_watermark` when the file was opened: flushes
     /// replayed at or below it may be in documents already.
     pub(super) max_fold_watermark: AtomicU64,
     /// When the last checkpoint was, as a flush id or clock microseconds.
     pub(super) last_checkpoint_us: AtomicU64,
+    /// When a checkpoint was first found due since the last (0: not yet),
+    /// in the same units: how long it has waited for a flush replay may
+    /// begin at (`checkpoint.rs`).
+    pub(super) checkpoint_due_since_us: AtomicU64,
     /// Documents' watermarks looked up while replayed flushes come (see
     /// `checkpoint.rs`); dropped at the first new flush.
     pub(super) replay_marks: Mutex<Option<super::flush_log::DocWatermarks>>,
@@ -214,8 +222,10 @@ impl Db {
             sync: Mutex::new(SyncState::now()),
             committed_flush_id: AtomicU64::new(last_flush_id),
             applied_flush_id: AtomicU64::new(last_flush_id),
+            applied_resumable: AtomicBool::new(true),
             max_fold_watermark: AtomicU64::new(max_fold_watermark),
             last_checkpoint_us: AtomicU64::new(0),
+            checkpoint_due_since_us: AtomicU64::new(0),
             replay_marks: Mutex::new(None),
             last_fold_id: AtomicU64::new(0),
             log_packing: AtomicU64::new(1f64.to_bits()),

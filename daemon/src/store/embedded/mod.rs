@@ -244,6 +244,10 @@ impl Store for EmbeddedStore {
         self.inner.durable_flush_id()
     }
 
+    fn checkpoint_due(&self) -> bool {
+        self.inner.checkpoint_due(now_us())
+    }
+
     async fn sync_idle(&self) -> Result<Option<u64>, StoreError> {
         self.blocking(|inner| {
             // A failed fold must not keep the last commits from becoming

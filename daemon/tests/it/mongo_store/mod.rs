@@ -135,6 +135,7 @@ fn series(source: &str, metric: &str, samples: &[(i64, f64)]) -> SeriesMinutes {
 fn batch(id: u64, series: &[SeriesMinutes]) -> FlushBatch {
     FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(id),
         series: series.to_vec(),
     }

@@ -96,3 +96,40 @@ async fn durable_policy_bounds_the_memory_kept_for_a_reopen() {
     assert_eq!(store.durable_flush_id(), 2);
     assert_eq!(store.inner.redo.lock().len(), 1);
 }
+
+/// A checkpoint the interval makes due is taken at a flush replay may
+/// begin at (its marker carries the counters' baselines), so that a replay
+/// from it folds no earlier part of the log again; at another flush only
+/// once it has waited 10 s for one.
+#[tokio::test]
+async fn checkpoints_are_taken_at_flushes_replay_may_begin_at() {
+    const S: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(dir.path(), checkpointed(S, 64 << 20)).unwrap();
+    let flush = |id: u64, resumable: bool| crate::model::FlushBatch {
+        resumable,
+        ..sample_batch(id)
+    };
+    // (flush id in seconds, resumable, the checkpoint's flush id after it)
+    let steps = [
+        (10, true, 0),
+        // Each applies the checkpoint due before it: of the flush before.
+        (12, false, 10),
+        (14, false, 10),
+        (20, true, 10),
+        (21, false, 20),
+        (25, false, 20),
+        (31, false, 20),
+        // Due since 25 s: waited long enough.
+        (36, false, 31),
+    ];
+    for (at, resumable, durable) in steps {
+        store.apply(&flush(at * S, resumable)).await.unwrap();
+        assert_eq!(store.durable_flush_id(), durable * S, "after {at} s");
+    }
+    // Due again by the clock once the interval has passed: the daemon then
+    // has the next flush's marker carry the baselines.
+    assert!(!store.inner.checkpoint_due(36 * S + S / 2));
+    assert!(store.inner.checkpoint_due(37 * S));
+    assert!(store.checkpoint_due());
+}

@@ -121,6 +121,7 @@ pub(super) fn gauge_minute(seed: u64, t0: i64, m: u64) -> Slot {
 pub(super) fn batch(id: u64, series: Vec<SeriesMinutes>) -> FlushBatch {
     FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: crate::model::FlushId(id),
         series,
     }

@@ -8,6 +8,7 @@ const H0: i64 = 1_793_660_400; // 2026-11-02T23:00Z
 fn batch(id_s: i64, series: &[&str], at: &[i64]) -> FlushBatch {
     FlushBatch {
         hashes: Vec::new(),
+        resumable: true,
         id: FlushId(id_s as u64 * 1_000_000),
         series: series
             .iter()
