@@ -52,9 +52,11 @@ use pace::Pace;
 /// A flush's marker carries the cumulative counters' baselines that moved
 /// once this long or this many cuts after the last that did (the others
 /// carry none, see `crate::aggregator::BaselineLog`): every 10 s at the
-/// default interval. Replay folds at most that much of the log again to
-/// bring them forward to where it resumes, and the log keeps a segment
-/// that much longer.
+/// default interval, and at the cut where the store is about to take a
+/// checkpoint ([`Store::checkpoint_due`]). Replay folds at most that much
+/// of the log again to bring them forward to where it resumes (nothing
+/// from an embedded store's checkpoint), and the log keeps a segment that
+/// much longer.
 const BASELINES_EVERY: Duration = Duration::from_secs(10);
 const BASELINES_EVERY_CUTS: u32 = 10;
 
