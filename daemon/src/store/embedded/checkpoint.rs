@@ -15,9 +15,9 @@
 //!   minutes changed since the last one, as they now stand, of every series
 //!   that changed, into `checkpoint_log` (`flush_log.rs`), and
 //!   `last_flush_id` raised to the newest flush applied, taken where that
-//!   flush is one replay may begin at (`FlushBatch::resumable`). Once that commits,
-//!   the write-ahead log may let go of every flush up to it. A crash
-//!   replays at most one interval of the log.
+//!   flush is one replay may begin at (`FlushBatch::resumable`). Once that
+//!   commits, the write-ahead log may let go of every flush up to it. A
+//!   crash replays at most one interval of the log.
 //! - **Folds**, which write a series' pending run into its documents, once
 //!   per run: after the run's hour has closed (spread over
 //!   `fold_spread`, so that a fleet's documents are not all written in one
