@@ -73,10 +73,24 @@ const FOLD_EVERY_US: u64 = 5_000_000;
 
 /// How long past its interval a checkpoint waits for a flush replay may
 /// begin at ([`crate::model::FlushBatch::resumable`]) before it is taken
-/// at another: while flushes come the daemon cuts such a flush at least
-/// every 10 s, and at once when the interval has passed; idle, none may
-/// come.
+/// at another, while flushes come: the daemon cuts such a flush at least
+/// every 10 s, and at once when the interval has passed. Idle, it is
+/// taken at once ([`Take::Idle`]).
 const RESUMABLE_WAIT_US: u64 = 10_000_000;
+
+/// When [`Db::maintain`] takes a checkpoint.
+#[derive(Clone, Copy)]
+enum Take {
+    /// Once due, at a flush replay may begin at, or at any once it has
+    /// waited [`RESUMABLE_WAIT_US`] for one: a flush is being applied.
+    Aligned,
+    /// Once due, at the last flush applied: nothing is being flushed, so
+    /// waiting would bring no flush to begin at (the daemon's load
+    /// stopped just as the interval ended, say).
+    Idle,
+    /// Now (shutdown).
+    Now,
+}
 
 /// Series folded in one transaction at most: its dirty pages stay in
 /// memory until it commits (about 7 KB a series).
@@ -106,7 +120,7 @@ impl Db {
         if !replayed
             || self.pending.lock().bytes() > self.config.pending_max_bytes.saturating_mul(2)
         {
-            self.maintain(db, id, false, damaged)?;
+            self.maintain(db, id, Take::Aligned, damaged)?;
         }
         let stats = if replayed {
             self.add_replayed(db, batch)?
@@ -185,22 +199,22 @@ impl Db {
 
     /// With nothing to flush: the folds and the checkpoint due at `now_us`.
     pub(super) fn maintain_idle(&self, now_us: u64) -> Result<(), StoreError> {
-        self.maintain_now(now_us, false)
+        self.maintain_now(now_us, Take::Idle)
     }
 
     /// A checkpoint now, whatever the interval (shutdown): afterwards the
     /// write-ahead log holds nothing the store needs. The folds due go with
     /// it, as of the newest flush.
     pub(super) fn checkpoint_now(&self) -> Result<(), StoreError> {
-        self.maintain_now(self.applied_flush_id.load(Ordering::Acquire), true)
+        self.maintain_now(self.applied_flush_id.load(Ordering::Acquire), Take::Now)
     }
 
-    fn maintain_now(&self, now_us: u64, force: bool) -> Result<(), StoreError> {
+    fn maintain_now(&self, now_us: u64, take: Take) -> Result<(), StoreError> {
         let db = self.database()?;
         let mut damaged = None;
         let r = {
             let _turn = self.fold_lock.lock();
-            self.maintain(&db, now_us, force, &mut damaged)
+            self.maintain(&db, now_us, take, &mut damaged)
         };
         if let (Err(e), Some(series)) = (&r, damaged) {
             self.set_aside_damaged(&db, &series, e)?;
@@ -209,13 +223,13 @@ impl Db {
     }
 
     /// Folds what is due at `now_us` (a flush id, or the clock in
-    /// microseconds), and writes a checkpoint if one is due or `force`d,
-    /// in one durable transaction. Under `fold_lock`.
+    /// microseconds), and writes a checkpoint if `take` says so, in one
+    /// durable transaction. Under `fold_lock`.
     fn maintain(
         &self,
         db: &Database,
         now_us: u64,
-        force: bool,
+        take: Take,
         damaged: &mut Option<Arc<SeriesId>>,
     ) -> Result<(), StoreError> {
         if self.config.write_through {
@@ -242,10 +256,13 @@ impl Db {
         // to the last such flush again, only to bring the counters'
         // baselines forward.
         let checkpoint = applied > self.committed_flush_id.load(Ordering::Acquire)
-            && (force
-                || waited.is_some_and(|w| {
+            && match take {
+                Take::Aligned => waited.is_some_and(|w| {
                     w >= RESUMABLE_WAIT_US || self.applied_resumable.load(Ordering::Acquire)
-                }));
+                }),
+                Take::Idle => waited.is_some(),
+                Take::Now => true,
+            };
         let (n, by_hour) = self.fold_count(&self.pending.lock(), now_us);
         if n == 0 && !checkpoint {
             return Ok(());

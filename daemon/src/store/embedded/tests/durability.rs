@@ -100,7 +100,7 @@ async fn durable_policy_bounds_the_memory_kept_for_a_reopen() {
 /// A checkpoint the interval makes due is taken at a flush replay may
 /// begin at (its marker carries the counters' baselines), so that a replay
 /// from it folds no earlier part of the log again; at another flush only
-/// once it has waited 10 s for one.
+/// once it has waited 10 s for one, or at once with nothing to flush.
 #[tokio::test]
 async fn checkpoints_are_taken_at_flushes_replay_may_begin_at() {
     const S: u64 = 1_000_000;
@@ -132,4 +132,8 @@ async fn checkpoints_are_taken_at_flushes_replay_may_begin_at() {
     assert!(!store.inner.checkpoint_due(36 * S + S / 2));
     assert!(store.inner.checkpoint_due(37 * S));
     assert!(store.checkpoint_due());
+    // With nothing to flush no such flush comes: taken at once, at the
+    // last one.
+    store.inner.maintain_idle(37 * S).unwrap();
+    assert_eq!(store.durable_flush_id(), 36 * S);
 }
