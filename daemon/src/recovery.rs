@@ -351,7 +351,7 @@ pub async fn replay(
         }
     }
     zones.enter(None, agg, &out.baselines);
-    if out.requests > 0 || out.flushes > 0 {
+    if out.requests > 0 || out.flushes > 0 || out.refolded > 0 {
         info!(
             requests = out.requests,
             refolded = out.refolded,

@@ -86,7 +86,8 @@ enum Take {
     Aligned,
     /// Once due, at the last flush applied: nothing is being flushed, so
     /// waiting would bring no flush to begin at (the daemon's load
-    /// stopped just as the interval ended, say).
+    /// stopped just as the interval ended, say). As `Aligned` until this
+    /// process has taken a checkpoint.
     Idle,
     /// Now (shutdown).
     Now,
@@ -255,12 +256,20 @@ impl Db {
         // replay from a checkpoint elsewhere would first fold the log back
         // to the last such flush again, only to bring the counters'
         // baselines forward.
+        let aligned = waited.is_some_and(|w| {
+            w >= RESUMABLE_WAIT_US || self.applied_resumable.load(Ordering::Acquire)
+        });
         let checkpoint = applied > self.committed_flush_id.load(Ordering::Acquire)
             && match take {
-                Take::Aligned => waited.is_some_and(|w| {
-                    w >= RESUMABLE_WAIT_US || self.applied_resumable.load(Ordering::Acquire)
-                }),
-                Take::Idle => waited.is_some(),
+                Take::Aligned => aligned,
+                // Not before this process took one: what it applied so far
+                // was replayed, and the load coming back brings a flush to
+                // begin at.
+                Take::Idle => {
+                    aligned
+                        || (waited.is_some()
+                            && self.last_checkpoint_us.load(Ordering::Acquire) != 0)
+                }
                 Take::Now => true,
             };
         let (n, by_hour) = self.fold_count(&self.pending.lock(), now_us);

@@ -137,3 +137,22 @@ async fn checkpoints_are_taken_at_flushes_replay_may_begin_at() {
     store.inner.maintain_idle(37 * S).unwrap();
     assert_eq!(store.durable_flush_id(), 36 * S);
 }
+
+/// Before the process has taken a checkpoint (after a restart, what it
+/// applied was replayed), an idle store waits for a flush replay may begin
+/// at as a flushing one does, up to 10 s.
+#[tokio::test]
+async fn after_a_restart_an_idle_checkpoint_waits_for_a_flush_to_begin_at() {
+    const S: u64 = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open_with(dir.path(), checkpointed(S, 64 << 20)).unwrap();
+    let replayed = crate::model::FlushBatch {
+        resumable: false,
+        ..sample_batch(10 * S)
+    };
+    store.apply(&replayed).await.unwrap();
+    store.inner.maintain_idle(11 * S).unwrap();
+    assert_eq!(store.durable_flush_id(), 0);
+    store.inner.maintain_idle(21 * S).unwrap();
+    assert_eq!(store.durable_flush_id(), 10 * S);
+}
