@@ -237,12 +237,10 @@ impl Db {
             return Ok(());
         }
         let applied = self.applied_flush_id.load(Ordering::Acquire);
-        let since = now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire));
-        let interval = self.checkpoint_interval_us();
         // Counted from the first look that found it due, not from the last
         // checkpoint: after a restart that is long past, yet the flushes
         // replay applied are not ones to begin at.
-        let waited = (since >= interval).then(|| {
+        let waited = self.checkpoint_due(now_us).then(|| {
             let due_since = self.checkpoint_due_since_us.load(Ordering::Acquire);
             if due_since == 0 {
                 self.checkpoint_due_since_us
@@ -294,13 +292,10 @@ impl Db {
     /// daemon then has the next flush's marker carry what replay needs to
     /// begin at it, and the checkpoint is taken there.
     pub(super) fn checkpoint_due(&self, now_us: u64) -> bool {
+        let interval =
+            u64::try_from(self.config.checkpoint_interval.as_micros()).unwrap_or(u64::MAX);
         !self.config.write_through
-            && now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire))
-                >= self.checkpoint_interval_us()
-    }
-
-    fn checkpoint_interval_us(&self) -> u64 {
-        u64::try_from(self.config.checkpoint_interval.as_micros()).unwrap_or(u64::MAX)
+            && now_us.saturating_sub(self.last_checkpoint_us.load(Ordering::Acquire)) >= interval
     }
 
     /// Puts the runs a close folds in series order, once an hour, before
