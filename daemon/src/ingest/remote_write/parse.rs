@@ -77,6 +77,7 @@ impl Parse<'_> {
         // most senders' have a label or so besides.
         b.reserve_for(bytes.len(), 32, 3);
         let mut by_name = NameTable::with_cap(usize::MAX);
+        let mut texts = fast::Texts::default();
         let mut series_seen = false;
         let mut buf = bytes;
         while !buf.is_empty() {
@@ -90,7 +91,7 @@ impl Parse<'_> {
                         types: &types,
                         by_name: &mut by_name,
                     };
-                    self.series(&mut b, &mut buf, &mut said)?;
+                    self.series(&mut b, &mut buf, &mut said, &mut texts)?;
                 }
                 3 if !read_ahead => {
                     if series_seen {
@@ -167,9 +168,10 @@ impl Parse<'_> {
         b: &mut ViewBuilder<'a>,
         buf: &mut &'a [u8],
         said: &mut Said<'_, 'a>,
+        texts: &mut fast::Texts<'a>,
     ) -> Result<(), ParseError> {
         let mark = b.mark();
-        if !fast::series(b, buf) {
+        if !fast::series(b, buf, texts) {
             nested(buf, |buf, tag, wire_type| match tag {
                 1 => label(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "labels")),
                 2 => sample(b, wire_type, buf).map_err(|e| e.at("TimeSeries", "samples")),
