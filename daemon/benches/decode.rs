@@ -397,7 +397,7 @@ fn decode(c: &mut Criterion) {
         ),
     ] {
         let text = std::str::from_utf8(&body).unwrap();
-        let mut batch = Batch::new(source_component, 10, budget);
+        let mut batch = Batch::new(source_component, budget);
         g.bench_function(name, |b| b.iter(|| batch_and_view(&mut batch, text)));
     }
     g.finish();

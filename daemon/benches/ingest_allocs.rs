@@ -310,10 +310,7 @@ fn via_graphite(ingest: &Ingestor, body: &[u8]) -> u64 {
     // so does this.
     thread_local!(static BATCH: std::cell::RefCell<Option<Batch>> = const { std::cell::RefCell::new(None) });
     BATCH.with_borrow_mut(|batch| {
-        let batch = batch.get_or_insert_with(|| {
-            let cap = ingest.limits().max_rejections_reported;
-            Batch::new(1, cap, budget(ingest))
-        });
+        let batch = batch.get_or_insert_with(|| Batch::new(1, budget(ingest)));
         for line in body.split(|&c| c == b'\n').filter(|l| !l.is_empty()) {
             batch.push(&parse_line(line).unwrap(), 0).unwrap();
         }

@@ -54,8 +54,7 @@ impl Ctx {
     }
 
     fn batch(&self) -> Batch {
-        let cap = self.ingest.limits().max_rejections_reported;
-        Batch::new(self.cfg.source_component, cap, self.ingest.budget())
+        Batch::new(self.cfg.source_component, self.ingest.budget())
     }
 }
 

@@ -63,6 +63,11 @@ impl<'a> Tags<'a> {
         Ok(Tags(text))
     }
 
+    /// True when the line has no tags (most have none).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// The pairs, in the order the line gives them.
     pub fn iter(&self) -> impl Iterator<Item = (&'a str, &'a str)> {
         // Most lines have no tags: they skip the search for a `;` (a

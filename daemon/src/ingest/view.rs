@@ -29,6 +29,7 @@
 mod build;
 mod encode;
 pub(crate) mod fast;
+mod grouped;
 
 use std::fmt;
 use std::ops::Range;
@@ -39,6 +40,7 @@ use tally_proto::v1 as pb;
 use crate::ingest::text::TextMemo;
 
 pub use build::{Mark, ParseError, ViewBuilder};
+pub use grouped::GroupedBuilder;
 
 /// Why a request's bytes do not decode. Displays as prost's own message.
 #[derive(Debug)]

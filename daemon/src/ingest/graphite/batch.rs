@@ -26,7 +26,7 @@ use tally_proto::v1 as pb;
 use super::{clip, component, Line, LineError};
 use crate::ingest::builder::Budget;
 use crate::ingest::dict::Dict;
-use crate::ingest::view::{PushView, ViewBuilder};
+use crate::ingest::view::{GroupedBuilder, PushView};
 use crate::labels::label_name_from_key_cow;
 
 /// The end of a source's chain of lines.
@@ -49,7 +49,6 @@ pub struct Batch {
     /// The number of the last line's source.
     last: u32,
     source_component: usize,
-    cap: usize,
     budget: Budget,
     /// Bytes of names and labels held, against `budget.bytes`, counted as
     /// the view counts them.
@@ -76,7 +75,7 @@ struct Chain {
 
 impl Batch {
     /// An empty batch; `source_component` is 1-based.
-    pub fn new(source_component: usize, cap: usize, budget: Budget) -> Batch {
+    pub fn new(source_component: usize, budget: Budget) -> Batch {
         Batch {
             text: String::new(),
             series: Vec::new(),
@@ -84,7 +83,6 @@ impl Batch {
             sources: Dict::default(),
             last: END,
             source_component,
-            cap,
             budget,
             bytes: 0,
             lines: 0,
@@ -118,11 +116,14 @@ impl Batch {
                 component: n,
             }));
         };
-        let label_bytes: usize = line
-            .tags
-            .iter()
-            .map(|(k, v)| label_name_from_key_cow(k).len() + v.len() + SERIES_OVERHEAD / 2)
-            .sum();
+        let label_bytes: usize = match line.tags.is_empty() {
+            true => 0,
+            false => line
+                .tags
+                .iter()
+                .map(|(k, v)| label_name_from_key_cow(k).len() + v.len() + SERIES_OVERHEAD / 2)
+                .sum(),
+        };
         // The metric is the path without the source and one dot.
         let bytes = SERIES_OVERHEAD + line.path.len() - source.len() - 1 + label_bytes;
         if self.series.len() + 1 > self.budget.samples || self.bytes + bytes > self.budget.bytes {
@@ -143,10 +144,12 @@ impl Batch {
         }
         let metric = start..self.text.len();
         let first = self.labels.len();
-        for (k, v) in line.tags.iter() {
-            let name = self.put(&label_name_from_key_cow(k));
-            let value = self.put(v);
-            self.labels.push((name, value));
+        if !line.tags.is_empty() {
+            for (k, v) in line.tags.iter() {
+                let name = self.put(&label_name_from_key_cow(k));
+                let value = self.put(v);
+                self.labels.push((name, value));
+            }
         }
         // The bytes budget takes SERIES_OVERHEAD for each line, which
         // keeps a batch far below u32::MAX lines (a request's counts are
@@ -207,41 +210,36 @@ impl Batch {
     /// source's lines in the order they came (the conversion refuses
     /// nothing: refused lines are counted by the listener).
     pub fn view(&self) -> PushView<'_> {
-        // Within its budget already: the builder's own check cannot fail.
-        let unbounded = Budget {
-            samples: usize::MAX,
-            bytes: usize::MAX,
-        };
-        let mut b = ViewBuilder::new(self.cap, unbounded);
-        b.reserve(self.series.len(), self.labels.len());
+        // Within its budget already, and chained by source: the series go
+        // straight into the view's columns.
+        let mut b = GroupedBuilder::with_capacity(self.series.len(), self.labels.len());
         let text = self.text.as_str();
         let gauge = pb::SampleKind::Gauge as i32;
-        'sources: for id in 0..self.sources.len() as u32 {
-            // One slice for all its lines: the builder knows it again
-            // without comparing. Every name was a `&str` when it was
-            // numbered, so none is skipped here.
+        for id in 0..self.sources.len() as u32 {
+            // Every name was a `&str` when it was numbered, so none is
+            // skipped here.
             let Some((source, chain)) = self.sources.entry(id) else {
                 continue;
             };
             let Ok(source) = std::str::from_utf8(source) else {
                 continue;
             };
+            b.source(source);
             let mut at = chain.first;
             while let Some(g) = self.series.get(at as usize) {
-                let mark = b.mark();
-                for (name, value) in &self.labels[g.labels.clone()] {
-                    b.label(&text[name.clone()], &text[value.clone()]);
-                }
-                b.sample(g.ts_ms, g.value);
-                if b.end_series(mark, source, &text[g.metric.clone()], gauge)
-                    .is_err()
-                {
-                    break 'sources;
-                }
+                // Most lines have no tags: no slice of them is taken.
+                let tags = match g.labels.is_empty() {
+                    true => &[][..],
+                    false => &self.labels[g.labels.clone()],
+                };
+                let labels = tags
+                    .iter()
+                    .map(|(name, value)| (&text[name.clone()], &text[value.clone()]));
+                b.series(&text[g.metric.clone()], gauge, labels, g.ts_ms, g.value);
                 at = g.next;
             }
         }
-        b.finish().0
+        b.finish()
     }
 
     /// Empties the batch, keeping its buffers.
@@ -280,10 +278,10 @@ mod tests {
 
     #[test]
     fn the_source_is_one_path_component() {
-        let mut batch = Batch::new(1, 10, BUDGET);
+        let mut batch = Batch::new(1, BUDGET);
         let l = parse_line(b"web-01.cpu-0.cpu-idle;dc=eu 97 1700000000").unwrap();
         batch.push(&l, 0).unwrap();
-        let mut second = Batch::new(2, 10, BUDGET);
+        let mut second = Batch::new(2, BUDGET);
         let l = parse_line(b"collectd.web_01.load.load.shortterm 0.5").unwrap();
         second.push(&l, 42).unwrap();
         let only = parse_line(b"web-01 1").unwrap();
@@ -297,7 +295,7 @@ mod tests {
         ));
         // Leading blanks: the first component is found within the path.
         let indented = parse_line(b"  web-02.load 1").unwrap();
-        let mut third = Batch::new(1, 10, BUDGET);
+        let mut third = Batch::new(1, BUDGET);
         third.push(&indented, 0).unwrap();
         let c = third.view().to_request();
         assert_eq!(
@@ -322,7 +320,7 @@ mod tests {
             "collectd.load.load.shortterm"
         );
         assert_eq!(c.sources[0].series[0].timestamps_ms, [42]);
-        let mut last = Batch::new(3, 10, BUDGET);
+        let mut last = Batch::new(3, BUDGET);
         last.push(&parse_line(b"a.b.host-9 1").unwrap(), 0).unwrap();
         let too_short = parse_line(b"a.b 1").unwrap();
         assert!(last.push(&too_short, 0).is_err());
@@ -335,7 +333,6 @@ mod tests {
     fn a_full_batch_says_so() {
         let mut batch = Batch::new(
             1,
-            10,
             Budget {
                 samples: 2,
                 bytes: 1 << 20,
@@ -374,7 +371,7 @@ mod tests {
     /// after others included.
     #[test]
     fn interleaved_sources_come_grouped_each_in_order() {
-        let mut batch = Batch::new(1, 10, BUDGET);
+        let mut batch = Batch::new(1, BUDGET);
         for line in [
             "a.m1 1 1",
             "b.m1 2 1",
@@ -419,7 +416,7 @@ mod tests {
                 1..3,
             ),
         ) {
-            let mut batch = Batch::new(1, 10, BUDGET);
+            let mut batch = Batch::new(1, BUDGET);
             for lines in rounds {
                 batch.clear();
                 let mut want = Vec::new();
