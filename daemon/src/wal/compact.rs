@@ -126,8 +126,16 @@ fn decimal(v: f64) -> Option<(i64, u8)> {
             return None;
         }
         let m = nearest(scaled);
-        // Through the integer, as the reader has it (-0.0 becomes 0).
-        if (m as f64 / p).to_bits() == v.to_bits() {
+        // If m / p rounds to v, v * p is within two roundings of m
+        // (relatively, 2^-52 and a little): anything farther cannot come
+        // back, and its division, the slow step here, is skipped.
+        if (scaled - m as f64).abs() > scaled.abs() * (4.0 * f64::EPSILON) {
+            continue;
+        }
+        // Through the integer, as the reader has it (-0.0 becomes 0);
+        // an integer (counters, most gauges of counts) needs no division.
+        let back = if k == 0 { m as f64 } else { m as f64 / p };
+        if back.to_bits() == v.to_bits() {
             return Some((m, k as u8));
         }
     }
