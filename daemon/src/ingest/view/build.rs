@@ -114,7 +114,7 @@ impl<'a> ViewBuilder<'a> {
 
     /// Makes room for `series` series of one sample (at most the budget's
     /// samples) and `labels` labels in all.
-    pub fn reserve(&mut self, series: usize, labels: usize) {
+    fn reserve(&mut self, series: usize, labels: usize) {
         let series = series.min(self.budget.samples);
         self.view.series.reserve(series);
         self.source_of.reserve(series);
@@ -257,7 +257,8 @@ impl<'a> ViewBuilder<'a> {
         if !grouped {
             // A counting sort, stable: each source's series keep their
             // order. (A comparison sort of the series, tens of bytes each,
-            // was a twentieth of reading a Graphite connection's lines.)
+            // was a twentieth of reading a Graphite connection's lines
+            // when they came through here.)
             let mut next = vec![0u32; self.names.len() + 1];
             for &at in &self.source_of {
                 next[at as usize + 1] += 1;
